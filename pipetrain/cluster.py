@@ -1,0 +1,142 @@
+"""Cluster: the devices a plan runs on and the links between them (DESIGN.md §2).
+
+Devices are grouped into nodes; a link's latency and bandwidth depend only on whether the two
+devices share a node (a two-level hierarchy, as in PipeDream's topology). Device *models* give the
+peak numbers that the estimator turns into a Profile for hardware we do not have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipetrain.errors import UserError
+
+__all__ = ["DEVICE_MODELS", "Cluster", "Device", "DeviceModel", "Link", "device_model"]
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """Peak capabilities of a device class, for estimated profiles.
+
+    Attributes:
+        name: short name (``"v100"``).
+        peak_flops: dense float32-equivalent throughput the estimator assumes (FLOP/s).
+        memory_bandwidth_bytes_per_s: device memory bandwidth (B/s).
+        kernel_overhead_s: fixed cost per kernel launch (s).
+        memory_bytes: device memory.
+        saturation_flops: work per kernel below which the device is under-used; kernels smaller
+            than this cost as much as one of this size (models poor utilisation at small batches).
+    """
+
+    name: str
+    peak_flops: float
+    memory_bandwidth_bytes_per_s: float
+    kernel_overhead_s: float
+    memory_bytes: int
+    saturation_flops: float
+
+
+# Sustained (not datasheet) figures: about 60-70% of the datasheet's mixed-precision peak for the
+# GPUs (tensor cores, fp16/bf16 matmuls), and a single core's worth for "cpu".
+DEVICE_MODELS: dict[str, DeviceModel] = {
+    "cpu": DeviceModel("cpu", 5.0e10, 1.0e10, 5e-6, 16 * GiB, 1.0e5),
+    "v100": DeviceModel("v100", 8.0e13, 8.0e11, 6e-6, 32 * GiB, 2.0e8),
+    "a100": DeviceModel("a100", 2.0e14, 1.6e12, 5e-6, 80 * GiB, 5.0e8),
+    "h100": DeviceModel("h100", 5.0e14, 2.6e12, 4e-6, 80 * GiB, 1.2e9),
+}
+
+
+def device_model(name: str) -> DeviceModel:
+    try:
+        return DEVICE_MODELS[name.lower()]
+    except KeyError:
+        known = ", ".join(DEVICE_MODELS)
+        raise UserError(f"unknown device model {name!r}; choose one of: {known}") from None
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point link: ``transfer_s(n) = latency_s + n / bandwidth_bytes_per_s``."""
+
+    latency_s: float
+    bandwidth_bytes_per_s: float
+
+    def transfer_s(self, n_bytes: float) -> float:
+        return self.latency_s + n_bytes / self.bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device (one rank).
+
+    Attributes:
+        kind: device class (``"cpu"``, ``"v100"``...), matched against the profile's device.
+        memory_bytes: memory available to the rank.
+        speed: throughput relative to the device the profile describes (0.86 means 14% slower,
+            e.g. when ranks share a machine's memory bandwidth).
+        node: index of the node (server) the device sits in.
+    """
+
+    kind: str
+    memory_bytes: int
+    speed: float = 1.0
+    node: int = 0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Devices and links.
+
+    Attributes:
+        devices: one per rank, indexed by rank.
+        intra_node: the link between devices of one node.
+        inter_node: the link between nodes.
+        name: a label for reports.
+    """
+
+    devices: tuple[Device, ...]
+    intra_node: Link
+    inter_node: Link
+    name: str = "cluster"
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            raise UserError("the cluster has no devices; list at least one")
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    def link(self, src: int, dst: int) -> Link:
+        same = self.devices[src].node == self.devices[dst].node
+        return self.intra_node if same else self.inter_node
+
+    @classmethod
+    def local(
+        cls,
+        n_ranks: int,
+        *,
+        kind: str = "cpu",
+        memory_bytes: int = 16 * GiB,
+        speed: float = 1.0,
+        link: Link | None = None,
+    ) -> Cluster:
+        """``n_ranks`` identical devices on this machine (the embedded default)."""
+        if n_ranks < 1:
+            raise UserError(f"a cluster needs at least one rank, got {n_ranks}")
+        loopback = link or Link(latency_s=1.5e-4, bandwidth_bytes_per_s=1.5e9)
+        devices = tuple(Device(kind, memory_bytes, speed) for _ in range(n_ranks))
+        return cls(devices, loopback, loopback, name=f"local-{n_ranks}x{kind}")
+
+    @classmethod
+    def homogeneous(
+        cls, model: str, n_nodes: int, per_node: int, intra: Link, inter: Link
+    ) -> Cluster:
+        """``n_nodes`` servers of ``per_node`` devices of one model (e.g. 2 × 4 V100)."""
+        dm = device_model(model)
+        devices = tuple(
+            Device(dm.name, dm.memory_bytes, 1.0, node) for node in range(n_nodes) for _ in range(per_node)
+        )
+        return cls(devices, intra, inter, name=f"{n_nodes}x{per_node}x{dm.name}")

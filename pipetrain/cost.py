@@ -1,0 +1,112 @@
+"""CostModel: Profile + Cluster → the seconds and bytes a planner or simulator needs.
+
+A stage's time on ``b`` samples is the sum of its layers' profiled times at ``b``, divided by the
+device's relative speed, plus a fixed per-action overhead (the runtime's own bookkeeping per
+micro-batch). Transfers cost ``latency + bytes / bandwidth`` on the link between the two ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from pipetrain.cluster import Cluster, device_model
+from pipetrain.errors import UserError
+from pipetrain.profile.table import LayerProfile, Profile
+
+__all__ = ["CostModel"]
+
+
+class CostModel:
+    """Costs of stages, transfers and memory for one model on one cluster.
+
+    Args:
+        profile: one profile for every device, or one per device kind (heterogeneous clusters).
+        cluster: the devices (one per rank) and links.
+        action_overhead_s: fixed seconds added to every forward or backward action.
+    """
+
+    def __init__(
+        self,
+        profile: Profile | Mapping[str, Profile],
+        cluster: Cluster,
+        action_overhead_s: float = 0.0,
+    ) -> None:
+        self.profiles: dict[str, Profile] = (
+            {d.kind: profile for d in cluster.devices} if isinstance(profile, Profile) else dict(profile)
+        )
+        missing = {d.kind for d in cluster.devices} - set(self.profiles)
+        if missing:
+            raise UserError(f"no profile for device kind(s) {sorted(missing)}; profile or estimate them")
+        self.cluster = cluster
+        self.action_overhead_s = action_overhead_s
+        self.profile = next(iter(self.profiles.values()))
+        self.forward_s = lru_cache(maxsize=None)(self._forward_s)
+        self.backward_s = lru_cache(maxsize=None)(self._backward_s)
+
+    def _layers(self, rank: int, layers: Sequence[str]) -> list[LayerProfile]:
+        if not 0 <= rank < self.cluster.n_devices:
+            raise UserError(
+                f"rank {rank} has no device: the cluster has {self.cluster.n_devices}; "
+                "give the cluster more devices or the plan fewer ranks"
+            )
+        profile = self.profiles[self.cluster.devices[rank].kind]
+        return [profile.layer(name) for name in layers]
+
+    def _forward_s(self, layers: tuple[str, ...], b: int, rank: int) -> float:
+        """Seconds for forward of ``layers`` on ``b`` samples on ``rank``'s device."""
+        speed = self.cluster.devices[rank].speed
+        work = sum(lp.forward_at(b) for lp in self._layers(rank, layers))
+        return self.action_overhead_s + work / speed
+
+    def _backward_s(self, layers: tuple[str, ...], b: int, rank: int, recompute: bool = False) -> float:
+        """Seconds for backward (plus the forward re-run when ``recompute``)."""
+        speed = self.cluster.devices[rank].speed
+        lps = self._layers(rank, layers)
+        work = sum(lp.backward_at(b) + (lp.forward_at(b) if recompute else 0.0) for lp in lps)
+        return self.action_overhead_s + work / speed
+
+    def output_bytes(self, layers: Sequence[str], b: int) -> int:
+        """Bytes a stage ending in ``layers[-1]`` sends for ``b`` samples."""
+        return self.profile.layer(layers[-1]).output_bytes_per_sample * b
+
+    def input_bytes(self, layers: Sequence[str], b: int) -> int:
+        """Bytes of the stage's input for ``b`` samples (its gradient has the same size)."""
+        names = [lp.name for lp in self.profile.layers]
+        i = names.index(layers[0])
+        per = self.profile.input_bytes_per_sample if i == 0 else self.profile.layers[i - 1].output_bytes_per_sample
+        return per * b
+
+    def transfer_s(self, n_bytes: float, src: int, dst: int) -> float:
+        return self.cluster.link(src, dst).transfer_s(n_bytes)
+
+    def saved_bytes(self, layers: Sequence[str], b: int) -> int:
+        """Activation bytes a stage keeps between forward and backward of ``b`` samples."""
+        return sum(self.profile.layer(n).saved_bytes_per_sample for n in layers) * b
+
+    def parameter_bytes(self, layers: Sequence[str]) -> int:
+        return sum(self.profile.layer(n).parameter_bytes for n in layers)
+
+    def step_s(self, layers: Sequence[str], rank: int) -> float:
+        """Seconds for the optimizer step of the stage's parameters.
+
+        Uses the profile's measured per-layer step time where present, else a memory-bound
+        estimate: an SGD step reads parameters and gradients and writes parameters (3 passes).
+        """
+        lps = self._layers(rank, layers)
+        measured = [lp.step_s for lp in lps]
+        if all(s is not None for s in measured):
+            return sum(s for s in measured if s is not None) / self.cluster.devices[rank].speed
+        bandwidth = device_model(self.cluster.devices[rank].kind).memory_bandwidth_bytes_per_s
+        return 3 * sum(lp.parameter_bytes for lp in lps) / bandwidth
+
+    def forward_table(self, layers: Sequence[str], batch: int, rank: int) -> np.ndarray:
+        """Forward seconds for every size ``0..batch`` as an array ``[batch + 1]`` (entry 0 is 0)."""
+        key = tuple(layers)
+        return np.array([0.0] + [self.forward_s(key, b, rank) for b in range(1, batch + 1)])
+
+    def backward_table(self, layers: Sequence[str], batch: int, rank: int, recompute: bool = False) -> np.ndarray:
+        key = tuple(layers)
+        return np.array([0.0] + [self.backward_s(key, b, rank, recompute) for b in range(1, batch + 1)])

@@ -1,0 +1,220 @@
+"""LayerGraph: a model as named layers and the tensors between them (DESIGN.md §2).
+
+A layer is a *picklable factory* that builds its module, so every rank can build exactly the layers
+of its own stage with the same initial weights as an unpipelined reference: layer ``i`` is always
+built under the seed ``graph.seed * 100_003 + i``. Sequential models form a chain; the ``edges``
+field leaves room for DAGs (GraphPipe).
+
+Shapes are per sample: an input spec ``(3, 32, 32)`` means tensors of shape ``[b, 3, 32, 32]`` for a
+micro-batch of ``b`` samples.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+from torch import nn
+
+from pipetrain.errors import UserError
+
+__all__ = ["Layer", "LayerGraph", "LossKind", "TensorSpec", "loss_sum"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape and dtype of one sample's tensor.
+
+    Attributes:
+        shape: per-sample shape (without the batch dimension).
+        dtype: ``"float32"`` or ``"int64"``.
+        high: for integer tensors, values are drawn from ``[0, high)``.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    high: int | None = None
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return {"float32": torch.float32, "int64": torch.int64, "float16": torch.float16,
+                "bfloat16": torch.bfloat16}[self.dtype]
+
+    @property
+    def bytes_per_sample(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * torch.empty((), dtype=self.torch_dtype).element_size()
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> TensorSpec:
+        """The per-sample spec of a batched tensor ``[b, *shape]``."""
+        return cls(tuple(tensor.shape[1:]), str(tensor.dtype).removeprefix("torch."))
+
+
+class LossKind(str, Enum):
+    """How the last stage turns outputs and targets into a loss."""
+
+    CROSS_ENTROPY = "cross_entropy"  # output [b, C], target [b] int64
+    LM = "lm"  # output [b, T, V], target [b, T] int64; per-sample loss = mean over T
+    MSE = "mse"  # output and target of equal shape; per-sample loss = mean over elements
+
+
+def loss_sum(kind: LossKind, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Sum over samples of each sample's loss (the runtime divides by the batch size once).
+
+    Summing rather than averaging per micro-batch is what makes pipelined gradients equal the
+    unpipelined ones for any micro-batching, equal or not (PAPERS.md §1.12, DESIGN.md §5.2).
+    """
+    if kind is LossKind.CROSS_ENTROPY:
+        return nn.functional.cross_entropy(output, target, reduction="sum")
+    if kind is LossKind.LM:
+        per_token = nn.functional.cross_entropy(
+            output.flatten(0, 1), target.flatten(), reduction="none"
+        )
+        return per_token.view(target.shape).mean(dim=1).sum()
+    per_elem = nn.functional.mse_loss(output, target, reduction="none")
+    return per_elem.flatten(1).mean(dim=1).sum()
+
+
+class _Copy:
+    """A picklable factory that returns a deep copy of a given module."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __call__(self) -> nn.Module:
+        return copy.deepcopy(self.module)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A named layer.
+
+    Attributes:
+        name: unique within the graph.
+        build: picklable zero-argument factory (a class, a ``functools.partial``, or ``_Copy``).
+    """
+
+    name: str
+    build: Callable[[], nn.Module]
+
+
+@dataclass(frozen=True)
+class LayerGraph:
+    """Layers and the edges between them; a chain unless ``edges`` says otherwise.
+
+    Attributes:
+        name: the model's name (a zoo name or the user's label).
+        layers: in a valid execution order.
+        input: spec of one input sample (fed to the first layer).
+        target: spec of one target sample (for the loss at the last layer).
+        loss: the loss kind.
+        seed: base seed for layer initialisation.
+        edges: ``(src, dst)`` layer-name pairs; empty means the chain ``layers[0] -> layers[1] ...``.
+    """
+
+    name: str
+    layers: tuple[Layer, ...]
+    input: TensorSpec
+    target: TensorSpec
+    loss: LossKind = LossKind.CROSS_ENTROPY
+    seed: int = 0
+    edges: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise UserError(f"model {self.name!r} has no layers; give at least one")
+        names = [layer.name for layer in self.layers]
+        if len(set(names)) != len(names):
+            raise UserError(f"model {self.name!r} has duplicate layer names; make them unique")
+
+    # ---- builders ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_sequential(
+        cls,
+        model: nn.Sequential,
+        *,
+        input: TensorSpec,
+        target: TensorSpec,
+        loss: LossKind = LossKind.CROSS_ENTROPY,
+        name: str = "sequential",
+        seed: int = 0,
+    ) -> LayerGraph:
+        """One layer per child of ``model``; each rank gets a copy of the given weights."""
+        if not isinstance(model, nn.Sequential):
+            raise UserError("from_sequential needs an nn.Sequential; wrap your layers in one")
+        layers = tuple(Layer(n, _Copy(m)) for n, m in model.named_children())
+        return cls(name, layers, input, target, loss, seed)
+
+    @classmethod
+    def from_layers(
+        cls,
+        layers: Sequence[tuple[str, nn.Module | Callable[[], nn.Module]]],
+        *,
+        input: TensorSpec,
+        target: TensorSpec,
+        loss: LossKind = LossKind.CROSS_ENTROPY,
+        name: str = "layers",
+        seed: int = 0,
+    ) -> LayerGraph:
+        """From ``(name, module or picklable factory)`` pairs, in execution order."""
+        built = tuple(
+            Layer(n, _Copy(m) if isinstance(m, nn.Module) else m) for n, m in layers
+        )
+        return cls(name, built, input, target, loss, seed)
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.layers)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def index(self, name: str) -> int:
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise UserError(f"model {self.name!r} has no layer {name!r}") from None
+
+    def build_layer(self, i: int, device: torch.device | str | None = None) -> nn.Module:
+        """Build layer ``i`` with its deterministic initial weights."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed * 100_003 + i)
+            if device is not None and torch.device(device).type == "meta":
+                with torch.device("meta"):
+                    return self.layers[i].build()
+            module = self.layers[i].build()
+        return module.to(device) if device is not None else module
+
+    def build_sequential(self, indices: Sequence[int] | None = None) -> nn.Sequential:
+        """The (sub)model as one ``nn.Sequential``: the unpipelined reference."""
+        chosen = range(len(self)) if indices is None else indices
+        return nn.Sequential(*(self.build_layer(i) for i in chosen))
+
+    def output_specs(self) -> tuple[TensorSpec, ...]:
+        """Per-sample output spec of every layer, found by a forward pass on the meta device."""
+        x = torch.empty((1, *self.input.shape), dtype=self.input.torch_dtype, device="meta")
+        specs = []
+        for i in range(len(self)):
+            with torch.no_grad():
+                x = self.build_layer(i, device="meta")(x)
+            specs.append(TensorSpec.of(x))
+        return tuple(specs)
+
+    def fingerprint(self) -> str:
+        """A short hash of layer names and parameter shapes; plans record it."""
+        digest = hashlib.sha256(self.name.encode())
+        for i, layer in enumerate(self.layers):
+            digest.update(layer.name.encode())
+            for pname, p in self.build_layer(i, device="meta").named_parameters():
+                digest.update(f"{pname}{tuple(p.shape)}".encode())
+        return digest.hexdigest()[:16]

@@ -1,0 +1,1 @@
+"""Micro-batch planners: how each stage splits the batch."""

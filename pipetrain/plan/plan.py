@@ -1,0 +1,254 @@
+"""Plan: how a model is cut into stages, placed on ranks and fed micro-batches (DESIGN.md §2).
+
+A plan is a saved, hand-editable JSON artefact; a planner's output and a hand-written plan have the
+same type and go through the same :func:`Plan.validate` (STYLE.md L7).
+
+Micro-batches are *size vectors*: stage ``k`` splits the ``B`` samples of a mini-batch, in order,
+into ``forward_sizes[k]`` for forward and ``backward_sizes[k]`` for backward (each sums to ``B``).
+Equal-micro-batch methods (GPipe, 1F1B) use one vector everywhere; UMPIPE's ``uedp`` gives each
+stage its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from pipetrain.errors import UserError
+
+__all__ = [
+    "Method",
+    "Plan",
+    "Prediction",
+    "StagePlan",
+    "WeightPolicy",
+    "equal_sizes",
+    "ranges",
+]
+
+
+class Method(str, Enum):
+    """The methods of DESIGN.md §4."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    PIPEDREAM = "pipedream"
+    TWO_BW = "2bw"
+    UEDP = "uedp"
+    GRAPH = "graph"
+    LOCAL = "local"
+
+
+class WeightPolicy(str, Enum):
+    """How weights are versioned between forward and backward."""
+
+    SYNC = "sync"  # one version, flush per batch
+    STASH = "stash"  # PipeDream weight stashing
+    TWO_BW = "2bw"  # PipeDream-2BW double buffering
+    LOCAL = "local"  # local losses, no cross-stage gradient
+
+
+def equal_sizes(batch: int, n_micro: int) -> tuple[int, ...]:
+    """``n_micro`` sizes summing to ``batch`` that differ by at most one (larger first).
+
+    >>> equal_sizes(10, 4)
+    (3, 3, 2, 2)
+    """
+    if not 1 <= n_micro <= batch:
+        raise UserError(
+            f"cannot split a batch of {batch} into {n_micro} micro-batches; "
+            f"choose between 1 and {batch}"
+        )
+    q, r = divmod(batch, n_micro)
+    return tuple(q + 1 if i < r else q for i in range(n_micro))
+
+
+def ranges(sizes: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """Sample ranges ``[lo, hi)`` of consecutive micro-batches of the given sizes."""
+    ends = tuple(itertools.accumulate(sizes))
+    return tuple(zip((0, *ends[:-1]), ends, strict=True))
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage.
+
+    Attributes:
+        layers: names of the stage's layers, in execution order.
+        ranks: the ranks that run it (several for a replicated stage).
+        forward_sizes: forward micro-batch sizes; sum to the batch.
+        backward_sizes: backward micro-batch sizes; sum to the batch.
+    """
+
+    layers: tuple[str, ...]
+    ranks: tuple[int, ...]
+    forward_sizes: tuple[int, ...]
+    backward_sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the planner predicted for this plan."""
+
+    iteration_s: float
+    bubble_fraction: float
+    peak_memory_bytes: tuple[int, ...]
+    basis: str  # e.g. "profile measured on cpu, cluster local-2"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A complete pipeline plan.
+
+    Attributes:
+        model: the model's name; a zoo name lets ``pipetrain train --plan`` rebuild it.
+        model_fingerprint: ``LayerGraph.fingerprint()`` of the model it was made for.
+        batch_size: samples per mini-batch (per optimizer step).
+        method: the schedule family.
+        stages: the stages, in pipeline order.
+        edges: stage-graph edges ``(src, dst)``; empty means the chain 0 -> 1 -> ... .
+        recompute: re-run forward during backward instead of keeping activations.
+        weights: weight versioning policy.
+        prediction: the simulated time the plan was chosen with, if any.
+    """
+
+    model: str
+    model_fingerprint: str
+    batch_size: int
+    method: Method
+    stages: tuple[StagePlan, ...]
+    edges: tuple[tuple[int, int], ...] = field(default=())
+    recompute: bool = False
+    weights: WeightPolicy = WeightPolicy.SYNC
+    prediction: Prediction | None = None
+
+    # ---- derived ----------------------------------------------------------------------------
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.stages)
+
+    @property
+    def n_ranks(self) -> int:
+        return sum(len(s.ranks) for s in self.stages)
+
+    @property
+    def stage_edges(self) -> tuple[tuple[int, int], ...]:
+        return self.edges or tuple((k, k + 1) for k in range(self.n_stages - 1))
+
+    def stage_of_rank(self, rank: int) -> int:
+        for k, stage in enumerate(self.stages):
+            if rank in stage.ranks:
+                return k
+        raise UserError(f"rank {rank} runs no stage of this plan; the plan uses {self.n_ranks} ranks")
+
+    def with_prediction(self, prediction: Prediction) -> Plan:
+        return replace(self, prediction=prediction)
+
+    # ---- validation -------------------------------------------------------------------------
+
+    def validate(self, layer_names: Sequence[str] | None = None, fingerprint: str | None = None) -> None:
+        """Check the plan's own consistency, and against a model if given.
+
+        Raises:
+            UserError: naming the stage and what to change.
+        """
+        if self.batch_size < 1:
+            raise UserError(f"batch_size is {self.batch_size}; it must be at least 1")
+        if not self.stages:
+            raise UserError("the plan has no stages; give at least one")
+        for k, stage in enumerate(self.stages):
+            self._validate_stage(k, stage)
+        ranks = sorted(r for s in self.stages for r in s.ranks)
+        if ranks != list(range(len(ranks))):
+            raise UserError(
+                f"stages use ranks {ranks}; each of ranks 0..{len(ranks) - 1} must run exactly one stage"
+            )
+        if fingerprint is not None and self.model_fingerprint and fingerprint != self.model_fingerprint:
+            raise UserError(
+                f"this plan was made for another model (fingerprint {self.model_fingerprint}, the model "
+                f"has {fingerprint}); re-plan with `pipetrain plan --model {self.model}`"
+            )
+        if layer_names is not None:
+            planned = [name for s in self.stages for name in s.layers]
+            if planned != list(layer_names):
+                raise UserError(
+                    f"the plan's stages cover layers {planned[:4]}... but the model has "
+                    f"{list(layer_names)[:4]}... ({len(layer_names)} layers); every layer must "
+                    "appear once, in order; re-plan for this model"
+                )
+
+    def _validate_stage(self, k: int, stage: StagePlan) -> None:
+        if not stage.layers:
+            raise UserError(f"stage {k} has no layers; give every stage at least one layer")
+        if not stage.ranks:
+            raise UserError(f"stage {k} has no ranks; give every stage at least one rank")
+        for label, sizes in (("forward", stage.forward_sizes), ("backward", stage.backward_sizes)):
+            if not sizes or min(sizes) < 1:
+                raise UserError(f"stage {k}: {label} micro-batch sizes {list(sizes)} must all be >= 1")
+            if sum(sizes) != self.batch_size:
+                raise UserError(
+                    f"stage {k}: {label} micro-batch sizes {list(sizes)} sum to {sum(sizes)} but the "
+                    f"batch has {self.batch_size} samples; make them sum to {self.batch_size}"
+                )
+        if self.method in (Method.GPIPE, Method.ONE_F_ONE_B) and (
+            stage.forward_sizes != self.stages[0].forward_sizes
+            or stage.backward_sizes != stage.forward_sizes
+        ):
+            raise UserError(
+                f"stage {k}: method {self.method.value} needs the same micro-batch sizes on every stage "
+                "for forward and backward; use method 'uedp' for unequal partitions"
+            )
+
+    # ---- JSON -------------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = asdict(self)
+        data["method"] = self.method.value
+        data["weights"] = self.weights.value
+        return json.dumps(data, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        """Parse a plan; any malformation raises :class:`UserError` naming the field."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(
+                f"plan is not valid JSON ({e}); fix the file or re-create it with `pipetrain plan`"
+            ) from None
+        if not isinstance(data, dict):
+            raise UserError("plan JSON must be an object with fields model, batch_size, method, stages")
+        try:
+            stages = tuple(
+                StagePlan(
+                    layers=tuple(str(n) for n in s["layers"]),
+                    ranks=tuple(int(r) for r in s["ranks"]),
+                    forward_sizes=tuple(int(x) for x in s["forward_sizes"]),
+                    backward_sizes=tuple(int(x) for x in s.get("backward_sizes", s["forward_sizes"])),
+                )
+                for s in data["stages"]
+            )
+            pred = data.get("prediction")
+            return cls(
+                model=str(data["model"]),
+                model_fingerprint=str(data.get("model_fingerprint", "")),
+                batch_size=int(data["batch_size"]),
+                method=Method(data["method"]),
+                stages=stages,
+                edges=tuple((int(a), int(b)) for a, b in data.get("edges", ())),
+                recompute=bool(data.get("recompute", False)),
+                weights=WeightPolicy(data.get("weights", "sync")),
+                prediction=None if pred is None else Prediction(
+                    float(pred["iteration_s"]), float(pred["bubble_fraction"]),
+                    tuple(int(x) for x in pred["peak_memory_bytes"]), str(pred["basis"]),
+                ),
+            )
+        except KeyError as e:
+            raise UserError(f"plan JSON lacks the field {e.args[0]!r}; add it or re-create the plan") from None
+        except (TypeError, ValueError) as e:
+            raise UserError(f"plan JSON has a malformed field ({e}); fix it or re-create the plan") from None

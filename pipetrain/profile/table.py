@@ -1,0 +1,137 @@
+"""Profile: per-layer costs as a function of micro-batch size (DESIGN.md §2).
+
+Forward and backward seconds are stored on a grid of micro-batch sizes (powers of two up to the
+batch, plus the batch) and interpolated piecewise-linearly in between; beyond the grid they are
+extrapolated from the last two points. Measured and estimated profiles have this same type, so the
+planner cannot tell them apart except by ``source``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipetrain.errors import UserError
+from pipetrain.fileio import write_atomic
+
+__all__ = ["LayerProfile", "Profile", "interpolate"]
+
+
+def interpolate(sizes: tuple[int, ...], values: tuple[float, ...], b: float) -> float:
+    """Piecewise-linear ``values`` over ``sizes`` at ``b``, extrapolated linearly at both ends.
+
+    Results are clamped at 0 so extrapolation never predicts negative time.
+    """
+    if len(sizes) == 1:
+        return values[0] * b / sizes[0]
+    i = bisect.bisect_left(sizes, b)
+    i = min(max(i, 1), len(sizes) - 1)
+    x0, x1, y0, y1 = sizes[i - 1], sizes[i], values[i - 1], values[i]
+    return max(0.0, y0 + (y1 - y0) * (b - x0) / (x1 - x0))
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """One layer's costs.
+
+    Attributes:
+        name: the layer's name in the LayerGraph.
+        sizes: micro-batch sizes of the grid, increasing.
+        forward_s: forward seconds at each grid size.
+        backward_s: backward seconds at each grid size (input and weight gradients).
+        output_bytes_per_sample: bytes of the layer's output per sample (what a stage boundary sends).
+        saved_bytes_per_sample: bytes autograd keeps per sample between forward and backward.
+        parameter_bytes: bytes of the layer's parameters.
+        flops_per_sample: forward FLOPs per sample.
+        step_s: seconds for an SGD step of the layer's parameters, if measured.
+    """
+
+    name: str
+    sizes: tuple[int, ...]
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]
+    output_bytes_per_sample: int
+    saved_bytes_per_sample: int
+    parameter_bytes: int
+    flops_per_sample: float
+    step_s: float | None = None
+
+    def forward_at(self, b: float) -> float:
+        return interpolate(self.sizes, self.forward_s, b)
+
+    def backward_at(self, b: float) -> float:
+        return interpolate(self.sizes, self.backward_s, b)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A model's per-layer costs on one device.
+
+    Attributes:
+        model: the model's name.
+        fingerprint: ``LayerGraph.fingerprint()`` of the profiled model.
+        device: the device the costs are for (``"cpu"``, ``"v100"``, ...).
+        source: ``"measured"`` or ``"estimated"``, with details (threads, repeats).
+        input_bytes_per_sample: bytes of one input sample (what stage 0 reads).
+        layers: one entry per layer, in graph order.
+    """
+
+    model: str
+    fingerprint: str
+    device: str
+    source: str
+    input_bytes_per_sample: int
+    layers: tuple[LayerProfile, ...]
+
+    def layer(self, name: str) -> LayerProfile:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise UserError(f"the profile of {self.model!r} has no layer {name!r}; re-profile this model")
+
+    # ---- JSON -------------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Profile:
+        try:
+            data: dict[str, Any] = json.loads(text)
+            layers = tuple(
+                LayerProfile(
+                    name=str(x["name"]),
+                    sizes=tuple(int(v) for v in x["sizes"]),
+                    forward_s=tuple(float(v) for v in x["forward_s"]),
+                    backward_s=tuple(float(v) for v in x["backward_s"]),
+                    output_bytes_per_sample=int(x["output_bytes_per_sample"]),
+                    saved_bytes_per_sample=int(x["saved_bytes_per_sample"]),
+                    parameter_bytes=int(x["parameter_bytes"]),
+                    flops_per_sample=float(x["flops_per_sample"]),
+                    step_s=None if x.get("step_s") is None else float(x["step_s"]),
+                )
+                for x in data["layers"]
+            )
+            return cls(
+                model=str(data["model"]),
+                fingerprint=str(data["fingerprint"]),
+                device=str(data["device"]),
+                source=str(data["source"]),
+                input_bytes_per_sample=int(data["input_bytes_per_sample"]),
+                layers=layers,
+            )
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise UserError(f"malformed profile JSON ({e!r}); re-create it with `pipetrain profile`") from None
+
+    def save(self, path: str | Path) -> None:
+        write_atomic(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        try:
+            return cls.from_json(Path(path).read_text())
+        except FileNotFoundError:
+            raise UserError(f"no profile at {path}; create one with `pipetrain profile`") from None

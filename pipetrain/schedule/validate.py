@@ -1,0 +1,179 @@
+"""Schedule validation: invariants, with errors that show the whole picture (STYLE.md L5).
+
+:func:`validate` checks a lowered schedule:
+
+1. every action of a rank belongs to the rank's stage;
+2. on every stage the forward ranges, and separately the backward ranges, cover the batch once;
+3. each sample's forward comes before its backward on the stage, and inputs (activations for F,
+   gradients for B) have been received before they are used;
+4. every send is matched by a receive of the same message, in the same order on each directed link;
+5. a dry run, in which sends never block and a receive waits for its send, finishes (no deadlock);
+6. STEP is the last action of its stage, after every backward.
+
+A failure raises :class:`ScheduleError` whose message names the rank, step and action and renders
+the step × rank grid with the failing cell marked ``>> <<``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipetrain.errors import UserError
+from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.schedule import Schedule
+
+__all__ = ["ScheduleError", "validate"]
+
+_GRID_ROWS = 40
+
+
+class ScheduleError(UserError):
+    """A schedule breaks an invariant; the message shows where."""
+
+
+def _fail(schedule: Schedule, rank: int, step: int, why: str) -> ScheduleError:
+    action = schedule.ranks[rank][step] if step < len(schedule.ranks[rank]) else None
+    grid = schedule.grid(mark=(rank, step), max_steps=max(step + 4, _GRID_ROWS))
+    return ScheduleError(f"rank {rank}, step {step} ({action}): {why}\n{grid}")
+
+
+def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int) -> None:
+    """Check every invariant listed in the module docstring.
+
+    Args:
+        schedule: a lowered schedule (with communication).
+        batch_size: samples per mini-batch.
+        stage_of_rank: the stage each rank runs.
+        n_stages: stage count (stage 0 needs no activations, the last no gradients).
+
+    Raises:
+        ScheduleError: on the first violation found.
+    """
+    for rank, program in schedule:
+        _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages)
+    _check_channels(schedule)
+    _dry_run(schedule)
+
+
+@dataclass
+class _RankState:
+    """What one rank holds while its program is replayed: per-sample counts and flags."""
+
+    forwarded: list[int]
+    backwarded: list[int]
+    have_act: list[bool]
+    have_grad: list[bool]
+    stepped: bool = False
+
+    def apply(self, a: Action) -> str | None:
+        """Replay ``a``; return why it is invalid, or None."""
+        samples = range(a.lo, a.hi)
+        if a.kind is ActionKind.F:
+            if not all(self.have_act[i] for i in samples):
+                return "forward before its input activations were received"
+            _bump(self.forwarded, samples)
+        elif a.kind is ActionKind.B:
+            if not all(self.forwarded[i] for i in samples):
+                return "backward of samples not yet forwarded on this stage"
+            if not all(self.have_grad[i] for i in samples):
+                return "backward before its output gradients were received"
+            _bump(self.backwarded, samples)
+        elif a.kind is ActionKind.SEND_F and not all(self.forwarded[i] for i in samples):
+            return "sends activations that were not computed yet"
+        elif a.kind is ActionKind.SEND_B and not all(self.backwarded[i] for i in samples):
+            return "sends gradients that were not computed yet"
+        elif a.kind in (ActionKind.RECV_F, ActionKind.RECV_B):
+            flags = self.have_act if a.kind is ActionKind.RECV_F else self.have_grad
+            for i in samples:
+                flags[i] = True
+        elif a.kind is ActionKind.STEP:
+            self.stepped = True
+        return None
+
+
+def _bump(counts: list[int], samples: range) -> None:
+    for i in samples:
+        counts[i] += 1
+
+
+def _check_rank(
+    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, n_stages: int
+) -> None:
+    state = _RankState([0] * batch, [0] * batch, [stage == 0] * batch, [stage == n_stages - 1] * batch)
+    for step, a in enumerate(program):
+        if a.stage != stage:
+            raise _fail(schedule, rank, step, f"rank {rank} runs stage {stage}, not stage {a.stage}")
+        if state.stepped:
+            raise _fail(schedule, rank, step, "action after STEP; STEP must come last")
+        if a.kind is not ActionKind.STEP and a.hi > batch:
+            raise _fail(schedule, rank, step, f"range ends at {a.hi}, past the batch of {batch}")
+        why = state.apply(a)
+        if why is not None:
+            raise _fail(schedule, rank, step, why)
+    _check_coverage(schedule, rank, len(program), state.forwarded, "forward")
+    _check_coverage(schedule, rank, len(program), state.backwarded, "backward")
+    if not state.stepped:
+        raise _fail(schedule, rank, len(program), "the program never runs STEP")
+
+
+def _check_coverage(schedule: Schedule, rank: int, end: int, counts: list[int], label: str) -> None:
+    bad = [i for i, c in enumerate(counts) if c != 1]
+    if bad:
+        raise _fail(
+            schedule, rank, end,
+            f"{label} covers samples {bad[:8]}{'...' if len(bad) > 8 else ''} "
+            f"{counts[bad[0]]} times; every sample must be covered exactly once",
+        )
+
+
+def _check_channels(schedule: Schedule) -> None:
+    """Sends and receives of each directed link and direction match one to one, in order."""
+    sends: dict[tuple[int, int, str], list[tuple[int, Action]]] = defaultdict(list)
+    recvs: dict[tuple[int, int, str], list[tuple[int, Action]]] = defaultdict(list)
+    for rank, step, a in schedule.actions():
+        if a.peer is None:
+            continue
+        if not 0 <= a.peer < schedule.n_ranks or a.peer == rank:
+            raise _fail(schedule, rank, step, f"peer {a.peer} is not another rank of the schedule")
+        direction = a.kind.value[-1]
+        key = (rank, a.peer, direction) if a.is_send else (a.peer, rank, direction)
+        (sends if a.is_send else recvs)[key].append((step, a))
+    for key in sends.keys() | recvs.keys():
+        src, dst, _ = key
+        sent, got = sends.get(key, []), recvs.get(key, [])
+        for (s_step, s), (r_step, r) in zip(sent, got, strict=False):
+            if (s.microbatch, s.lo, s.hi) != (r.microbatch, r.lo, r.hi):
+                raise _fail(schedule, dst, r_step, f"receives {r.microbatch}[{r.lo}:{r.hi}] but rank {src} "
+                            f"sends {s.microbatch}[{s.lo}:{s.hi}] next (step {s_step})")
+        if len(sent) > len(got):
+            raise _fail(schedule, src, sent[len(got)][0], f"send is never received by rank {dst}")
+        if len(got) > len(sent):
+            raise _fail(schedule, dst, got[len(sent)][0], f"receive is never sent by rank {src}")
+
+
+def _dry_run(schedule: Schedule) -> None:
+    """Unit-time execution; sends are buffered, receives wait for their matching send."""
+    pos = [0] * schedule.n_ranks
+    sent: dict[tuple[int, int, str], int] = defaultdict(int)
+    received: dict[tuple[int, int, str], int] = defaultdict(int)
+    progress = True
+    while progress:
+        progress = False
+        for rank, program in schedule:
+            while pos[rank] < len(program):
+                a = program[pos[rank]]
+                if a.peer is not None and not a.is_send:
+                    key = (a.peer, rank, a.kind.value[-1])
+                    if received[key] >= sent[key]:
+                        break
+                    received[key] += 1
+                elif a.peer is not None:
+                    sent[(rank, a.peer, a.kind.value[-1])] += 1
+                pos[rank] += 1
+                progress = True
+    stuck = [r for r, p in enumerate(schedule.ranks) if pos[r] < len(p)]
+    if stuck:
+        waits = ", ".join(f"rank {r} at step {pos[r]} ({schedule.ranks[r][pos[r]]})" for r in stuck)
+        raise _fail(schedule, stuck[0], pos[stuck[0]], f"deadlock: {waits} wait forever")

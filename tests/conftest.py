@@ -1,0 +1,43 @@
+"""Shared fixtures: every test is seeded (STYLE.md L12)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+import torch
+
+from pipetrain.profile.table import LayerProfile, Profile
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+
+
+def flat_profile(
+    n_layers: int,
+    forward_s: float | Sequence[float] = 1.0,
+    backward_s: float | Sequence[float] = 2.0,
+    *,
+    per_sample: bool = False,
+    output_bytes: int = 0,
+    saved_bytes: int = 0,
+    step_s: float = 0.0,
+) -> Profile:
+    """A synthetic profile: each layer costs a constant (or, with per_sample, constant × b)."""
+    fw = [forward_s] * n_layers if isinstance(forward_s, (int, float)) else list(forward_s)
+    bw = [backward_s] * n_layers if isinstance(backward_s, (int, float)) else list(backward_s)
+    sizes = (1, 2)
+    scale: Callable[[float], tuple[float, float]] = (
+        (lambda t: (t, 2 * t)) if per_sample else (lambda t: (t, t))
+    )
+    layers = tuple(
+        LayerProfile(f"l{i}", sizes, scale(fw[i]), scale(bw[i]), output_bytes, saved_bytes, 0, 0.0, step_s)
+        for i in range(n_layers)
+    )
+    return Profile("synthetic", "", "cpu", "synthetic", output_bytes, layers)
