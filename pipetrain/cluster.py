@@ -7,9 +7,12 @@ peak numbers that the estimator turns into a Profile for hardware we do not have
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 from pipetrain.errors import UserError
+from pipetrain.fileio import write_atomic
 
 __all__ = ["DEVICE_MODELS", "Cluster", "Device", "DeviceModel", "Link", "device_model"]
 
@@ -94,12 +97,15 @@ class Cluster:
         intra_node: the link between devices of one node.
         inter_node: the link between nodes.
         name: a label for reports.
+        action_overhead_s: the runtime's fixed cost per forward or backward action on these
+            devices (Python dispatch, buffer bookkeeping), added by the cost model.
     """
 
     devices: tuple[Device, ...]
     intra_node: Link
     inter_node: Link
     name: str = "cluster"
+    action_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -122,13 +128,52 @@ class Cluster:
         memory_bytes: int = 16 * GiB,
         speed: float = 1.0,
         link: Link | None = None,
+        action_overhead_s: float = 0.0,
     ) -> Cluster:
         """``n_ranks`` identical devices on this machine (the embedded default)."""
         if n_ranks < 1:
             raise UserError(f"a cluster needs at least one rank, got {n_ranks}")
         loopback = link or Link(latency_s=1.5e-4, bandwidth_bytes_per_s=1.5e9)
         devices = tuple(Device(kind, memory_bytes, speed) for _ in range(n_ranks))
-        return cls(devices, loopback, loopback, name=f"local-{n_ranks}x{kind}")
+        return cls(devices, loopback, loopback, f"local-{n_ranks}x{kind}", action_overhead_s)
+
+    def with_ranks(self, n_ranks: int) -> Cluster:
+        """The same machine with ``n_ranks`` copies of its first device (local clusters)."""
+        return replace(self, devices=tuple(self.devices[0] for _ in range(n_ranks)),
+                       name=f"{self.name.split('-')[0]}-{n_ranks}x{self.devices[0].kind}")
+
+    # ---- JSON -------------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Cluster:
+        """Parse :meth:`to_json` output; malformed input raises UserError naming the problem."""
+        try:
+            data = json.loads(text)
+            return cls(
+                devices=tuple(Device(str(d["kind"]), int(d["memory_bytes"]), float(d.get("speed", 1.0)),
+                                     int(d.get("node", 0))) for d in data["devices"]),
+                intra_node=Link(float(data["intra_node"]["latency_s"]),
+                                float(data["intra_node"]["bandwidth_bytes_per_s"])),
+                inter_node=Link(float(data["inter_node"]["latency_s"]),
+                                float(data["inter_node"]["bandwidth_bytes_per_s"])),
+                name=str(data.get("name", "cluster")),
+                action_overhead_s=float(data.get("action_overhead_s", 0.0)),
+            )
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise UserError(f"malformed cluster JSON ({e!r}); re-create it with `pipetrain probe`") from None
+
+    def save(self, path: str | Path) -> None:
+        write_atomic(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Cluster:
+        try:
+            return cls.from_json(Path(path).read_text())
+        except FileNotFoundError:
+            raise UserError(f"no cluster file at {path}; create one with `pipetrain probe`") from None
 
     @classmethod
     def homogeneous(

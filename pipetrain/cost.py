@@ -25,14 +25,15 @@ class CostModel:
     Args:
         profile: one profile for every device, or one per device kind (heterogeneous clusters).
         cluster: the devices (one per rank) and links.
-        action_overhead_s: fixed seconds added to every forward or backward action.
+        action_overhead_s: fixed seconds added to every forward or backward action; defaults to
+            the cluster's ``action_overhead_s``.
     """
 
     def __init__(
         self,
         profile: Profile | Mapping[str, Profile],
         cluster: Cluster,
-        action_overhead_s: float = 0.0,
+        action_overhead_s: float | None = None,
     ) -> None:
         self.profiles: dict[str, Profile] = (
             {d.kind: profile for d in cluster.devices} if isinstance(profile, Profile) else dict(profile)
@@ -41,7 +42,7 @@ class CostModel:
         if missing:
             raise UserError(f"no profile for device kind(s) {sorted(missing)}; profile or estimate them")
         self.cluster = cluster
-        self.action_overhead_s = action_overhead_s
+        self.action_overhead_s = cluster.action_overhead_s if action_overhead_s is None else action_overhead_s
         self.profile = next(iter(self.profiles.values()))
         self.forward_s = lru_cache(maxsize=None)(self._forward_s)
         self.backward_s = lru_cache(maxsize=None)(self._backward_s)

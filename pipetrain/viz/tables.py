@@ -1,0 +1,170 @@
+"""Text tables of timelines, rendered with rich and returned as plain strings (no printing).
+
+    print(timeline_table(predicted, stage_of_rank))
+    print(compare_table(predicted, measured, stage_of_rank))
+
+Times are shown in one unit per table (s, ms or µs, whichever suits the iteration time), named in
+the column headers. Errors are signed: positive when the prediction is higher than the measurement.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from pipetrain.simulate.timeline import Timeline
+
+__all__ = ["compare_table", "relative_error", "time_unit", "timeline_table"]
+
+_MIB = 2**20
+
+
+def relative_error(pred: float, meas: float) -> float:
+    """Signed relative error ``(pred - meas) / meas`` of a prediction against a measurement.
+
+    Returns:
+        A fraction (``0.1`` is 10 % too high). When ``meas`` is 0: ``0.0`` if ``pred`` is 0 too,
+        else ``±inf`` with the sign of ``pred``.
+    """
+    if meas == 0:
+        return 0.0 if pred == 0 else math.copysign(math.inf, pred)
+    return (pred - meas) / abs(meas)
+
+
+def timeline_table(
+    timeline: Timeline, stage_of_rank: Sequence[int] | None = None, *, width: int = 100
+) -> str:
+    """Per stage: busy time, bubble % and peak activation MiB; iteration time beneath.
+
+    Args:
+        timeline: the timeline to summarise.
+        stage_of_rank: ``stage_of_rank[r]`` is rank ``r``'s stage (a replicated stage averages
+            its ranks' busy time); by default rank ``r`` runs stage ``r``.
+        width: render width in characters.
+    """
+    unit, scale = time_unit(timeline.iteration_s)
+    table = Table(
+        title=_title(timeline),
+        caption=f"iteration {_num(timeline.iteration_s * scale)} {unit} · "
+        f"mean bubble {timeline.bubble_fraction():.1%}",
+        box=box.ROUNDED,
+    )
+    table.add_column("stage", justify="right")
+    table.add_column("ranks", justify="right")
+    table.add_column(f"busy ({unit})", justify="right")
+    table.add_column("bubble %", justify="right")
+    table.add_column("peak act. MiB", justify="right")
+    ranks = _ranks_of_stage(timeline.n_ranks, stage_of_rank)
+    for row in timeline.summary(stage_of_rank):
+        table.add_row(
+            str(row.stage),
+            ",".join(map(str, ranks.get(row.stage, []))),
+            _num(row.busy_s * scale),
+            f"{row.bubble_fraction * 100:.1f}",
+            f"{row.peak_activation_bytes / _MIB:.1f}",
+        )
+    return _render(table, width)
+
+
+def compare_table(
+    predicted: Timeline,
+    measured: Timeline,
+    stage_of_rank: Sequence[int] | None = None,
+    *,
+    width: int = 100,
+) -> str:
+    """Predicted against measured, per stage (busy time, bubble) and for the iteration time.
+
+    Args:
+        predicted: the simulator's timeline.
+        measured: the runtime's timeline of the same schedule.
+        stage_of_rank: ``stage_of_rank[r]`` is rank ``r``'s stage; by default rank ``r`` runs
+            stage ``r``.
+        width: render width in characters.
+
+    Raises:
+        ValueError: the timelines have different numbers of ranks.
+    """
+    if predicted.n_ranks != measured.n_ranks:
+        raise ValueError(
+            f"cannot compare a {predicted.n_ranks}-rank prediction with a {measured.n_ranks}-rank "
+            "measurement; compare timelines of the same plan"
+        )
+    unit, scale = time_unit(max(predicted.iteration_s, measured.iteration_s))
+    table = Table(title=f"predicted vs measured{_suffix(measured.label)}", box=box.ROUNDED)
+    table.add_column("stage", justify="right")
+    for header in (f"busy pred ({unit})", f"busy meas ({unit})", "error %"):
+        table.add_column(header, justify="right")
+    table.add_column("bubble pred %", justify="right")
+    table.add_column("bubble meas %", justify="right")
+    rows = zip(predicted.summary(stage_of_rank), measured.summary(stage_of_rank), strict=True)
+    for pred, meas in rows:
+        table.add_row(
+            str(pred.stage),
+            _num(pred.busy_s * scale),
+            _num(meas.busy_s * scale),
+            _percent(relative_error(pred.busy_s, meas.busy_s)),
+            f"{pred.bubble_fraction * 100:.1f}",
+            f"{meas.bubble_fraction * 100:.1f}",
+        )
+    table.add_section()
+    table.add_row(
+        "iteration",
+        _num(predicted.iteration_s * scale),
+        _num(measured.iteration_s * scale),
+        _percent(relative_error(predicted.iteration_s, measured.iteration_s)),
+        f"{predicted.bubble_fraction() * 100:.1f}",
+        f"{measured.bubble_fraction() * 100:.1f}",
+    )
+    return _render(table, width)
+
+
+def _render(table: Table, width: int) -> str:
+    console = Console(record=True, width=width, file=io.StringIO(), color_system=None)
+    console.print(table)
+    lines = console.export_text(styles=False).splitlines()
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def time_unit(span_s: float) -> tuple[str, float]:
+    """The unit (``"s"``, ``"ms"`` or ``"µs"``) to show a span of ``span_s`` seconds in, and the
+    factor from seconds to it."""
+    if span_s >= 1.0:
+        return "s", 1.0
+    if span_s >= 1e-3:
+        return "ms", 1e3
+    return "µs", 1e6
+
+
+def _num(value: float) -> str:
+    """Four significant digits, without exponent for the magnitudes a table shows."""
+    return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
+def _percent(fraction: float) -> str:
+    """Signed percent with one decimal; ``+0.0`` rather than ``-0.0`` for rounding noise."""
+    if not math.isfinite(fraction):
+        return "n/a"
+    percent = fraction * 100
+    return f"{0.0 if abs(percent) < 0.05 else percent:+.1f}"
+
+
+def _title(timeline: Timeline) -> str:
+    return timeline.kind + _suffix(timeline.label)
+
+
+def _suffix(label: str) -> str:
+    return f": {label}" if label else ""
+
+
+def _ranks_of_stage(n_ranks: int, stage_of_rank: Sequence[int] | None) -> dict[int, list[int]]:
+    mapping = list(stage_of_rank) if stage_of_rank is not None else list(range(n_ranks))
+    ranks: dict[int, list[int]] = {}
+    for rank, stage in enumerate(mapping):
+        ranks.setdefault(stage, []).append(rank)
+    return ranks
