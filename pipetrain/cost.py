@@ -58,16 +58,14 @@ class CostModel:
 
     def _forward_s(self, layers: tuple[str, ...], b: int, rank: int) -> float:
         """Seconds for forward of ``layers`` on ``b`` samples on ``rank``'s device."""
-        speed = self.cluster.devices[rank].speed
         work = sum(lp.forward_at(b) for lp in self._layers(rank, layers))
-        return self.action_overhead_s + work / speed
+        return self.action_overhead_s + work / self.cluster.devices[rank].speed
 
     def _backward_s(self, layers: tuple[str, ...], b: int, rank: int, recompute: bool = False) -> float:
         """Seconds for backward (plus the forward re-run when ``recompute``)."""
-        speed = self.cluster.devices[rank].speed
         lps = self._layers(rank, layers)
         work = sum(lp.backward_at(b) + (lp.forward_at(b) if recompute else 0.0) for lp in lps)
-        return self.action_overhead_s + work / speed
+        return self.action_overhead_s + work / self.cluster.devices[rank].speed
 
     def output_bytes(self, layers: Sequence[str], b: int) -> int:
         """Bytes a stage ending in ``layers[-1]`` sends for ``b`` samples."""
