@@ -1,0 +1,103 @@
+"""The model zoo: named presets that build a LayerGraph.
+
+    >>> graph = build_model("gpt-tiny", blocks=2)
+    >>> len(graph), graph.name
+    (4, 'gpt-tiny')
+
+Presets (sizes are overridable by keyword; each family's module documents its settings):
+
+| name         | family | layers | what                                                      |
+|--------------|--------|--------|-----------------------------------------------------------|
+| ``mlp``        | mlp    | 8      | 1024 → 4096 → 1024 per layer, 1024 classes                |
+| ``mlp-digits`` | mlp    | 4      | scikit-learn digits: 64 inputs, 64 → 256 → 64, 10 classes |
+| ``gpt-tiny``   | gpt    | 6      | V=256, T=32, H=64, 4 heads, 4 blocks; trains on a CPU     |
+| ``gpt1-14``    | gpt    | 14     | GPT-1 sizes (Radford et al. 2018)                         |
+| ``vgg16``      | vgg    | 16     | VGG-16 D without BN, 224×224, 1000 classes               |
+| ``vgg16-32``   | vgg    | 16     | VGG-16 D without BN, 32×32, FC 512, 10 classes            |
+
+Every layer factory is a module-level class or a ``functools.partial`` of one, so a LayerGraph
+pickles into spawned rank processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.graph.zoo import gpt, mlp, vgg
+
+__all__ = ["MODEL_NAMES", "build_model"]
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")
+
+
+@dataclass(frozen=True)
+class _Preset(Generic[C]):
+    """A family's builder and the sizes it is called with."""
+
+    config: C
+    build: Callable[[C, str, int], LayerGraph]
+
+
+_PRESETS: dict[str, _Preset[Any]] = {
+    "mlp": _Preset(mlp.MLPConfig(), mlp.build),
+    "mlp-digits": _Preset(
+        mlp.MLPConfig(n_layers=4, inputs=64, width=64, hidden=256, classes=10), mlp.build
+    ),
+    "gpt-tiny": _Preset(
+        gpt.GPTConfig(vocab=256, context=32, hidden=64, heads=4, blocks=4), gpt.build
+    ),
+    "gpt1-14": _Preset(gpt.GPTConfig(), gpt.build),
+    "vgg16": _Preset(vgg.VGGConfig(), vgg.build),
+    "vgg16-32": _Preset(vgg.VGGConfig(image=32, classes=10, fc=512), vgg.build),
+}
+
+MODEL_NAMES: tuple[str, ...] = tuple(_PRESETS)
+
+
+def build_model(name: str, *, seed: int = 0, **overrides: int | float) -> LayerGraph:
+    """Build the zoo model ``name``, with some of its sizes overridden.
+
+    Args:
+        name: one of ``MODEL_NAMES``.
+        seed: base seed of the layers' initial weights (see ``LayerGraph.build_layer``).
+        **overrides: sizes to change, e.g. ``hidden=128`` for a GPT or ``width=0.25`` for a VGG.
+
+    Returns:
+        The LayerGraph; its ``name`` is the preset's name.
+
+    Raises:
+        UserError: an unknown name, an unknown setting, or a value that is not a positive number
+            of the right type.
+    """
+    preset = _PRESETS.get(name)
+    if preset is None:
+        raise UserError(f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES)}")
+    config = _override(name, preset.config, overrides)
+    return preset.build(config, name, seed)
+
+
+def _override(name: str, config: C, overrides: dict[str, int | float]) -> C:
+    """``config`` with ``overrides`` applied, each checked against the field it replaces."""
+    defaults = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    for key, value in overrides.items():
+        if key not in defaults:
+            settings = ", ".join(defaults)
+            raise UserError(f"model {name!r} has no setting {key!r}; its settings are: {settings}")
+        _check_value(name, key, value, defaults[key])
+    return dataclasses.replace(config, **overrides)
+
+
+def _check_value(name: str, key: str, value: object, default: object) -> None:
+    integral = isinstance(default, int)
+    allowed = (int,) if integral else (int, float)
+    if isinstance(value, bool) or not isinstance(value, allowed) or value <= 0:
+        kind = "a positive integer" if integral else "a positive number"
+        raise UserError(f"model {name!r}: {key} must be {kind}, got {value!r}")

@@ -1,0 +1,268 @@
+"""Estimated profiles: per-layer costs on a device we do not have, from a roofline model.
+
+    profile = estimate_profile(build_model("gpt1-14"), "v100", batch_size=8)
+
+No real computation happens. Each layer is built on the meta device and run forward and backward
+on meta tensors, once per micro-batch size of the grid, under a dispatch mode that records every
+aten kernel the layer launches, with its FLOPs (torch's ``FlopCounterMode``) and the bytes of the
+tensors it reads and writes. Views, detaches and bare allocations launch no kernel and are not
+counted. A kernel with ``f`` FLOPs moving ``m`` bytes on a device model with per-kernel overhead
+``o``, sustained peak ``P`` FLOP/s, memory bandwidth ``W`` B/s and saturation work ``s`` FLOPs
+costs (a per-kernel roofline, after Williams, Waterman and Patterson, "Roofline", CACM 2009)::
+
+    t = o + max(max(f, s) / P, m / W)      for a kernel that does FLOPs (matmul, conv, attention)
+    t = o + m / W                          for any other kernel (element-wise, norms, copies)
+
+and a layer's forward (backward) time is the sum over its forward (backward) kernels. The floor
+``max(f, s)`` models under-use: a matmul too small to fill the device runs no faster than one of
+``s`` FLOPs, which gives the α + β·max(b, s) shape of PAPERS.md §1.3. Backward kernels are traced,
+not guessed: their FLOPs come out near 2× the forward's (input and weight gradients), more for
+attention, which recomputes its scores.
+
+Attention (``scaled_dot_product_attention`` without a mask) is traced as torch's fused
+memory-efficient kernel, as GPUs run it, instead of the unfused math path the meta device would
+take, which would charge the ``[b, heads, T, T]`` score matrix to memory traffic. Bytes are
+counted in the model's own dtypes (float32 for the zoo), while the device models' ``peak_flops``
+assume mixed-precision matmuls: memory-bound kernels are therefore estimated conservatively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from pipetrain.cluster import DeviceModel, device_model
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
+from pipetrain.profile.measure import layer_stats, size_grid
+from pipetrain.profile.table import LayerProfile, Profile
+
+__all__ = ["Kernel", "estimate_profile", "kernel_seconds", "trace_kernels"]
+
+_aten = torch.ops.aten
+# Ops that allocate or alias without launching a kernel (views are recognised by their schema).
+_NO_KERNEL = frozenset(
+    {
+        _aten.detach,
+        _aten.alias,
+        _aten._unsafe_view,
+        _aten.lift_fresh,
+        _aten.empty,
+        _aten.empty_like,
+        _aten.empty_strided,
+        _aten.new_empty,
+        _aten.new_empty_strided,
+    }
+)
+# Look-ups whose first argument is a table they read only the selected rows of.
+_GATHERS = frozenset({_aten.embedding, _aten.index_select, _aten.gather, _aten.index})
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launched kernel: its FLOPs and the bytes of the tensors it reads and writes."""
+
+    flops: float
+    bytes_moved: float
+
+
+def kernel_seconds(kernel: Kernel, device: DeviceModel) -> float:
+    """Roofline seconds of one kernel on ``device`` (the formula in the module docstring)."""
+    compute_s = 0.0
+    if kernel.flops > 0:
+        compute_s = max(kernel.flops, device.saturation_flops) / device.peak_flops
+    memory_s = kernel.bytes_moved / device.memory_bandwidth_bytes_per_s
+    return device.kernel_overhead_s + max(compute_s, memory_s)
+
+
+def _tensor_bytes(value: object) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, list | tuple):
+        return sum(_tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    return 0
+
+
+class _KernelRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch is unannotated
+    """Records a :class:`Kernel` per aten op that launches one; sits above a FlopCounterMode."""
+
+    def __init__(self, counter: FlopCounterMode) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.counter = counter
+        self.kernels: list[Kernel] = []
+
+    def __torch_dispatch__(
+        self,
+        func: torch._ops.OpOverload,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        before = self.counter.get_total_flops()
+        out = func(*args, **kwargs)
+        packet = func.overloadpacket
+        if func.is_view or packet in _NO_KERNEL:
+            return out
+        if packet in _GATHERS:  # reads as many table bytes as it writes
+            moved = _tensor_bytes(args[1:]) + _tensor_bytes(kwargs) + 2 * _tensor_bytes(out)
+        else:
+            moved = _tensor_bytes(args) + _tensor_bytes(kwargs) + _tensor_bytes(out)
+        self.kernels.append(Kernel(self.counter.get_total_flops() - before, moved))
+        return out
+
+
+def _fused_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    out = _aten._scaled_dot_product_efficient_attention(
+        query, key, value, None, query.requires_grad, dropout_p, is_causal, scale=scale
+    )
+    result: torch.Tensor = out[0]
+    return result
+
+
+class _FusedAttention(TorchFunctionMode):
+    """Runs mask-free ``scaled_dot_product_attention`` as one fused kernel, as a GPU would."""
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func is nn.functional.scaled_dot_product_attention and _fusable(args, kwargs):
+            kwargs.pop("attn_mask", None)
+            kwargs.pop("enable_gqa", None)
+            return _fused_attention(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _fusable(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True for ``sdpa(q, k, v, ...)`` without a mask (positional or keyword) or grouped heads."""
+    return len(args) <= 3 and kwargs.get("attn_mask") is None and not kwargs.get("enable_gqa")
+
+
+def _record(run: Callable[[], object]) -> tuple[Kernel, ...]:
+    """The kernels launched by ``run()``."""
+    with FlopCounterMode(display=False) as counter, _KernelRecorder(counter) as recorder:
+        run()
+    return tuple(recorder.kernels)
+
+
+def trace_kernels(
+    module: nn.Module, x: torch.Tensor
+) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
+    """The forward and backward kernels of ``module`` (built on meta) on a meta ``x``.
+
+    The backward is that of the layer alone, for an output gradient of the output's shape; it is
+    empty when nothing in the layer needs a gradient. Parameter gradients are accumulated into
+    existing ``.grad`` tensors, as for every micro-batch but the first (and as measured).
+    """
+    x = x.detach().requires_grad_(x.is_floating_point())
+    for p in module.parameters():
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    outputs: list[torch.Tensor] = []
+    with _FusedAttention(), torch.enable_grad():
+        forward = _record(lambda: outputs.append(module(x)))
+        out = outputs[0]
+        if not out.requires_grad:
+            return forward, ()
+        grad = torch.empty_like(out)
+        backward = _record(lambda: torch.autograd.backward(out, grad))
+    return forward, backward
+
+
+def _meta_input(spec: TensorSpec, b: int) -> torch.Tensor:
+    return torch.empty((b, *spec.shape), dtype=spec.torch_dtype, device="meta")
+
+
+def _estimate_layer(
+    graph: LayerGraph, i: int, spec: TensorSpec, grid: tuple[int, ...], device: DeviceModel
+) -> tuple[LayerProfile, TensorSpec]:
+    """Layer ``i``'s estimated profile, given its input spec; and its output spec."""
+    module = graph.build_layer(i, device="meta")
+    forward_s, backward_s = [], []
+    try:
+        for b in grid:
+            forward, backward = trace_kernels(module, _meta_input(spec, b))
+            forward_s.append(sum(kernel_seconds(k, device) for k in forward))
+            backward_s.append(sum(kernel_seconds(k, device) for k in backward))
+        with _FusedAttention():
+            stats, out = layer_stats(module, _meta_input(spec, grid[-1]))
+    except (NotImplementedError, RuntimeError) as e:
+        raise UserError(
+            f"layer {graph.layers[i].name!r} of {graph.name!r} cannot run on the meta device "
+            f"({e}); measure its profile instead (measure_profile / `pipetrain profile`)"
+        ) from None
+    profile = LayerProfile(
+        name=graph.layers[i].name,
+        sizes=grid,
+        forward_s=tuple(forward_s),
+        backward_s=tuple(backward_s),
+        output_bytes_per_sample=stats.output_bytes_per_sample,
+        saved_bytes_per_sample=stats.saved_bytes_per_sample,
+        parameter_bytes=stats.parameter_bytes,
+        flops_per_sample=stats.flops_per_sample,
+    )
+    return profile, TensorSpec.of(out)
+
+
+def estimate_profile(
+    graph: LayerGraph,
+    device: str | DeviceModel,
+    batch_size: int,
+    *,
+    sizes: Sequence[int] | None = None,
+) -> Profile:
+    """Estimate every layer's forward and backward seconds on a device model.
+
+    Args:
+        graph: the model.
+        device: a device model or its name in ``DEVICE_MODELS`` (``"v100"``, ``"h100"``, ...).
+        batch_size: the mini-batch size B; the default grid is 1, 2, 4, … below B, and B.
+        sizes: an explicit grid of micro-batch sizes instead.
+
+    Returns:
+        A Profile like a measured one, with ``device`` the model's name.
+
+    Raises:
+        UserError: an unknown device model, a bad size, or a layer that cannot run on meta.
+    """
+    model = device if isinstance(device, DeviceModel) else device_model(device)
+    grid = size_grid(batch_size, sizes)
+    spec = graph.input
+    layers = []
+    for i in range(len(graph)):
+        layer, spec = _estimate_layer(graph, i, spec, grid, model)
+        layers.append(layer)
+    source = (
+        f"estimated for {model.name}: per-kernel roofline, peak {model.peak_flops:.3g} FLOP/s, "
+        f"{model.memory_bandwidth_bytes_per_s:.3g} B/s, {model.kernel_overhead_s * 1e6:.3g} us "
+        f"per kernel, saturation {model.saturation_flops:.3g} FLOP"
+    )
+    return Profile(
+        model=graph.name,
+        fingerprint=graph.fingerprint(),
+        device=model.name,
+        source=source,
+        input_bytes_per_sample=graph.input.bytes_per_sample,
+        layers=tuple(layers),
+    )

@@ -1,0 +1,208 @@
+"""Link probe: measure this machine's rank-to-rank link and how much co-located ranks slow down.
+
+    probe = probe_link()
+    cluster = Cluster.local(2, link=probe.link, speed=probe.contention_speed)
+
+Two local processes (``torch.multiprocessing.spawn``, one intra-op thread each) join a process
+group over TCP on 127.0.0.1 and
+
+1. ping-pong a ``uint8`` tensor of each size (64 B to 16 MiB by default): the one-way time is half
+   the round trip, the median of ``repeats`` after a short warm-up; then :func:`fit_link` fits
+   ``time_s = latency_s + bytes / bandwidth_bytes_per_s`` (the link model of ``cluster.Link``,
+   PAPERS.md §1.3's ``c(b)``);
+2. time a compute loop (forward and backward of one ``mlp`` zoo block, 1024 → 4096 → 1024, on 32
+   samples) on rank 0 alone, then on both ranks at once. ``contention_speed`` is the ratio of the
+   two speeds, ``t_alone / t_together``: ranks sharing a machine share its caches and memory
+   bandwidth, so each runs slower than one rank alone (``Device.speed``). Each phase runs three
+   times and the median ratio is kept, because shared machines are noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.multiprocessing.spawn import spawn as _untyped_spawn
+
+from pipetrain.cluster import Link
+from pipetrain.errors import UserError
+from pipetrain.fileio import write_atomic
+from pipetrain.graph.zoo.mlp import MLPBlock
+
+__all__ = ["DEFAULT_SIZES_BYTES", "LinkProbe", "fit_error", "fit_link", "probe_link"]
+
+DEFAULT_SIZES_BYTES: tuple[int, ...] = tuple(64 * 4**k for k in range(10))  # 64 B … 16 MiB
+_spawn: Callable[..., object] = _untyped_spawn  # torch leaves it unannotated
+_WARMUP = 3
+_CONTENTION_ROUNDS = 3
+_COMPUTE_STEPS = 8
+
+
+@dataclass(frozen=True)
+class LinkProbe:
+    """What :func:`probe_link` measured.
+
+    Attributes:
+        link: the fitted link.
+        points: ``(bytes, one-way seconds)`` per probed size, the median of the repeats.
+        max_relative_error: the fit's largest ``|predicted - measured| / measured`` over ``points``.
+        contention_speed: a rank's compute speed with two ranks busy, relative to one alone.
+        backend: the ``torch.distributed`` backend probed.
+    """
+
+    link: Link
+    points: tuple[tuple[int, float], ...]
+    max_relative_error: float
+    contention_speed: float
+    backend: str
+
+
+def fit_link(points: Sequence[tuple[int, float]]) -> Link:
+    """Fit ``seconds = latency_s + bytes / bandwidth_bytes_per_s`` to ``(bytes, seconds)`` points.
+
+    Least squares on *relative* residuals ``(latency + bytes·c) / seconds - 1`` (``c`` the inverse
+    bandwidth), so that 64-byte messages, which only the latency explains, weigh as much as 16 MiB
+    ones. A negative latency (noise) is clamped to 0 and the inverse bandwidth refitted alone.
+
+    Raises:
+        UserError: fewer than two distinct sizes, a non-positive time, or times that do not grow
+            with size.
+    """
+    n = np.array([float(p[0]) for p in points])
+    t = np.array([float(p[1]) for p in points])
+    if len(np.unique(n)) < 2 or (t <= 0).any():
+        raise UserError("fit_link needs positive times for at least two different message sizes")
+    design = np.stack([np.ones_like(n), n], axis=1) / t[:, None]
+    (latency_s, inverse_bw), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    if latency_s < 0:
+        latency_s = 0.0
+        inverse_bw = float(np.dot(n / t, np.ones_like(t)) / np.dot(n / t, n / t))
+    if inverse_bw <= 0:
+        raise UserError("link times do not grow with message size; probe larger messages")
+    return Link(latency_s=float(latency_s), bandwidth_bytes_per_s=float(1.0 / inverse_bw))
+
+
+def fit_error(link: Link, points: Sequence[tuple[int, float]]) -> float:
+    """Largest relative error of ``link`` over ``(bytes, seconds)`` points."""
+    return max(abs(link.transfer_s(n) - t) / t for n, t in points)
+
+
+# ---- the spawned ranks ----------------------------------------------------------------------
+
+
+def _one_way_s(rank: int, n_bytes: int, repeats: int) -> float:
+    """Median one-way seconds of an ``n_bytes`` message (meaningful on rank 0).
+
+    Each rank posts its receive before sending, as a pipeline runtime should: with gloo, a
+    message that arrives before its receive is posted took about 2 ms more on the development
+    machine, whatever its size.
+    """
+    outgoing = torch.zeros(n_bytes, dtype=torch.uint8)
+    incoming = torch.empty_like(outgoing)
+    peer = 1 - rank
+    times = []
+    for _ in range(_WARMUP + repeats):
+        start = time.perf_counter()
+        reply = dist.irecv(incoming, peer)
+        assert reply is not None  # None only for a rank outside the group
+        if rank == 0:
+            dist.send(outgoing, peer)
+            reply.wait()
+        else:
+            reply.wait()
+            dist.send(outgoing, peer)
+        times.append((time.perf_counter() - start) / 2)
+    return statistics.median(times[_WARMUP:])
+
+
+def _compute_s(block: torch.nn.Module, x: torch.Tensor) -> float:
+    start = time.perf_counter()
+    for _ in range(_COMPUTE_STEPS):
+        block(x).sum().backward()
+    return time.perf_counter() - start
+
+
+def _contention_speed(rank: int) -> float:
+    """``t_alone / t_together`` of the compute loop, median over rounds (meaningful on rank 0)."""
+    block = MLPBlock(1024, 4096, 1024, last=False)
+    x = torch.randn(32, 1024)
+    _compute_s(block, x)  # warm-up
+    ratios = []
+    for _ in range(_CONTENTION_ROUNDS):
+        dist.barrier()
+        alone = _compute_s(block, x) if rank == 0 else 1.0  # rank 1 waits in the barrier
+        dist.barrier()
+        together = _compute_s(block, x)
+        ratios.append(alone / together)
+    dist.barrier()
+    return statistics.median(ratios)
+
+
+def _rank_main(
+    rank: int, port: int, sizes: tuple[int, ...], repeats: int, backend: str, out: str
+) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
+    )
+    try:
+        points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]
+        speed = _contention_speed(rank)
+        if rank == 0:
+            write_atomic(out, json.dumps({"points": points, "contention_speed": speed}))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def probe_link(
+    sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, repeats: int = 20, backend: str = "gloo"
+) -> LinkProbe:
+    """Measure the link between two local ranks and their compute contention.
+
+    Args:
+        sizes_bytes: message sizes to ping-pong; at least two different ones.
+        repeats: timed round trips per size (after 3 untimed ones).
+        backend: ``torch.distributed`` backend (``"gloo"`` on CPU).
+
+    Returns:
+        The fitted link, the raw points, the fit's error and the contention speed.
+
+    Raises:
+        UserError: fewer than two distinct positive sizes, or ``repeats < 1``.
+    """
+    sizes = tuple(sorted(set(sizes_bytes)))
+    if len(sizes) < 2 or sizes[0] < 1 or repeats < 1:
+        raise UserError(
+            f"probe_link needs two or more positive sizes and repeats >= 1, "
+            f"got sizes {list(sizes_bytes)} and repeats {repeats}"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "probe.json"
+        args = (_free_port(), sizes, repeats, backend, str(out))
+        _spawn(_rank_main, args=args, nprocs=2, join=True)
+        result = json.loads(out.read_text())
+    points = tuple((int(n), float(t)) for n, t in result["points"])
+    link = fit_link(points)
+    return LinkProbe(
+        link=link,
+        points=points,
+        max_relative_error=fit_error(link, points),
+        contention_speed=float(result["contention_speed"]),
+        backend=backend,
+    )

@@ -1,0 +1,353 @@
+"""Measured profiles: time every layer of a LayerGraph on a real device (DESIGN.md §2).
+
+    profile = measure_profile(build_model("gpt-tiny"), batch_size=32)
+
+For each layer and each micro-batch size ``b`` of the grid (by default the powers of two below the
+batch, and the batch) this records, as PAPERS.md §1.12 asks of UMPIPE's profiler and §2.2 of
+PipeDream's:
+
+* forward seconds: ``module(x)`` with autograd recording, as in training;
+* backward seconds: ``torch.autograd.backward(out, grad)`` of that layer alone, for a random
+  ``grad`` (input and weight gradients; the forward that builds the graph is not timed);
+* once per layer, the seconds of a plain SGD step over its parameters (``step_s``);
+
+each after ``warmup`` untimed runs, as the median of ``repeats`` timed runs. Layers are fed real
+data: layer ``i`` sees layer ``i - 1``'s output on the (seeded) random input, so data-dependent
+kernels (embedding look-ups, ReLU sparsity) behave as in training. Once per layer, at the largest
+size, one forward also yields the per-sample byte and FLOP counts of :class:`LayerStats`.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils.flop_counter import FlopCounterMode
+
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
+from pipetrain.profile.table import LayerProfile, Profile
+
+__all__ = ["LayerStats", "layer_stats", "measure_profile", "sample_input", "size_grid"]
+
+
+def size_grid(batch_size: int, sizes: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The micro-batch sizes to profile, increasing.
+
+    Args:
+        batch_size: the mini-batch size B.
+        sizes: explicit sizes; ``None`` means the powers of two below B, and B itself.
+
+    Raises:
+        UserError: B or a size is not a positive integer.
+    """
+    if batch_size < 1:
+        raise UserError(f"batch_size must be at least 1, got {batch_size}")
+    if sizes is None:
+        powers = (1 << k for k in range(batch_size.bit_length()) if 1 << k < batch_size)
+        return (*powers, batch_size)
+    if not sizes or min(sizes) < 1:
+        raise UserError(f"profile sizes must be positive integers, got {list(sizes)}")
+    return tuple(sorted(set(sizes)))
+
+
+def sample_input(
+    spec: TensorSpec, b: int, device: torch.device, generator: torch.Generator
+) -> torch.Tensor:
+    """A random ``[b, *spec.shape]`` tensor: N(0, 1) floats, or integers uniform in ``[0, high)``."""
+    shape = (b, *spec.shape)
+    if spec.torch_dtype.is_floating_point:
+        x = torch.randn(shape, generator=generator).to(spec.torch_dtype)
+    elif spec.high is None:
+        raise UserError(f"integer input {spec} has no `high`; give TensorSpec(..., high=N)")
+    else:
+        x = torch.randint(0, spec.high, shape, generator=generator, dtype=spec.torch_dtype)
+    return x.to(device)
+
+
+# ---- per-layer byte and FLOP counts ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    """Per-sample sizes of one layer, from one forward pass.
+
+    Attributes:
+        flops_per_sample: forward FLOPs (a multiply-add counts 2), as FlopCounterMode counts them.
+        saved_bytes_per_sample: bytes of the storages autograd saves for backward, each storage
+            once, parameters and buffers excluded (the layer's input is counted when saved).
+        output_bytes_per_sample: bytes of the output.
+        parameter_bytes: bytes of all parameters (not per sample).
+    """
+
+    flops_per_sample: float
+    saved_bytes_per_sample: int
+    output_bytes_per_sample: int
+    parameter_bytes: int
+
+
+def _attention_flops(
+    query_shape: Sequence[int],
+    key_shape: Sequence[int],
+    value_shape: Sequence[int],
+    *args: Any,
+    out_shape: Any = None,
+    **kwargs: Any,
+) -> int:
+    """``softmax(q kᵀ) v`` as two batched matmuls, ``2·n·T_q·T_k·(d_qk + d_v)`` FLOPs.
+
+    ``n`` is the product of the leading (batch, head) dimensions. The causal mask is ignored, as
+    torch's own formulas for the CUDA attention kernels ignore it.
+    """
+    n = 1
+    for d in query_shape[:-2]:
+        n *= d
+    return 2 * n * query_shape[-2] * key_shape[-2] * (query_shape[-1] + value_shape[-1])
+
+
+# torch's FlopCounterMode knows the CUDA attention kernels but not the CPU one.
+_EXTRA_FLOP_FORMULAS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops,
+}
+
+
+# Equal for tensors that share a storage, on every device (data pointers are all 0 on "meta").
+# Typed here because torch leaves StorageWeakRef unannotated.
+_storage_key: Callable[[torch.UntypedStorage], Hashable] = StorageWeakRef
+
+
+class _SavedStorages:
+    """A ``saved_tensors_hooks`` pack hook that adds up the bytes of distinct saved storages."""
+
+    def __init__(self, module: nn.Module) -> None:
+        owned = [*module.parameters(), *module.buffers()]
+        self.excluded = {_storage_key(t.untyped_storage()) for t in owned}
+        self.seen: dict[Hashable, torch.Tensor] = {}
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        key = _storage_key(tensor.untyped_storage())
+        if key not in self.excluded:
+            self.seen[key] = tensor  # holding it keeps the storage (and its key) alive
+        return tensor
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(int(t.untyped_storage().nbytes()) for t in self.seen.values())
+
+
+def layer_stats(module: nn.Module, x: torch.Tensor) -> tuple[LayerStats, torch.Tensor]:
+    """Count one layer's FLOPs and bytes with one recorded forward on ``x`` (``[b, …]``).
+
+    Works on any device, the meta device included. Returns the stats and the output (with its
+    autograd graph, so ``output.requires_grad`` tells whether the layer has a backward).
+    """
+    b = x.shape[0]
+    x = x.detach().clone().requires_grad_(x.is_floating_point())
+    saved = _SavedStorages(module)
+    counter = FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOP_FORMULAS)
+    with torch.enable_grad(), counter, torch.autograd.graph.saved_tensors_hooks(
+        saved.pack, lambda t: t
+    ):
+        out = module(x)
+    stats = LayerStats(
+        flops_per_sample=counter.get_total_flops() / b,
+        saved_bytes_per_sample=saved.total_bytes // b,
+        output_bytes_per_sample=out.numel() * out.element_size() // b,
+        parameter_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
+    )
+    return stats, out
+
+
+# ---- timing ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Timer:
+    """Median wall-clock seconds of a callable, synchronising CUDA around it."""
+
+    device: torch.device
+    warmup: int
+    repeats: int
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def median_s(self, prepare: Callable[[], Callable[[], object]]) -> float:
+        """Median time of ``prepare()()``; ``prepare`` itself (untimed) sets up one run."""
+        times = []
+        for k in range(self.warmup + self.repeats):
+            timed = prepare()
+            self._sync()
+            start = time.perf_counter()
+            result = timed()
+            self._sync()
+            elapsed = time.perf_counter() - start
+            del result  # a forward's output (and its autograd graph) is freed off the clock
+            if k >= self.warmup:
+                times.append(elapsed)
+        return statistics.median(times)
+
+
+def _time_layer(
+    timer: _Timer, module: nn.Module, x: torch.Tensor, grad: torch.Tensor | None
+) -> tuple[float, float]:
+    """Forward and backward seconds of ``module`` on ``x``; backward is 0 when ``grad`` is None."""
+    x = x.detach().requires_grad_(x.is_floating_point())
+    forward_s = timer.median_s(lambda: functools.partial(module, x))
+    if grad is None:
+        return forward_s, 0.0
+
+    def prepare_backward() -> Callable[[], object]:
+        return functools.partial(torch.autograd.backward, module(x), grad)
+
+    return forward_s, timer.median_s(prepare_backward)
+
+
+def _time_step(timer: _Timer, module: nn.Module) -> float:
+    """Seconds of a plain SGD step over ``module``'s parameters (0 without parameters).
+
+    Called after ``_time_layer``, so every parameter has a gradient; the step changes weights
+    that are no longer needed (the next layer's input was computed before any timing).
+    """
+    params = [p for p in module.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    optimizer = torch.optim.SGD(params, lr=1e-6)
+    return timer.median_s(lambda: optimizer.step)
+
+
+# ---- the profile ----------------------------------------------------------------------------
+
+
+def _progress_bar(enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description:<24}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+    )
+
+
+@contextmanager
+def _torch_threads(threads: int | None) -> Iterator[int]:
+    """Run with ``threads`` intra-op threads (None: unchanged); yields the count in effect."""
+    before = torch.get_num_threads()
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def _measure_layer(
+    name: str, module: nn.Module, x: torch.Tensor, grid: tuple[int, ...], timer: _Timer,
+    generator: torch.Generator, on_size: Callable[[str], None],
+) -> tuple[LayerProfile, torch.Tensor]:
+    """One layer's profile on input ``x`` (``[max(grid), …]``), and its output on ``x``.
+
+    ``on_size`` is called with a label after each size is timed (it drives the progress bar).
+    """
+    stats, out = layer_stats(module, x)
+    has_backward = out.requires_grad
+    out = out.detach()  # drops the graph of the stats pass
+    times = []
+    for b in grid:
+        grad = torch.randn(out[:b].shape, generator=generator).to(timer.device, out.dtype)
+        times.append(_time_layer(timer, module, x[:b], grad if has_backward else None))
+        on_size(f"{name} b={b}")
+    profile = LayerProfile(
+        name=name,
+        sizes=grid,
+        forward_s=tuple(f for f, _ in times),
+        backward_s=tuple(g for _, g in times),
+        output_bytes_per_sample=stats.output_bytes_per_sample,
+        saved_bytes_per_sample=stats.saved_bytes_per_sample,
+        parameter_bytes=stats.parameter_bytes,
+        flops_per_sample=stats.flops_per_sample,
+        step_s=_time_step(timer, module),
+    )
+    return profile, out
+
+
+def _measure_layers(
+    graph: LayerGraph, grid: tuple[int, ...], timer: _Timer, progress: bool
+) -> tuple[LayerProfile, ...]:
+    """Every layer's profile, each fed the previous layer's output on a seeded random input."""
+    generator = torch.Generator().manual_seed(graph.seed)
+    x = sample_input(graph.input, grid[-1], timer.device, generator)
+    profiles = []
+    with torch.enable_grad(), _progress_bar(progress) as bar:
+        task = bar.add_task("profiling", total=len(graph) * len(grid))
+
+        def on_size(description: str) -> None:
+            bar.update(task, description=description, advance=1)
+
+        for i, layer in enumerate(graph.layers):
+            module = graph.build_layer(i, timer.device)
+            profile, x = _measure_layer(layer.name, module, x, grid, timer, generator, on_size)
+            profiles.append(profile)
+    return tuple(profiles)
+
+
+def measure_profile(
+    graph: LayerGraph,
+    batch_size: int,
+    *,
+    sizes: Sequence[int] | None = None,
+    warmup: int = 2,
+    repeats: int = 5,
+    threads: int | None = 1,
+    device: str = "cpu",
+    progress: bool = False,
+) -> Profile:
+    """Time every layer of ``graph`` at every micro-batch size of the grid.
+
+    Args:
+        graph: the model.
+        batch_size: the mini-batch size B; the default grid is 1, 2, 4, … below B, and B.
+        sizes: an explicit grid of micro-batch sizes instead.
+        warmup: untimed runs before each measurement.
+        repeats: timed runs; the profile keeps their median.
+        threads: torch intra-op threads while measuring (restored afterwards); ``None`` keeps
+            the current setting. One thread matches one rank per core.
+        device: a torch device string (``"cpu"``, ``"cuda:0"``).
+        progress: show a progress bar over (layer, size) pairs on stderr.
+
+    Returns:
+        A Profile whose ``device`` is the device type (``"cpu"``, ``"cuda"``).
+
+    Raises:
+        UserError: a non-positive batch size, size, repeat count or thread count.
+    """
+    grid = size_grid(batch_size, sizes)
+    if repeats < 1 or warmup < 0 or (threads is not None and threads < 1):
+        raise UserError(
+            f"need repeats >= 1, warmup >= 0 and threads >= 1 (or None); "
+            f"got repeats={repeats}, warmup={warmup}, threads={threads}"
+        )
+    timer = _Timer(torch.device(device), warmup, repeats)
+    with _torch_threads(threads) as used:
+        layers = _measure_layers(graph, grid, timer, progress)
+    plural = "" if used == 1 else "s"
+    return Profile(
+        model=graph.name,
+        fingerprint=graph.fingerprint(),
+        device=timer.device.type,
+        source=f"measured on {timer.device}, {used} thread{plural}, median of {repeats}",
+        input_bytes_per_sample=graph.input.bytes_per_sample,
+        layers=layers,
+    )

@@ -1,0 +1,70 @@
+"""The link probe: the least-squares link fit, and a real two-process probe."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipetrain.cluster import Link
+from pipetrain.errors import UserError
+from pipetrain.profile.link import DEFAULT_SIZES_BYTES, fit_error, fit_link, probe_link
+
+
+def synthetic(link: Link) -> list[tuple[int, float]]:
+    return [(n, link.transfer_s(n)) for n in DEFAULT_SIZES_BYTES]
+
+
+def test_default_sizes_span_64_bytes_to_16_mib() -> None:
+    assert DEFAULT_SIZES_BYTES[0] == 64
+    assert DEFAULT_SIZES_BYTES[-1] == 16 << 20
+
+
+def test_fit_recovers_a_known_link_exactly() -> None:
+    truth = Link(latency_s=5e-5, bandwidth_bytes_per_s=2.5e9)
+    fitted = fit_link(synthetic(truth))
+    assert fitted.latency_s == pytest.approx(truth.latency_s, rel=1e-9)
+    assert fitted.bandwidth_bytes_per_s == pytest.approx(truth.bandwidth_bytes_per_s, rel=1e-9)
+    assert fit_error(fitted, synthetic(truth)) < 1e-9
+
+
+def test_fit_weighs_small_messages_by_relative_error() -> None:
+    truth = Link(latency_s=1e-4, bandwidth_bytes_per_s=1e9)
+    points = [(n, t * (1.1 if i % 2 else 0.9)) for i, (n, t) in enumerate(synthetic(truth))]
+    fitted = fit_link(points)
+    assert fitted.latency_s == pytest.approx(truth.latency_s, rel=0.15)
+    assert fitted.bandwidth_bytes_per_s == pytest.approx(truth.bandwidth_bytes_per_s, rel=0.15)
+    assert fit_error(fitted, points) < 0.25
+
+
+def test_fit_clamps_a_negative_latency() -> None:
+    points = [(1000, 1e-6), (2000, 3e-6), (4000, 7e-6)]  # the line through them has latency < 0
+    fitted = fit_link(points)
+    assert fitted.latency_s == 0.0
+    assert 1e8 < fitted.bandwidth_bytes_per_s < 1e9
+
+
+@pytest.mark.parametrize(
+    "points",
+    [[(64, 1e-5)], [(64, 1e-5), (64, 2e-5)], [(64, 0.0), (128, 1e-5)], [(64, 2e-5), (1 << 20, 1e-5)]],
+)
+def test_fit_rejects_unusable_points(points: list[tuple[int, float]]) -> None:
+    with pytest.raises(UserError):
+        fit_link(points)
+
+
+def test_probe_rejects_bad_arguments() -> None:
+    with pytest.raises(UserError, match="two or more positive sizes"):
+        probe_link(sizes_bytes=[64])
+    with pytest.raises(UserError, match="repeats"):
+        probe_link(repeats=0)
+
+
+@pytest.mark.slow
+def test_probe_two_local_ranks() -> None:
+    probe = probe_link(sizes_bytes=(64, 1 << 16, 1 << 20), repeats=5)
+    assert [n for n, _ in probe.points] == [64, 1 << 16, 1 << 20]
+    assert all(t > 0 for _, t in probe.points)
+    assert 0 <= probe.link.latency_s < 0.01
+    assert probe.link.bandwidth_bytes_per_s > 1e7
+    assert probe.max_relative_error == pytest.approx(fit_error(probe.link, probe.points))
+    assert 0.2 < probe.contention_speed < 1.5
+    assert probe.backend == "gloo"

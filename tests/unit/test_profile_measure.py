@@ -1,0 +1,117 @@
+"""Measured profiles: grid, FLOP and byte counts, timings, thread handling, JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
+from pipetrain.graph.zoo import build_model
+from pipetrain.profile.measure import layer_stats, measure_profile, sample_input, size_grid
+from pipetrain.profile.table import Profile
+
+FAST = {"warmup": 0, "repeats": 1}
+
+
+def small_mlp() -> LayerGraph:
+    return build_model("mlp", n_layers=2, inputs=32, width=64, hidden=256, classes=10)
+
+
+def test_default_grid_is_powers_of_two_and_the_batch() -> None:
+    assert size_grid(1) == (1,)
+    assert size_grid(8) == (1, 2, 4, 8)
+    assert size_grid(12) == (1, 2, 4, 8, 12)
+    assert size_grid(12, [8, 3, 8]) == (3, 8)
+
+
+@pytest.mark.parametrize(("batch", "sizes"), [(0, None), (4, []), (4, [2, 0])])
+def test_bad_grids_are_user_errors(batch: int, sizes: list[int] | None) -> None:
+    with pytest.raises(UserError):
+        size_grid(batch, sizes)
+
+
+def test_linear_flops_and_bytes() -> None:
+    layer = nn.Linear(1024, 4096)
+    stats, out = layer_stats(layer, torch.randn(8, 1024))
+    assert stats.flops_per_sample == 2 * 1024 * 4096
+    assert stats.saved_bytes_per_sample == 1024 * 4  # the input; the weight is not per sample
+    assert stats.output_bytes_per_sample == 4096 * 4
+    assert stats.parameter_bytes == (1024 * 4096 + 4096) * 4
+    assert out.requires_grad
+
+
+class Square(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * x  # autograd saves x twice: one storage
+
+
+def test_saved_storage_counted_once() -> None:
+    stats, _ = layer_stats(Square(), torch.randn(4, 100))
+    assert stats.saved_bytes_per_sample == 100 * 4
+
+
+def test_cpu_attention_flops_are_counted() -> None:
+    stats, _ = layer_stats(build_model("gpt-tiny").build_layer(1), torch.randn(2, 32, 64))
+    tokens, hidden, heads = 32, 64, 4
+    linear = 2 * 12 * hidden * hidden * tokens  # qkv 3H², proj H², MLP 8H² multiply-adds
+    attention = 2 * heads * tokens * tokens * 2 * (hidden // heads)  # q kᵀ and p v
+    assert stats.flops_per_sample == linear + attention
+
+
+def test_measured_profile_is_positive_and_grows_with_size() -> None:
+    graph = build_model("mlp", n_layers=2, inputs=256, width=256, hidden=1024, classes=10)
+    profile = measure_profile(graph, 128, sizes=(1, 128), repeats=3)
+    assert profile.model == "mlp" and profile.device == "cpu"
+    assert profile.fingerprint == graph.fingerprint()
+    assert profile.input_bytes_per_sample == 256 * 4
+    for layer in profile.layers:
+        assert layer.sizes == (1, 128)
+        assert min(layer.forward_s + layer.backward_s) > 0
+        assert layer.forward_s[1] > layer.forward_s[0]
+        assert layer.backward_s[1] > layer.backward_s[0]
+        assert layer.saved_bytes_per_sample > 0
+        assert layer.step_s is not None and layer.step_s > 0
+    assert [lp.output_bytes_per_sample for lp in profile.layers] == [256 * 4, 10 * 4]
+    assert profile.layers[0].parameter_bytes == (256 * 1024 * 2 + 1024 + 256) * 4
+
+
+def test_gpt_tiny_profile_has_a_backward_for_integer_inputs() -> None:
+    profile = measure_profile(build_model("gpt-tiny"), 2, **FAST)
+    assert profile.layers[0].name == "embed"
+    assert profile.layers[0].flops_per_sample == 0
+    assert all(b > 0 for lp in profile.layers for b in lp.backward_s)
+
+
+def test_threads_are_restored_and_reported() -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        profile = measure_profile(small_mlp(), 4, threads=1, **FAST)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert profile.source == "measured on cpu, 1 thread, median of 1"
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    profile = measure_profile(small_mlp(), 4, **FAST)
+    assert Profile.from_json(profile.to_json()) == profile
+    path = tmp_path / "profile.json"
+    profile.save(path)
+    assert Profile.load(path) == profile
+
+
+def test_progress_bar_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    measure_profile(small_mlp(), 2, progress=True, **FAST)
+    assert capsys.readouterr().out == ""
+
+
+def test_bad_settings_are_user_errors() -> None:
+    with pytest.raises(UserError, match="repeats >= 1"):
+        measure_profile(small_mlp(), 4, repeats=0)
+    with pytest.raises(UserError, match="high"):
+        sample_input(TensorSpec((3,), "int64"), 2, torch.device("cpu"), torch.Generator())
