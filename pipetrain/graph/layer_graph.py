@@ -190,8 +190,9 @@ class LayerGraph:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed * 100_003 + i)
             if device is not None and torch.device(device).type == "meta":
+                # Factories build on meta for free; copies of existing modules are moved there.
                 with torch.device("meta"):
-                    return self.layers[i].build()
+                    return self.layers[i].build().to("meta")
             module = self.layers[i].build()
         return module.to(device) if device is not None else module
 

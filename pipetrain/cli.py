@@ -1,0 +1,272 @@
+"""The ``pipetrain`` command: profile | probe | plan | simulate | train | compare | demo.
+
+    pipetrain demo                                   # the whole loop on a built-in model
+    pipetrain profile --model mlp --batch 128 --out profile.json
+    pipetrain plan --model mlp --batch 128 --ranks 2 --profile profile.json --out plan.json
+    pipetrain simulate --plan plan.json --profile profile.json --out sim/
+    pipetrain train --plan plan.json --steps 20 --out run/
+    pipetrain compare --plan plan.json --predicted sim/predicted.json --measured run/measured.json
+    torchrun --nproc-per-node 2 -m pipetrain train --plan plan.json
+
+A user's mistake prints one line naming the fix and exits with code 2 (DESIGN.md §5.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from pipetrain import api
+from pipetrain.errors import PipelineFailure, UserError
+from pipetrain.fileio import write_atomic
+from pipetrain.plan.plan import Method, Plan
+from pipetrain.profile.table import Profile
+from pipetrain.simulate.timeline import Timeline
+
+__all__ = ["main"]
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+# ---- shared argument groups ---------------------------------------------------------------------
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="gpt-tiny", help="zoo model name (default: gpt-tiny)")
+    p.add_argument("--batch", type=int, default=32, help="samples per mini-batch (default: 32)")
+
+
+def _cost_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", type=Path, help="profile JSON (default: measure the model now)")
+    p.add_argument("--estimate", metavar="DEVICE", help="estimate the profile for a device model (v100, a100, h100)")
+    p.add_argument("--cluster", type=Path, help="cluster JSON from `pipetrain probe` (default: this machine)")
+    p.add_argument("--ranks", type=int, help="number of ranks (default: the plan's, or 2)")
+
+
+def _load_profile(args: argparse.Namespace, graph_name: str, batch: int) -> Profile:
+    if args.profile is not None:
+        return Profile.load(args.profile)
+    graph = api.resolve_model(graph_name)
+    if args.estimate is None:
+        console.print(f"[dim]profiling {graph.name} here (pass --profile to reuse a saved one)[/dim]")
+    return api.profile_model(graph, batch, estimate=args.estimate, progress=True)
+
+
+def _save(path: Path, text: str, what: str) -> None:
+    write_atomic(path, text)
+    console.print(f"[dim]wrote {what}: {path}[/dim]")
+
+
+# ---- commands -----------------------------------------------------------------------------------
+
+def cmd_profile(args: argparse.Namespace) -> None:
+    graph = api.resolve_model(args.model)
+    profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats)
+    _save(args.out, profile.to_json(), "profile")
+    from pipetrain.viz.plan_tables import profile_table
+
+    out.print(profile_table(profile))
+
+
+def cmd_probe(args: argparse.Namespace) -> None:
+    from pipetrain.cluster import Cluster
+    from pipetrain.profile.link import probe_link
+
+    result = probe_link()
+    cluster = Cluster.local(2, speed=result.contention_speed, link=result.link, action_overhead_s=args.overhead)
+    _save(args.out, cluster.to_json(), "cluster")
+    link = result.link
+    out.print(
+        f"link: latency {link.latency_s * 1e6:.0f} µs, bandwidth {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s "
+        f"(fit error ≤ {result.max_relative_error:.0%}); two ranks compute at {result.contention_speed:.2f}× "
+        "the speed of one alone"
+    )
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    graph = api.resolve_model(args.model)
+    profile = _load_profile(args, args.model, args.batch)
+    cluster = api.local_cluster(args.ranks or 2, args.cluster)
+    method = None if args.method == "auto" else Method(args.method)
+    plan, candidates = api.plan_pipeline(
+        graph, profile, cluster, batch_size=args.batch, method=method, n_stages=args.stages, n_micro=args.micro
+    )
+    _save(args.out, plan.to_json(), "plan")
+    from pipetrain.viz.plan_tables import candidates_table, plan_table
+
+    out.print(plan_table(plan))
+    out.print(candidates_table(candidates, top=args.top))
+
+
+def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Profile, Timeline]:
+    profile = _load_profile(args, plan.model, plan.batch_size)
+    cluster = api.local_cluster(args.ranks or plan.n_ranks, args.cluster)
+    schedule, predicted = api.predict(plan, profile, cluster)
+    if getattr(args, "out", None) is not None:
+        _save(args.out / "schedule.csv", schedule.to_csv(), "schedule")
+    return profile, predicted
+
+
+def _stage_of(plan: Plan) -> list[int]:
+    return [plan.stage_of_rank(r) for r in range(plan.n_ranks)]
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    plan = Plan.from_json(_read(args.plan))
+    _, predicted = _predict(args, plan)
+    _write_timeline(args.out, "predicted", predicted, plan)
+    from pipetrain.viz.tables import timeline_table
+
+    out.print(timeline_table(predicted, _stage_of(plan)))
+
+
+def _write_timeline(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:
+    from pipetrain.viz.gantt import save_gantt
+    from pipetrain.viz.trace import write_chrome_trace
+
+    _save(folder / f"{name}.json", timeline.to_json(), f"{name} timeline")
+    write_chrome_trace([timeline], folder / f"{name}_trace.json", stage_of_rank=_stage_of(plan))
+    save_gantt([timeline], folder / f"{name}.png", [name], stage_of_rank=_stage_of(plan))
+    console.print(f"[dim]wrote Chrome trace (open in https://ui.perfetto.dev) and Gantt: {folder}/{name}_trace.json, "
+                  f"{folder}/{name}.png[/dim]")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if under_torchrun and args.plan is None:
+        raise UserError("under torchrun every rank must use the same plan: make one with `pipetrain plan`, "
+                        "then pass --plan plan.json")
+    if args.plan is not None:
+        plan = Plan.from_json(_read(args.plan))
+    else:
+        plan, _ = api.plan_pipeline(
+            api.resolve_model(args.model), _load_profile(args, args.model, args.batch),
+            api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch,
+        )
+    graph = api.graph_for_plan(plan)
+    from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
+
+    config = TrainConfig(steps=args.steps, optimizer=args.optimizer, lr=args.lr, data=args.data,
+                         seed=args.seed, timeout_s=args.timeout, threads_per_rank=args.threads)
+    if under_torchrun:
+        result = run_worker_from_env(graph, plan, config)
+        if result is None:  # not rank 0
+            return
+    else:
+        result = train(graph, plan, config)
+    _write_timeline(args.out, "measured", result.timeline, plan)
+    out.print(f"trained {plan.model} for {args.steps} steps: final loss {result.losses[-1]:.4f}, "
+              f"{result.samples_per_s:.1f} samples/s (median step {result.timeline.iteration_s * 1e3:.1f} ms)")
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    plan = Plan.from_json(_read(args.plan))
+    predicted, measured = Timeline.load(args.predicted), Timeline.load(args.measured)
+    _show_comparison(plan, predicted, measured, args.out)
+
+
+def _show_comparison(plan: Plan, predicted: Timeline, measured: Timeline, picture: Path) -> None:
+    from pipetrain.viz.gantt import save_gantt
+    from pipetrain.viz.tables import compare_table
+
+    out.print(compare_table(predicted, measured, _stage_of(plan)))
+    save_gantt([predicted, measured], picture, ["predicted (simulator)", "measured (runtime)"],
+               stage_of_rank=_stage_of(plan))
+    console.print(f"[dim]wrote predicted-vs-measured Gantt: {picture}[/dim]")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from pipetrain.demo import run_demo
+
+    run_demo(args.model, args.batch, args.ranks, args.steps, args.out, out, console)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"no file at {path}; check the path") from None
+
+
+# ---- parser -------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pipetrain", description=__doc__.split("\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    commands: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
+        "profile": (cmd_profile, "measure (or estimate) per-layer costs and write profile JSON"),
+        "probe": (cmd_probe, "measure this machine's link and rank contention; write cluster JSON"),
+        "plan": (cmd_plan, "choose stages, schedule and micro-batches by simulation; write plan JSON"),
+        "simulate": (cmd_simulate, "predict a plan's timeline: table, Chrome trace, Gantt PNG"),
+        "train": (cmd_train, "train with a plan on local ranks (or under torchrun)"),
+        "compare": (cmd_compare, "show predicted beside measured: table and one picture"),
+        "demo": (cmd_demo, "profile → plan → simulate → train → compare on a built-in model"),
+    }
+    parsers = {name: sub.add_parser(name, help=text, description=text) for name, (_, text) in commands.items()}
+    for name, (func, _) in commands.items():
+        parsers[name].set_defaults(func=func)
+    _add_command_args(parsers)
+    return parser
+
+
+def _add_command_args(p: dict[str, argparse.ArgumentParser]) -> None:
+    _model_args(p["profile"])
+    p["profile"].add_argument("--estimate", metavar="DEVICE", help="estimate for a device model instead of measuring")
+    p["profile"].add_argument("--repeats", type=int, default=5, help="timed repeats per point (median kept)")
+    p["profile"].add_argument("--out", type=Path, default=Path("profile.json"))
+    p["probe"].add_argument("--overhead", type=float, default=1e-4, help="runtime seconds per action (default 1e-4)")
+    p["probe"].add_argument("--out", type=Path, default=Path("cluster.json"))
+    _model_args(p["plan"])
+    _cost_args(p["plan"])
+    p["plan"].add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS)])
+    p["plan"].add_argument("--stages", type=int, help="pipeline stages (default: one per rank)")
+    p["plan"].add_argument("--micro", type=int, help="fix the number of micro-batches (default: search)")
+    p["plan"].add_argument("--top", type=int, default=8, help="candidates to list")
+    p["plan"].add_argument("--out", type=Path, default=Path("plan.json"))
+    for name in ("simulate", "train", "compare"):
+        p[name].add_argument("--plan", type=Path, required=name != "train", help="plan JSON")
+    _cost_args(p["simulate"])
+    p["simulate"].add_argument("--out", type=Path, default=Path("sim"))
+    _model_args(p["train"])
+    _cost_args(p["train"])
+    p["train"].add_argument("--steps", type=int, default=20)
+    p["train"].add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    p["train"].add_argument("--lr", type=float, default=0.01)
+    p["train"].add_argument("--data", default="synthetic", choices=["synthetic", "digits"])
+    p["train"].add_argument("--seed", type=int, default=0)
+    p["train"].add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p["train"].add_argument("--timeout", type=float, default=60.0, help="seconds before a silent rank is failed")
+    p["train"].add_argument("--out", type=Path, default=Path("run"))
+    p["compare"].add_argument("--predicted", type=Path, required=True)
+    p["compare"].add_argument("--measured", type=Path, required=True)
+    p["compare"].add_argument("--out", type=Path, default=Path("compare.png"))
+    p["demo"].add_argument("--model", default="mlp", help="zoo model (default: mlp)")
+    p["demo"].add_argument("--batch", type=int, default=128)
+    p["demo"].add_argument("--ranks", type=int, default=2)
+    p["demo"].add_argument("--steps", type=int, default=12)
+    p["demo"].add_argument("--out", type=Path, default=Path("out/demo"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
+    try:
+        args.func(args)
+    except UserError as e:
+        console.print(f"[bold red]error:[/bold red] {e}")
+        return UserError.exit_code
+    except PipelineFailure as e:
+        console.print(f"[bold red]pipeline failed:[/bold red] {e}")
+        return PipelineFailure.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""``pipetrain demo``: the whole loop on a built-in model, on this machine.
+
+    profile here → probe the link → plan (method, micro-batches, stages) → simulate → train on
+    local ranks → predicted beside measured (table and picture) → speed vs single-process training
+
+Every artefact lands in the output folder, so each step can be re-run on its own with the CLI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from pipetrain import api
+from pipetrain.cluster import Cluster
+from pipetrain.fileio import write_atomic
+from pipetrain.plan.plan import Plan
+from pipetrain.simulate.timeline import Timeline
+
+__all__ = ["run_demo"]
+
+
+def _stage_of(plan: Plan) -> list[int]:
+    return [plan.stage_of_rank(r) for r in range(plan.n_ranks)]
+
+
+def _probe(n_ranks: int, console: Console) -> Cluster:
+    from pipetrain.profile.link import probe_link
+
+    console.print("[bold]2/6[/bold] probing the link between two local ranks")
+    result = probe_link()
+    return Cluster.local(n_ranks, speed=result.contention_speed, link=result.link, action_overhead_s=1e-4)
+
+
+def _artefacts(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:
+    from pipetrain.viz.gantt import save_gantt
+    from pipetrain.viz.trace import write_chrome_trace
+
+    write_atomic(folder / f"{name}.json", timeline.to_json())
+    write_chrome_trace([timeline], folder / f"{name}_trace.json", stage_of_rank=_stage_of(plan))
+    save_gantt([timeline], folder / f"{name}.png", [name], stage_of_rank=_stage_of(plan))
+
+
+def run_demo(model: str, batch: int, ranks: int, steps: int, folder: Path, out: Console, console: Console) -> None:
+    """Run the demo and print its story; artefacts go to ``folder``."""
+    from pipetrain.runtime.train import TrainConfig, reference_train, train
+    from pipetrain.viz.gantt import save_gantt
+    from pipetrain.viz.plan_tables import candidates_table, plan_table
+    from pipetrain.viz.tables import compare_table, timeline_table
+
+    graph = api.resolve_model(model)
+    console.print(f"[bold]1/6[/bold] profiling {graph.name} ({len(graph)} layers) for micro-batches up to {batch}")
+    profile = api.profile_model(graph, batch, progress=True)
+    write_atomic(folder / "profile.json", profile.to_json())
+    cluster = _probe(ranks, console)
+    write_atomic(folder / "cluster.json", cluster.to_json())
+
+    console.print("[bold]3/6[/bold] planning: every method × micro-batch count, simulated")
+    plan, candidates = api.plan_pipeline(graph, profile, cluster, batch_size=batch)
+    write_atomic(folder / "plan.json", plan.to_json())
+    out.print(plan_table(plan))
+    out.print(candidates_table(candidates, top=6))
+
+    console.print("[bold]4/6[/bold] predicted timeline")
+    schedule, predicted = api.predict(plan, profile, cluster)
+    write_atomic(folder / "schedule.csv", schedule.to_csv())
+    _artefacts(folder, "predicted", predicted, plan)
+    out.print(schedule.grid(max_steps=12))
+    out.print(timeline_table(predicted, _stage_of(plan)))
+
+    console.print(f"[bold]5/6[/bold] training on {plan.n_ranks} local ranks for {steps} steps")
+    config = TrainConfig(steps=steps, warmup_steps=2)
+    result = train(graph, plan, config)
+    _artefacts(folder, "measured", result.timeline, plan)
+
+    console.print("[bold]6/6[/bold] predicted beside measured, and single-process training for reference")
+    out.print(compare_table(predicted, result.timeline, _stage_of(plan)))
+    picture = folder / "predicted_vs_measured.png"
+    save_gantt([predicted, result.timeline], picture, ["predicted (simulator)", "measured (runtime)"],
+               stage_of_rank=_stage_of(plan))
+    reference = reference_train(graph, batch, TrainConfig(steps=max(4, steps // 2), warmup_steps=1))
+    out.print(
+        f"pipelined: {result.samples_per_s:.1f} samples/s on {plan.n_ranks} ranks; single process: "
+        f"{reference.samples_per_s:.1f} samples/s → {result.samples_per_s / reference.samples_per_s:.2f}×. "
+        f"Loss {result.losses[0]:.3f} → {result.losses[-1]:.3f}."
+    )
+    out.print(f"artefacts in {folder}/ (open {picture} for the picture, *_trace.json in https://ui.perfetto.dev)")

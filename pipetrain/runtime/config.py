@@ -1,0 +1,148 @@
+"""Typed training settings and results (STYLE.md L14): validated at construction, no hidden maths.
+
+``TrainConfig`` holds how to train (steps, optimizer, data, launch settings); the *what* (model and
+plan) is passed beside it. Gradient weighting is not a setting: the loss is always the sum of
+per-sample losses divided by the batch size, once, which is what single-process training computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import nn
+
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.plan import Plan
+from pipetrain.runtime.data import DataSource
+from pipetrain.simulate.timeline import Timeline
+
+__all__ = ["FaultInjection", "InjectedFault", "TrainConfig", "TrainJob", "TrainResult"]
+
+OptimizerName = Literal["sgd", "adam"]
+Backend = Literal["gloo", "nccl"]
+
+
+@dataclass(frozen=True)
+class FaultInjection:
+    """A testing hook: make one rank fail on purpose, to check that the pipeline stops cleanly.
+
+    The fault fires just before the middle action of the rank's program at optimizer step ``step``
+    (a rank with an empty program never fires).
+
+    Attributes:
+        rank: the rank that fails.
+        step: the optimizer step (0-based, warm-up steps included) at which it fails.
+        kind: ``"raise"`` raises :class:`InjectedFault`; ``"kill"`` sends the rank SIGKILL.
+    """
+
+    rank: int
+    step: int
+    kind: Literal["raise", "kill"] = "raise"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("raise", "kill"):
+            raise UserError(f"fault kind {self.kind!r} is unknown; use 'raise' or 'kill'")
+        if self.rank < 0 or self.step < 0:
+            raise UserError("fault rank and step must be >= 0")
+
+
+class InjectedFault(RuntimeError):
+    """Raised by :class:`FaultInjection` with ``kind="raise"``."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train.
+
+    Attributes:
+        steps: optimizer steps (mini-batches) to run, warm-up included.
+        warmup_steps: first steps left out of timing (the timeline and samples/s).
+        optimizer: ``"sgd"`` or ``"adam"``, one per stage over the stage's parameters.
+        lr: learning rate.
+        momentum: SGD momentum (ignored by Adam).
+        data: ``"synthetic"`` (from the model's tensor specs) or ``"digits"`` (scikit-learn).
+        seed: data seed; also seeds torch's global generator on every rank.
+        timeout_s: a rank that fails or stops answering makes every rank stop within this time.
+        threads_per_rank: ``torch.set_num_threads`` in each rank (and in ``reference_train``).
+        backend: ``"gloo"`` or ``"nccl"``; None picks NCCL when CUDA is available, else gloo.
+        progress: show a progress bar (steps, loss, samples/s) in the launching process.
+        fault: testing hook only: make a rank fail on purpose (see :class:`FaultInjection`).
+    """
+
+    steps: int = 10
+    warmup_steps: int = 1
+    optimizer: OptimizerName = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    data: DataSource = "synthetic"
+    seed: int = 0
+    timeout_s: float = 60.0
+    threads_per_rank: int = 1
+    backend: Backend | None = None
+    progress: bool = True
+    fault: FaultInjection | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or not 0 <= self.warmup_steps < self.steps:
+            raise UserError(
+                f"steps={self.steps}, warmup_steps={self.warmup_steps}: need steps >= 1 and "
+                "0 <= warmup_steps < steps so that at least one step is timed"
+            )
+        if self.optimizer not in ("sgd", "adam"):
+            raise UserError(f"optimizer {self.optimizer!r} is unknown; use 'sgd' or 'adam'")
+        if self.data not in ("synthetic", "digits"):
+            raise UserError(f"data {self.data!r} is unknown; use 'synthetic' or 'digits'")
+        if self.backend not in (None, "gloo", "nccl"):
+            raise UserError(f"backend {self.backend!r} is unknown; use 'gloo' or 'nccl'")
+        if self.lr <= 0 or self.momentum < 0:
+            raise UserError("lr must be > 0 and momentum >= 0")
+        if self.timeout_s <= 0 or self.threads_per_rank < 1:
+            raise UserError("timeout_s must be > 0 and threads_per_rank >= 1")
+        if self.fault is not None and self.fault.step >= self.steps:
+            raise UserError(f"fault step {self.fault.step} is past the last step {self.steps - 1}")
+
+    def resolved_backend(self) -> Backend:
+        """The backend to use: as given, or NCCL when CUDA is available, else gloo."""
+        if self.backend is not None:
+            return self.backend
+        return "nccl" if torch.cuda.is_available() else "gloo"
+
+    def build_optimizer(self, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        """The configured optimizer over ``parameters``."""
+        if self.optimizer == "adam":
+            return torch.optim.Adam(parameters, lr=self.lr)
+        return torch.optim.SGD(parameters, lr=self.lr, momentum=self.momentum)
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One training run: a model, a plan, settings; several jobs may share one launch."""
+
+    graph: LayerGraph
+    plan: Plan
+    config: TrainConfig
+    return_parameters: bool = False
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a training run measured.
+
+    Attributes:
+        losses: the mini-batch loss (mean over samples) of every step.
+        step_times_s: every step's wall time (the slowest rank), warm-up included.
+        samples_per_s: batch size / median time of the timed (non-warm-up) steps.
+        timeline: the measured timeline of the median timed step (kind ``"measured"``).
+        parameters: final parameters keyed ``"{layer_name}.{param_name}"``, on the CPU, when asked
+            for; otherwise empty.
+    """
+
+    losses: tuple[float, ...]
+    step_times_s: tuple[float, ...]
+    samples_per_s: float
+    timeline: Timeline
+    parameters: dict[str, torch.Tensor] = field(default_factory=dict)

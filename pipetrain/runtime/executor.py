@@ -1,0 +1,301 @@
+"""The interpreter: a rank runs its program, one handler per action kind (STYLE.md L2).
+
+There are no per-method loops: GPipe, 1F1B and unequal micro-batches all run through
+:func:`run_program`, which is, in spirit, ``for action in program: HANDLERS[action.kind](ctx, a)``.
+
+Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-batch size)::
+
+    RECV_F  receive input activations [hi-lo, *in]  from peer; store by range
+    F       x = stored inputs [lo, hi) (re-chunked); y = layers(x); last stage:
+            y = loss_sum(y, targets[lo:hi]) / B; keep (x, y); store y for SEND_F
+    SEND_F  post a send of the stored outputs [lo, hi) to peer
+    RECV_B  receive output gradients [hi-lo, *out] from peer; store by range
+    B       backward(y, grad of y) for the F of exactly [lo, hi); store x.grad for SEND_B
+    SEND_B  post a send of the stored input gradients [lo, hi) to peer
+    STEP    wait for posted sends; optimizer step; zero gradients
+    W       not supported yet (split backward)
+
+Gradient weighting (STYLE.md L14): the loss of every micro-batch is the *sum* of its samples' losses
+divided by the full batch size ``B``, so the accumulated gradients equal single-process training on
+the whole batch for any micro-batching, equal or not. Nothing else scales gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_sum
+from pipetrain.plan.plan import Plan
+from pipetrain.runtime.buffers import ChunkBuffer
+from pipetrain.runtime.memory import ActivationMeter
+from pipetrain.runtime.transport import Direction, Transport
+from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.schedule import Schedule
+
+__all__ = [
+    "HANDLERS",
+    "ActionHook",
+    "Handler",
+    "OptimizerFactory",
+    "RankContext",
+    "build_rank_context",
+    "check_runnable",
+    "run_program",
+    "stage_parameters",
+    "stage_specs",
+]
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+Range = tuple[int, int]
+
+
+@dataclass
+class RankContext:
+    """Everything one rank's handlers read and write during a step.
+
+    Attributes:
+        rank: this process's global rank.
+        stage: the stage it runs; ``n_stages`` the stage count.
+        module: the stage's layers, in order, on ``transport.device``.
+        optimizer: over ``module``'s parameters; None for a stage without parameters.
+        loss: the graph's loss kind (used on the last stage).
+        batch_size: samples per mini-batch (the loss divisor).
+        input_spec / output_spec: per-sample specs of the tensors entering and leaving the stage.
+        transport: sends and receives.
+        meter: saved-activation bytes.
+        inputs: input activations by range (stage 0: the whole batch as one chunk).
+        targets: the batch's targets ``[B, ...]`` (last stage only).
+        outputs: output activations waiting for SEND_F.
+        output_grads: received gradients of the outputs, waiting for B.
+        input_grads: gradients of the inputs, waiting for SEND_B.
+        saved: per forward range, ``(x, y)`` kept for backward.
+        loss_total: the step's loss so far (last stage), a 0-d tensor.
+    """
+
+    rank: int
+    stage: int
+    n_stages: int
+    module: nn.Module
+    optimizer: torch.optim.Optimizer | None
+    loss: LossKind
+    batch_size: int
+    input_spec: TensorSpec
+    output_spec: TensorSpec
+    transport: Transport
+    meter: ActivationMeter
+    inputs: ChunkBuffer = field(default_factory=lambda: ChunkBuffer("input activations"))
+    targets: torch.Tensor | None = None
+    outputs: ChunkBuffer = field(default_factory=lambda: ChunkBuffer("output activations"))
+    output_grads: ChunkBuffer = field(default_factory=lambda: ChunkBuffer("output gradients"))
+    input_grads: ChunkBuffer = field(default_factory=lambda: ChunkBuffer("input gradients"))
+    saved: dict[Range, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    loss_total: torch.Tensor | None = None
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.n_stages - 1
+
+    def begin_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> None:
+        """Load a mini-batch: ``inputs [B, ...]`` on stage 0, ``targets [B, ...]`` on the last."""
+        for buffer in (self.inputs, self.outputs, self.output_grads, self.input_grads):
+            buffer.clear()
+        self.saved.clear()
+        self.loss_total = None
+        device = self.transport.device
+        if self.is_first:
+            if inputs is None:
+                raise ValueError("stage 0 needs the batch's inputs")
+            self.inputs.put(0, self.batch_size, inputs.to(device))
+        self.targets = targets.to(device) if self.is_last and targets is not None else None
+
+    def step_loss(self) -> float | None:
+        """The mini-batch loss (mean over samples) on the last stage after its step; else None."""
+        return None if self.loss_total is None else float(self.loss_total)
+
+
+class ActionHook(Protocol):
+    """Called around every action (timing, fault injection); must not change the computation."""
+
+    def before(self, index: int, action: Action) -> None: ...
+
+    def after(self, index: int, action: Action) -> None: ...
+
+
+# ---- handlers -------------------------------------------------------------------------------
+
+
+def _forward(ctx: RankContext, a: Action) -> None:
+    x = ctx.inputs.take(a.lo, a.hi)
+    if not ctx.is_first and x.is_floating_point():
+        x = x.detach().requires_grad_(True)
+    with ctx.meter.track((a.lo, a.hi)):
+        y = ctx.module(x)
+        if ctx.is_last:
+            if ctx.targets is None:
+                raise ValueError("the last stage has no targets; call begin_step first")
+            y = loss_sum(ctx.loss, y, ctx.targets[a.lo:a.hi]) / ctx.batch_size
+    if ctx.is_last:
+        loss = y.detach()
+        ctx.loss_total = loss if ctx.loss_total is None else ctx.loss_total + loss
+    else:
+        ctx.outputs.put(a.lo, a.hi, y.detach())
+    ctx.saved[(a.lo, a.hi)] = (x, y)
+
+
+def _backward(ctx: RankContext, a: Action) -> None:
+    key = (a.lo, a.hi)
+    if key not in ctx.saved:
+        raise UserError(
+            f"{a}: no forward covered exactly [{a.lo}:{a.hi}) (kept: {sorted(ctx.saved)}); "
+            "backward ranges must equal forward ranges until recompute is supported"
+        )
+    x, y = ctx.saved.pop(key)
+    grad = None if ctx.is_last else ctx.output_grads.take(a.lo, a.hi)
+    torch.autograd.backward(y, grad)
+    ctx.meter.release(key)
+    if x.requires_grad:
+        x_grad = x.grad if x.grad is not None else torch.zeros_like(x)
+        ctx.input_grads.put(a.lo, a.hi, x_grad)
+
+
+def _weight_grad(ctx: RankContext, a: Action) -> None:
+    raise UserError(f"{a}: split backward (W actions) is not supported by the runtime yet; "
+                    "use a schedule whose B computes weight gradients")
+
+
+def _send_f(ctx: RankContext, a: Action) -> None:
+    assert a.peer is not None
+    ctx.transport.send(ctx.outputs.take(a.lo, a.hi), a.peer, Direction.ACTIVATION)
+
+
+def _recv_f(ctx: RankContext, a: Action) -> None:
+    assert a.peer is not None
+    spec = ctx.input_spec
+    x = ctx.transport.recv((a.size, *spec.shape), spec.torch_dtype, a.peer, Direction.ACTIVATION)
+    ctx.inputs.put(a.lo, a.hi, x)
+
+
+def _send_b(ctx: RankContext, a: Action) -> None:
+    assert a.peer is not None
+    ctx.transport.send(ctx.input_grads.take(a.lo, a.hi), a.peer, Direction.GRADIENT)
+
+
+def _recv_b(ctx: RankContext, a: Action) -> None:
+    assert a.peer is not None
+    spec = ctx.output_spec
+    grad = ctx.transport.recv((a.size, *spec.shape), spec.torch_dtype, a.peer, Direction.GRADIENT)
+    ctx.output_grads.put(a.lo, a.hi, grad)
+
+
+def _step(ctx: RankContext, a: Action) -> None:
+    ctx.transport.wait_sends()
+    if ctx.optimizer is not None:
+        ctx.optimizer.step()
+        ctx.optimizer.zero_grad(set_to_none=True)
+    leftovers = [b for b in (ctx.inputs, ctx.outputs, ctx.output_grads, ctx.input_grads) if len(b)]
+    if leftovers or ctx.saved:
+        names = [f"{b.name} {b.ranges()}" for b in leftovers] + [f"forwards {sorted(ctx.saved)}"]
+        raise RuntimeError(f"{a}: the step left unconsumed data: {', '.join(names)}")
+
+
+Handler = Callable[[RankContext, Action], None]
+
+HANDLERS: dict[ActionKind, Handler] = {
+    ActionKind.F: _forward,
+    ActionKind.B: _backward,
+    ActionKind.W: _weight_grad,
+    ActionKind.SEND_F: _send_f,
+    ActionKind.RECV_F: _recv_f,
+    ActionKind.SEND_B: _send_b,
+    ActionKind.RECV_B: _recv_b,
+    ActionKind.STEP: _step,
+}
+
+
+def run_program(ctx: RankContext, program: Sequence[Action], hooks: Sequence[ActionHook] = ()) -> None:
+    """Execute one step's program: each action through its handler, hooks around it."""
+    for index, action in enumerate(program):
+        for hook in hooks:
+            hook.before(index, action)
+        HANDLERS[action.kind](ctx, action)
+        for hook in hooks:
+            hook.after(index, action)
+
+
+# ---- setup ----------------------------------------------------------------------------------
+
+
+def check_runnable(schedule: Schedule) -> None:
+    """Reject, before launching, what the handlers cannot run yet (W, B ranges without an F).
+
+    Raises:
+        UserError: naming the rank and action.
+    """
+    for rank, program in schedule:
+        forwards = {(a.lo, a.hi) for a in program if a.kind is ActionKind.F}
+        for a in program:
+            if a.kind is ActionKind.W:
+                raise UserError(f"rank {rank}: {a}: split backward (W) is not supported by the runtime yet")
+            if a.kind is ActionKind.B and (a.lo, a.hi) not in forwards:
+                raise UserError(
+                    f"rank {rank}: {a}: backward range matches no forward range on its stage; "
+                    "unequal forward and backward partitions need recompute, not supported yet"
+                )
+
+
+def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[TensorSpec, TensorSpec]:
+    """Per-sample specs of the tensors entering and leaving a stage of consecutive layers."""
+    specs = graph.output_specs()
+    first, last = layer_indices[0], layer_indices[-1]
+    return (graph.input if first == 0 else specs[first - 1]), specs[last]
+
+
+def build_rank_context(
+    graph: LayerGraph, plan: Plan, rank: int, transport: Transport, optimizer: OptimizerFactory
+) -> RankContext:
+    """Build ``rank``'s stage (its layers with their deterministic initial weights) and state.
+
+    Raises:
+        UserError: the rank runs no stage of the plan.
+    """
+    stage = plan.stage_of_rank(rank)
+    indices = [graph.index(name) for name in plan.stages[stage].layers]
+    module = graph.build_sequential(indices).to(transport.device)
+    input_spec, output_spec = stage_specs(graph, indices)
+    params = list(module.parameters())
+    return RankContext(
+        rank=rank,
+        stage=stage,
+        n_stages=plan.n_stages,
+        module=module,
+        optimizer=optimizer(params) if params else None,
+        loss=graph.loss,
+        batch_size=plan.batch_size,
+        input_spec=input_spec,
+        output_spec=output_spec,
+        transport=transport,
+        meter=ActivationMeter(params),
+    )
+
+
+def stage_parameters(ctx: RankContext, layer_names: Sequence[str]) -> dict[str, torch.Tensor]:
+    """The stage's parameters on the CPU, keyed ``"{layer_name}.{param_name}"``.
+
+    Args:
+        layer_names: the stage's layer names, in the order of ``ctx.module``'s children.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for name, child in zip(layer_names, ctx.module.children(), strict=True):
+        for pname, p in child.named_parameters():
+            out[f"{name}.{pname}"] = p.detach().to("cpu", copy=True)
+    return out

@@ -1,0 +1,329 @@
+"""Starting the ranks: locally (one spawned process per rank) or under torchrun.
+
+Local launch::
+
+    parent: TCP store on 127.0.0.1 (free port) ── spawn ──► rank 0 … rank R-1
+            ◄── queue: started / progress (last stage) / failed / results (rank 0)
+            watches exit codes; on the first failure, stops every rank and raises PipelineFailure
+
+The parent hosts the rendezvous store itself (port 0, so no port race). Ranks use gloo on CPU or
+NCCL with one GPU per rank (``cuda:{rank}``). A failure is reported as the *cause*: a rank that
+raised beats a rank that died without a word (killed), which beats ranks that only lost contact with
+a failed peer.
+
+Under torchrun (``torchrun --nproc-per-node 2 -m pipetrain train ...``), :func:`run_worker_from_env`
+reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` and runs the
+same worker; rank 0 returns the result. The watchdog makes such ranks stop when a peer dies.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import queue as queue_module
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+from torch.distributed.distributed_c10d import Store
+
+from pipetrain.errors import PipelineFailure, UserError
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.plan import Plan
+from pipetrain.runtime.config import TrainConfig, TrainJob, TrainResult
+from pipetrain.runtime.progress import ProgressDisplay, open_display
+from pipetrain.runtime.worker import RankFailure, Rendezvous, check_job, rank_label, run_session, tcp_store
+
+__all__ = ["launch_local", "run_worker_from_env"]
+
+logger = logging.getLogger(__name__)
+
+_GRACE_S = 2.0  # after a first failure, how long to wait for the ranks' own reports
+_POLL_S = 0.05
+
+
+# ---- inside a spawned rank ------------------------------------------------------------------
+
+
+class _QueueReporter:
+    """A rank's reports to the parent through the multiprocessing queue.
+
+    Thread-safe: the watchdog thread may report while the main thread does; after :meth:`flush`
+    (the rank is about to exit) further messages are dropped.
+    """
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _put(self, message: tuple[Any, ...]) -> None:
+        with self._lock:
+            if not self._closed:
+                self.channel.put(message)
+
+    def started(self, rank: int, job: int) -> None:
+        self._put(("started", rank, job))
+
+    def progress(self, job: int, step: int, loss: float, step_s: float) -> None:
+        self._put(("progress", job, step, loss, step_s))
+
+    def failed(self, rank: int, message: str, secondary: bool, details: str) -> None:
+        self._put(("failed", rank, message, secondary, details))
+
+    def result(self, job: int, result: TrainResult) -> None:
+        self._put(("result", job, _to_wire(result)))
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.channel.close()
+                self.channel.join_thread()
+
+
+def _to_wire(result: TrainResult) -> tuple[TrainResult, bytes]:
+    """Parameters as ``torch.save`` bytes: a plain pickle, any dtype, independent of the sender."""
+    buffer = io.BytesIO()
+    torch.save(result.parameters, buffer)
+    return replace(result, parameters={}), buffer.getvalue()
+
+
+def _from_wire(wire: tuple[TrainResult, bytes]) -> TrainResult:
+    result, data = wire
+    return replace(result, parameters=torch.load(io.BytesIO(data), weights_only=True))
+
+
+def _rank_main(rank: int, world_size: int, port: int, jobs: Sequence[TrainJob], channel: Any, parent_pid: int) -> None:
+    """Entry point of a spawned rank process."""
+    reporter = _QueueReporter(channel)
+    rdv = Rendezvous("127.0.0.1", port, rank, world_size, local_rank=rank)
+    try:
+        results = run_session(rdv, jobs, reporter, parent_pid=parent_pid)
+    except RankFailure as e:
+        reporter.failed(rank, e.message, e.secondary, e.details)
+        reporter.flush()
+        os._exit(1)  # no interpreter teardown: a process group with a dead peer may block in it
+    for index, result in enumerate(results):
+        reporter.result(index, result)
+
+
+# ---- in the parent --------------------------------------------------------------------------
+
+
+@dataclass
+class _Report:
+    rank: int
+    message: str
+    secondary: bool
+    details: str
+
+
+@dataclass
+class _Monitor:
+    """The parent's view of a local run: messages from the queue, exit codes of the ranks."""
+
+    jobs: Sequence[TrainJob]
+    procs: list[Any]
+    channel: Any
+    display: ProgressDisplay
+    results: dict[int, TrainResult] = field(default_factory=dict)
+    reports: list[_Report] = field(default_factory=list)
+    job_of_rank: dict[int, int] = field(default_factory=dict)
+
+    def run(self) -> list[TrainResult]:
+        while True:
+            self._drain(_POLL_S)
+            if self.reports or any(p.exitcode not in (None, 0) for p in self.procs):
+                raise self._failure()
+            if all(p.exitcode == 0 for p in self.procs):
+                return self._collect()
+
+    def _drain(self, wait_s: float) -> None:
+        """Handle every queued message, waiting up to ``wait_s`` for the first."""
+        try:
+            message = self.channel.get(timeout=wait_s) if wait_s > 0 else self.channel.get_nowait()
+            while True:
+                self._handle(message)
+                message = self.channel.get_nowait()
+        except queue_module.Empty:
+            return
+
+    def _handle(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "started":
+            self.job_of_rank[message[1]] = message[2]
+        elif kind == "progress":
+            job, step, loss, step_s = message[1:]
+            self.display.update(job, step, loss, self.jobs[job].plan.batch_size / max(step_s, 1e-12))
+        elif kind == "failed":
+            self.reports.append(_Report(*message[1:]))
+        elif kind == "result":
+            self.results[message[1]] = _from_wire(message[2])
+
+    def _collect(self) -> list[TrainResult]:
+        deadline = time.monotonic() + _GRACE_S
+        while len(self.results) < len(self.jobs) and time.monotonic() < deadline:
+            self._drain(_POLL_S)
+        if len(self.results) < len(self.jobs):
+            raise PipelineFailure("rank 0 finished without reporting its results")
+        return [self.results[i] for i in range(len(self.jobs))]
+
+    def _deaths(self) -> list[str]:
+        """Ranks that exited with an error and never said why (killed, crashed)."""
+        told = {r.rank for r in self.reports}
+        out = []
+        for rank, proc in enumerate(self.procs):
+            if proc.exitcode not in (None, 0) and rank not in told:
+                out.append(f"{self._label(rank)} died ({describe_exit(proc.exitcode)})")
+        return out
+
+    def _label(self, rank: int) -> str:
+        job = self.job_of_rank.get(rank)
+        return rank_label(self.jobs[job].plan if job is not None else None, rank)
+
+    def _cause_known(self) -> bool:
+        return any(not r.secondary for r in self.reports) or bool(self._deaths())
+
+    def _failure(self) -> PipelineFailure:
+        deadline = time.monotonic() + _GRACE_S
+        while not self._cause_known() and time.monotonic() < deadline:
+            self._drain(_POLL_S)
+        self._drain(0)
+        primary = [r for r in self.reports if not r.secondary]
+        causes = [r.message for r in primary] + self._deaths() + [r.message for r in self.reports if r.secondary]
+        message = causes[0] if causes else "a rank failed without a report"
+        error = PipelineFailure(message)
+        for note in causes[1:]:
+            error.add_note(f"also: {note}")
+        if primary and primary[0].details:
+            error.add_note(f"traceback of {self._label(primary[0].rank)}:\n{primary[0].details}")
+        return error
+
+
+def describe_exit(code: int) -> str:
+    """``"exit code -9 / signal SIGKILL"`` for a signal, ``"exit code 1"`` otherwise."""
+    if code < 0:
+        try:
+            return f"exit code {code} / signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"exit code {code} / signal {-code}"
+    return f"exit code {code}"
+
+
+def _port(store: Store) -> int:
+    port: int = store.port  # type: ignore[attr-defined]  # a TCPStore
+    return port
+
+
+def _terminate(procs: Sequence[Any]) -> None:
+    """Stop every rank still running: SIGTERM, then SIGKILL; reap them all."""
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + 3.0
+    for proc in procs:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=2.0)
+
+
+def launch_local(jobs: Sequence[TrainJob], *, progress: bool = False) -> list[TrainResult]:
+    """Run the jobs, in order, on locally spawned ranks (one process group for all of them).
+
+    The group has ``max(plan.n_ranks)`` ranks; the first job's config gives the group's backend,
+    timeout and threads per rank (callers check that every job agrees).
+
+    Raises:
+        PipelineFailure: a rank failed or died; the message names the stage and rank.
+    """
+    config = jobs[0].config
+    world_size = max(job.plan.n_ranks for job in jobs)
+    store = tcp_store("127.0.0.1", 0, True, timedelta(seconds=config.timeout_s))
+    context = mp.get_context("spawn")
+    channel = context.Queue()
+    procs = [
+        context.Process(
+            target=_rank_main, args=(rank, world_size, _port(store), list(jobs), channel, os.getpid()),
+            name=f"pipetrain-rank{rank}", daemon=True,
+        )
+        for rank in range(world_size)
+    ]
+    try:
+        for proc in procs:
+            proc.start()
+        with open_display(jobs, enabled=progress) as display:
+            return _Monitor(jobs, procs, channel, display).run()
+    finally:
+        _terminate(procs)
+        channel.close()
+        channel.cancel_join_thread()
+        del store
+
+
+# ---- torchrun -------------------------------------------------------------------------------
+
+
+class _LogReporter:
+    """A torchrun rank's reports go to the log (torchrun collects each rank's output)."""
+
+    def started(self, rank: int, job: int) -> None:
+        logger.debug("rank %d: job %d started", rank, job)
+
+    def progress(self, job: int, step: int, loss: float, step_s: float) -> None:
+        logger.info("step %d: loss %.4f, %.3f s", step, loss, step_s)
+
+    def failed(self, rank: int, message: str, secondary: bool, details: str) -> None:
+        logger.error("%s", message)
+
+    def flush(self) -> None:
+        pass
+
+
+def _env_int(name: str) -> int:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        raise UserError(f"environment variable {name} is missing or not an integer; start with torchrun") from None
+
+
+def _check_gpu(config: TrainConfig, local_rank: int) -> None:
+    if config.resolved_backend() == "nccl" and local_rank >= torch.cuda.device_count():
+        raise UserError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible)")
+
+
+def run_worker_from_env(
+    graph: LayerGraph, plan: Plan, config: TrainConfig, *, return_parameters: bool = False
+) -> TrainResult | None:
+    """Run this process's rank of a torchrun launch; rank 0 returns the result, others None.
+
+    Raises:
+        UserError: the torchrun variables are missing, or the world size does not match the plan.
+        PipelineFailure: this rank failed, or stopped because a peer failed (named if known).
+    """
+    rank, world_size, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
+    if world_size != plan.n_ranks:
+        raise UserError(f"torchrun started {world_size} ranks but the plan uses {plan.n_ranks}; "
+                        f"use --nproc-per-node/--nnodes to start {plan.n_ranks}")
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    rdv = Rendezvous(
+        host=os.environ.get("MASTER_ADDR", "127.0.0.1"), port=_env_int("MASTER_PORT"), rank=rank,
+        world_size=world_size, local_rank=local_rank, store_is_master=rank == 0 and not agent_store,
+        prefix=f"pipetrain/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}",
+    )
+    _check_gpu(config, local_rank)
+    job = TrainJob(graph, plan, config, return_parameters)
+    check_job(job)
+    try:
+        results = run_session(rdv, [job], _LogReporter())
+    except RankFailure as e:
+        raise PipelineFailure(e.message) from e
+    return results[0] if results else None

@@ -1,0 +1,70 @@
+"""Small models and plans shared by the multi-process tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
+from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.runtime.config import TrainResult
+
+FEATURES = 8
+CLASSES = 4
+
+
+def mlp_graph(n_blocks: int = 4, width: int = 16, features: int = FEATURES, classes: int = CLASSES) -> LayerGraph:
+    """``n_blocks`` × (Linear, ReLU) then a Linear head: ``n_blocks + 1`` layers."""
+    torch.manual_seed(1)
+    layers: list[tuple[str, nn.Module]] = []
+    for i in range(n_blocks):
+        layers.append((f"block{i}", nn.Sequential(nn.Linear(features if i == 0 else width, width), nn.ReLU())))
+    layers.append(("head", nn.Linear(width, classes)))
+    return LayerGraph.from_layers(
+        layers, input=TensorSpec((features,)), target=TensorSpec((), "int64", high=classes), name="mlp-test"
+    )
+
+
+def cut(names: Sequence[str], n_stages: int) -> list[tuple[str, ...]]:
+    """Consecutive, nearly equal groups of layer names (the last groups are the larger)."""
+    bounds = [round(k * len(names) / n_stages) for k in range(n_stages + 1)]
+    return [tuple(names[bounds[k]:bounds[k + 1]]) for k in range(n_stages)]
+
+
+def chain_plan(graph: LayerGraph, n_stages: int, batch: int, n_micro: int, method: Method = Method.GPIPE) -> Plan:
+    sizes = equal_sizes(batch, n_micro)
+    stages = tuple(StagePlan(layers, (k,), sizes, sizes) for k, layers in enumerate(cut(graph.names, n_stages)))
+    return Plan(graph.name, "", batch, method, stages)
+
+
+def uneven_plan(graph: LayerGraph, partitions: Sequence[tuple[int, ...]]) -> Plan:
+    """UMPIPE-style: stage ``k`` uses ``partitions[k]`` for forward and backward."""
+    batch = sum(partitions[0])
+    stages = tuple(
+        StagePlan(layers, (k,), sizes, sizes)
+        for k, (layers, sizes) in enumerate(zip(cut(graph.names, len(partitions)), partitions, strict=True))
+    )
+    return Plan(graph.name, "", batch, Method.UEDP, stages)
+
+
+def max_param_diff(result: TrainResult, reference: TrainResult) -> float:
+    assert set(result.parameters) == set(reference.parameters)
+    return max((result.parameters[k] - reference.parameters[k]).abs().max().item() for k in reference.parameters)
+
+
+def rank_processes() -> list[int]:
+    """Live (non-zombie) children of this process, other than multiprocessing's resource tracker."""
+    me, out = os.getpid(), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z" and b"resource_tracker" not in cmdline:
+            out.append(int(stat.parent.name))
+    return out

@@ -1,0 +1,121 @@
+"""The CLI: the plan → simulate → compare path, and user mistakes (one line, exit code 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipetrain.cli import main
+from pipetrain.graph.zoo import build_model
+from pipetrain.profile.table import LayerProfile, Profile
+from pipetrain.simulate.timeline import Timeline
+
+
+@pytest.fixture
+def tiny_profile(tmp_path: Path) -> Path:
+    """A synthetic profile of gpt-tiny: cost grows with the micro-batch size."""
+    graph = build_model("gpt-tiny")
+    layers = tuple(
+        LayerProfile(name, (1, 32), (1e-3, 8e-3), (2e-3, 16e-3), 8192, 16384, 4096, 1e6) for name in graph.names
+    )
+    profile = Profile(graph.name, graph.fingerprint(), "cpu", "synthetic", 128, layers)
+    path = tmp_path / "profile.json"
+    profile.save(path)
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_plan_simulate_compare(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.json"
+    code, text = run(capsys, "plan", "--model", "gpt-tiny", "--batch", "32", "--ranks", "2",
+                     "--profile", str(tiny_profile), "--out", str(plan))
+    assert code == 0, text
+    assert "planner candidates" in text and plan.exists()
+    sim = tmp_path / "sim"
+    code, text = run(capsys, "simulate", "--plan", str(plan), "--profile", str(tiny_profile), "--out", str(sim))
+    assert code == 0, text
+    for name in ("predicted.json", "predicted_trace.json", "predicted.png", "schedule.csv"):
+        assert (sim / name).stat().st_size > 0, name
+    assert json.loads((sim / "predicted_trace.json").read_text())["traceEvents"]
+    timeline = Timeline.load(sim / "predicted.json")
+    assert timeline.n_ranks == 2 and timeline.iteration_s > 0
+    picture = tmp_path / "cmp.png"
+    code, text = run(capsys, "compare", "--plan", str(plan), "--predicted", str(sim / "predicted.json"),
+                     "--measured", str(sim / "predicted.json"), "--out", str(picture))
+    assert code == 0, text
+    assert picture.stat().st_size > 5000
+
+
+def write_plan(tmp_path: Path, **changes: object) -> Path:
+    graph = build_model("gpt-tiny")
+    plan = {
+        "model": "gpt-tiny", "model_fingerprint": graph.fingerprint(), "batch_size": 8, "method": "gpipe",
+        "stages": [
+            {"layers": list(graph.names[:3]), "ranks": [0], "forward_sizes": [4, 4]},
+            {"layers": list(graph.names[3:]), "ranks": [1], "forward_sizes": [4, 4]},
+        ],
+    }
+    plan.update(changes)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["plan", "--model", "nosuch"], "unknown model 'nosuch'"),
+        (["plan", "--model", "gpt-tiny", "--ranks", "9", "--profile", "{profile}"], "use at most 6 ranks"),
+        (["plan", "--model", "gpt-tiny", "--ranks", "2", "--stages", "3", "--profile", "{profile}"],
+         "3 stages need 3 ranks"),
+        (["simulate", "--plan", "{tmp}/missing.json", "--profile", "{profile}"], "no file at"),
+        (["plan", "--model", "gpt-tiny", "--profile", "{tmp}/missing.json"], "no profile at"),
+    ],
+)
+def test_user_mistakes_exit_2(
+    argv: list[str], message: str, tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [a.format(profile=tiny_profile, tmp=tmp_path) for a in argv]
+    code, text = run(capsys, *args)
+    assert code == 2
+    assert message in text
+    assert text.strip().startswith("error:")
+
+
+def test_malformed_plan_json(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": "gpt-tiny", "batch_size": ')
+    code, text = run(capsys, "simulate", "--plan", str(bad), "--profile", str(tiny_profile))
+    assert code == 2 and "not valid JSON" in text
+
+
+def test_sizes_not_summing(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = write_plan(tmp_path, stages=[
+        {"layers": ["embed", "block0", "block1"], "ranks": [0], "forward_sizes": [4, 3]},
+        {"layers": ["block2", "block3", "head"], "ranks": [1], "forward_sizes": [4, 3]},
+    ])
+    code, text = run(capsys, "simulate", "--plan", str(plan), "--profile", str(tiny_profile))
+    assert code == 2
+    assert "stage 0: forward micro-batch sizes [4, 3] sum to 7 but the batch has 8 samples" in text
+
+
+def test_plan_for_another_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = write_plan(tmp_path, model_fingerprint="0000000000000000")
+    code, text = run(capsys, "train", "--plan", str(plan), "--steps", "1")
+    assert code == 2 and "made for another model" in text
+
+
+def test_plan_layers_do_not_match_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = write_plan(tmp_path, model_fingerprint="", stages=[
+        {"layers": ["embed", "block0"], "ranks": [0], "forward_sizes": [8]},
+        {"layers": ["head"], "ranks": [1], "forward_sizes": [8]},
+    ])
+    code, text = run(capsys, "train", "--plan", str(plan), "--steps", "1")
+    assert code == 2 and "every layer must appear once" in text
