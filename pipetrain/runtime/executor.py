@@ -34,7 +34,7 @@ from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_s
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.memory import ActivationMeter
-from pipetrain.runtime.transport import Direction, Transport
+from pipetrain.runtime.transport import Direction, Message, Transport
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 
@@ -46,6 +46,7 @@ __all__ = [
     "RankContext",
     "build_rank_context",
     "check_runnable",
+    "expected_receives",
     "run_program",
     "stage_parameters",
     "stage_specs",
@@ -220,6 +221,18 @@ HANDLERS: dict[ActionKind, Handler] = {
     ActionKind.RECV_B: _recv_b,
     ActionKind.STEP: _step,
 }
+
+
+def expected_receives(ctx: RankContext, program: Sequence[Action]) -> list[Message]:
+    """The receives of ``program``, in order, as the transport pre-posts them."""
+    messages: list[Message] = []
+    for a in program:
+        if a.peer is not None and a.kind in (ActionKind.RECV_F, ActionKind.RECV_B):
+            forward = a.kind is ActionKind.RECV_F
+            spec = ctx.input_spec if forward else ctx.output_spec
+            direction = Direction.ACTIVATION if forward else Direction.GRADIENT
+            messages.append(((a.size, *spec.shape), spec.torch_dtype, a.peer, direction))
+    return messages
 
 
 def run_program(ctx: RankContext, program: Sequence[Action], hooks: Sequence[ActionHook] = ()) -> None:

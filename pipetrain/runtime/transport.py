@@ -4,7 +4,12 @@ No shape headers travel: a receiver knows every message's shape from the plan (t
 times the per-sample spec of the tensor crossing the stage boundary, from
 ``LayerGraph.output_specs()``). Sends are posted with ``isend`` and their handles kept until
 :meth:`Transport.wait_sends` (called at STEP), so a sender never waits for its receiver inside a
-step; the sent tensors are kept alive and untouched until then. Receives post ``irecv`` and wait.
+step; the sent tensors are kept alive and untouched until then.
+
+Receives are *pre-posted*: at the start of a step the executor announces the step's receives
+(:meth:`Transport.expect`), and the transport keeps the next ``depth`` receives of every channel
+posted ahead of their RECV actions. With gloo, a message that arrives before its receive is posted
+takes a slower path (about 2 ms more on a 2-core machine, whatever its size, against about 50 µs).
 
 Activations and gradients use distinct tags (backends without tags, such as NCCL, ignore them;
 on a chain each directed link carries one direction only, so nothing is ambiguous).
@@ -12,12 +17,14 @@ on a chain each directed link carries one direction only, so nothing is ambiguou
 
 from __future__ import annotations
 
+from collections import defaultdict, deque
+from collections.abc import Sequence
 from enum import IntEnum
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["Direction", "Transport", "TransportError"]
+__all__ = ["Direction", "Message", "Transport", "TransportError"]
 
 
 class Direction(IntEnum):
@@ -25,6 +32,10 @@ class Direction(IntEnum):
 
     ACTIVATION = 0  # forward: a stage's output activations to its successor
     GRADIENT = 1  # backward: a stage's input gradients to its predecessor
+
+
+Message = tuple[tuple[int, ...], torch.dtype, int, "Direction"]  # shape, dtype, peer, direction
+_Channel = tuple[int, "Direction"]
 
 
 class TransportError(RuntimeError):
@@ -47,10 +58,44 @@ class Transport:
         use_tags: pass :class:`Direction` tags (gloo); NCCL ignores tags, so this may be off.
     """
 
-    def __init__(self, device: torch.device, *, use_tags: bool = True) -> None:
+    def __init__(self, device: torch.device, *, use_tags: bool = True, depth: int = 2) -> None:
         self.device = device
         self.use_tags = use_tags
+        self.depth = depth
         self._pending: list[tuple[dist.Work, torch.Tensor, int]] = []
+        self._future: dict[_Channel, deque[Message]] = defaultdict(deque)
+        self._posted: dict[_Channel, deque[tuple[torch.Tensor, dist.Work | None]]] = defaultdict(deque)
+
+    def expect(self, messages: Sequence[Message]) -> None:
+        """Announce this step's receives, in program order, and post the first ones of each channel.
+
+        Raises:
+            TransportError: a receive could not be posted (the peer is gone).
+        """
+        self._future.clear()
+        self._posted.clear()
+        for message in messages:
+            self._future[(message[2], message[3])].append(message)
+        for channel in list(self._future):
+            for _ in range(self.depth):
+                self._post_next(channel)
+
+    def _post_next(self, channel: _Channel) -> None:
+        future = self._future.get(channel)
+        if not future:
+            return
+        shape, dtype, peer, direction = future.popleft()
+        self._posted[channel].append(self._irecv(shape, dtype, peer, direction))
+
+    def _irecv(
+        self, shape: tuple[int, ...], dtype: torch.dtype, peer: int, direction: Direction
+    ) -> tuple[torch.Tensor, dist.Work | None]:
+        buffer = torch.empty(shape, dtype=dtype, device=self.device)
+        tag = int(direction) if self.use_tags else 0
+        try:
+            return buffer, dist.irecv(buffer, peer, tag=tag)
+        except RuntimeError as e:
+            raise TransportError(f"posting a receive from rank {peer} failed: {e}", peer) from e
 
     def send(self, tensor: torch.Tensor, peer: int, direction: Direction) -> None:
         """Post a send of ``tensor`` (made contiguous) to ``peer``; returns without waiting."""
@@ -69,13 +114,23 @@ class Transport:
     ) -> torch.Tensor:
         """Receive a ``shape`` tensor from ``peer``, waiting until it has arrived.
 
+        Uses the channel's pre-posted receive if :meth:`expect` announced one, else posts it now.
+
         Raises:
-            TransportError: the receive failed or timed out (the process group's timeout).
+            TransportError: the receive failed or timed out (the process group's timeout), or it
+                does not match the announced one.
         """
-        buffer = torch.empty(shape, dtype=dtype, device=self.device)
-        tag = int(direction) if self.use_tags else 0
+        channel = (peer, direction)
+        posted = self._posted.get(channel)
+        if posted:
+            buffer, work = posted.popleft()
+            if tuple(buffer.shape) != tuple(shape) or buffer.dtype != dtype:
+                raise TransportError(f"expected a {tuple(buffer.shape)} message from rank {peer}, "
+                                     f"the program receives {tuple(shape)}", peer)
+            self._post_next(channel)
+        else:
+            buffer, work = self._irecv(shape, dtype, peer, direction)
         try:
-            work = dist.irecv(buffer, peer, tag=tag)
             if work is not None:
                 work.wait()
         except RuntimeError as e:

@@ -30,7 +30,14 @@ from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.plan.plan import Plan, WeightPolicy
 from pipetrain.runtime.config import FaultInjection, InjectedFault, TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.executor import RankContext, build_rank_context, check_runnable, run_program, stage_parameters
+from pipetrain.runtime.executor import (
+    RankContext,
+    build_rank_context,
+    check_runnable,
+    expected_receives,
+    run_program,
+    stage_parameters,
+)
 from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
 from pipetrain.runtime.transport import Transport, TransportError
 from pipetrain.runtime.watchdog import Watchdog
@@ -254,10 +261,12 @@ def _run_job(session: _Session, index: int, job: TrainJob) -> TrainResult | None
     recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
     fault = _FaultHook(config.fault, rank, len(program))
     losses: list[float] = []
+    receives = expected_receives(ctx, program) if ctx is not None else []
     for step in range(config.steps):
         session.step = fault.step = step
         if ctx is not None:
             _load_batch(ctx, job, step)
+            ctx.transport.expect(receives)
         session.barrier()
         recorder.start_step()
         if ctx is not None:
