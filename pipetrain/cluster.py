@@ -100,6 +100,11 @@ class Cluster:
         name: a label for reports.
         action_overhead_s: the runtime's fixed cost per forward or backward action on these
             devices (Python dispatch, buffer bookkeeping), added by the cost model.
+        shared_speed: contention between ranks of one node that share cores and memory
+            bandwidth (CPU ranks on one machine): entry ``n - 1`` is each rank's speed when ``n``
+            of the node's ranks compute at once (``(1.0, 0.86)``: two at once run at 0.86 each).
+            Past the last entry the node's throughput stays at its last value. Empty: no
+            contention (separate GPUs).
     """
 
     devices: tuple[Device, ...]
@@ -107,6 +112,16 @@ class Cluster:
     inter_node: Link
     name: str = "cluster"
     action_overhead_s: float = 0.0
+    shared_speed: tuple[float, ...] = ()
+
+    def concurrency_speed(self, n_busy: int) -> float:
+        """Each busy rank's speed factor when ``n_busy`` ranks of one node compute at once."""
+        table = self.shared_speed
+        if not table or n_busy <= 1:
+            return 1.0 if not table or n_busy < 1 else table[0]
+        if n_busy <= len(table):
+            return table[n_busy - 1]
+        return table[-1] * len(table) / n_busy
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -130,13 +145,14 @@ class Cluster:
         speed: float = 1.0,
         link: Link | None = None,
         action_overhead_s: float = 0.0,
+        shared_speed: tuple[float, ...] = (),
     ) -> Cluster:
         """``n_ranks`` identical devices on this machine (the embedded default)."""
         if n_ranks < 1:
             raise UserError(f"a cluster needs at least one rank, got {n_ranks}")
         loopback = link or Link(latency_s=1.5e-4, bandwidth_bytes_per_s=1.5e9)
         devices = tuple(Device(kind, memory_bytes, speed) for _ in range(n_ranks))
-        return cls(devices, loopback, loopback, f"local-{n_ranks}x{kind}", action_overhead_s)
+        return cls(devices, loopback, loopback, f"local-{n_ranks}x{kind}", action_overhead_s, shared_speed)
 
     def with_ranks(self, n_ranks: int) -> Cluster:
         """The same machine with ``n_ranks`` copies of its first device (local clusters)."""
@@ -162,6 +178,7 @@ class Cluster:
                                 float(data["inter_node"]["bandwidth_bytes_per_s"])),
                 name=str(data.get("name", "cluster")),
                 action_overhead_s=float(data.get("action_overhead_s", 0.0)),
+                shared_speed=tuple(float(x) for x in data.get("shared_speed", ())),
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise UserError(f"malformed cluster JSON ({e!r}); re-create it with `pipetrain probe`") from None

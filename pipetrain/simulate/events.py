@@ -1,23 +1,28 @@
 """Event simulator: the predicted Timeline of any lowered Schedule on a CostModel.
 
-Model (the assumptions of PAPERS.md §1.4, extended to any action order):
+Model (the assumptions of PAPERS.md §1.4, extended to any action order and to shared nodes):
 
 * each rank computes one action at a time, in its program's order; F, B and STEP take the cost
   model's time for the stage's layers and the action's sample count;
+* ranks of one node that compute at the same moment slow each other down (processor sharing):
+  while ``n`` of them are busy, each progresses at ``cluster.concurrency_speed(n)`` of its own
+  speed; with no ``shared_speed`` in the cluster, ranks never interfere;
 * a SEND costs the rank nothing; its message goes on the directed link ``src -> dst`` (one FIFO
   channel per link, overlapped with compute), starting when both the data and the channel are ready
   and taking ``latency + bytes / bandwidth``;
 * a RECV blocks the rank until the matching message (the next one on that channel) has arrived;
 * activation memory grows by the stage's saved bytes per sample on F and shrinks on B.
 
-The schedule must be valid (see :mod:`pipetrain.schedule.validate`); a deadlock raises.
-Cost: O(actions) after the per-action cost look-ups.
+The simulation advances in time order from event to event (an action ends, a message arrives);
+between events every busy rank's remaining work shrinks at its current rate. Cost:
+O(actions × ranks). A schedule that cannot finish raises :class:`ScheduleError`.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipetrain.cost import CostModel
 from pipetrain.plan.plan import Plan
@@ -32,21 +37,30 @@ _Channel = tuple[int, int, str]  # (src rank, dst rank, "F" or "B")
 
 
 @dataclass
-class _State:
-    clock: list[float]
-    memory: list[int]
-    peak: list[int]
-    link_free: dict[tuple[int, int], float] = field(default_factory=lambda: defaultdict(float))
-    arrivals: dict[_Channel, deque[float]] = field(default_factory=lambda: defaultdict(deque))
-    events: list[Event] = field(default_factory=list)
+class _Busy:
+    """A compute action in progress: its start and the standalone seconds of work left."""
+
+    action: Action
+    start_s: float
+    remaining_s: float
 
 
 class _Simulator:
     def __init__(self, schedule: Schedule, plan: Plan, cost: CostModel) -> None:
         self.schedule, self.plan, self.cost = schedule, plan, cost
         self.stage_of = [plan.stage_of_rank(r) for r in range(schedule.n_ranks)]
+        self.node_of = [cost.cluster.devices[r].node for r in range(schedule.n_ranks)]
         n = schedule.n_ranks
-        self.state = _State(clock=[0.0] * n, memory=[0] * n, peak=[0] * n)
+        self.now = 0.0
+        self.pos = [0] * n
+        self.busy: dict[int, _Busy] = {}
+        self.wait_since: dict[int, float] = {}
+        self.memory, self.peak = [0] * n, [0] * n
+        self.link_free: dict[tuple[int, int], float] = defaultdict(float)
+        self.arrivals: dict[_Channel, deque[float]] = defaultdict(deque)
+        self.events: list[Event] = []
+
+    # ---- costs --------------------------------------------------------------------------------
 
     def layers(self, rank: int) -> tuple[str, ...]:
         return self.plan.stages[self.stage_of[rank]].layers
@@ -67,52 +81,88 @@ class _Simulator:
 
     def track_memory(self, rank: int, a: Action) -> None:
         layers = self.layers(rank)
-        per_b = self.cost.saved_bytes(layers, a.size)
-        if self.plan.recompute:
-            per_b = self.cost.input_bytes(layers, a.size)
-        st = self.state
-        st.memory[rank] += per_b if a.kind is ActionKind.F else -per_b
-        st.peak[rank] = max(st.peak[rank], st.memory[rank])
+        per_b = self.cost.input_bytes(layers, a.size) if self.plan.recompute else self.cost.saved_bytes(layers, a.size)
+        self.memory[rank] += per_b if a.kind is ActionKind.F else -per_b
+        self.peak[rank] = max(self.peak[rank], self.memory[rank])
 
-    def try_step(self, rank: int, a: Action) -> bool:
-        """Execute ``a`` on ``rank`` if it can run now; False when it waits for a message."""
-        st = self.state
-        start = st.clock[rank]
+    def rates(self) -> dict[int, float]:
+        """Each busy rank's progress rate (standalone seconds of work per second) right now."""
+        per_node: dict[int, int] = defaultdict(int)
+        for rank in self.busy:
+            per_node[self.node_of[rank]] += 1
+        speed = self.cost.cluster.concurrency_speed
+        return {rank: speed(per_node[self.node_of[rank]]) for rank in self.busy}
+
+    # ---- stepping -----------------------------------------------------------------------------
+
+    def advance_rank(self, rank: int) -> bool:
+        """Start or complete what ``rank`` can do at ``now``; False when it must wait."""
+        program = self.schedule.ranks[rank]
+        if rank in self.busy or self.pos[rank] >= len(program):
+            return False
+        a = program[self.pos[rank]]
         if a.peer is not None and a.is_send:
             link = (rank, a.peer)
-            begin = max(start, st.link_free[link])
+            begin = max(self.now, self.link_free[link])
             end = begin + self.cost.transfer_s(self.message_bytes(rank, a), rank, a.peer)
-            st.link_free[link] = end
-            st.arrivals[(rank, a.peer, a.kind.value[-1])].append(end)
-            st.events.append(Event(rank, a, begin, end))
-            return True
-        if a.peer is not None:
-            queue = st.arrivals[(a.peer, rank, a.kind.value[-1])]
-            if not queue:
+            self.link_free[link] = end
+            self.arrivals[(rank, a.peer, a.kind.value[-1])].append(end)
+            self.events.append(Event(rank, a, begin, end))
+        elif a.peer is not None:
+            queue = self.arrivals[(a.peer, rank, a.kind.value[-1])]
+            if not queue or queue[0] > self.now:
+                self.wait_since.setdefault(rank, self.now)
                 return False
-            st.clock[rank] = max(start, queue.popleft())
+            queue.popleft()
+            self.events.append(Event(rank, a, self.wait_since.pop(rank, self.now), self.now))
         else:
-            st.clock[rank] = start + self.compute_s(rank, a)
-            if a.kind in (ActionKind.F, ActionKind.B):
-                self.track_memory(rank, a)
-        st.events.append(Event(rank, a, start, st.clock[rank]))
+            self.busy[rank] = _Busy(a, self.now, self.compute_s(rank, a))
+            return True
+        self.pos[rank] += 1
         return True
 
+    def next_event_s(self, rates: dict[int, float]) -> float:
+        """The earliest moment something changes: a compute action ends or a message arrives."""
+        ends = [self.now + b.remaining_s / rates[r] for r, b in self.busy.items()]
+        arrivals = []
+        for rank in self.wait_since:
+            a = self.schedule.ranks[rank][self.pos[rank]]
+            assert a.peer is not None
+            queue = self.arrivals[(a.peer, rank, a.kind.value[-1])]
+            if queue:
+                arrivals.append(queue[0])
+        return min(ends + arrivals, default=math.inf)
+
+    def finish_until(self, t: float, rates: dict[int, float]) -> None:
+        """Move the clock to ``t``: busy ranks progress, and those whose work is done finish."""
+        dt = t - self.now
+        self.now = t
+        for rank, b in list(self.busy.items()):
+            left = b.remaining_s - dt * rates[rank]
+            if left > 1e-12 * max(1.0, b.remaining_s) and t < math.inf:
+                b.remaining_s = left
+                continue
+            del self.busy[rank]
+            self.events.append(Event(rank, b.action, b.start_s, t))
+            if b.action.kind in (ActionKind.F, ActionKind.B):
+                self.track_memory(rank, b.action)
+            self.pos[rank] += 1
+
     def run(self, label: str) -> Timeline:
-        pos = [0] * self.schedule.n_ranks
-        progress = True
-        while progress:
-            progress = False
-            for rank, program in self.schedule:
-                while pos[rank] < len(program) and self.try_step(rank, program[pos[rank]]):
-                    pos[rank] += 1
-                    progress = True
-        stuck = [r for r, p in enumerate(self.schedule.ranks) if pos[r] < len(p)]
+        n = self.schedule.n_ranks
+        while True:
+            while any([self.advance_rank(r) for r in range(n)]):
+                pass
+            rates = self.rates()
+            t = self.next_event_s(rates)
+            if t == math.inf:
+                break
+            self.finish_until(t, rates)
+        stuck = [r for r, p in enumerate(self.schedule.ranks) if self.pos[r] < len(p)]
         if stuck:
-            raise ScheduleError(f"simulation deadlocked at rank {stuck[0]}, step {pos[stuck[0]]}; "
+            raise ScheduleError(f"simulation deadlocked at rank {stuck[0]}, step {self.pos[stuck[0]]}; "
                                 "validate the schedule first")
-        st = self.state
-        return Timeline(tuple(st.events), self.schedule.n_ranks, "predicted", tuple(st.peak), label)
+        return Timeline(tuple(self.events), n, "predicted", tuple(self.peak), label)
 
 
 def simulate(schedule: Schedule, plan: Plan, cost: CostModel, label: str = "") -> Timeline:

@@ -94,3 +94,24 @@ def test_planner_picks_one_microbatch_when_overhead_dominates() -> None:
 def test_candidate_counts() -> None:
     assert candidate_counts(8) == [1, 2, 3, 4, 5, 6, 7, 8]
     assert candidate_counts(256, limit=4) == [1, 2, 3, 4, 8, 16, 32, 64, 128, 256]
+
+
+def test_processor_sharing_slows_overlapping_compute() -> None:
+    """Two ranks at half speed while both compute. GPipe K=2, m=2, f=1, b=2 (hand-derived):
+    r0 F0 [0,1]; r0 F1 ‖ r1 F0 at half speed [1,3]; r1 F1 [3,4]; r1 B0 [4,6];
+    r0 B0 ‖ r1 B1 at half speed [6,10]; r0 B1 [10,12]."""
+    shared = Cluster.local(2, link=FREE, shared_speed=(1.0, 0.5))
+    plan = chain(Method.GPIPE, 2, 2, 2)
+    timeline = simulate(build_schedule(plan), plan, CostModel(flat_profile(2, 1.0, 2.0), shared))
+    assert timeline.iteration_s == pytest.approx(12.0)
+    spans = {str(e.action): (e.start_s, e.end_s) for e in timeline.events}
+    assert spans["1F0[0:1]"] == pytest.approx((1.0, 3.0))
+    assert spans["0B0[0:1]"] == pytest.approx((6.0, 10.0))
+    alone = CostModel(flat_profile(2, 1.0, 2.0), Cluster.local(2, link=FREE))
+    assert simulate(build_schedule(plan), plan, alone).iteration_s == pytest.approx(9.0)
+
+
+def test_concurrency_speed_extrapolates_throughput() -> None:
+    cluster = Cluster.local(4, shared_speed=(1.0, 0.8))
+    assert [cluster.concurrency_speed(n) for n in (1, 2, 4)] == pytest.approx([1.0, 0.8, 0.4])
+    assert Cluster.local(2).concurrency_speed(2) == 1.0
