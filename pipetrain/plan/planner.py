@@ -63,8 +63,10 @@ def equal_plan(
         )
     sizes = equal_sizes(batch_size, n_micro)
     b = max(sizes)
+    # The per-action overhead is paid once per stage, not per layer: leave it out of the balance.
     per_layer = [
-        cost.forward_s((name,), b, 0) + cost.backward_s((name,), b, 0) for name in layer_names
+        cost.forward_s((name,), b, 0) + cost.backward_s((name,), b, 0) - 2 * cost.action_overhead_s
+        for name in layer_names
     ]
     counts = balanced_partition(per_layer, n_stages)
     stages, first = [], 0

@@ -15,6 +15,7 @@ transports (gloo, NCCL) require; the validator checks it.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 from pipetrain.plan.plan import Plan, ranges
@@ -24,18 +25,18 @@ from pipetrain.schedule.schedule import Schedule
 __all__ = ["add_communication"]
 
 
-def _messages(sizes: Sequence[int]) -> list[tuple[int, int, int]]:
+def _messages(sizes: Sequence[int]) -> deque[tuple[int, int, int]]:
     """``(microbatch, lo, hi)`` of every micro-batch of a partition."""
-    return [(j, lo, hi) for j, (lo, hi) in enumerate(ranges(sizes))]
+    return deque((j, lo, hi) for j, (lo, hi) in enumerate(ranges(sizes)))
 
 
 def _receives(
-    kind: ActionKind, stage: int, peer: int, needed_hi: int, pending: list[tuple[int, int, int]]
+    kind: ActionKind, stage: int, peer: int, needed_hi: int, pending: deque[tuple[int, int, int]]
 ) -> list[Action]:
     """Pop and return receives for every pending message that starts before ``needed_hi``."""
     out = []
     while pending and pending[0][1] < needed_hi:
-        j, lo, hi = pending.pop(0)
+        j, lo, hi = pending.popleft()
         out.append(Action(kind, stage, j, lo, hi, peer=peer))
     return out
 
@@ -47,8 +48,8 @@ def add_communication(schedule: Schedule, plan: Plan) -> Schedule:
     programs: list[list[Action]] = []
     for rank, program in schedule:
         k = plan.stage_of_rank(rank)
-        fwd_in = _messages(plan.stages[k - 1].forward_sizes) if k > 0 else []
-        bwd_in = _messages(plan.stages[k + 1].backward_sizes) if k < last else []
+        fwd_in = _messages(plan.stages[k - 1].forward_sizes) if k > 0 else deque()
+        bwd_in = _messages(plan.stages[k + 1].backward_sizes) if k < last else deque()
         out: list[Action] = []
         for a in program:
             if a.kind is ActionKind.F and k > 0:

@@ -1,1 +1,60 @@
-"""Micro-batch planners: how each stage splits the batch."""
+"""Micro-batch planners: how each stage splits the batch (UMPIPE's UEDP, PAPERS.md §1).
+
+Planners take :class:`~pipetrain.simulate.vectorised.StageTables` (per-stage cost by micro-batch
+size) and return a :class:`MicrobatchPlan`; :func:`plan_uedp` turns one into a ``uedp`` Plan.
+
+==========  ==================================================================
+``equal``   :func:`best_equal`: the best equal count (GPipe's micro-batching)
+``greedy``  :func:`local_greedy`: each stage its own saturation-bounded best size
+``dp``      :func:`global_dp`: stage by stage, an exact DP for the stage's own finish
+``dgap``    :func:`dgap`: the dual-chromosome GA, one individual timed at a time
+``tidgap``  :func:`tidgap`: the same GA on the vectorised evaluator
+``single``  :func:`single_chromosome`: the GA with backward partition = forward
+==========  ==================================================================
+"""
+
+from pipetrain.plan.microbatch.dp import global_dp
+from pipetrain.plan.microbatch.encoding import (
+    Partition,
+    cap_cuts,
+    cuts_to_partition,
+    cuts_to_sizes,
+    equal_seeds,
+    partition_to_cuts,
+    sizes_to_cuts,
+)
+from pipetrain.plan.microbatch.equal import best_equal
+from pipetrain.plan.microbatch.ga import GAConfig, GAState, ask, dgap, ga, init_state, single_chromosome, tell, tidgap
+from pipetrain.plan.microbatch.greedy import local_greedy, saturation_point
+from pipetrain.plan.microbatch.result import MicrobatchPlan
+from pipetrain.plan.microbatch.uedp import PLANNER_NAMES, PlannerName, plan_uedp, run_planner
+from pipetrain.simulate.vectorised import StageTables
+
+__all__ = [
+    "PLANNER_NAMES",
+    "GAConfig",
+    "GAState",
+    "MicrobatchPlan",
+    "Partition",
+    "PlannerName",
+    "StageTables",
+    "ask",
+    "best_equal",
+    "cap_cuts",
+    "cuts_to_partition",
+    "cuts_to_sizes",
+    "dgap",
+    "equal_seeds",
+    "ga",
+    "global_dp",
+    "init_state",
+    "local_greedy",
+    "partition_to_cuts",
+    "plan_uedp",
+    "run_planner",
+    "saturation_point",
+    "single_chromosome",
+    "sizes_to_cuts",
+    "tell",
+    "tidgap",
+]

@@ -1,0 +1,350 @@
+"""DGAP / TiDGAP: a dual-chromosome genetic algorithm over per-stage micro-batch partitions.
+
+UMPIPE (Zhou, Tian, Buyya, Wu, IEEE TPDS 2025, doi:10.1109/TPDS.2024.3515804) searches UEDP plans
+with DGAP, a GA whose individuals carry one chromosome for forward and one for backward partitions,
+and TiDGAP, the same search with a fitness that times many individuals and micro-batches at once.
+Only the abstract is public; the operators and hyperparameters here are **pipetrain's
+reconstruction** (PAPERS.md §1.7–§1.8):
+
+* individual: forward and backward cut masks ``[K, B]`` (:mod:`.encoding`); population ``[P, K, B]``;
+* init: the fastest equal (GPipe) plans, up to half the population, so the result is never worse
+  than the best equal plan; the rest random with a log-uniform cut density per chromosome;
+* fitness: ``-T`` from :func:`~pipetrain.simulate.vectorised.iteration_times` (TiDGAP, one call per
+  generation) or :func:`~pipetrain.simulate.vectorised.iteration_time` per individual (DGAP); the
+  two give bit-identical times, so the same seed gives the same plan;
+* selection: tournament of 3; crossover: pairs cross with p 0.8, swapping each stage's row with
+  p 0.5, **independently for the forward and the backward chromosome** (the "dual" part);
+  mutation: each row with p 0.15 flips one cut bit or shifts an existing cut by ±1 sample;
+  elitism: the 2 best survive; a per-stage memory cap is kept by adding cuts;
+* single-chromosome ablation: the backward chromosome is the forward one.
+
+The state is an immutable :class:`GAState`; :func:`ask` and :func:`tell` are pure apart from drawing
+from the ``numpy.random.Generator`` passed in (the evotorch functional style of STYLE.md L8). Cost
+per generation: ``O(P K B)`` array work for the operators and TiDGAP's one evaluation call; DGAP
+instead runs ``P`` Python loops of ``O(K B)`` each.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from pipetrain.plan.microbatch.encoding import BoolArray, cap_cuts, cuts_to_partition, equal_seeds
+from pipetrain.plan.microbatch.result import MicrobatchPlan, check_caps
+from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
+
+__all__ = [
+    "EvaluatorKind",
+    "GAConfig",
+    "GAState",
+    "Mode",
+    "OnGeneration",
+    "ask",
+    "dgap",
+    "ga",
+    "init_state",
+    "single_chromosome",
+    "tell",
+    "tidgap",
+]
+
+FloatArray = npt.NDArray[np.float64]
+Mode = Literal["dual", "single"]
+EvaluatorKind = Literal["vectorised", "loop"]
+Evaluator = Callable[[BoolArray, BoolArray], FloatArray]
+"""``(forward [N, K, B], backward [N, K, B]) -> [N]`` iteration seconds."""
+OnGeneration = Callable[[int, float], None]
+
+
+@dataclass(frozen=True)
+class GAConfig:
+    """GA hyperparameters (pipetrain's choices; the paper's are unknown).
+
+    Attributes:
+        population: individuals per generation ``P``.
+        generations: generations ``G`` to run.
+        tournament: contestants per tournament.
+        pair_crossover_p: probability that a pair of parents crosses over (per chromosome).
+        row_swap_p: in a crossing pair, probability that a stage's row is swapped.
+        row_mutation_p: probability that a row (one stage of one chromosome) mutates.
+        elite: best individuals copied unchanged into the next generation.
+    """
+
+    population: int = 128
+    generations: int = 500
+    tournament: int = 3
+    pair_crossover_p: float = 0.8
+    row_swap_p: float = 0.5
+    row_mutation_p: float = 0.15
+    elite: int = 2
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.elite < self.population:
+            raise ValueError(f"elite ({self.elite}) must be >= 0 and below the population ({self.population})")
+        if self.generations < 0 or self.tournament < 1:
+            raise ValueError("generations must be >= 0 and tournament >= 1")
+        for name in ("pair_crossover_p", "row_swap_p", "row_mutation_p"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1]")
+
+
+class GAState(NamedTuple):
+    """One generation, immutable (its arrays are read-only).
+
+    Attributes:
+        forward: ``[P, K, B]`` forward cut masks.
+        backward: ``[P, K, B]`` backward cut masks.
+        times_s: ``[P]`` iteration seconds of each individual.
+        best_forward: ``[K, B]`` the fastest individual seen so far, forward.
+        best_backward: ``[K, B]`` its backward masks.
+        best_s: its iteration seconds.
+        generation: generations completed.
+    """
+
+    forward: BoolArray
+    backward: BoolArray
+    times_s: FloatArray
+    best_forward: BoolArray
+    best_backward: BoolArray
+    best_s: float
+    generation: int
+
+
+def _freeze(*arrays: npt.NDArray[np.generic]) -> None:
+    for array in arrays:
+        array.setflags(write=False)
+
+
+def _state(forward: BoolArray, backward: BoolArray, times: FloatArray, previous: GAState | None) -> GAState:
+    """A state whose best is the better of ``previous``'s best and this population's (ties: older)."""
+    i = int(np.argmin(times))
+    generation = 0 if previous is None else previous.generation + 1
+    if previous is not None and previous.best_s <= times[i]:
+        best = (previous.best_forward, previous.best_backward, previous.best_s)
+    else:
+        best = (forward[i].copy(), backward[i].copy(), float(times[i]))
+    _freeze(forward, backward, times, best[0], best[1])
+    return GAState(forward, backward, times, best[0], best[1], best[2], generation)
+
+
+# ---- operators --------------------------------------------------------------------------------
+
+
+def _random_cuts(n: int, n_stages: int, batch: int, rng: np.random.Generator) -> BoolArray:
+    """``[n, K, B]`` random masks; each individual has its own cut density, log-uniform in [1/B, 1]."""
+    density = np.exp(rng.uniform(math.log(1.0 / batch), 0.0, size=n))
+    cuts = rng.random((n, n_stages, batch)) < density[:, None, None]
+    cuts[..., -1] = True
+    return cuts
+
+
+def _tournament(times: FloatArray, n: int, size: int, rng: np.random.Generator) -> npt.NDArray[np.intp]:
+    """Indices of ``n`` winners of tournaments of ``size`` (ties: the first drawn)."""
+    contestants = rng.integers(0, len(times), size=(n, size))
+    winners: npt.NDArray[np.intp] = contestants[np.arange(n), np.argmin(times[contestants], axis=1)]
+    return winners
+
+
+def _crossover(
+    chromosomes: BoolArray, parents: npt.NDArray[np.intp], config: GAConfig, rng: np.random.Generator
+) -> BoolArray:
+    """Children of the pairs ``(parents[2i], parents[2i + 1])``: stage rows swapped between mates.
+
+    Args:
+        chromosomes: ``[P, K, B]`` the population's forward or backward masks.
+        parents: ``[2n]`` indices into the population.
+
+    Returns:
+        ``[2n, K, B]``: first the children that start from ``parents[2i]``, then their mates.
+    """
+    a, b = parents[0::2, None], parents[1::2, None]
+    crosses = rng.random(len(a)) < config.pair_crossover_p
+    swap = (rng.random((len(a), chromosomes.shape[1])) < config.row_swap_p) & crosses[:, None]
+    source = np.concatenate([np.where(swap, b, a), np.where(swap, a, b)])  # [2n, K] parent per row
+    children: BoolArray = chromosomes[source, np.arange(chromosomes.shape[1])]
+    return children
+
+
+def _mutate(cuts: BoolArray, p_row: float, rng: np.random.Generator) -> BoolArray:
+    """Each row mutates with ``p_row``: shift a random existing cut by ±1, else flip a random bit.
+
+    A row chooses shift or flip with p 1/2; a shift that has no cut to move, or would move it off
+    the row or onto another cut, becomes a flip. The last column is never touched.
+    """
+    batch = cuts.shape[-1]
+    out = cuts.copy()
+    if batch == 1:
+        return out
+    who, stage = np.nonzero(rng.random(cuts.shape[:2]) < p_row)
+    rows, n = out[who, stage], len(who)
+    flip_at = rng.integers(0, batch - 1, size=n)
+    wants_shift = rng.random(n) < 0.5
+    step = 2 * rng.integers(0, 2, size=n) - 1
+    keys = np.where(rows[:, :-1], rng.random((n, batch - 1)), -1.0)
+    src = np.argmax(keys, axis=1)
+    dst = src + step
+    ok = wants_shift & (keys[np.arange(n), src] >= 0.0) & (dst >= 0) & (dst <= batch - 2)
+    ok &= ~rows[np.arange(n), np.clip(dst, 0, batch - 1)]
+    rows[np.flatnonzero(ok), src[ok]] = False
+    rows[np.flatnonzero(ok), dst[ok]] = True
+    rows[np.flatnonzero(~ok), flip_at[~ok]] ^= True
+    out[who, stage] = rows
+    return out
+
+
+# ---- ask / tell -------------------------------------------------------------------------------
+
+
+def init_state(
+    tables: StageTables,
+    config: GAConfig,
+    rng: np.random.Generator,
+    evaluate: Evaluator,
+    *,
+    mode: Mode = "dual",
+    caps: Sequence[int] | None = None,
+) -> GAState:
+    """Generation 0: the fastest equal plans (up to half of ``P``), the rest random."""
+    n_stages, batch = tables.n_stages, tables.batch_size
+    seeds = cap_cuts(equal_seeds(n_stages, batch), caps)
+    keep = np.argsort(evaluate(seeds, seeds), kind="stable")[: min(batch, math.ceil(config.population / 2))]
+    n_random = config.population - len(keep)
+    forward = cap_cuts(_random_cuts(n_random, n_stages, batch, rng), caps)
+    backward = forward if mode == "single" else cap_cuts(_random_cuts(n_random, n_stages, batch, rng), caps)
+    forward, backward = np.concatenate([seeds[keep], forward]), np.concatenate([seeds[keep], backward])
+    return _state(forward, backward, evaluate(forward, backward), None)
+
+
+def ask(
+    state: GAState,
+    config: GAConfig,
+    rng: np.random.Generator,
+    *,
+    mode: Mode = "dual",
+    caps: Sequence[int] | None = None,
+) -> tuple[BoolArray, BoolArray]:
+    """The ``P - elite`` children of ``state``: forward and backward masks ``[P - elite, K, B]``."""
+    n_kids = config.population - config.elite
+    parents = _tournament(state.times_s, 2 * math.ceil(n_kids / 2), config.tournament, rng)
+    forward = _mutate(_crossover(state.forward, parents, config, rng)[:n_kids], config.row_mutation_p, rng)
+    forward = cap_cuts(forward, caps)
+    if mode == "single":
+        return forward, forward
+    backward = _mutate(_crossover(state.backward, parents, config, rng)[:n_kids], config.row_mutation_p, rng)
+    return forward, cap_cuts(backward, caps)
+
+
+def tell(state: GAState, forward: BoolArray, backward: BoolArray, times_s: FloatArray, config: GAConfig) -> GAState:
+    """The next generation: ``state``'s ``elite`` best, then the evaluated children."""
+    elite = np.argsort(state.times_s, kind="stable")[: config.elite]
+    return _state(
+        np.concatenate([state.forward[elite], forward]),
+        np.concatenate([state.backward[elite], backward]),
+        np.concatenate([state.times_s[elite], times_s]),
+        state,
+    )
+
+
+# ---- drivers ----------------------------------------------------------------------------------
+
+
+def _evaluator(tables: StageTables, kind: EvaluatorKind) -> Evaluator:
+    if kind == "vectorised":
+        return lambda forward, backward: iteration_times(forward, backward, tables)
+
+    def one_at_a_time(forward: BoolArray, backward: BoolArray) -> FloatArray:
+        return np.array([
+            iteration_time(cuts_to_partition(f), cuts_to_partition(b), tables)
+            for f, b in zip(forward, backward, strict=True)
+        ])
+
+    return one_at_a_time
+
+
+def _planner_name(mode: Mode, evaluator: EvaluatorKind) -> str:
+    if mode == "dual":
+        return "tidgap" if evaluator == "vectorised" else "dgap"
+    return "single" if evaluator == "vectorised" else "single-loop"
+
+
+def ga(
+    tables: StageTables,
+    *,
+    seed: int = 0,
+    config: GAConfig | None = None,
+    mode: Mode = "dual",
+    evaluator: EvaluatorKind = "vectorised",
+    caps: Sequence[int] | None = None,
+    on_generation: OnGeneration | None = None,
+) -> MicrobatchPlan:
+    """Run the GA and return the fastest plan it saw.
+
+    Args:
+        tables: stage costs ``[K, B + 1]``.
+        seed: seeds the ``numpy.random.Generator``; the same arguments give the same plan.
+        config: hyperparameters (default :class:`GAConfig`).
+        mode: ``"dual"`` (independent forward and backward partitions) or ``"single"`` (backward =
+            forward, the ablation).
+        evaluator: ``"vectorised"`` (the whole population per call: TiDGAP) or ``"loop"`` (one
+            individual at a time: DGAP). Both give the same plan for a seed.
+        caps: per stage, the largest micro-batch allowed; None for no cap.
+        on_generation: called as ``on_generation(generation, best_s)`` after each generation
+            (1-based), e.g. to drive a progress bar.
+    """
+    config = config or GAConfig()
+    caps = check_caps(caps, tables.n_stages)
+    rng = np.random.default_rng(seed)
+    evaluate = _evaluator(tables, evaluator)
+    state = init_state(tables, config, rng, evaluate, mode=mode, caps=caps)
+    history = []
+    for _ in range(config.generations):
+        forward, backward = ask(state, config, rng, mode=mode, caps=caps)
+        state = tell(state, forward, backward, evaluate(forward, backward), config)
+        history.append(state.best_s)
+        if on_generation is not None:
+            on_generation(state.generation, state.best_s)
+    return MicrobatchPlan(
+        cuts_to_partition(state.best_forward), cuts_to_partition(state.best_backward), state.best_s,
+        _planner_name(mode, evaluator), tuple(history),
+    )
+
+
+def tidgap(
+    tables: StageTables,
+    *,
+    seed: int = 0,
+    config: GAConfig | None = None,
+    caps: Sequence[int] | None = None,
+    on_generation: OnGeneration | None = None,
+) -> MicrobatchPlan:
+    """TiDGAP: the dual-chromosome GA on the vectorised evaluator (arguments as for :func:`ga`)."""
+    return ga(tables, seed=seed, config=config, caps=caps, on_generation=on_generation)
+
+
+def dgap(
+    tables: StageTables,
+    *,
+    seed: int = 0,
+    config: GAConfig | None = None,
+    caps: Sequence[int] | None = None,
+    on_generation: OnGeneration | None = None,
+) -> MicrobatchPlan:
+    """DGAP: the dual-chromosome GA timing one individual at a time (arguments as for :func:`ga`)."""
+    return ga(tables, seed=seed, config=config, evaluator="loop", caps=caps, on_generation=on_generation)
+
+
+def single_chromosome(
+    tables: StageTables,
+    *,
+    seed: int = 0,
+    config: GAConfig | None = None,
+    caps: Sequence[int] | None = None,
+    on_generation: OnGeneration | None = None,
+) -> MicrobatchPlan:
+    """The single-chromosome ablation, backward partition = forward (arguments as for :func:`ga`)."""
+    return ga(tables, seed=seed, config=config, mode="single", caps=caps, on_generation=on_generation)

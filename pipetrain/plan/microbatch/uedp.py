@@ -1,0 +1,98 @@
+"""UEDP plans: run a micro-batch planner on a chain plan's stages and return a ``uedp`` Plan.
+
+The stages (layers, ranks), batch and recompute flag come from a base plan, e.g. the equal planner's
+(:func:`pipetrain.plan.planner.plan_equal`); only the per-stage size vectors change. The chosen plan
+is simulated once by the event simulator to fill its :class:`~pipetrain.plan.plan.Prediction`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Literal
+
+from pipetrain.cost import CostModel
+from pipetrain.plan.microbatch.dp import global_dp
+from pipetrain.plan.microbatch.equal import best_equal
+from pipetrain.plan.microbatch.ga import GAConfig, OnGeneration, dgap, single_chromosome, tidgap
+from pipetrain.plan.microbatch.greedy import local_greedy
+from pipetrain.plan.microbatch.result import MicrobatchPlan
+from pipetrain.plan.plan import Method, Plan, Prediction
+from pipetrain.schedule.generators import build_schedule
+from pipetrain.simulate.events import simulate
+from pipetrain.simulate.vectorised import StageTables
+
+__all__ = ["PLANNER_NAMES", "PlannerName", "plan_uedp", "run_planner"]
+
+log = logging.getLogger(__name__)
+
+PlannerName = Literal["equal", "greedy", "dp", "dgap", "tidgap", "single"]
+PLANNER_NAMES: tuple[PlannerName, ...] = ("equal", "greedy", "dp", "dgap", "tidgap", "single")
+
+
+def run_planner(
+    name: PlannerName,
+    tables: StageTables,
+    *,
+    seed: int = 0,
+    config: GAConfig | None = None,
+    caps: Sequence[int] | None = None,
+    on_generation: OnGeneration | None = None,
+) -> MicrobatchPlan:
+    """Run one planner by its CLI name (``seed``, ``config``, ``on_generation``: GA planners only).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name == "equal":
+        return best_equal(tables, caps)
+    if name == "greedy":
+        return local_greedy(tables, caps)
+    if name == "dp":
+        return global_dp(tables, caps)
+    ga_planners = {"dgap": dgap, "tidgap": tidgap, "single": single_chromosome}
+    if name not in ga_planners:
+        raise ValueError(f"unknown micro-batch planner {name!r}; choose one of {', '.join(PLANNER_NAMES)}")
+    return ga_planners[name](tables, seed=seed, config=config, caps=caps, on_generation=on_generation)
+
+
+def plan_uedp(
+    base: Plan,
+    cost: CostModel,
+    *,
+    planner: PlannerName = "tidgap",
+    seed: int = 0,
+    config: GAConfig | None = None,
+    caps: Sequence[int] | None = None,
+    on_generation: OnGeneration | None = None,
+) -> Plan:
+    """The base plan's stages with the planner's per-stage forward and backward sizes, method ``uedp``.
+
+    Args:
+        base: a chain plan with one rank per stage; its sizes and method are replaced.
+        cost: the cost model (tables are built as :meth:`StageTables.from_plan`).
+        planner: which planner (see :func:`run_planner`).
+        seed: GA seed.
+        config: GA hyperparameters.
+        caps: per stage, the largest micro-batch allowed (a memory limit); None for no cap.
+        on_generation: GA progress callback ``(generation, best_s)``.
+
+    Note:
+        A plan whose backward sizes differ from its forward sizes needs recompute to run
+        (PAPERS.md §1.12); the tables use the base plan's ``recompute`` flag as given.
+    """
+    tables = StageTables.from_plan(base, cost)
+    result = run_planner(planner, tables, seed=seed, config=config, caps=caps, on_generation=on_generation)
+    stages = tuple(
+        replace(stage, forward_sizes=fwd, backward_sizes=bwd)
+        for stage, fwd, bwd in zip(base.stages, result.forward_sizes, result.backward_sizes, strict=True)
+    )
+    plan = replace(base, method=Method.UEDP, stages=stages, prediction=None)
+    timeline = simulate(build_schedule(plan), plan, cost)
+    log.debug("%s predicted %.9f s, event simulator %.9f s", result.planner, result.iteration_s, timeline.iteration_s)
+    return plan.with_prediction(Prediction(
+        timeline.iteration_s, timeline.bubble_fraction(), timeline.peak_activation_bytes,
+        f"{result.planner} (seed {seed}), simulated: profile {cost.profile.source} ({cost.profile.device}), "
+        f"cluster {cost.cluster.name}",
+    ))

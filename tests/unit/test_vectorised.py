@@ -1,0 +1,182 @@
+"""The vectorised UEDP evaluator against a per-micro-batch loop reference and the event simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from pipetrain.cluster import Cluster, Device, Link
+from pipetrain.cost import CostModel
+from pipetrain.plan.microbatch.encoding import cuts_to_partition, partition_to_cuts
+from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.profile.table import LayerProfile, Profile
+from pipetrain.schedule.generators import build_schedule
+from pipetrain.simulate.events import simulate
+from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
+
+Partition = list[tuple[int, ...]]
+FloatArray = npt.NDArray[np.float64]
+
+
+# ---- the slow reference: PAPERS.md §1.4 written out literally -------------------------------
+
+
+def _stage(ready_of_sample: list[float], sizes: tuple[int, ...], t: FloatArray, c: FloatArray,
+           start: float) -> tuple[list[float], float]:
+    """One stage's chain and its outgoing link: per-sample arrivals downstream and the stage's end."""
+    end, link, lo, arrivals = start, float("-inf"), 0, []
+    for x in sizes:
+        end = max(end, ready_of_sample[lo + x - 1]) + t[x]
+        link = max(link, end) + c[x]
+        arrivals += [link] * x
+        lo += x
+    return arrivals, end
+
+
+def reference_time(fwd: Partition, bwd: Partition, tables: StageTables) -> float:
+    """T = max_k (BE[k, n_k] + step[k]) by the textbook recurrence ``E = max(E, r) + d``."""
+    n, batch = tables.n_stages, tables.batch_size
+    ready, forward_end = [0.0] * batch, []
+    for k in range(n):
+        ready, end = _stage(ready, fwd[k], tables.forward_s[k], tables.send_forward_s[k], 0.0)
+        forward_end.append(end)
+    ready, finish = [float("-inf")] * batch, []
+    for k in range(n - 1, -1, -1):
+        ready, end = _stage(ready, bwd[k], tables.backward_s[k], tables.send_backward_s[k], forward_end[k])
+        finish.append(end + float(tables.step_s[k]))
+    return max(finish)
+
+
+# ---- random instances -------------------------------------------------------------------------
+
+
+def random_sizes(rng: np.random.Generator, batch: int) -> tuple[int, ...]:
+    """A random composition of ``batch``: sometimes one micro-batch, sometimes all ones."""
+    density = rng.choice([0.0, 0.1, 0.3, 0.7, 1.0])
+    cuts = rng.random(batch) < density
+    cuts[-1] = True
+    return cuts_to_partition(cuts[None])[0]
+
+
+def random_partition(rng: np.random.Generator, n: int, batch: int) -> Partition:
+    return [random_sizes(rng, batch) for _ in range(n)]
+
+
+def random_tables(rng: np.random.Generator, n: int, batch: int) -> StageTables:
+    """Arbitrary non-negative tables (not necessarily monotone); column 0 is never read."""
+    def table() -> FloatArray:
+        t: FloatArray = rng.uniform(0.0, 2.0, size=(n, batch + 1)) * rng.choice([0.0, 1.0], p=[0.1, 0.9])
+        return t
+    return StageTables(table(), table(), table(), table(), rng.uniform(0.0, 0.5, size=n))
+
+
+def random_cost(rng: np.random.Generator, n: int, batch: int) -> tuple[CostModel, tuple[tuple[str, ...], ...]]:
+    """A cost model from a synthetic profile on a random two-level cluster.
+
+    Each stage has one or two layers whose costs are random on the full grid 1..batch; devices sit on
+    random nodes (so links differ) and have random speeds.
+    """
+    grid = tuple(range(1, batch + 1))
+    stages, layers = [], []
+    for k in range(n):
+        names = tuple(f"s{k}l{i}" for i in range(int(rng.integers(1, 3))))
+        stages.append(names)
+        for name in names:
+            alpha, beta = rng.uniform(0.0, 1.0, 2)
+            sat = int(rng.integers(1, batch + 1))
+            fwd = tuple(float(alpha + beta * max(b, sat) + rng.uniform(0, 0.2)) for b in grid)
+            bwd = tuple(float(2 * alpha + rng.uniform(0.5, 3.0) * beta * b) for b in grid)
+            layers.append(LayerProfile(name, grid, fwd, bwd, int(rng.integers(0, 5000)),
+                                       int(rng.integers(0, 100)), 0, 0.0, float(rng.uniform(0, 0.3))))
+    profile = Profile("random", "", "cpu", "synthetic", int(rng.integers(1, 5000)), tuple(layers))
+    devices = tuple(Device("cpu", 1 << 30, float(rng.uniform(0.5, 2.0)), int(rng.integers(0, 2))) for _ in range(n))
+    cluster = Cluster(devices, Link(float(rng.uniform(0, 0.3)), float(rng.uniform(1e3, 1e5))),
+                      Link(float(rng.uniform(0, 1.0)), float(rng.uniform(1e3, 1e4))),
+                      action_overhead_s=float(rng.uniform(0.0, 0.05)))
+    return CostModel(profile, cluster), tuple(stages)
+
+
+def uedp_plan(stages: tuple[tuple[str, ...], ...], batch: int, fwd: Partition, bwd: Partition,
+              recompute: bool) -> Plan:
+    return Plan("random", "", batch, Method.UEDP, tuple(
+        StagePlan(layers, (k,), fwd[k], bwd[k]) for k, layers in enumerate(stages)), recompute=recompute)
+
+
+# ---- tests ------------------------------------------------------------------------------------
+
+
+def test_gpipe_sanity_case() -> None:
+    """K = 4, m = 4, f = 1, g = 2, free links: T = (m + K - 1)(f + g) = 21."""
+    n, batch = 4, 4
+    ones = np.ones((n, batch + 1))
+    ones[:, 0] = 0.0
+    zeros = np.zeros((n, batch + 1))
+    tables = StageTables(ones, 2 * ones, zeros, zeros)
+    sizes = [equal_sizes(batch, 4)] * n
+    cuts = partition_to_cuts(sizes, batch)[None]
+    assert iteration_times(cuts, cuts, tables).tolist() == [21.0]
+    assert iteration_time(sizes, sizes, tables) == 21.0
+
+
+def test_random_tables_against_the_loop_reference() -> None:
+    """500 instances, arbitrary tables: closed form == textbook loop (1e-9), == its loop twin (exactly)."""
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        n, batch = int(rng.integers(1, 9)), int(rng.integers(1, 25))
+        tables = random_tables(rng, n, batch)
+        plans = [(random_partition(rng, n, batch), random_partition(rng, n, batch)) for _ in range(3)]
+        fwd = np.stack([partition_to_cuts(f, batch) for f, _ in plans])
+        bwd = np.stack([partition_to_cuts(b, batch) for _, b in plans])
+        fast = iteration_times(fwd, bwd, tables)
+        for p, (f, b) in enumerate(plans):
+            assert fast[p] == pytest.approx(reference_time(f, b, tables), rel=1e-9, abs=1e-12)
+            assert fast[p] == iteration_time(f, b, tables)  # bit-identical: DGAP and TiDGAP agree
+
+
+def test_cost_model_tables_against_the_event_simulator() -> None:
+    """500 instances from random profiles and clusters: vectorised == simulate(build_schedule(plan))."""
+    rng = np.random.default_rng(2)
+    for i in range(500):
+        n, batch = int(rng.integers(1, 9)), int(rng.integers(1, 25))
+        cost, stages = random_cost(rng, n, batch)
+        fwd, bwd = random_partition(rng, n, batch), random_partition(rng, n, batch)
+        plan = uedp_plan(stages, batch, fwd, bwd, recompute=bool(i % 2))
+        tables = StageTables.from_plan(plan, cost)
+        fast = iteration_times(partition_to_cuts(fwd, batch)[None], partition_to_cuts(bwd, batch)[None], tables)
+        expected = simulate(build_schedule(plan), plan, cost).iteration_s
+        assert float(fast[0]) == pytest.approx(expected, rel=1e-9)
+
+
+def test_one_stage_one_sample() -> None:
+    f = np.array([[0.0, 3.0]])
+    tables = StageTables(f, 2 * f, np.zeros((1, 2)), np.zeros((1, 2)), np.array([0.5]))
+    cuts = np.ones((1, 1, 1), dtype=bool)
+    assert iteration_times(cuts, cuts, tables).tolist() == [9.5]
+
+
+def test_communication_is_fifo() -> None:
+    """Two stages, 4 one-sample micro-batches, a slow link: arrivals 1.1, 2.1, 3.1, 4.1 (as the simulator)."""
+    f = np.full((2, 5), 0.1)
+    f[:, 0] = 0.0
+    link = np.ones((2, 5))
+    link[:, 0] = 0.0
+    zeros = np.zeros((2, 5))
+    tables = StageTables(f, zeros, link, zeros)
+    ones = [(1, 1, 1, 1)] * 2
+    # stage 1's last forward starts at 4.1 and ends at 4.2; backward costs nothing
+    assert iteration_time(ones, ones, tables) == pytest.approx(4.2)
+
+
+def test_rejects_bad_inputs() -> None:
+    good = np.zeros((2, 4))
+    with pytest.raises(ValueError, match="non-negative"):
+        StageTables(good - 1.0, good, good, good)
+    with pytest.raises(ValueError, match="shape"):
+        StageTables(good, np.zeros((2, 5)), good, good)
+    tables = StageTables(good, good, good, good)
+    cuts = np.zeros((1, 2, 3), dtype=bool)
+    with pytest.raises(ValueError, match="last micro-batch"):
+        iteration_times(cuts, cuts, tables)
+    with pytest.raises(ValueError, match="sum to the batch"):
+        iteration_time([(1, 1)] * 2, [(3,)] * 2, tables)
