@@ -75,17 +75,15 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> None:
-    from pipetrain.cluster import Cluster
-    from pipetrain.profile.link import probe_link
+    from pipetrain.profile.link import probe_cluster
 
-    result = probe_link()
-    cluster = Cluster.local(2, speed=result.contention_speed, link=result.link, action_overhead_s=args.overhead)
+    cluster = probe_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead)
     _save(args.out, cluster.to_json(), "cluster")
-    link = result.link
+    link = cluster.intra_node
     out.print(
-        f"link: latency {link.latency_s * 1e6:.0f} µs, bandwidth {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s "
-        f"(fit error ≤ {result.max_relative_error:.0%}); two ranks compute at {result.contention_speed:.2f}× "
-        "the speed of one alone"
+        f"link: latency {link.latency_s * 1e6:.0f} µs, bandwidth {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s; "
+        f"two ranks computing at once each run at {cluster.concurrency_speed(2):.2f}× their speed alone "
+        f"(median of {args.probes} probes)"
     )
 
 
@@ -221,6 +219,8 @@ def _add_command_args(p: dict[str, argparse.ArgumentParser]) -> None:
     p["profile"].add_argument("--estimate", metavar="DEVICE", help="estimate for a device model instead of measuring")
     p["profile"].add_argument("--repeats", type=int, default=5, help="timed repeats per point (median kept)")
     p["profile"].add_argument("--out", type=Path, default=Path("profile.json"))
+    p["probe"].add_argument("--ranks", type=int, default=2, help="ranks of the local cluster (default 2)")
+    p["probe"].add_argument("--probes", type=int, default=3, help="probes to take the median of (default 3)")
     p["probe"].add_argument("--overhead", type=float, default=1e-4, help="runtime seconds per action (default 1e-4)")
     p["probe"].add_argument("--out", type=Path, default=Path("cluster.json"))
     _model_args(p["plan"])

@@ -26,11 +26,10 @@ def _stage_of(plan: Plan) -> list[int]:
 
 
 def _probe(n_ranks: int, console: Console) -> Cluster:
-    from pipetrain.profile.link import probe_link
+    from pipetrain.profile.link import probe_cluster
 
-    console.print("[bold]2/6[/bold] probing the link between two local ranks")
-    result = probe_link()
-    return Cluster.local(n_ranks, speed=result.contention_speed, link=result.link, action_overhead_s=1e-4)
+    console.print("[bold]2/6[/bold] probing the link and the contention between two local ranks")
+    return probe_cluster(n_ranks)
 
 
 def _artefacts(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:

@@ -1,7 +1,7 @@
 """Link probe: measure this machine's rank-to-rank link and how much co-located ranks slow down.
 
-    probe = probe_link()
-    cluster = Cluster.local(2, link=probe.link, speed=probe.contention_speed)
+    cluster = probe_cluster(n_ranks=2)          # median of 3 probes, as a Cluster
+    probe = probe_link()                         # one probe's raw numbers
 
 Two local processes (``torch.multiprocessing.spawn``, one intra-op thread each) join a process
 group over TCP on 127.0.0.1 and
@@ -13,8 +13,9 @@ group over TCP on 127.0.0.1 and
 2. time a compute loop (forward and backward of one ``mlp`` zoo block, 1024 → 4096 → 1024, on 32
    samples) on rank 0 alone, then on both ranks at once. ``contention_speed`` is the ratio of the
    two speeds, ``t_alone / t_together``: ranks sharing a machine share its caches and memory
-   bandwidth, so each runs slower than one rank alone (``Device.speed``). Each phase runs three
-   times and the median ratio is kept, because shared machines are noisy.
+   bandwidth, so each runs slower while both compute (``Cluster.shared_speed``, which the
+   simulator applies only while both are busy). Each phase runs three times and the median ratio
+   is kept, because shared machines are noisy.
 """
 
 from __future__ import annotations
@@ -33,12 +34,19 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import spawn as _untyped_spawn
 
-from pipetrain.cluster import Link
+from pipetrain.cluster import Cluster, Link
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo.mlp import MLPBlock
 
-__all__ = ["DEFAULT_SIZES_BYTES", "LinkProbe", "fit_error", "fit_link", "probe_link"]
+__all__ = [
+    "DEFAULT_SIZES_BYTES",
+    "LinkProbe",
+    "fit_error",
+    "fit_link",
+    "probe_cluster",
+    "probe_link",
+]
 
 DEFAULT_SIZES_BYTES: tuple[int, ...] = tuple(64 * 4**k for k in range(10))  # 64 B … 16 MiB
 _spawn: Callable[..., object] = _untyped_spawn  # torch leaves it unannotated
@@ -206,3 +214,21 @@ def probe_link(
         contention_speed=float(result["contention_speed"]),
         backend=backend,
     )
+
+
+def probe_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float = 1e-4) -> Cluster:
+    """This machine as a cluster of ``n_ranks`` CPU ranks, from the median of ``probes`` probes.
+
+    One probe can catch a neighbour's burst on a shared machine (contention speeds from 0.43 to
+    1.37 were seen in single probes here), hence the median of several.
+
+    Args:
+        n_ranks: ranks of the cluster (all on this machine).
+        probes: probes to take the median of (about 3 s each).
+        action_overhead_s: the runtime's fixed seconds per F or B action.
+    """
+    results = [probe_link() for _ in range(max(1, probes))]
+    link = Link(statistics.median(r.link.latency_s for r in results),
+                statistics.median(r.link.bandwidth_bytes_per_s for r in results))
+    speed = min(1.0, statistics.median(r.contention_speed for r in results))
+    return Cluster.local(n_ranks, link=link, shared_speed=(1.0, speed), action_overhead_s=action_overhead_s)

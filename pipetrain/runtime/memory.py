@@ -30,10 +30,14 @@ class ActivationMeter:
         self._owned: dict[Hashable, set[int]] = {}
         self.live_bytes = 0
         self.peak_bytes = 0
+        self.enabled = True  # the hook costs a Python call per saved tensor: meter one step only
 
     @contextmanager
     def track(self, key: Hashable) -> Iterator[None]:
         """Count what autograd saves inside the block as held by ``key`` (e.g. a sample range)."""
+        if not self.enabled:
+            yield
+            return
         seen: dict[int, int] = {}
 
         def pack(tensor: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, loss_sum
 from pipetrain.plan.plan import Plan
@@ -86,6 +87,8 @@ def reference_train(
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads_per_rank)
+    if config.keep_freed_memory:
+        keep_freed_memory()
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import PrefixStore, Store
 
+from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.plan.plan import Plan, WeightPolicy
 from pipetrain.runtime.config import FaultInjection, InjectedFault, TrainConfig, TrainJob, TrainResult
@@ -233,6 +234,8 @@ def run_session(
         RankFailure: this rank failed (or lost a peer); the message names stage, rank and step.
     """
     torch.set_num_threads(jobs[0].config.threads_per_rank)
+    if jobs[0].config.keep_freed_memory:
+        keep_freed_memory()
     session: _Session | None = None
     try:
         session = _Session(rdv, jobs[0].config, reporter, parent_pid)
@@ -271,6 +274,7 @@ def _run_job(session: _Session, index: int, job: TrainJob) -> TrainResult | None
         recorder.start_step()
         if ctx is not None:
             run_program(ctx, program, (fault, recorder))
+            ctx.meter.enabled = False  # every step holds the same activations: the first one tells
         step_s = recorder.end_step()
         loss = ctx.step_loss() if ctx is not None else None
         if loss is not None:
