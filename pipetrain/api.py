@@ -12,6 +12,7 @@ Each step is also a ``pipetrain`` sub-command; the CLI is a thin layer over thes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -125,8 +126,19 @@ def plan_pipeline(
             model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, cost=cost,
             method=m, n_stages=stages, batch_size=batch_size, n_micro=n_micro,
         )[1]
-    candidates.sort(key=lambda c: (c.iteration_s, len(c.plan.stages[0].forward_sizes)))
+    candidates.sort(key=_rank_key)
     return candidates[0].plan, candidates
+
+
+def _rank_key(c: Candidate) -> tuple[float, int, int]:
+    """Fastest first; among equally fast plans (to 0.1%), less activation memory, then fewer
+    micro-batches: GPipe and 1F1B often tie in time, and 1F1B holds fewer activations."""
+    peak = max(c.plan.prediction.peak_memory_bytes, default=0) if c.plan.prediction else 0
+    return (round(c.iteration_s, 3 - _magnitude(c.iteration_s)), peak, len(c.plan.stages[0].forward_sizes))
+
+
+def _magnitude(x: float) -> int:
+    return 0 if x <= 0 else math.floor(math.log10(x)) + 1
 
 
 def predict(plan: Plan, profile: Profile, cluster: Cluster) -> tuple[Schedule, Timeline]:

@@ -221,7 +221,7 @@ def _add_command_args(p: dict[str, argparse.ArgumentParser]) -> None:
     p["profile"].add_argument("--out", type=Path, default=Path("profile.json"))
     p["probe"].add_argument("--ranks", type=int, default=2, help="ranks of the local cluster (default 2)")
     p["probe"].add_argument("--probes", type=int, default=3, help="probes to take the median of (default 3)")
-    p["probe"].add_argument("--overhead", type=float, default=1e-4, help="runtime seconds per action (default 1e-4)")
+    p["probe"].add_argument("--overhead", type=float, default=2.5e-4, help="runtime seconds per F/B action")
     p["probe"].add_argument("--out", type=Path, default=Path("cluster.json"))
     _model_args(p["plan"])
     _cost_args(p["plan"])

@@ -1,0 +1,579 @@
+"""Core benchmark (a) + (b): pipetrain against torch pipelining and single-process training.
+
+    .venv/bin/python benchmarks/bench_core.py --repeats 5 --out benchmarks/results/core
+    .venv/bin/python benchmarks/bench_core.py --quick --out /tmp/core-quick      # smoke run
+
+(a) Throughput on 2 local ranks (gloo, one thread each) for each model: single-process training
+(one thread), torch.distributed.pipelining GPipe and 1F1B at 1, 2, 4, 8 micro-batches, pipetrain
+gpipe/1f1b at the same settings (its balanced two-stage partition, checked to equal torch's
+equal-layer split), and pipetrain at the setting its planner picks. (b) Fidelity: the simulator's
+predicted iteration time against the measured one for every pipetrain run.
+
+Every configuration of every model runs once per round, the rounds repeat ``--repeats`` times (the
+starting configuration rotates each round), and each configuration's result is the median over
+rounds of its per-run samples/s (each run: the batch over its median timed step, after 2 warm-up
+steps). A configuration that hangs (times out) is reported and not retried; one that fails is
+retried every round.
+
+Single-process training runs twice, each in a fresh process: plain PyTorch (``single``), and
+with pipetrain's allocator setting (``single+alloc``, :mod:`pipetrain.allocator`), since that
+setting alone makes CPU training faster. ``planned-noalloc`` is the planned setting without it,
+so the two effects can be told apart.
+
+Output under ``--out``: ``core.json`` (every run, rewritten after each), ``core.md`` (tables),
+``gantt_<model>.png`` (predicted beside measured for the planned setting, the median run),
+``cluster.json`` and ``profile_<model>.json`` (what the predictions were made from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from types import FrameType
+from typing import Literal, TypeVar
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from torch_baseline import Schedule, run_torch_pipelining, stage_layers
+
+import pipetrain
+from pipetrain import api
+from pipetrain.cluster import Cluster
+from pipetrain.cost import CostModel
+from pipetrain.fileio import write_atomic
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.graph.zoo import build_model
+from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.planner import equal_plan
+from pipetrain.profile.table import Profile
+from pipetrain.runtime.config import TrainConfig as TrainConfigT
+from pipetrain.runtime.config import TrainResult as TrainResultT
+from pipetrain.simulate.timeline import Timeline
+
+Kind = Literal["single", "single+alloc", "torch", "pipetrain", "planned", "planned-noalloc"]
+T = TypeVar("T")
+
+WARMUP_STEPS = 2
+SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b")
+METHOD_OF: dict[str, Method] = {"gpipe": Method.GPIPE, "1f1b": Method.ONE_F_ONE_B}
+
+
+# ---- what runs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration of one model."""
+
+    kind: Kind
+    schedule: str = ""
+    n_micro: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.kind in ("single", "single+alloc", "planned", "planned-noalloc"):
+            return self.kind
+        return f"{self.kind} {self.schedule} m={self.n_micro}"
+
+
+@dataclass
+class Run:
+    """One measurement of one configuration."""
+
+    model: str
+    label: str
+    round: int
+    status: str
+    samples_per_s: float | None = None
+    iteration_s: float | None = None
+    predicted_s: float | None = None
+    step_times_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+@dataclass
+class ModelSetup:
+    """Everything decided before the timed rounds for one model."""
+
+    name: str
+    graph: LayerGraph
+    batch: int
+    steps: int
+    profile: Profile
+    cluster: Cluster
+    plans: dict[str, Plan]
+    predicted: dict[str, Timeline]
+    predicted_alone_s: dict[str, float]
+    planned_candidates: list[tuple[str, int, float]]
+    partition_note: str
+
+
+def configs(micro: Sequence[int]) -> list[Config]:
+    """Single process, torch × schedule × m, pipetrain × schedule × m, planned."""
+    out = [Config("single"), Config("single+alloc")]
+    out += [Config("torch", s, m) for s in SCHEDULES for m in micro]
+    out += [Config("pipetrain", s, m) for s in SCHEDULES for m in micro]
+    out += [Config("planned"), Config("planned-noalloc")]
+    return out
+
+
+# ---- setup ------------------------------------------------------------------------------------
+
+
+def probe_cluster(overhead_s: float, n_probes: int) -> tuple[Cluster, dict[str, object]]:
+    """This machine as a 2-rank cluster (:func:`pipetrain.profile.link.probe_cluster`)."""
+    from pipetrain.profile.link import probe_cluster as probe
+
+    cluster = probe(2, probes=n_probes, action_overhead_s=overhead_s)
+    info: dict[str, object] = {
+        "latency_s": cluster.intra_node.latency_s,
+        "bandwidth_bytes_per_s": cluster.intra_node.bandwidth_bytes_per_s,
+        "shared_speed": list(cluster.shared_speed),
+        "action_overhead_s": overhead_s,
+        "probes": n_probes,
+    }
+    return cluster, info
+
+
+def _describe(plan: Plan) -> str:
+    sizes = plan.stages[0].forward_sizes
+    return f"{plan.method.value} m={len(sizes)} layers {[len(s.layers) for s in plan.stages]}"
+
+
+def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequence[int]) -> ModelSetup:
+    """Profile the model, build every pipetrain plan (same settings and planned), predict each."""
+    graph = build_model(name)
+    t0 = time.perf_counter()
+    profile = api.profile_model(graph, batch)
+    print(f"[{name}] profiled in {time.perf_counter() - t0:.1f} s", flush=True)
+    cost = CostModel(profile, cluster)
+    plans: dict[str, Plan] = {}
+    for schedule in SCHEDULES:
+        for m in micro:
+            plans[Config("pipetrain", schedule, m).label] = equal_plan(
+                model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, cost=cost,
+                method=METHOD_OF[schedule], n_stages=2, batch_size=batch, n_micro=m,
+            )
+    planned, candidates = api.plan_pipeline(graph, profile, cluster, batch_size=batch)
+    plans["planned"] = planned
+    predicted = {label: api.predict(plan, profile, cluster)[1] for label, plan in plans.items()}
+    predicted["single"] = _predict_single(graph, profile, batch, cluster.action_overhead_s)
+    predicted["single+alloc"] = predicted["single"]
+    predicted["planned-noalloc"] = predicted["planned"]
+    # the same plans on ranks that never slow each other (Device.speed 1): brackets the contention model
+    alone = replace(cluster, shared_speed=())
+    predicted_alone = {label: api.predict(plan, profile, alone)[1].iteration_s for label, plan in plans.items()}
+    note = _partition_note(graph, plans)
+    top = [(c.plan.method.value, len(c.plan.stages[0].forward_sizes), c.iteration_s) for c in candidates[:8]]
+    print(f"[{name}] planned: {_describe(planned)}, predicted {predicted['planned'].iteration_s * 1e3:.1f} ms; "
+          f"{note}", flush=True)
+    return ModelSetup(name, graph, batch, steps, profile, cluster, plans, predicted, predicted_alone, top, note)
+
+
+def _predict_single(graph: LayerGraph, profile: Profile, batch: int, overhead_s: float) -> Timeline:
+    """The simulator's time for one rank running the whole model on the whole batch, alone."""
+    alone = Cluster.local(1, action_overhead_s=overhead_s)
+    plan = equal_plan(model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names,
+                      cost=CostModel(profile, alone), method=Method.GPIPE, n_stages=1, batch_size=batch, n_micro=1)
+    return api.predict(plan, profile, alone)[1]
+
+
+def _partition_note(graph: LayerGraph, plans: dict[str, Plan]) -> str:
+    """Whether pipetrain's balanced partitions equal torch's equal-layer split."""
+    equal = tuple(tuple(graph.names[i] for i in stage_layers(len(graph), k)) for k in range(2))
+    differ = sorted(label for label, plan in plans.items() if tuple(s.layers for s in plan.stages) != equal)
+    if not differ:
+        return "every pipetrain partition equals torch's equal-layer split"
+    return f"partitions differing from the equal-layer split: {', '.join(differ)}"
+
+
+# ---- one run ----------------------------------------------------------------------------------
+
+
+class RunTimeout(Exception):
+    """A run went past its wall-clock bound."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`RunTimeout` in this (main) thread after ``seconds``."""
+
+    def _fire(signum: int, frame: FrameType | None) -> None:
+        raise RunTimeout(f"over {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, _fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _bounded(fn: Callable[[], T], timeout_s: float) -> tuple[T | None, str]:
+    try:
+        with time_limit(timeout_s):
+            return fn(), "ok"
+    except RunTimeout as e:
+        return None, f"timeout: {e}"
+    except Exception as e:  # a failed configuration is a result, not the end of the benchmark
+        return None, f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def run_config(setup: ModelSetup, config: Config, round_: int, timeout_s: float) -> tuple[Run, Timeline | None]:
+    """Run one configuration once; returns the run and, for pipetrain, its measured timeline."""
+    from pipetrain.runtime.train import TrainConfig, train
+
+    run = Run(setup.name, config.label, round_, "ok")
+    start = time.perf_counter()
+    timeline: Timeline | None = None
+    if config.kind == "torch":
+        result = run_torch_pipelining(setup.name, setup.batch, config.n_micro, config.schedule,  # type: ignore[arg-type]
+                                      setup.steps, timeout_s)
+        run.status, run.samples_per_s, run.iteration_s = result.status, result.samples_per_s, result.iteration_s
+        run.step_times_s = list(result.step_times_s)
+    else:
+        train_config = TrainConfig(steps=setup.steps, warmup_steps=WARMUP_STEPS, progress=False,
+                                   threads_per_rank=1, timeout_s=min(60.0, timeout_s))
+        if config.kind in ("single", "single+alloc"):
+            keep = config.kind == "single+alloc"
+            out, run.status = _bounded(lambda: _fresh_reference(setup, replace(train_config, keep_freed_memory=keep)),
+                                       timeout_s)
+        else:
+            plan = setup.plans["planned" if config.kind == "planned-noalloc" else config.label]
+            keep = config.kind != "planned-noalloc"
+            out, run.status = _bounded(lambda: train(setup.graph, plan, replace(train_config, keep_freed_memory=keep)),
+                                       timeout_s)
+        if out is not None:
+            run.samples_per_s, run.iteration_s = out.samples_per_s, out.timeline.iteration_s
+            run.step_times_s = list(out.step_times_s)
+            timeline = out.timeline
+        run.predicted_s = setup.predicted[config.label].iteration_s
+    run.wall_s = time.perf_counter() - start
+    return run, timeline
+
+
+def _reference_child(model: str, batch: int, config: TrainConfigT, queue: mp.Queue[object]) -> None:
+    from pipetrain.runtime.train import reference_train
+
+    queue.put(reference_train(build_model(model), batch, config, return_parameters=False))
+
+
+def _fresh_reference(setup: ModelSetup, config: TrainConfigT) -> TrainResultT:
+    """Single-process training in a fresh process: the allocator setting is per process and
+    permanent, so the plain baseline must not run where it was applied (profiling applies it)."""
+    ctx = mp.get_context("spawn")
+    queue: mp.Queue[object] = ctx.Queue()
+    child = ctx.Process(target=_reference_child, args=(setup.name, setup.batch, config, queue))
+    child.start()
+    try:
+        result = queue.get()
+    finally:
+        child.join()
+    assert isinstance(result, TrainResultT)
+    return result
+
+
+# ---- the rounds -------------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    """The state of a benchmark session."""
+
+    setups: list[ModelSetup]
+    configs: list[Config]
+    repeats: int
+    timeout_s: float
+    out: Path
+    meta: dict[str, object]
+    runs: list[Run] = field(default_factory=list)
+    planned_timelines: dict[str, list[tuple[float, Timeline]]] = field(default_factory=dict)
+    failed: set[tuple[str, str]] = field(default_factory=set)
+
+    def run_all(self) -> None:
+        jobs = [(s, c) for s in self.setups for c in self.configs]
+        total = self.repeats * len(jobs)
+        done = 0
+        for r in range(self.repeats):
+            shift = (r * len(jobs)) // self.repeats  # rotate the starting configuration each round
+            for setup, config in jobs[shift:] + jobs[:shift]:
+                done += 1
+                if (setup.name, config.label) in self.failed:
+                    continue
+                run, timeline = run_config(setup, config, r, self.timeout_s)
+                self._record(setup, config, run, timeline)
+                print(f"[{done}/{total}] round {r + 1} {_line(run)}", flush=True)
+                self.save()
+
+    def _record(self, setup: ModelSetup, config: Config, run: Run, timeline: Timeline | None) -> None:
+        self.runs.append(run)
+        if run.status.startswith("timeout"):  # errors are cheap and may be transient: retried each round
+            self.failed.add((setup.name, config.label))
+        if config.kind == "planned" and timeline is not None and run.samples_per_s:
+            self.planned_timelines.setdefault(setup.name, []).append((run.samples_per_s, timeline))
+
+    def save(self) -> None:
+        data = {"meta": self.meta, "models": [_setup_json(s) for s in self.setups],
+                "runs": [asdict(r) for r in self.runs]}
+        write_atomic(self.out / "core.json", json.dumps(data, indent=1))
+
+
+def _line(run: Run) -> str:
+    sps = f"{run.samples_per_s:8.1f} samples/s" if run.samples_per_s else " " * 18
+    it = f" {run.iteration_s * 1e3:7.1f} ms" if run.iteration_s else ""
+    pred = f" (pred {run.predicted_s * 1e3:7.1f} ms)" if run.predicted_s and run.iteration_s else ""
+    status = "" if run.status == "ok" else f"  [{run.status}]"
+    return f"{run.model:9s} {run.label:22s} {sps}{it}{pred}  {run.wall_s:5.1f} s{status}"
+
+
+def _setup_json(s: ModelSetup) -> dict[str, object]:
+    return {
+        "model": s.name, "batch": s.batch, "steps": s.steps, "warmup_steps": WARMUP_STEPS,
+        "planned": _describe(s.plans["planned"]), "planned_plan": json.loads(s.plans["planned"].to_json()),
+        "planned_top_candidates": s.planned_candidates, "partition": s.partition_note,
+        "profile_source": s.profile.source,
+        "predicted_s": {label: t.iteration_s for label, t in s.predicted.items()},
+        "predicted_speed1_s": s.predicted_alone_s,
+    }
+
+
+# ---- report -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One configuration's medians over rounds."""
+
+    label: str
+    samples_per_s: float | None
+    spread: tuple[float, float] | None
+    iteration_s: float | None
+    predicted_s: float | None
+    n_ok: int
+    status: str
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted_s is None or self.iteration_s is None:
+            return None
+        return (self.predicted_s - self.iteration_s) / self.iteration_s
+
+
+def summarize(runs: Sequence[Run], label: str) -> Summary:
+    mine = [r for r in runs if r.label == label]
+    ok = [r for r in mine if r.status == "ok" and r.samples_per_s and r.iteration_s]
+    if not ok:
+        return Summary(label, None, None, None, mine[0].predicted_s if mine else None, 0,
+                       mine[0].status if mine else "not run")
+    sps = [r.samples_per_s for r in ok if r.samples_per_s]
+    its = [r.iteration_s for r in ok if r.iteration_s]
+    return Summary(label, statistics.median(sps), (min(sps), max(sps)), statistics.median(its),
+                   ok[0].predicted_s, len(ok), "ok")
+
+
+def _fmt(x: float | None, spec: str, scale: float = 1.0, suffix: str = "") -> str:
+    return "—" if x is None else f"{x * scale:{spec}}{suffix}"
+
+
+def model_report(setup: ModelSetup, runs: Sequence[Run], labels: Sequence[str]) -> tuple[list[str], list[float]]:
+    """Markdown lines for one model and the prediction errors of its pipetrain configurations."""
+    mine = [r for r in runs if r.model == setup.name]
+    rows = {label: summarize(mine, label) for label in labels}
+    single = rows["single"].samples_per_s
+    torch_best = max((s.samples_per_s for k, s in rows.items() if k.startswith("torch") and s.samples_per_s),
+                     default=None)
+    best_label = next((k for k, s in rows.items() if s.samples_per_s == torch_best and k.startswith("torch")), "—")
+    lines = [f"### {setup.name}, batch {setup.batch}", "",
+             f"Planned setting: **{_describe(setup.plans['planned'])}**; {setup.partition_note}. "
+             f"Best torch configuration: {best_label}.", "",
+             "| configuration | samples/s (median) | min–max | × single | × best torch | × torch same m "
+             "| measured ms | predicted ms | pred. error | pred. ms, no contention | runs |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    errors = []
+    for label, s in rows.items():
+        twin = rows.get(label.replace("pipetrain", "torch")) if label.startswith("pipetrain") else None
+        same = s.samples_per_s / twin.samples_per_s if twin and twin.samples_per_s and s.samples_per_s else None
+        spread = f"{s.spread[0]:.0f}–{s.spread[1]:.0f}" if s.spread else s.status[:60]
+        pipetrain_run = label.startswith("pipetrain") or label == "planned"
+        if pipetrain_run and s.error is not None:
+            errors.append(s.error)
+        lines.append(
+            f"| {label} | {_fmt(s.samples_per_s, '.1f')} | {spread} "
+            f"| {_ratio(s.samples_per_s, single)} | {_ratio(s.samples_per_s, torch_best)} "
+            f"| {_fmt(same, '.2f', 1, '×')} "
+            f"| {_fmt(s.iteration_s, '.1f', 1e3)} | {_fmt(s.predicted_s, '.1f', 1e3)} "
+            f"| {_fmt(s.error, '+.1%') if pipetrain_run or label == 'single' else ''} "
+            f"| {_fmt(setup.predicted_alone_s.get(label), '.1f', 1e3) if pipetrain_run else ''} | {s.n_ok} |"
+        )
+    lines += ["", *_targets(rows, single, torch_best), ""]
+    return lines, errors
+
+
+def _ratio(x: float | None, base: float | None) -> str:
+    return f"{x / base:.2f}×" if x and base else "—"
+
+
+def _targets(rows: dict[str, Summary], single: float | None, torch_best: float | None) -> list[str]:
+    planned = rows["planned"].samples_per_s
+    out = []
+    if planned and torch_best:
+        out.append(f"- planned / best torch = {planned / torch_best:.2f}× (target ≥ 1.15×): "
+                   f"{'met' if planned / torch_best >= 1.15 else 'NOT met'}")
+    if planned and single:
+        out.append(f"- planned / single process = {planned / single:.2f}× (target ≥ 1.3×): "
+                   f"{'met' if planned / single >= 1.3 else 'NOT met'}")
+    kept, plain = rows["single+alloc"].samples_per_s, rows["planned-noalloc"].samples_per_s
+    if planned and kept:
+        out.append(f"- fairer: planned / single process with the same allocator setting = {planned / kept:.2f}×")
+    if plain and torch_best and single:
+        out.append(f"- without the allocator setting: planned / best torch = {plain / torch_best:.2f}×, "
+                   f"planned / single = {plain / single:.2f}×")
+    same = [(k, s.samples_per_s / rows[k.replace("pipetrain", "torch")].samples_per_s)  # type: ignore[operator]
+            for k, s in rows.items() if k.startswith("pipetrain") and s.samples_per_s
+            and rows[k.replace("pipetrain", "torch")].samples_per_s]
+    if same:
+        below = [f"{k} ({r:.2f}×)" for k, r in same if r < 1.0]
+        out.append(f"- same-setting pipetrain / torch ≥ 1.0× (target): {len(same) - len(below)} of {len(same)} "
+                   f"settings met{'; below: ' + ', '.join(below) if below else ''}")
+    return out
+
+
+def write_report(bench: Bench) -> str:
+    labels = [c.label for c in bench.configs]
+    lines = ["# Core benchmark: pipetrain vs torch pipelining vs single process", "",
+             _meta_line(bench.meta), ""]
+    all_errors: list[float] = []
+    for setup in bench.setups:
+        model_lines, errors = model_report(setup, bench.runs, labels)
+        lines += model_lines
+        all_errors += errors
+    lines += ["### Fidelity (b)", ""]
+    if all_errors:
+        abs_errors = [abs(e) for e in all_errors]
+        med, worst = statistics.median(abs_errors), max(abs_errors)
+        lines.append(f"Over {len(all_errors)} pipetrain configurations (predicted vs median measured iteration): "
+                     f"median |error| {med:.1%} (target ≤ 10%: {'met' if med <= 0.10 else 'NOT met'}), "
+                     f"worst {worst:.1%} (target ≤ 20%: {'met' if worst <= 0.20 else 'NOT met'}).")
+        per_run = [abs(r.predicted_s - r.iteration_s) / r.iteration_s for r in bench.runs
+                   if r.label.startswith(("pipetrain", "planned")) and r.predicted_s and r.iteration_s]
+        if per_run:
+            lines.append(f"Per individual run ({len(per_run)} runs): median |error| "
+                         f"{statistics.median(per_run):.1%}, worst {max(per_run):.1%}.")
+    gantts = [f"![{s.name}](gantt_{s.name}.png)" for s in bench.setups if s.name in bench.planned_timelines]
+    lines += ["", *gantts, ""]
+    text = "\n".join(lines)
+    write_atomic(bench.out / "core.md", text)
+    return text
+
+
+def _meta_line(meta: dict[str, object]) -> str:
+    probe = meta.get("probe", {})
+    assert isinstance(probe, dict)
+    return (f"torch {meta.get('torch')}, {meta.get('cpu_count')} cores, {meta.get('repeats')} rounds; "
+            f"probe: latency {probe.get('latency_s', 0) * 1e6:.0f} µs, bandwidth "
+            f"{probe.get('bandwidth_bytes_per_s', 0) / 1e9:.2f} GB/s, contention speed "
+            f"{probe.get('contention_speed', 0):.2f}, "
+            f"action overhead {probe.get('action_overhead_s', 0) * 1e6:.0f} µs. "
+            "Ratios are of medians over rounds; errors are (predicted − measured) / measured.")
+
+
+def save_gantts(bench: Bench) -> None:
+    """Predicted beside measured for each model's planned setting (the median planned run)."""
+    from pipetrain.viz.gantt import save_gantt
+
+    for setup in bench.setups:
+        measured = sorted(bench.planned_timelines.get(setup.name, []), key=lambda p: p[0])
+        if not measured:
+            continue
+        timeline = measured[(len(measured) - 1) // 2][1]
+        plan = setup.plans["planned"]
+        stage_of = [plan.stage_of_rank(r) for r in range(plan.n_ranks)]
+        save_gantt([setup.predicted["planned"], timeline], bench.out / f"gantt_{setup.name}.png",
+                   [f"predicted: {setup.name} {_describe(plan)}", "measured (median run)"], stage_of_rank=stage_of)
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--repeats", type=int, default=5, help="rounds over all configurations (default 5)")
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/core"))
+    p.add_argument("--quick", action="store_true", help="smoke run: 1 round, m in {1, 4}, 3-4 steps")
+    p.add_argument("--models", nargs="+", default=["mlp", "gpt-tiny"])
+    p.add_argument("--mlp-batch", type=int, default=128)
+    p.add_argument("--gpt-batch", type=int, default=64)
+    p.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--timeout", type=float, default=150.0, help="wall-clock bound per run (s)")
+    p.add_argument("--overhead", type=float, default=2.5e-4, help="cluster action_overhead_s (default 2.5e-4)")
+    p.add_argument("--probes", type=int, default=5, help="link/contention probes, median kept (default 5)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.repeats, args.micro = 1, [1, 4]
+    return args
+
+
+def steps_for(model: str, quick: bool) -> int:
+    """Steps per run, warm-up included: enough timed steps for a stable median, bounded wall time."""
+    if quick:
+        return WARMUP_STEPS + (1 if model == "mlp" else 2)
+    return WARMUP_STEPS + (5 if model == "mlp" else 20)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _git_head() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                             cwd=Path(__file__).resolve().parents[1], timeout=10)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    # a backgrounded run ignores SIGINT and dies on SIGTERM without cleanup: make both stop the
+    # session through the finally blocks that reap the rank processes
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    args.out.mkdir(parents=True, exist_ok=True)
+    batches = {"mlp": args.mlp_batch, "gpt-tiny": args.gpt_batch}
+    t0 = time.perf_counter()
+    cluster, probe = probe_cluster(args.overhead, args.probes)
+    print(f"probe: {probe}", flush=True)
+    setups = [setup_model(m, batches.get(m, 64), steps_for(m, args.quick), cluster, args.micro) for m in args.models]
+    meta: dict[str, object] = {"torch": torch.__version__, "python": platform.python_version(),
+                               "cpu_count": torch.multiprocessing.cpu_count(), "repeats": args.repeats,
+                               "quick": args.quick, "micro": args.micro, "probe": probe,
+                               "started": time.strftime("%Y-%m-%d %H:%M:%S"), "git_head": _git_head(),
+                               "pipetrain": f"working-tree snapshot at start, imported from {pipetrain.__file__}"}
+    write_atomic(args.out / "cluster.json", cluster.to_json())
+    for setup in setups:  # enough to re-predict any configuration later (e.g. at another speed)
+        write_atomic(args.out / f"profile_{setup.name}.json", setup.profile.to_json())
+    bench = Bench(setups, configs(args.micro), args.repeats, args.timeout, args.out, meta)
+    bench.run_all()
+    meta["wall_s"] = time.perf_counter() - t0
+    bench.save()
+    save_gantts(bench)
+    print(write_report(bench))
+
+
+if __name__ == "__main__":
+    main()
