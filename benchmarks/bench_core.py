@@ -485,8 +485,8 @@ def _meta_line(meta: dict[str, object]) -> str:
     assert isinstance(probe, dict)
     return (f"torch {meta.get('torch')}, {meta.get('cpu_count')} cores, {meta.get('repeats')} rounds; "
             f"probe: latency {probe.get('latency_s', 0) * 1e6:.0f} µs, bandwidth "
-            f"{probe.get('bandwidth_bytes_per_s', 0) / 1e9:.2f} GB/s, contention speed "
-            f"{probe.get('contention_speed', 0):.2f}, "
+            f"{probe.get('bandwidth_bytes_per_s', 0) / 1e9:.2f} GB/s, two ranks computing at once run at "
+            f"{(probe.get('shared_speed') or [1.0, 1.0])[-1]:.2f}× each, "
             f"action overhead {probe.get('action_overhead_s', 0) * 1e6:.0f} µs. "
             "Ratios are of medians over rounds; errors are (predicted − measured) / measured.")
 

@@ -167,4 +167,4 @@ class _Simulator:
 
 def simulate(schedule: Schedule, plan: Plan, cost: CostModel, label: str = "") -> Timeline:
     """Predict the timeline of one iteration of ``schedule`` (see module docstring)."""
-    return _Simulator(schedule, plan, cost).run(label or f"{plan.method.value}, predicted")
+    return _Simulator(schedule, plan, cost).run(label or plan.method.value)
