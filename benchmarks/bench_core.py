@@ -51,7 +51,7 @@ from torch_baseline import Schedule, run_torch_pipelining, stage_layers
 
 import pipetrain
 from pipetrain import api
-from pipetrain.cluster import Cluster
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
@@ -519,7 +519,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpt-batch", type=int, default=64)
     p.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--timeout", type=float, default=150.0, help="wall-clock bound per run (s)")
-    p.add_argument("--overhead", type=float, default=2.5e-4, help="cluster action_overhead_s (default 2.5e-4)")
+    p.add_argument("--overhead", type=float, default=CPU_ACTION_OVERHEAD_S, help="cluster action_overhead_s")
     p.add_argument("--probes", type=int, default=5, help="link/contention probes, median kept (default 5)")
     args = p.parse_args(argv)
     if args.quick:

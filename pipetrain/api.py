@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipetrain.cluster import Cluster
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
@@ -84,10 +84,11 @@ def profile_model(
 
 
 def local_cluster(n_ranks: int, path: str | Path | None = None) -> Cluster:
-    """This machine with ``n_ranks`` ranks: from a probe file if given, else defaults."""
+    """This machine with ``n_ranks`` ranks: from a `pipetrain probe` file if given, else defaults
+    (loopback link, no contention, the measured CPU runtime cost per action)."""
     if path is not None:
         return Cluster.load(path).with_ranks(n_ranks)
-    return Cluster.local(n_ranks)
+    return Cluster.local(n_ranks, action_overhead_s=CPU_ACTION_OVERHEAD_S)
 
 
 def _cost(profile: Profile | Mapping[str, Profile], cluster: Cluster) -> CostModel:

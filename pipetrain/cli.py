@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pipetrain import api
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.plan.plan import Method, Plan
@@ -221,7 +222,7 @@ def _add_command_args(p: dict[str, argparse.ArgumentParser]) -> None:
     p["profile"].add_argument("--out", type=Path, default=Path("profile.json"))
     p["probe"].add_argument("--ranks", type=int, default=2, help="ranks of the local cluster (default 2)")
     p["probe"].add_argument("--probes", type=int, default=3, help="probes to take the median of (default 3)")
-    p["probe"].add_argument("--overhead", type=float, default=2.5e-4, help="runtime seconds per F/B action")
+    p["probe"].add_argument("--overhead", type=float, default=CPU_ACTION_OVERHEAD_S, help="seconds per F/B action")
     p["probe"].add_argument("--out", type=Path, default=Path("cluster.json"))
     _model_args(p["plan"])
     _cost_args(p["plan"])

@@ -14,9 +14,14 @@ from pathlib import Path
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 
-__all__ = ["DEVICE_MODELS", "Cluster", "Device", "DeviceModel", "Link", "device_model"]
+__all__ = ["CPU_ACTION_OVERHEAD_S", "DEVICE_MODELS", "Cluster", "Device", "DeviceModel", "Link", "device_model"]
 
 GiB = 1 << 30
+
+# pipetrain's runtime cost per F or B action on a CPU rank (Python dispatch, buffers, hooks):
+# measured on the project's 2-core machine as the median residual of measured minus profiled
+# action times (gpt-tiny, 8 micro-batches; see BENCHMARKS.md). Used for local clusters.
+CPU_ACTION_OVERHEAD_S = 2.5e-4
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import spawn as _untyped_spawn
 
-from pipetrain.cluster import Cluster, Link
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster, Link
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo.mlp import MLPBlock
@@ -216,7 +216,9 @@ def probe_link(
     )
 
 
-def probe_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float = 2.5e-4) -> Cluster:
+def probe_cluster(
+    n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float = CPU_ACTION_OVERHEAD_S
+) -> Cluster:
     """This machine as a cluster of ``n_ranks`` CPU ranks, from the median of ``probes`` probes.
 
     One probe can catch a neighbour's burst on a shared machine (contention speeds from 0.43 to
@@ -225,8 +227,7 @@ def probe_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float
     Args:
         n_ranks: ranks of the cluster (all on this machine).
         probes: probes to take the median of (about 3 s each).
-        action_overhead_s: the runtime's fixed seconds per F or B action (default: measured on a 2-core
-            machine from the residual of each action's measured minus profiled time).
+        action_overhead_s: the runtime's fixed seconds per F or B action.
     """
     results = [probe_link() for _ in range(max(1, probes))]
     link = Link(statistics.median(r.link.latency_s for r in results),
