@@ -32,6 +32,7 @@ from pipetrain.simulate.timeline import Timeline
 
 __all__ = [
     "PLANNABLE_METHODS",
+    "check_stage_count",
     "graph_for_plan",
     "local_cluster",
     "plan_pipeline",
@@ -113,10 +114,7 @@ def plan_pipeline(
         n_micro: fix the micro-batch count instead of searching it.
     """
     stages = n_stages or cluster.n_devices
-    if stages > len(graph):
-        raise UserError(
-            f"{stages} stages but {graph.name!r} has only {len(graph)} layers; use at most {len(graph)} ranks"
-        )
+    check_stage_count(graph, stages)
     if profile.fingerprint and profile.fingerprint != graph.fingerprint():
         raise UserError(f"the profile is of another model ({profile.model}); re-profile {graph.name!r}")
     methods = [method] if method is not None else list(PLANNABLE_METHODS)
@@ -140,6 +138,14 @@ def _rank_key(c: Candidate) -> tuple[float, int, int]:
 
 def _magnitude(x: float) -> int:
     return 0 if x <= 0 else math.floor(math.log10(x)) + 1
+
+
+def check_stage_count(graph: LayerGraph, n_stages: int) -> None:
+    """Fail fast, before any profiling, when the model cannot be cut into ``n_stages``."""
+    if n_stages > len(graph):
+        raise UserError(
+            f"{n_stages} stages but {graph.name!r} has only {len(graph)} layers; use at most {len(graph)} ranks"
+        )
 
 
 def predict(plan: Plan, profile: Profile, cluster: Cluster) -> tuple[Schedule, Timeline]:

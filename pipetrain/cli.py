@@ -90,6 +90,7 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> None:
     graph = api.resolve_model(args.model)
+    api.check_stage_count(graph, args.stages or args.ranks or 2)
     profile = _load_profile(args, args.model, args.batch)
     cluster = api.local_cluster(args.ranks or 2, args.cluster)
     method = None if args.method == "auto" else Method(args.method)
