@@ -501,7 +501,7 @@ def save_gantts(bench: Bench) -> None:
             continue
         timeline = measured[(len(measured) - 1) // 2][1]
         plan = setup.plans["planned"]
-        stage_of = [plan.stage_of_rank(r) for r in range(plan.n_ranks)]
+        stage_of = plan.rank_stages
         save_gantt([setup.predicted["planned"], timeline], bench.out / f"gantt_{setup.name}.png",
                    [f"predicted: {setup.name} {_describe(plan)}", "measured (median run)"], stage_of_rank=stage_of)
 

@@ -12,8 +12,6 @@ Each step is also a ``pipetrain`` sub-command; the CLI is a thin layer over thes
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.plan.planner import Candidate, plan_equal
+from pipetrain.plan.planner import Candidate, plan_equal, rank_key
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
@@ -92,10 +90,6 @@ def local_cluster(n_ranks: int, path: str | Path | None = None) -> Cluster:
     return Cluster.local(n_ranks, action_overhead_s=CPU_ACTION_OVERHEAD_S)
 
 
-def _cost(profile: Profile | Mapping[str, Profile], cluster: Cluster) -> CostModel:
-    return CostModel(profile, cluster)
-
-
 def plan_pipeline(
     graph: LayerGraph,
     profile: Profile,
@@ -118,26 +112,15 @@ def plan_pipeline(
     if profile.fingerprint and profile.fingerprint != graph.fingerprint():
         raise UserError(f"the profile is of another model ({profile.model}); re-profile {graph.name!r}")
     methods = [method] if method is not None else list(PLANNABLE_METHODS)
-    cost = _cost(profile, cluster)
+    cost = CostModel(profile, cluster)
     candidates: list[Candidate] = []
     for m in methods:
         candidates += plan_equal(
             model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, cost=cost,
             method=m, n_stages=stages, batch_size=batch_size, n_micro=n_micro,
         )[1]
-    candidates.sort(key=_rank_key)
+    candidates.sort(key=rank_key)
     return candidates[0].plan, candidates
-
-
-def _rank_key(c: Candidate) -> tuple[float, int, int]:
-    """Fastest first; among equally fast plans (to 0.1%), less activation memory, then fewer
-    micro-batches: GPipe and 1F1B often tie in time, and 1F1B holds fewer activations."""
-    peak = max(c.plan.prediction.peak_memory_bytes, default=0) if c.plan.prediction else 0
-    return (round(c.iteration_s, 3 - _magnitude(c.iteration_s)), peak, len(c.plan.stages[0].forward_sizes))
-
-
-def _magnitude(x: float) -> int:
-    return 0 if x <= 0 else math.floor(math.log10(x)) + 1
 
 
 def check_stage_count(graph: LayerGraph, n_stages: int) -> None:
@@ -156,4 +139,4 @@ def predict(plan: Plan, profile: Profile, cluster: Cluster) -> tuple[Schedule, T
             f"pass --ranks {plan.n_ranks}"
         )
     schedule = build_schedule(plan)
-    return schedule, simulate(schedule, plan, _cost(profile, cluster))
+    return schedule, simulate(schedule, plan, CostModel(profile, cluster))

@@ -113,28 +113,21 @@ def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Profile, Timeline]:
     return profile, predicted
 
 
-def _stage_of(plan: Plan) -> list[int]:
-    return [plan.stage_of_rank(r) for r in range(plan.n_ranks)]
-
-
 def cmd_simulate(args: argparse.Namespace) -> None:
     plan = Plan.from_json(_read(args.plan))
     _, predicted = _predict(args, plan)
     _write_timeline(args.out, "predicted", predicted, plan)
     from pipetrain.viz.tables import timeline_table
 
-    out.print(timeline_table(predicted, _stage_of(plan)))
+    out.print(timeline_table(predicted, plan.rank_stages))
 
 
 def _write_timeline(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:
-    from pipetrain.viz.gantt import save_gantt
-    from pipetrain.viz.trace import write_chrome_trace
+    from pipetrain.viz.files import save_timeline
 
-    _save(folder / f"{name}.json", timeline.to_json(), f"{name} timeline")
-    write_chrome_trace([timeline], folder / f"{name}_trace.json", stage_of_rank=_stage_of(plan))
-    save_gantt([timeline], folder / f"{name}.png", [name], stage_of_rank=_stage_of(plan))
-    console.print(f"[dim]wrote Chrome trace (open in https://ui.perfetto.dev) and Gantt: {folder}/{name}_trace.json, "
-                  f"{folder}/{name}.png[/dim]")
+    save_timeline(folder, name, timeline, plan.rank_stages)
+    console.print(f"[dim]wrote {name} timeline, Chrome trace (open in https://ui.perfetto.dev) and Gantt: "
+                  f"{folder}/{name}.json, {folder}/{name}_trace.json, {folder}/{name}.png[/dim]")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -172,12 +165,11 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 
 def _show_comparison(plan: Plan, predicted: Timeline, measured: Timeline, picture: Path) -> None:
-    from pipetrain.viz.gantt import save_gantt
+    from pipetrain.viz.files import save_comparison
     from pipetrain.viz.tables import compare_table
 
-    out.print(compare_table(predicted, measured, _stage_of(plan)))
-    save_gantt([predicted, measured], picture, ["predicted (simulator)", "measured (runtime)"],
-               stage_of_rank=_stage_of(plan))
+    out.print(compare_table(predicted, measured, plan.rank_stages))
+    save_comparison(picture, predicted, measured, plan.rank_stages)
     console.print(f"[dim]wrote predicted-vs-measured Gantt: {picture}[/dim]")
 
 

@@ -15,14 +15,8 @@ from rich.console import Console
 from pipetrain import api
 from pipetrain.cluster import Cluster
 from pipetrain.fileio import write_atomic
-from pipetrain.plan.plan import Plan
-from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["run_demo"]
-
-
-def _stage_of(plan: Plan) -> list[int]:
-    return [plan.stage_of_rank(r) for r in range(plan.n_ranks)]
 
 
 def _probe(n_ranks: int, console: Console) -> Cluster:
@@ -32,19 +26,10 @@ def _probe(n_ranks: int, console: Console) -> Cluster:
     return probe_cluster(n_ranks)
 
 
-def _artefacts(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:
-    from pipetrain.viz.gantt import save_gantt
-    from pipetrain.viz.trace import write_chrome_trace
-
-    write_atomic(folder / f"{name}.json", timeline.to_json())
-    write_chrome_trace([timeline], folder / f"{name}_trace.json", stage_of_rank=_stage_of(plan))
-    save_gantt([timeline], folder / f"{name}.png", [name], stage_of_rank=_stage_of(plan))
-
-
 def run_demo(model: str, batch: int, ranks: int, steps: int, folder: Path, out: Console, console: Console) -> None:
     """Run the demo and print its story; artefacts go to ``folder``."""
     from pipetrain.runtime.train import TrainConfig, reference_train, train
-    from pipetrain.viz.gantt import save_gantt
+    from pipetrain.viz.files import save_comparison, save_timeline
     from pipetrain.viz.plan_tables import candidates_table, plan_table
     from pipetrain.viz.tables import compare_table, timeline_table
 
@@ -64,20 +49,19 @@ def run_demo(model: str, batch: int, ranks: int, steps: int, folder: Path, out: 
     console.print("[bold]4/6[/bold] predicted timeline")
     schedule, predicted = api.predict(plan, profile, cluster)
     write_atomic(folder / "schedule.csv", schedule.to_csv())
-    _artefacts(folder, "predicted", predicted, plan)
+    save_timeline(folder, "predicted", predicted, plan.rank_stages)
     out.print(schedule.grid(max_steps=12))
-    out.print(timeline_table(predicted, _stage_of(plan)))
+    out.print(timeline_table(predicted, plan.rank_stages))
 
     console.print(f"[bold]5/6[/bold] training on {plan.n_ranks} local ranks for {steps} steps")
     config = TrainConfig(steps=steps, warmup_steps=2)
     result = train(graph, plan, config)
-    _artefacts(folder, "measured", result.timeline, plan)
+    save_timeline(folder, "measured", result.timeline, plan.rank_stages)
 
     console.print("[bold]6/6[/bold] predicted beside measured, and single-process training for reference")
-    out.print(compare_table(predicted, result.timeline, _stage_of(plan)))
+    out.print(compare_table(predicted, result.timeline, plan.rank_stages))
     picture = folder / "predicted_vs_measured.png"
-    save_gantt([predicted, result.timeline], picture, ["predicted (simulator)", "measured (runtime)"],
-               stage_of_rank=_stage_of(plan))
+    save_comparison(picture, predicted, result.timeline, plan.rank_stages)
     reference = reference_train(graph, batch, TrainConfig(steps=max(4, steps // 2), warmup_steps=1))
     out.print(
         f"pipelined: {result.samples_per_s:.1f} samples/s on {plan.n_ranks} ranks; single process: "

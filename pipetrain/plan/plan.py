@@ -140,6 +140,11 @@ class Plan:
     def stage_edges(self) -> tuple[tuple[int, int], ...]:
         return self.edges or tuple((k, k + 1) for k in range(self.n_stages - 1))
 
+    @property
+    def rank_stages(self) -> tuple[int, ...]:
+        """The stage each rank runs, indexed by rank."""
+        return tuple(self.stage_of_rank(r) for r in range(self.n_ranks))
+
     def stage_of_rank(self, rank: int) -> int:
         for k, stage in enumerate(self.stages):
             if rank in stage.ranks:

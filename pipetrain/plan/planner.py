@@ -10,6 +10,7 @@ micro-batches (less runtime overhead, larger messages).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from pipetrain.plan.plan import Method, Plan, Prediction, StagePlan, equal_sizes
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 
-__all__ = ["Candidate", "candidate_counts", "equal_plan", "plan_equal"]
+__all__ = ["Candidate", "candidate_counts", "equal_plan", "plan_equal", "rank_key"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,14 @@ class Candidate:
 
     plan: Plan
     iteration_s: float
+
+
+def rank_key(c: Candidate) -> tuple[float, int, int]:
+    """Fastest first; among equally fast plans (to 3 significant digits), less activation memory,
+    then fewer micro-batches: GPipe and 1F1B often tie in time, and 1F1B holds fewer activations."""
+    peak = max(c.plan.prediction.peak_memory_bytes, default=0) if c.plan.prediction else 0
+    digits = 3 - (math.floor(math.log10(c.iteration_s)) + 1 if c.iteration_s > 0 else 0)
+    return (round(c.iteration_s, digits), peak, len(c.plan.stages[0].forward_sizes))
 
 
 def candidate_counts(batch_size: int, limit: int = 64) -> list[int]:
@@ -105,5 +114,5 @@ def plan_equal(
         )
         candidates.append(Candidate(plan.with_prediction(prediction), timeline.iteration_s))
         log.debug("m=%d predicted %.6f s", m, timeline.iteration_s)
-    candidates.sort(key=lambda c: (c.iteration_s, len(c.plan.stages[0].forward_sizes)))
+    candidates.sort(key=rank_key)
     return candidates[0].plan, candidates

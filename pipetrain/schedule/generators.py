@@ -101,6 +101,5 @@ def build_schedule(plan: Plan) -> Schedule:
     """The complete, validated, runnable schedule: compute order plus sends and receives."""
     plan.validate()
     schedule = add_communication(compute_schedule(plan), plan)
-    stage_of_rank = [plan.stage_of_rank(r) for r in range(plan.n_ranks)]
-    validate(schedule, plan.batch_size, stage_of_rank, plan.n_stages)
+    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages)
     return schedule

@@ -48,7 +48,7 @@ class _Busy:
 class _Simulator:
     def __init__(self, schedule: Schedule, plan: Plan, cost: CostModel) -> None:
         self.schedule, self.plan, self.cost = schedule, plan, cost
-        self.stage_of = [plan.stage_of_rank(r) for r in range(schedule.n_ranks)]
+        self.stage_of = plan.rank_stages
         self.node_of = [cost.cluster.devices[r].node for r in range(schedule.n_ranks)]
         n = schedule.n_ranks
         self.now = 0.0
