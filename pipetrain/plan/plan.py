@@ -5,8 +5,15 @@ same type and go through the same :func:`Plan.validate` (STYLE.md L7).
 
 Micro-batches are *size vectors*: stage ``k`` splits the ``B`` samples of a mini-batch, in order,
 into ``forward_sizes[k]`` for forward and ``backward_sizes[k]`` for backward (each sums to ``B``).
-Equal-micro-batch methods (GPipe, 1F1B) use one vector everywhere; UMPIPE's ``uedp`` gives each
-stage its own.
+GPipe uses one vector everywhere; 1F1B lets each stage have its own vector, used for forward and
+backward alike (unequal micro-batches under a 1F1B order, :func:`~pipetrain.schedule.generators.
+one_f_one_b_orders`); UMPIPE's ``uedp`` gives each stage its own forward and backward vectors.
+
+Recompute (PAPERS.md §1.12): a stage whose backward sizes differ from its forward sizes cannot
+back-propagate part of a forward micro-batch's autograd graph, so it keeps only its *inputs* during
+forward and re-runs forward per backward micro-batch. :meth:`Plan.recomputes` says which stages do:
+those, and every stage when the plan's ``recompute`` flag is set. The simulator, the vectorised
+evaluator and the runtime all follow it.
 """
 
 from __future__ import annotations
@@ -111,7 +118,8 @@ class Plan:
         method: the schedule family.
         stages: the stages, in pipeline order.
         edges: stage-graph edges ``(src, dst)``; empty means the chain 0 -> 1 -> ... .
-        recompute: re-run forward during backward instead of keeping activations.
+        recompute: re-run forward during backward instead of keeping activations, on every stage
+            (stages with unequal forward and backward partitions recompute regardless).
         weights: weight versioning policy.
         prediction: the simulated time the plan was chosen with, if any.
     """
@@ -144,6 +152,11 @@ class Plan:
     def rank_stages(self) -> tuple[int, ...]:
         """The stage each rank runs, indexed by rank."""
         return tuple(self.stage_of_rank(r) for r in range(self.n_ranks))
+
+    def recomputes(self, stage: int) -> bool:
+        """Whether ``stage`` keeps only its inputs in forward and re-runs forward in backward."""
+        s = self.stages[stage]
+        return self.recompute or s.forward_sizes != s.backward_sizes
 
     def stage_of_rank(self, rank: int) -> int:
         for k, stage in enumerate(self.stages):
@@ -200,13 +213,18 @@ class Plan:
                     f"stage {k}: {label} micro-batch sizes {list(sizes)} sum to {sum(sizes)} but the "
                     f"batch has {self.batch_size} samples; make them sum to {self.batch_size}"
                 )
-        if self.method in (Method.GPIPE, Method.ONE_F_ONE_B) and (
-            stage.forward_sizes != self.stages[0].forward_sizes
-            or stage.backward_sizes != stage.forward_sizes
+        if self.method is Method.ONE_F_ONE_B and stage.backward_sizes != stage.forward_sizes:
+            raise UserError(
+                f"stage {k}: method 1f1b needs the same micro-batch sizes for forward and backward "
+                f"(forward {list(stage.forward_sizes)}, backward {list(stage.backward_sizes)}); use "
+                "method 'uedp' for unequal forward and backward partitions"
+            )
+        if self.method is Method.GPIPE and (
+            stage.forward_sizes != self.stages[0].forward_sizes or stage.backward_sizes != stage.forward_sizes
         ):
             raise UserError(
-                f"stage {k}: method {self.method.value} needs the same micro-batch sizes on every stage "
-                "for forward and backward; use method 'uedp' for unequal partitions"
+                f"stage {k}: method gpipe needs the same micro-batch sizes on every stage for forward "
+                "and backward; use method 'uedp' (flush order) or '1f1b' for per-stage partitions"
             )
 
     # ---- JSON -------------------------------------------------------------------------------

@@ -8,9 +8,12 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
     RECV_F  receive input activations [hi-lo, *in]  from peer; store by range
     F       x = stored inputs [lo, hi) (re-chunked); y = layers(x); last stage:
             y = loss_sum(y, targets[lo:hi]) / B; keep (x, y); store y for SEND_F
+            (recomputing stage: run under no_grad and keep only x, by range)
     SEND_F  post a send of the stored outputs [lo, hi) to peer
     RECV_B  receive output gradients [hi-lo, *out] from peer; store by range
     B       backward(y, grad of y) for the F of exactly [lo, hi); store x.grad for SEND_B
+            (recomputing stage: x = kept inputs [lo, hi), re-chunked; y = layers(x) with
+            autograd; then the same backward, so [lo, hi) need not match any F range)
     SEND_B  post a send of the stored input gradients [lo, hi) to peer
     STEP    wait for posted sends; optimizer step; zero gradients
     W       not supported yet (split backward)
@@ -18,6 +21,11 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
 Gradient weighting (STYLE.md L14): the loss of every micro-batch is the *sum* of its samples' losses
 divided by the full batch size ``B``, so the accumulated gradients equal single-process training on
 the whole batch for any micro-batching, equal or not. Nothing else scales gradients.
+
+Recompute (PAPERS.md §1.12) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes` says: a
+stage whose backward partition differs from its forward one cannot back-propagate part of a forward
+micro-batch's graph, so it re-runs forward per backward micro-batch. The re-run must compute what
+the first run did, so such a stage may not hold modules that draw random numbers (dropout).
 """
 
 from __future__ import annotations
@@ -76,6 +84,8 @@ class RankContext:
         output_grads: received gradients of the outputs, waiting for B.
         input_grads: gradients of the inputs, waiting for SEND_B.
         saved: per forward range, ``(x, y)`` kept for backward.
+        recompute: keep only the inputs in forward (in ``stashed``) and re-run forward in backward.
+        stashed: input activations kept by range for the re-run (recomputing stages).
         loss_total: the step's loss so far (last stage), a 0-d tensor.
     """
 
@@ -96,6 +106,8 @@ class RankContext:
     output_grads: ChunkBuffer = field(default_factory=lambda: ChunkBuffer("output gradients"))
     input_grads: ChunkBuffer = field(default_factory=lambda: ChunkBuffer("input gradients"))
     saved: dict[Range, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    recompute: bool = False
+    stashed: ChunkBuffer = field(default_factory=lambda: ChunkBuffer("stashed inputs"))
     loss_total: torch.Tensor | None = None
 
     @property
@@ -108,7 +120,7 @@ class RankContext:
 
     def begin_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> None:
         """Load a mini-batch: ``inputs [B, ...]`` on stage 0, ``targets [B, ...]`` on the last."""
-        for buffer in (self.inputs, self.outputs, self.output_grads, self.input_grads):
+        for buffer in self.buffers:
             buffer.clear()
         self.saved.clear()
         self.loss_total = None
@@ -118,6 +130,10 @@ class RankContext:
                 raise ValueError("stage 0 needs the batch's inputs")
             self.inputs.put(0, self.batch_size, inputs.to(device))
         self.targets = targets.to(device) if self.is_last and targets is not None else None
+
+    @property
+    def buffers(self) -> tuple[ChunkBuffer, ...]:
+        return (self.inputs, self.outputs, self.output_grads, self.input_grads, self.stashed)
 
     def step_loss(self) -> float | None:
         """The mini-batch loss (mean over samples) on the last stage after its step; else None."""
@@ -135,32 +151,56 @@ class ActionHook(Protocol):
 # ---- handlers -------------------------------------------------------------------------------
 
 
+def _run_layers(ctx: RankContext, x: torch.Tensor, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x, y)``: the stage on samples ``[lo, hi)``; on the last stage ``y`` is the weighted loss."""
+    if not ctx.is_first and x.is_floating_point() and torch.is_grad_enabled():
+        x = x.detach().requires_grad_(True)
+    y = ctx.module(x)
+    if ctx.is_last:
+        if ctx.targets is None:
+            raise ValueError("the last stage has no targets; call begin_step first")
+        y = loss_sum(ctx.loss, y, ctx.targets[lo:hi]) / ctx.batch_size
+    return x, y
+
+
 def _forward(ctx: RankContext, a: Action) -> None:
     x = ctx.inputs.take(a.lo, a.hi)
-    if not ctx.is_first and x.is_floating_point():
-        x = x.detach().requires_grad_(True)
-    with ctx.meter.track((a.lo, a.hi)):
-        y = ctx.module(x)
-        if ctx.is_last:
-            if ctx.targets is None:
-                raise ValueError("the last stage has no targets; call begin_step first")
-            y = loss_sum(ctx.loss, y, ctx.targets[a.lo:a.hi]) / ctx.batch_size
+    if ctx.recompute:
+        with torch.no_grad():
+            _, y = _run_layers(ctx, x, a.lo, a.hi)
+        ctx.stashed.put(a.lo, a.hi, x)
+        ctx.meter.add(x.nbytes)
+    else:
+        with ctx.meter.track((a.lo, a.hi)):
+            x, y = _run_layers(ctx, x, a.lo, a.hi)
+        ctx.saved[(a.lo, a.hi)] = (x, y)
     if ctx.is_last:
         loss = y.detach()
         ctx.loss_total = loss if ctx.loss_total is None else ctx.loss_total + loss
     else:
         ctx.outputs.put(a.lo, a.hi, y.detach())
-    ctx.saved[(a.lo, a.hi)] = (x, y)
+
+
+def _recomputed(ctx: RankContext, a: Action) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x, y)`` for ``[lo, hi)`` re-run from the stashed inputs, with autograd."""
+    x = ctx.stashed.take(a.lo, a.hi)
+    with ctx.meter.track((a.lo, a.hi)):
+        x, y = _run_layers(ctx, x, a.lo, a.hi)
+    ctx.meter.add(-x.nbytes)
+    return x, y
 
 
 def _backward(ctx: RankContext, a: Action) -> None:
     key = (a.lo, a.hi)
-    if key not in ctx.saved:
+    if ctx.recompute:
+        x, y = _recomputed(ctx, a)
+    elif key in ctx.saved:
+        x, y = ctx.saved.pop(key)
+    else:
         raise UserError(
-            f"{a}: no forward covered exactly [{a.lo}:{a.hi}) (kept: {sorted(ctx.saved)}); "
-            "backward ranges must equal forward ranges until recompute is supported"
+            f"{a}: no forward covered exactly [{a.lo}:{a.hi}) (kept: {sorted(ctx.saved)}); a stage "
+            "whose backward ranges differ from its forward ranges must recompute"
         )
-    x, y = ctx.saved.pop(key)
     grad = None if ctx.is_last else ctx.output_grads.take(a.lo, a.hi)
     torch.autograd.backward(y, grad)
     ctx.meter.release(key)
@@ -203,7 +243,7 @@ def _step(ctx: RankContext, a: Action) -> None:
     if ctx.optimizer is not None:
         ctx.optimizer.step()
         ctx.optimizer.zero_grad(set_to_none=True)
-    leftovers = [b for b in (ctx.inputs, ctx.outputs, ctx.output_grads, ctx.input_grads) if len(b)]
+    leftovers = [b for b in ctx.buffers if len(b)]
     if leftovers or ctx.saved:
         names = [f"{b.name} {b.ranges()}" for b in leftovers] + [f"forwards {sorted(ctx.saved)}"]
         raise RuntimeError(f"{a}: the step left unconsumed data: {', '.join(names)}")
@@ -249,21 +289,18 @@ def run_program(ctx: RankContext, program: Sequence[Action], hooks: Sequence[Act
 
 
 def check_runnable(schedule: Schedule) -> None:
-    """Reject, before launching, what the handlers cannot run yet (W, B ranges without an F).
+    """Reject, before launching, what the handlers cannot run yet (W actions).
+
+    Backward ranges need no check: a stage whose backward partition differs from its forward one
+    recomputes (:meth:`pipetrain.plan.plan.Plan.recomputes`), so any range is runnable.
 
     Raises:
         UserError: naming the rank and action.
     """
     for rank, program in schedule:
-        forwards = {(a.lo, a.hi) for a in program if a.kind is ActionKind.F}
         for a in program:
             if a.kind is ActionKind.W:
                 raise UserError(f"rank {rank}: {a}: split backward (W) is not supported by the runtime yet")
-            if a.kind is ActionKind.B and (a.lo, a.hi) not in forwards:
-                raise UserError(
-                    f"rank {rank}: {a}: backward range matches no forward range on its stage; "
-                    "unequal forward and backward partitions need recompute, not supported yet"
-                )
 
 
 def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[TensorSpec, TensorSpec]:
@@ -284,6 +321,9 @@ def build_rank_context(
     stage = plan.stage_of_rank(rank)
     indices = [graph.index(name) for name in plan.stages[stage].layers]
     module = graph.build_sequential(indices).to(transport.device)
+    recompute = plan.recomputes(stage)
+    if recompute:
+        _check_deterministic(stage, module)
     input_spec, output_spec = stage_specs(graph, indices)
     params = list(module.parameters())
     return RankContext(
@@ -298,7 +338,22 @@ def build_rank_context(
         output_spec=output_spec,
         transport=transport,
         meter=ActivationMeter(params),
+        recompute=recompute,
     )
+
+
+_RANDOM_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+def _check_deterministic(stage: int, module: nn.Module) -> None:
+    """A recomputing stage re-runs forward; modules that draw random numbers would draw anew."""
+    random = [name for name, m in module.named_modules() if isinstance(m, _RANDOM_MODULES) and m.p > 0]
+    if random:
+        raise UserError(
+            f"stage {stage} recomputes its forward in backward but has dropout ({', '.join(random)}), whose "
+            "re-run would draw new masks; give the stage equal forward and backward sizes and leave "
+            "the plan's recompute flag off, or set the dropout to 0"
+        )
 
 
 def stage_parameters(ctx: RankContext, layer_names: Sequence[str]) -> dict[str, torch.Tensor]:

@@ -66,6 +66,13 @@ class ActivationMeter:
                 self.live_bytes += nbytes
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
 
+    def add(self, nbytes: int) -> None:
+        """Count ``nbytes`` more (negative: fewer) held outside autograd, e.g. stashed inputs."""
+        if not self.enabled:
+            return
+        self.live_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+
     def release(self, key: Hashable) -> None:
         """The backward of ``key`` has run: its saved tensors are gone."""
         for ptr in self._owned.pop(key, set()):

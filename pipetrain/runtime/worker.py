@@ -116,8 +116,6 @@ def check_job(job: TrainJob) -> None:
     """
     plan, graph, config = job.plan, job.graph, job.config
     plan.validate(graph.names, graph.fingerprint())
-    if plan.recompute:
-        raise UserError("the runtime does not recompute activations yet; set recompute to false")
     if plan.weights is not WeightPolicy.SYNC:
         raise UserError(f"weight policy {plan.weights.value!r} is not supported by the runtime yet; use 'sync'")
     check_runnable(build_schedule(plan))

@@ -2,7 +2,8 @@
 
 A generator emits, for every rank, the order of its F, B and STEP actions; the communication pass
 (:mod:`pipetrain.schedule.passes`) then inserts the sends and receives. :func:`build_schedule` runs
-both and is what the simulator and the runtime consume.
+both and is what the simulator and the runtime consume. A generator sees all stages at once, as an
+order may depend on its neighbours' partitions.
 
 GPipe (Huang et al. 2019), fill-drain with a flush, ``m`` micro-batches on stage ``k``::
 
@@ -17,11 +18,26 @@ min(K - k - 1, m)`` warm-up forwards, then alternate one forward and one backwar
     F0 .. F(w-1) | F(w) B0 F(w+1) B1 ... F(m-1) B(m-w-1) | B(m-w) .. B(m-1) STEP
 
 At most ``w + 1`` micro-batches are in flight on stage ``k`` (GPipe: all ``m``).
+
+**1F1B with unequal micro-batches** (pipetrain's extension; no engine has it): each stage has its
+own partition, the same for forward and backward. Before its backward ``B_j`` (samples ``[lo,
+hi)``), stage ``k`` issues forwards while either
+
+* fewer than ``K - k`` of its micro-batches are in flight (the 1F1B memory bound), or
+* it has forwarded fewer samples than ``B_j`` needs: its own ``hi``, and everything stage ``k + 1``
+  forwards before the backward that returns sample ``hi - 1``'s gradient.
+
+Orders are built from the last stage to the first, so the second rule reads stage ``k + 1``'s order.
+Every dependency of a backward is then issued before it in program order on every stage, so the
+schedule cannot deadlock (the validator's dry run checks it). With equal sizes the second rule
+never binds and the orders are exactly the 1F1B orders above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 
 from pipetrain.errors import UserError
 from pipetrain.plan.plan import Method, Plan, StagePlan, ranges
@@ -30,10 +46,17 @@ from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import validate
 
-__all__ = ["GENERATORS", "build_schedule", "compute_schedule", "gpipe_order", "one_f_one_b_order"]
+__all__ = [
+    "GENERATORS",
+    "build_schedule",
+    "compute_schedule",
+    "gpipe_orders",
+    "one_f_one_b_orders",
+    "one_f_one_b_sequences",
+]
 
-# (stage index, stage count, forward sizes, backward sizes) -> the stage's compute actions.
-StageOrder = Callable[[int, int, tuple[int, ...], tuple[int, ...]], list[Action]]
+# The plan's stages -> each stage's compute actions (F, B, STEP), in stage order.
+Generator = Callable[[Sequence[StagePlan]], list[list[Action]]]
 
 
 def _forwards(stage: int, sizes: tuple[int, ...]) -> list[Action]:
@@ -44,34 +67,60 @@ def _backwards(stage: int, sizes: tuple[int, ...]) -> list[Action]:
     return [Action(ActionKind.B, stage, j, lo, hi) for j, (lo, hi) in enumerate(ranges(sizes))]
 
 
-def gpipe_order(
-    stage: int, n_stages: int, forward_sizes: tuple[int, ...], backward_sizes: tuple[int, ...]
-) -> list[Action]:
+def gpipe_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
     """All forwards, then all backwards, then the step (fill-drain). Also UMPIPE's order."""
-    del n_stages
-    return [*_forwards(stage, forward_sizes), *_backwards(stage, backward_sizes), Action(ActionKind.STEP, stage)]
+    return [
+        [*_forwards(k, s.forward_sizes), *_backwards(k, s.backward_sizes), Action(ActionKind.STEP, k)]
+        for k, s in enumerate(stages)
+    ]
 
 
-def one_f_one_b_order(
-    stage: int, n_stages: int, forward_sizes: tuple[int, ...], backward_sizes: tuple[int, ...]
-) -> list[Action]:
-    """Warm-up forwards, then one forward / one backward, then the drain, then the step."""
-    if forward_sizes != backward_sizes:
-        raise UserError(f"stage {stage}: 1F1B needs equal forward and backward micro-batch sizes")
-    fwd, bwd = _forwards(stage, forward_sizes), _backwards(stage, backward_sizes)
-    m = len(fwd)
-    warmup = min(n_stages - stage - 1, m)
-    order = fwd[:warmup]
-    for j in range(m - warmup):
-        order += [fwd[warmup + j], bwd[j]]
-    order += bwd[m - warmup:]
-    return [*order, Action(ActionKind.STEP, stage)]
+def one_f_one_b_sequences(partitions: Sequence[Sequence[int]]) -> list[list[tuple[bool, int]]]:
+    """Per stage, the 1F1B order as ``(is_backward, micro-batch index)`` pairs, without the step.
+
+    Args:
+        partitions: per stage, its micro-batch sizes (forward = backward), each summing to ``B``.
+    """
+    n = len(partitions)
+    orders: list[list[tuple[bool, int]]] = [[] for _ in partitions]
+    down_ends: list[int] = []  # stage k + 1: its backward ends ...
+    down_before: list[int] = []  # ... and the samples it forwards before each of those backwards
+    for k in range(n - 1, -1, -1):
+        ends = list(accumulate(partitions[k]))
+        order, before, i = orders[k], [], 0
+        for j, hi in enumerate(ends):
+            need = max(hi, down_before[bisect_left(down_ends, hi)]) if k < n - 1 else hi
+            while i < len(ends) and (i - j < n - k or (ends[i - 1] if i else 0) < need):
+                order.append((False, i))
+                i += 1
+            before.append(ends[i - 1])
+            order.append((True, j))
+        down_ends, down_before = ends, before
+    return orders
 
 
-GENERATORS: dict[Method, StageOrder] = {
-    Method.GPIPE: gpipe_order,
-    Method.ONE_F_ONE_B: one_f_one_b_order,
-    Method.UEDP: gpipe_order,
+def one_f_one_b_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
+    """1F1B orders, for equal or per-stage unequal partitions (see the module docstring).
+
+    Raises:
+        UserError: a stage whose forward and backward sizes differ.
+    """
+    for k, s in enumerate(stages):
+        if s.forward_sizes != s.backward_sizes:
+            raise UserError(f"stage {k}: 1F1B needs equal forward and backward micro-batch sizes; "
+                            "use method 'uedp' for different ones")
+    orders = []
+    for k, (s, sequence) in enumerate(zip(stages, one_f_one_b_sequences([s.forward_sizes for s in stages]),
+                                          strict=True)):
+        fwd, bwd = _forwards(k, s.forward_sizes), _backwards(k, s.backward_sizes)
+        orders.append([*(bwd[j] if backward else fwd[j] for backward, j in sequence), Action(ActionKind.STEP, k)])
+    return orders
+
+
+GENERATORS: dict[Method, Generator] = {
+    Method.GPIPE: gpipe_orders,
+    Method.ONE_F_ONE_B: one_f_one_b_orders,
+    Method.UEDP: gpipe_orders,
 }
 
 
@@ -82,11 +131,10 @@ def compute_schedule(plan: Plan) -> Schedule:
     except KeyError:
         known = ", ".join(m.value for m in GENERATORS)
         raise UserError(f"method {plan.method.value!r} has no schedule generator yet; use one of: {known}") from None
-    programs: dict[int, list[Action]] = {}
     for k, stage in enumerate(plan.stages):
         _check_single_rank(k, stage)
-        programs[stage.ranks[0]] = order(k, plan.n_stages, stage.forward_sizes, stage.backward_sizes)
-    return Schedule.from_mapping(programs)
+    orders = order(plan.stages)
+    return Schedule.from_mapping({stage.ranks[0]: actions for stage, actions in zip(plan.stages, orders, strict=True)})
 
 
 def _check_single_rank(k: int, stage: StagePlan) -> None:

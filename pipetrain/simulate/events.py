@@ -70,7 +70,7 @@ class _Simulator:
         if a.kind is ActionKind.F:
             return self.cost.forward_s(layers, a.size, rank)
         if a.kind is ActionKind.B:
-            return self.cost.backward_s(layers, a.size, rank, self.plan.recompute)
+            return self.cost.backward_s(layers, a.size, rank, self.plan.recomputes(self.stage_of[rank]))
         return self.cost.step_s(layers, rank)
 
     def message_bytes(self, rank: int, a: Action) -> int:
@@ -80,8 +80,15 @@ class _Simulator:
         return self.cost.input_bytes(layers, a.size)
 
     def track_memory(self, rank: int, a: Action) -> None:
+        """Held activation bytes after ``a`` (F or B): saved tensors, or stashed inputs when recomputing.
+
+        A recomputing backward also holds its micro-batch's saved tensors while it runs.
+        """
         layers = self.layers(rank)
-        per_b = self.cost.input_bytes(layers, a.size) if self.plan.recompute else self.cost.saved_bytes(layers, a.size)
+        recompute = self.plan.recomputes(self.stage_of[rank])
+        per_b = self.cost.input_bytes(layers, a.size) if recompute else self.cost.saved_bytes(layers, a.size)
+        transient = self.cost.saved_bytes(layers, a.size) if recompute and a.kind is ActionKind.B else 0
+        self.peak[rank] = max(self.peak[rank], self.memory[rank] + transient)
         self.memory[rank] += per_b if a.kind is ActionKind.F else -per_b
         self.peak[rank] = max(self.peak[rank], self.memory[rank])
 

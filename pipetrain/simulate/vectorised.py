@@ -7,7 +7,7 @@ closed form below are **pipetrain's reconstruction** (PAPERS.md §1.4–§1.5), 
 Notation (stage ``k`` of ``K``, a batch of ``B`` samples). Forward micro-batch ``j`` of stage ``k``
 covers samples ``(X[k, j-1], X[k, j]]`` of size ``x[k, j]``; backward micro-batch ``j`` covers
 ``(Y[k, j-1], Y[k, j]]`` of size ``y[k, j]``, in forward sample order (the order
-:func:`pipetrain.schedule.generators.gpipe_order` emits). ``f[k](b)``, ``g[k](b)``: forward and
+:func:`pipetrain.schedule.generators.gpipe_orders` emits). ``f[k](b)``, ``g[k](b)``: forward and
 backward seconds on ``b`` samples; ``cF[k](b)``, ``cB[k](b)``: seconds to send ``b`` samples'
 activations to ``k + 1`` or gradients to ``k - 1`` (one FIFO channel per link, overlapped with
 compute)::
@@ -34,6 +34,11 @@ is ready when the upstream message holding its last sample has arrived (one ``se
 :func:`iteration_time` runs the same closed form micro-batch by micro-batch for one plan (DGAP's
 one-individual-at-a-time evaluation) with the same floating-point operations in the same order, so
 the two return bit-identical times.
+
+Recompute (PAPERS.md §1.12): a stage whose backward partition differs from its forward one re-runs
+forward per backward micro-batch, so its ``g`` is ``StageTables.backward_recompute_s`` (``f + g``)
+instead of ``backward_s``; both evaluators choose per plan and stage, exactly as
+:meth:`pipetrain.plan.plan.Plan.recomputes` does for the simulator and the runtime.
 
 Both equal the event simulator (:func:`pipetrain.simulate.events.simulate` over
 :func:`pipetrain.schedule.generators.build_schedule` of a ``uedp`` plan) when the tables come from
@@ -84,6 +89,9 @@ class StageTables:
         send_backward_s: ``cB``, ``[K, B + 1]``: seconds to send ``b`` samples' input gradients on
             the link ``k -> k - 1`` (row 0 is unused).
         step_s: ``[K]``: the optimizer step after the last backward; empty means zeros.
+        backward_recompute_s: ``g`` of a stage that recomputes, ``[K, B + 1]``: backward plus the
+            forward re-run; used where a plan's backward partition differs from its forward one.
+            Empty means the same as ``backward_s`` (recompute costs nothing: the paper's model).
 
     Column 0 (size 0) is never read; :meth:`from_cost_model` sets it to 0. Arrays are copied and
     made read-only.
@@ -94,9 +102,12 @@ class StageTables:
     send_forward_s: FloatArray
     send_backward_s: FloatArray
     step_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    backward_recompute_s: FloatArray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
-        names = ("forward_s", "backward_s", "send_forward_s", "send_backward_s")
+        if not np.size(self.backward_recompute_s):
+            object.__setattr__(self, "backward_recompute_s", self.backward_s)
+        names = ("forward_s", "backward_s", "send_forward_s", "send_backward_s", "backward_recompute_s")
         tables = {name: _frozen(getattr(self, name)) for name in names}
         shape = tables["forward_s"].shape
         if len(shape) != 2 or shape[0] < 1 or shape[1] < 2:
@@ -121,9 +132,15 @@ class StageTables:
         return int(self.forward_s.shape[1]) - 1
 
     @cached_property
-    def _rows(self) -> tuple[list[list[float]], ...]:
+    def recompute_costs(self) -> bool:
+        """Whether any stage's recompute table differs from its plain backward table."""
+        return not np.array_equal(self.backward_s, self.backward_recompute_s)
+
+    @cached_property
+    def rows(self) -> tuple[list[list[float]], ...]:
         """The tables as Python lists, for the per-micro-batch loop of :func:`iteration_time`."""
-        tables = (self.forward_s, self.backward_s, self.send_forward_s, self.send_backward_s)
+        tables = (self.forward_s, self.backward_s, self.send_forward_s, self.send_backward_s,
+                  self.backward_recompute_s)
         return tuple([[float(v) for v in row] for row in table] for table in tables)
 
     @classmethod
@@ -142,26 +159,28 @@ class StageTables:
             stages: each stage's layer names, in pipeline order.
             ranks: the rank that runs each stage.
             batch: samples per mini-batch ``B``.
-            recompute: include the forward re-run in ``g`` (the plan's ``recompute`` flag).
+            recompute: include the forward re-run in ``g`` on every stage (the plan's ``recompute``
+                flag); ``backward_recompute_s`` includes it in any case.
         """
         n = len(stages)
         if len(ranks) != n:
             raise ValueError(f"{n} stages but {len(ranks)} ranks; give one rank per stage")
         sizes = range(batch + 1)
-        f, g, c_f, c_b = (np.zeros((n, batch + 1)) for _ in range(4))
+        f, g, g_rc, c_f, c_b = (np.zeros((n, batch + 1)) for _ in range(5))
         for k, (layers, rank) in enumerate(zip(stages, ranks, strict=True)):
             f[k] = cost.forward_table(layers, batch, rank)
-            g[k] = cost.backward_table(layers, batch, rank, recompute)
+            g_rc[k] = cost.backward_table(layers, batch, rank, True)
+            g[k] = g_rc[k] if recompute else cost.backward_table(layers, batch, rank, False)
             if k + 1 < n:
                 c_f[k, 1:] = [cost.transfer_s(cost.output_bytes(layers, b), rank, ranks[k + 1]) for b in sizes[1:]]
             if k > 0:
                 c_b[k, 1:] = [cost.transfer_s(cost.input_bytes(layers, b), rank, ranks[k - 1]) for b in sizes[1:]]
         step = np.array([cost.step_s(layers, rank) for layers, rank in zip(stages, ranks, strict=True)])
-        return cls(f, g, c_f, c_b, step)
+        return cls(f, g, c_f, c_b, step, g_rc)
 
     @classmethod
     def from_plan(cls, plan: Plan, cost: CostModel) -> StageTables:
-        """Tables for a chain plan's stages, ranks, batch and recompute flag (one rank per stage)."""
+        """Tables for a chain plan's stages, ranks, batch and ``recompute`` flag (one rank per stage)."""
         replicated = [k for k, s in enumerate(plan.stages) if len(s.ranks) != 1]
         if replicated:
             raise UserError(f"stage {replicated[0]} runs on several ranks; uedp plans need one rank per stage")
@@ -255,7 +274,7 @@ def _maxplus(cuts: _Cuts, ready: FloatArray, duration: FloatArray, start: FloatA
 def _pass(
     order: Sequence[int],
     stages: Sequence[_Cuts],
-    compute_s: FloatArray,
+    compute_s: Sequence[FloatArray],
     send_s: FloatArray,
     start: FloatArray,
     ready: float,
@@ -265,7 +284,7 @@ def _pass(
     Args:
         order: stage indices, in the order the pass visits them.
         stages: per stage, its micro-batches.
-        compute_s: ``[K, B + 1]`` compute seconds (``f`` or ``g``).
+        compute_s: per stage, ``[M]`` compute seconds of its micro-batches (``f`` or ``g``).
         send_s: ``[K, B + 1]`` link seconds (``cF`` or ``cB``) towards the next stage in ``order``.
         start: ``[K, P]`` when each stage is free to start.
         ready: when the first stage's input is ready (0 forward, -inf backward).
@@ -277,7 +296,7 @@ def _pass(
     arrival = np.full(len(stages[order[0]].flat), ready)
     for k, after in zip(order, (*order[1:], None), strict=True):
         cuts = stages[k]
-        done = _maxplus(cuts, arrival, compute_s[k, cuts.size], start[k])
+        done = _maxplus(cuts, arrival, compute_s[k], start[k])
         last[k] = done[cuts.last]
         if after is not None:  # FIFO link; the next stage waits for the message holding its last sample
             sent = _maxplus(cuts, done, send_s[k, cuts.size], None)
@@ -313,9 +332,14 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
     n_plans, n_stages, _ = forward_cuts.shape
     forward, backward = _stages(forward_cuts), _stages(backward_cuts)
     order = range(n_stages)
-    forward_end = _pass(order, forward, tables.forward_s, tables.send_forward_s,
-                        np.zeros((n_stages, n_plans)), 0.0)
-    finish = _pass(order[::-1], backward, tables.backward_s, tables.send_backward_s, forward_end, _NEG_INF)
+    f = [tables.forward_s[k, cuts.size] for k, cuts in enumerate(forward)]
+    g = [tables.backward_s[k, cuts.size] for k, cuts in enumerate(backward)]
+    if tables.recompute_costs:
+        same = np.all(forward_cuts == backward_cuts, axis=2)  # [P, K]: True where the stage keeps activations
+        g = [np.where(same[cuts.row, k], g[k], tables.backward_recompute_s[k, cuts.size])
+             for k, cuts in enumerate(backward)]
+    forward_end = _pass(order, forward, f, tables.send_forward_s, np.zeros((n_stages, n_plans)), 0.0)
+    finish = _pass(order[::-1], backward, g, tables.send_backward_s, forward_end, _NEG_INF)
     return np.asarray((finish + tables.step_s[:, None]).max(axis=0), dtype=np.float64)
 
 
@@ -367,7 +391,7 @@ def iteration_time(
         backward_sizes: per stage, the backward sizes ``y[k]`` (each sums to ``B``).
         tables: costs, ``[K, B + 1]`` each.
     """
-    f, g, c_f, c_b = tables._rows
+    f, g_plain, c_f, c_b, g_rc = tables.rows
     n, batch = tables.n_stages, tables.batch_size
     if len(forward_sizes) != n or len(backward_sizes) != n:
         raise ValueError(f"give sizes for each of the {n} stages")
@@ -384,6 +408,7 @@ def iteration_time(
     finish = []
     for k in range(n - 1, -1, -1):
         sizes, ends = backward_sizes[k], _prefix(backward_sizes[k])
+        g = g_plain if list(sizes) == list(forward_sizes[k]) else g_rc
         done = _chain(_ready(ends, upstream), [g[k][y] for y in sizes], forward_end[k])
         finish.append(done[-1] + float(tables.step_s[k]))
         upstream = list(zip(ends, _chain(done, [c_b[k][y] for y in sizes], _NEG_INF), strict=True))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import torch
@@ -87,13 +88,10 @@ def test_stage_specs() -> None:
     assert stage_specs(graph, [4]) == (TensorSpec((16,)), TensorSpec((4,)))
 
 
-def test_w_and_mismatched_backward_are_rejected_before_launch() -> None:
+def test_w_is_rejected_before_launch() -> None:
     w = Schedule.from_lists([[Action.parse("0F0[0:2]"), Action.parse("0W0[0:2]"), Action.parse("0STEP")]])
     with pytest.raises(UserError, match="split backward"):
         check_runnable(w)
-    b = Schedule.from_lists([[Action.parse("0F0[0:4]"), Action.parse("0B0[0:2]"), Action.parse("0B1[2:4]")]])
-    with pytest.raises(UserError, match="recompute"):
-        check_runnable(b)
 
 
 def test_backward_without_matching_forward_raises() -> None:
@@ -103,6 +101,21 @@ def test_backward_without_matching_forward_raises() -> None:
     HANDLERS[ActionKind.F](ctx, Action.parse("0F0[0:4]"))
     with pytest.raises(UserError, match=r"no forward covered exactly \[0:2\)"):
         HANDLERS[ActionKind.B](ctx, Action.parse("0B0[0:2]"))
+
+
+def test_recompute_keeps_only_inputs_and_rejects_dropout() -> None:
+    plan = uneven_plan(mlp_graph(), [(4,), (4,)], [(2, 2), (4,)])
+    ctx = _local_context(plan, 0)
+    assert ctx.recompute
+    x, y = make_batch(mlp_graph(), 4, 0, 0, "synthetic")
+    ctx.begin_step(x, y)
+    HANDLERS[ActionKind.F](ctx, Action.parse("0F0[0:4]"))
+    assert not ctx.saved and ctx.stashed.ranges() == [(0, 4)] and ctx.meter.live_bytes == x.nbytes
+    torch.manual_seed(0)
+    dropout = LayerGraph.from_sequential(nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1), nn.Linear(8, 4)),
+                                         input=TensorSpec((8,)), target=TensorSpec((), "int64", high=4))
+    with pytest.raises(UserError, match=r"stage 0 recomputes .* dropout"):
+        _local_context(uneven_plan(dropout, [(4,), (4,)], [(2, 2), (4,)]), 0, graph=dropout)
 
 
 def test_step_with_unconsumed_data_raises() -> None:
@@ -187,6 +200,9 @@ PLANS = {
     "rechunk": (mlp_graph(), uneven_plan(mlp_graph(), [(4, 6), (1, 2, 3, 4), (10,)])),
     "rechunk-singles": (mlp_graph(), uneven_plan(mlp_graph(), [(1,) * 10, (7, 3), (2, 2, 2, 2, 2)])),
     "parameter-free-stage": (_relu_stage_graph(), chain_plan(_relu_stage_graph(), 3, 6, 2)),
+    "recompute-dual": (mlp_graph(), uneven_plan(mlp_graph(), [(4, 6), (1, 2, 3, 4), (10,)],
+                                                [(3, 3, 4), (1, 2, 3, 4), (1,) * 10])),
+    "recompute-all": (mlp_graph(), replace(chain_plan(mlp_graph(), 3, 10, 4), recompute=True)),
 }
 
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -41,14 +42,38 @@ def chain_plan(graph: LayerGraph, n_stages: int, batch: int, n_micro: int, metho
     return Plan(graph.name, "", batch, method, stages)
 
 
-def uneven_plan(graph: LayerGraph, partitions: Sequence[tuple[int, ...]]) -> Plan:
-    """UMPIPE-style: stage ``k`` uses ``partitions[k]`` for forward and backward."""
+def uneven_plan(
+    graph: LayerGraph,
+    partitions: Sequence[tuple[int, ...]],
+    backward: Sequence[tuple[int, ...]] | None = None,
+    method: Method = Method.UEDP,
+) -> Plan:
+    """UMPIPE-style: stage ``k`` uses ``partitions[k]`` for forward and ``backward[k]`` (default: the
+    same) for backward; stages whose two differ recompute."""
     batch = sum(partitions[0])
+    backward = partitions if backward is None else backward
+    groups = cut(graph.names, len(partitions))
     stages = tuple(
-        StagePlan(layers, (k,), sizes, sizes)
-        for k, (layers, sizes) in enumerate(zip(cut(graph.names, len(partitions)), partitions, strict=True))
+        StagePlan(layers, (k,), fwd, bwd)
+        for k, (layers, fwd, bwd) in enumerate(zip(groups, partitions, backward, strict=True))
     )
-    return Plan(graph.name, "", batch, Method.UEDP, stages)
+    return Plan(graph.name, "", batch, method, stages)
+
+
+def random_sizes(rng: np.random.Generator, batch: int) -> tuple[int, ...]:
+    """A random composition of ``batch`` with sizes of 1 likely: cuts after each sample with p 0.1–0.7."""
+    cuts = rng.random(batch - 1) < rng.uniform(0.1, 0.7)
+    ends = [*(i + 1 for i in np.flatnonzero(cuts)), batch]
+    return tuple(int(b - a) for a, b in zip([0, *ends[:-1]], ends, strict=True))
+
+
+def random_uedp_plan(graph: LayerGraph, n_stages: int, batch: int, seed: int) -> Plan:
+    """Random forward partitions per stage; stages ``k`` with ``k + seed`` even get another random
+    backward partition (and recompute), the others use the forward one."""
+    rng = np.random.default_rng(seed)
+    forward = [random_sizes(rng, batch) for _ in range(n_stages)]
+    backward = [random_sizes(rng, batch) if (k + seed) % 2 == 0 else x for k, x in enumerate(forward)]
+    return uneven_plan(graph, forward, backward)
 
 
 def max_param_diff(result: TrainResult, reference: TrainResult) -> float:

@@ -7,7 +7,7 @@ one job against :func:`reference_train` after 3 steps: every rank's parameters w
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -16,7 +16,7 @@ from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.schedule.generators import build_schedule
 
-from .models import chain_plan, max_param_diff, mlp_graph, uneven_plan
+from .models import chain_plan, max_param_diff, mlp_graph, random_uedp_plan, uneven_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -51,6 +51,16 @@ def _cases() -> list[Case]:
                       TrainConfig(steps=STEPS, data="digits", lr=0.1, progress=False, timeout_s=30)))
     # Re-chunking: each stage splits the batch its own way; messages are cut and joined by range.
     cases.append(Case("rechunk", graph, uneven_plan(graph, [(5, 5, 4), (3, 6, 5), (1, 13), (14,)]), SGD))
+    # UEDP: random forward and backward partitions (sizes of 1 included); stages whose two differ recompute.
+    cases += [Case(f"uedp-random-{k}stages-seed{seed}", graph, random_uedp_plan(graph, k, BATCH, seed), SGD)
+              for k in (2, 4) for seed in (0, 1, 2)]
+    cases.append(Case("recompute-every-stage", graph,
+                      replace(chain_plan(graph, 4, BATCH, 3, Method.ONE_F_ONE_B), recompute=True), SGD))
+    # Unequal micro-batches under the 1F1B order (per-stage partitions, forward = backward).
+    cases.append(Case("1f1b-unequal-2stages", graph,
+                      uneven_plan(graph, [(1, 4, 4, 5), (6, 1, 7)], method=Method.ONE_F_ONE_B), SGD))
+    cases.append(Case("1f1b-unequal-4stages", graph, uneven_plan(
+        graph, [(2,) * 7, (7, 7), (1, 1, 3, 3, 6), (5, 9)], method=Method.ONE_F_ONE_B), SGD))
     return cases
 
 
@@ -104,6 +114,22 @@ def test_gpipe_keeps_more_activations_than_1f1b(results: dict[str, TrainResult])
     one_f_one_b = results["1f1b-4stages-8micro"].timeline.peak_activation_bytes
     assert one_f_one_b[0] < gpipe[0]
     assert one_f_one_b[-1] <= gpipe[-1]
+
+
+def test_recompute_keeps_fewer_activations(results: dict[str, TrainResult]) -> None:
+    """Stage 0 (3 micro-batches in flight) holds its inputs plus one micro-batch's saved tensors,
+    not three micro-batches' saved tensors (PAPERS.md §1.12)."""
+    kept = results["1f1b-4stages-3micro"].timeline.peak_activation_bytes
+    recomputed = results["recompute-every-stage"].timeline.peak_activation_bytes
+    assert recomputed[0] < kept[0]
+
+
+def test_random_uedp_plans_recompute_somewhere() -> None:
+    """Guards the random cases: each recomputes on some stages and keeps activations on others."""
+    for name, case in CASES.items():
+        if name.startswith("uedp-random"):
+            flags = [case.plan.recomputes(k) for k in range(case.plan.n_stages)]
+            assert any(flags) and not all(flags), name
 
 
 def test_samples_per_s(results: dict[str, TrainResult]) -> None:

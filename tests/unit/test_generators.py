@@ -80,6 +80,71 @@ def test_in_flight_bounded_for_1f1b() -> None:
         assert peak == 4 - rank
 
 
+def _classic_1f1b(k: int, n_stages: int, m: int) -> list[str]:
+    """The textbook order, written out: warm-up, one forward one backward, drain."""
+    w = min(n_stages - k - 1, m)
+    order = [f"F{i}" for i in range(w)]
+    for j in range(m - w):
+        order += [f"F{w + j}", f"B{j}"]
+    return [*order, *(f"B{j}" for j in range(m - w, m))]
+
+
+@pytest.mark.parametrize("n_stages", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize(("batch", "n_micro"), [(1, 1), (8, 3), (10, 4), (11, 5), (16, 16), (7, 2)])
+def test_equal_1f1b_is_the_textbook_order(n_stages: int, batch: int, n_micro: int) -> None:
+    """The unequal-aware generator reproduces classic 1F1B exactly for equal sizes (sizes may differ by 1)."""
+    plan = chain_plan(Method.ONE_F_ONE_B, n_stages, batch, equal_sizes(batch, n_micro))
+    for k, program in compute_schedule(plan):
+        got = [f"{a.kind.value}{a.microbatch}" for a in program if a.kind is not ActionKind.STEP]
+        assert got == _classic_1f1b(k, n_stages, n_micro)
+
+
+partitions = st.lists(st.integers(1, 5), min_size=1, max_size=10)
+
+
+def _plan(method: Method, forward: list[list[int]], backward: list[list[int]]) -> Plan:
+    stages = tuple(StagePlan((f"l{k}",), (k,), tuple(f), tuple(b))
+                   for k, (f, b) in enumerate(zip(forward, backward, strict=True)))
+    return Plan("m", "", sum(forward[0]), method, stages)
+
+
+def _reshape(sizes: list[int], batch: int) -> list[int]:
+    """``sizes`` cut or padded with ones to sum to ``batch``."""
+    out, total = [], 0
+    for x in sizes:
+        x = min(x, batch - total)
+        if x:
+            out.append(x)
+            total += x
+    return out + [1] * (batch - total)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 24), st.lists(partitions, min_size=1, max_size=6), st.lists(partitions, min_size=6, max_size=6))
+def test_unequal_partitions_validate(batch: int, forward: list[list[int]], backward: list[list[int]]) -> None:
+    """Per-stage partitions (sizes of 1 included): 1F1B (F = B per stage) and uedp (F != B) never deadlock."""
+    fwd = [_reshape(x, batch) for x in forward]
+    bwd = [_reshape(x, batch) for x in backward[: len(fwd)]]
+    for plan in (_plan(Method.ONE_F_ONE_B, fwd, fwd), _plan(Method.UEDP, fwd, bwd)):
+        validate(build_schedule(plan), batch, stage_of(plan), plan.n_stages)
+
+
+def test_unequal_1f1b_warms_up_for_what_the_next_stage_needs() -> None:
+    """Stage 1 takes 6 samples at once; stage 0 (micro-batches of 2) must forward all 6 before its B0."""
+    plan = _plan(Method.ONE_F_ONE_B, [[2, 2, 2, 2, 2, 2], [6, 6]], [[2, 2, 2, 2, 2, 2], [6, 6]])
+    compute = compute_schedule(plan)
+    assert [f"{a.kind.value}{a.microbatch}" for a in compute.ranks[0]][:7] == [
+        "F0", "F1", "F2", "B0", "B1", "F3", "B2",  # then back to 2 in flight, as 1F1B on 2 stages
+    ]
+    assert [a.kind.value for a in compute.ranks[1]] == ["F", "B", "F", "B", "STEP"]
+
+
+def test_1f1b_rejects_different_backward_sizes() -> None:
+    plan = _plan(Method.ONE_F_ONE_B, [[2, 2], [4]], [[2, 2], [1, 3]])
+    with pytest.raises(UserError, match="stage 1: method 1f1b needs the same micro-batch sizes"):
+        build_schedule(plan)
+
+
 def test_sizes_not_summing_raise_naming_stage() -> None:
     plan = chain_plan(Method.GPIPE, 2, 32, (16, 14))
     with pytest.raises(UserError, match=r"stage 0: forward micro-batch sizes \[16, 14\] sum to 30 .* 32"):

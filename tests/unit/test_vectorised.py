@@ -43,7 +43,8 @@ def reference_time(fwd: Partition, bwd: Partition, tables: StageTables) -> float
         forward_end.append(end)
     ready, finish = [float("-inf")] * batch, []
     for k in range(n - 1, -1, -1):
-        ready, end = _stage(ready, bwd[k], tables.backward_s[k], tables.send_backward_s[k], forward_end[k])
+        g = tables.backward_s[k] if fwd[k] == bwd[k] else tables.backward_recompute_s[k]  # PAPERS.md §1.12
+        ready, end = _stage(ready, bwd[k], g, tables.send_backward_s[k], forward_end[k])
         finish.append(end + float(tables.step_s[k]))
     return max(finish)
 
@@ -63,12 +64,18 @@ def random_partition(rng: np.random.Generator, n: int, batch: int) -> Partition:
     return [random_sizes(rng, batch) for _ in range(n)]
 
 
+def random_backward(rng: np.random.Generator, fwd: Partition, batch: int) -> Partition:
+    """Per stage, the forward sizes (no recompute) or, with p 1/2, random ones (recompute)."""
+    return [x if rng.random() < 0.5 else random_sizes(rng, batch) for x in fwd]
+
+
 def random_tables(rng: np.random.Generator, n: int, batch: int) -> StageTables:
     """Arbitrary non-negative tables (not necessarily monotone); column 0 is never read."""
     def table() -> FloatArray:
         t: FloatArray = rng.uniform(0.0, 2.0, size=(n, batch + 1)) * rng.choice([0.0, 1.0], p=[0.1, 0.9])
         return t
-    return StageTables(table(), table(), table(), table(), rng.uniform(0.0, 0.5, size=n))
+    g = table()
+    return StageTables(table(), g, table(), table(), rng.uniform(0.0, 0.5, size=n), g + table())
 
 
 def random_cost(rng: np.random.Generator, n: int, batch: int) -> tuple[CostModel, tuple[tuple[str, ...], ...]]:
@@ -120,12 +127,14 @@ def test_gpipe_sanity_case() -> None:
 
 
 def test_random_tables_against_the_loop_reference() -> None:
-    """500 instances, arbitrary tables: closed form == textbook loop (1e-9), == its loop twin (exactly)."""
+    """500 instances, arbitrary tables, some stages recomputing: closed form == textbook loop (1e-9),
+    == its loop twin (exactly)."""
     rng = np.random.default_rng(1)
     for _ in range(500):
         n, batch = int(rng.integers(1, 9)), int(rng.integers(1, 25))
         tables = random_tables(rng, n, batch)
-        plans = [(random_partition(rng, n, batch), random_partition(rng, n, batch)) for _ in range(3)]
+        forwards = [random_partition(rng, n, batch) for _ in range(3)]
+        plans = [(f, random_backward(rng, f, batch)) for f in forwards]
         fwd = np.stack([partition_to_cuts(f, batch) for f, _ in plans])
         bwd = np.stack([partition_to_cuts(b, batch) for _, b in plans])
         fast = iteration_times(fwd, bwd, tables)
@@ -140,8 +149,9 @@ def test_cost_model_tables_against_the_event_simulator() -> None:
     for i in range(500):
         n, batch = int(rng.integers(1, 9)), int(rng.integers(1, 25))
         cost, stages = random_cost(rng, n, batch)
-        fwd, bwd = random_partition(rng, n, batch), random_partition(rng, n, batch)
-        plan = uedp_plan(stages, batch, fwd, bwd, recompute=bool(i % 2))
+        fwd = random_partition(rng, n, batch)
+        bwd = random_backward(rng, fwd, batch)
+        plan = uedp_plan(stages, batch, fwd, bwd, recompute=i % 3 == 0)
         tables = StageTables.from_plan(plan, cost)
         fast = iteration_times(partition_to_cuts(fwd, batch)[None], partition_to_cuts(bwd, batch)[None], tables)
         expected = simulate(build_schedule(plan), plan, cost).iteration_s

@@ -16,7 +16,10 @@ reconstruction** (PAPERS.md §1.7–§1.8):
   p 0.5, **independently for the forward and the backward chromosome** (the "dual" part);
   mutation: each row with p 0.15 flips one cut bit or shifts an existing cut by ±1 sample;
   elitism: the 2 best survive; a per-stage memory cap is kept by adding cuts;
-* single-chromosome ablation: the backward chromosome is the forward one.
+* single-chromosome ablation: the backward chromosome is the forward one;
+* unequal 1F1B (pipetrain's extension): single chromosome, each individual timed under its 1F1B
+  order (:func:`~pipetrain.schedule.generators.one_f_one_b_sequences`) by
+  :func:`~pipetrain.simulate.chain.order_time`, one at a time, seeded with the equal 1F1B plans.
 
 The state is an immutable :class:`GAState`; :func:`ask` and :func:`tell` are pure apart from drawing
 from the ``numpy.random.Generator`` passed in (the evotorch functional style of STYLE.md L8). Cost
@@ -36,6 +39,8 @@ import numpy.typing as npt
 
 from pipetrain.plan.microbatch.encoding import BoolArray, cap_cuts, cuts_to_partition, equal_seeds
 from pipetrain.plan.microbatch.result import MicrobatchPlan, check_caps
+from pipetrain.schedule.generators import one_f_one_b_sequences
+from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "dgap",
     "ga",
     "init_state",
+    "one_f_one_b_ga",
     "single_chromosome",
     "tell",
     "tidgap",
@@ -55,7 +61,7 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 Mode = Literal["dual", "single"]
-EvaluatorKind = Literal["vectorised", "loop"]
+EvaluatorKind = Literal["vectorised", "loop", "1f1b"]
 Evaluator = Callable[[BoolArray, BoolArray], FloatArray]
 """``(forward [N, K, B], backward [N, K, B]) -> [N]`` iteration seconds."""
 OnGeneration = Callable[[int, float], None]
@@ -263,10 +269,20 @@ def _evaluator(tables: StageTables, kind: EvaluatorKind) -> Evaluator:
             for f, b in zip(forward, backward, strict=True)
         ])
 
-    return one_at_a_time
+    def one_f_one_b(forward: BoolArray, backward: BoolArray) -> FloatArray:
+        del backward  # single chromosome
+        times = []
+        for cuts in forward:
+            sizes = cuts_to_partition(cuts)
+            times.append(order_time(one_f_one_b_sequences(sizes), sizes, sizes, tables))
+        return np.array(times)
+
+    return one_f_one_b if kind == "1f1b" else one_at_a_time
 
 
 def _planner_name(mode: Mode, evaluator: EvaluatorKind) -> str:
+    if evaluator == "1f1b":
+        return "1f1b-ga"
     if mode == "dual":
         return "tidgap" if evaluator == "vectorised" else "dgap"
     return "single" if evaluator == "vectorised" else "single-loop"
@@ -291,12 +307,16 @@ def ga(
         mode: ``"dual"`` (independent forward and backward partitions) or ``"single"`` (backward =
             forward, the ablation).
         evaluator: ``"vectorised"`` (the whole population per call: TiDGAP) or ``"loop"`` (one
-            individual at a time: DGAP). Both give the same plan for a seed.
+            individual at a time: DGAP); both time the flush order and give the same plan for a
+            seed. ``"1f1b"`` times each individual under its unequal 1F1B order (needs
+            ``mode="single"``).
         caps: per stage, the largest micro-batch allowed; None for no cap.
         on_generation: called as ``on_generation(generation, best_s)`` after each generation
             (1-based), e.g. to drive a progress bar.
     """
     config = config or GAConfig()
+    if evaluator == "1f1b" and mode != "single":
+        raise ValueError("the 1F1B order needs one partition per stage for forward and backward: mode='single'")
     caps = check_caps(caps, tables.n_stages)
     rng = np.random.default_rng(seed)
     evaluate = _evaluator(tables, evaluator)
@@ -348,3 +368,17 @@ def single_chromosome(
 ) -> MicrobatchPlan:
     """The single-chromosome ablation, backward partition = forward (arguments as for :func:`ga`)."""
     return ga(tables, seed=seed, config=config, mode="single", caps=caps, on_generation=on_generation)
+
+
+def one_f_one_b_ga(
+    tables: StageTables,
+    *,
+    seed: int = 0,
+    config: GAConfig | None = None,
+    caps: Sequence[int] | None = None,
+    on_generation: OnGeneration | None = None,
+) -> MicrobatchPlan:
+    """Unequal micro-batches under the 1F1B order: per-stage partitions, forward = backward
+    (arguments as for :func:`ga`)."""
+    return ga(tables, seed=seed, config=config, mode="single", evaluator="1f1b", caps=caps,
+              on_generation=on_generation)
