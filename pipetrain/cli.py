@@ -3,6 +3,7 @@
     pipetrain demo                                   # the whole loop on a built-in model
     pipetrain profile --model mlp --batch 128 --out profile.json
     pipetrain plan --model mlp --batch 128 --ranks 2 --profile profile.json --out plan.json
+    pipetrain plan --model mlp --batch 128 --method uedp --planner tidgap --generations 200
     pipetrain simulate --plan plan.json --profile profile.json --out sim/
     pipetrain train --plan plan.json --steps 20 --out run/
     pipetrain compare --plan plan.json --predicted sim/predicted.json --measured run/measured.json
@@ -23,9 +24,10 @@ from pathlib import Path
 from rich.console import Console
 
 from pipetrain import api
-from pipetrain.cluster import CPU_ACTION_OVERHEAD_S
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.fileio import write_atomic
+from pipetrain.plan.microbatch import GA_PLANNERS, PLANNER_NAMES, GAConfig
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.profile.table import Profile
 from pipetrain.simulate.timeline import Timeline
@@ -89,19 +91,72 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
+    uedp = args.method == Method.UEDP.value
+    ga = _ga_config(args, uedp)
     graph = api.resolve_model(args.model)
     api.check_stage_count(graph, args.stages or args.ranks or 2)
     profile = _load_profile(args, args.model, args.batch)
     cluster = api.local_cluster(args.ranks or 2, args.cluster)
-    method = None if args.method == "auto" else Method(args.method)
+    # uedp starts from the best equal plan (GPipe or 1F1B, balanced stages), as --method auto finds it
+    method = None if args.method in ("auto", Method.UEDP.value) else Method(args.method)
     plan, candidates = api.plan_pipeline(
         graph, profile, cluster, batch_size=args.batch, method=method, n_stages=args.stages, n_micro=args.micro
     )
-    _save(args.out, plan.to_json(), "plan")
     from pipetrain.viz.plan_tables import candidates_table, plan_table
 
-    out.print(plan_table(plan))
-    out.print(candidates_table(candidates, top=args.top))
+    if not uedp:
+        _save(args.out, plan.to_json(), "plan")
+        out.print(plan_table(plan))
+        out.print(candidates_table(candidates, top=args.top))
+        return
+    base = plan
+    plan = api.plan_microbatches(base, profile, cluster, planner=args.planner or "tidgap", seed=args.seed or 0,
+                                 ga=ga, memory_cap=args.memory_cap, progress=True)
+    _save(args.out, plan.to_json(), "plan")
+    caps, baselines = _uedp_references(base, profile, cluster, args.memory_cap)
+    out.print(plan_table(plan, baselines=baselines, caps=caps))
+    out.print(candidates_table(candidates, top=args.top, title="equal-micro-batch candidates (the baseline)"))
+
+
+def _uedp_references(
+    base: Plan, profile: Profile, cluster: Cluster, memory_cap: bool
+) -> tuple[tuple[int | None, ...] | None, list[tuple[str, Plan]]]:
+    """The memory caps a uedp plan was made under, and the plans to show its speedup over: the best
+    equal plan and, when that one overflows some device, the best equal partition that fits."""
+    if not memory_cap:
+        return None, [("best equal plan", base)]
+    from pipetrain.cost import CostModel
+    from pipetrain.plan.microbatch import device_memory, memory_need, microbatch_caps
+
+    cost = CostModel(profile, cluster)
+    needs = zip(memory_need(base, cost), device_memory(base, cost), strict=True)
+    over = [k for k, (need, room) in enumerate(needs) if need > room]
+    if not over:
+        return microbatch_caps(base, cost), [("best equal plan", base)]
+    fitting = api.plan_microbatches(base, profile, cluster, planner="equal")  # recomputing, within the caps
+    return microbatch_caps(base, cost), [(f"best equal plan, over memory on stage {over[0]}", base),
+                                         ("best equal plan within memory", fitting)]
+
+
+def _ga_config(args: argparse.Namespace, uedp: bool) -> GAConfig | None:
+    """The GA settings of `plan --method uedp`; a UserError for micro-batch options without it."""
+    given = [f"--{name}" for name in ("planner", "seed", "population", "generations")
+             if getattr(args, name) is not None]
+    if not uedp:
+        if given:
+            raise UserError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for UMPIPE's unequal "
+                            f"micro-batches: add --method uedp (--method is {args.method})")
+        return None
+    planner = args.planner or "tidgap"
+    ga_only = [flag for flag in given if flag != "--planner"]
+    if ga_only and planner not in GA_PLANNERS:
+        raise UserError(f"{', '.join(ga_only)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), "
+                        f"not --planner {planner}; drop them or choose a GA planner")
+    overrides = {name: getattr(args, name) for name in ("population", "generations") if getattr(args, name) is not None}
+    try:
+        return GAConfig(**overrides)
+    except ValueError as e:
+        raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
 
 
 def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Profile, Timeline]:
@@ -219,7 +274,19 @@ def _add_command_args(p: dict[str, argparse.ArgumentParser]) -> None:
     p["probe"].add_argument("--out", type=Path, default=Path("cluster.json"))
     _model_args(p["plan"])
     _cost_args(p["plan"])
-    p["plan"].add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS)])
+    p["plan"].add_argument("--method", default="auto",
+                           choices=["auto", *(m.value for m in api.PLANNABLE_METHODS), Method.UEDP.value],
+                           help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
+                                "per stage on the best equal plan's stages")
+    p["plan"].add_argument("--planner", choices=PLANNER_NAMES,
+                           help="micro-batch planner for --method uedp (default: tidgap)")
+    p["plan"].add_argument("--seed", type=int, help="GA seed for --method uedp (default: 0)")
+    defaults = GAConfig()
+    p["plan"].add_argument("--population", type=int, help=f"GA population (default: {defaults.population})")
+    p["plan"].add_argument("--generations", type=int, help=f"GA generations (default: {defaults.generations})")
+    p["plan"].add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
+                           help="--method uedp: keep each stage's micro-batches within its device memory "
+                                "(default: on)")
     p["plan"].add_argument("--stages", type=int, help="pipeline stages (default: one per rank)")
     p["plan"].add_argument("--micro", type=int, help="fix the number of micro-batches (default: search)")
     p["plan"].add_argument("--top", type=int, default=8, help="candidates to list")

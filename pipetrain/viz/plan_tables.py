@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from rich import box
 from rich.table import Table
 
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.plan.planner import Candidate
 from pipetrain.profile.table import Profile
 from pipetrain.viz.tables import _num, _render, time_unit
@@ -17,12 +18,20 @@ __all__ = ["candidates_table", "plan_table", "profile_table", "sizes_text"]
 _MIB = 2**20
 
 
-def sizes_text(sizes: Sequence[int], limit: int = 8) -> str:
-    """``[16×8]`` for equal sizes, else the list (shortened past ``limit`` entries)."""
-    if len(set(sizes)) == 1:
+def sizes_text(sizes: Sequence[int], limit: int = 6) -> str:
+    """Run-length ``size×count``: ``[16×8]`` for equal sizes, else the runs and the count, e.g.
+    ``[8×3, 4, 2×2] (6)``; past ``limit`` runs, the first and last few around ``…``.
+
+    >>> sizes_text([8, 8, 8, 4, 2, 2])
+    '[8×3, 4, 2×2] (6)'
+    """
+    runs = [(size, len(list(group))) for size, group in itertools.groupby(sizes)]
+    if len(runs) == 1:
         return f"[{sizes[0]}×{len(sizes)}]"
-    shown = ", ".join(map(str, sizes[:limit]))
-    return f"[{shown}{', ...' if len(sizes) > limit else ''}] ({len(sizes)})"
+    parts = [f"{size}×{count}" if count > 1 else str(size) for size, count in runs]
+    if len(parts) > limit:
+        parts = [*parts[: (limit + 1) // 2], "…", *parts[len(parts) - limit // 2:]]
+    return f"[{', '.join(parts)}] ({len(sizes)})"
 
 
 def profile_table(profile: Profile, *, width: int = 110) -> str:
@@ -42,29 +51,74 @@ def profile_table(profile: Profile, *, width: int = 110) -> str:
     return _render(table, width)
 
 
-def plan_table(plan: Plan, *, width: int = 110) -> str:
-    """Per stage: layers, ranks and micro-batch sizes; the prediction in the caption."""
-    caption = ""
+def plan_table(
+    plan: Plan,
+    *,
+    baselines: Sequence[tuple[str, Plan]] = (),
+    caps: Sequence[int | None] | None = None,
+    width: int = 110,
+) -> str:
+    """Per stage: layers, ranks and micro-batch sizes; the prediction in the caption.
+
+    Args:
+        baselines: ``(label, plan)`` pairs to compare with, e.g. ``("best equal plan", base)`` for
+            the plan a ``uedp`` plan was made from: the caption gives each one's predicted time and
+            the speedup over it.
+        caps: per stage, the largest micro-batch memory allows (None: no cap), shown beside the
+            largest micro-batch of ``uedp`` plans.
+
+    Plans with per-stage partitions (``uedp``, unequal ``1f1b``) also show each stage's forward and backward
+    micro-batch counts, its largest micro-batch (and cap) and whether it recomputes forward in
+    backward.
+    """
+    caption = []
     if plan.prediction is not None:
         unit, scale = time_unit(plan.prediction.iteration_s)
-        caption = (f"predicted iteration {_num(plan.prediction.iteration_s * scale)} {unit}, "
-                   f"bubble {plan.prediction.bubble_fraction:.1%} ({plan.prediction.basis})")
+        caption.append(f"predicted iteration {_num(plan.prediction.iteration_s * scale)} {unit}, "
+                       f"bubble {plan.prediction.bubble_fraction:.1%} ({plan.prediction.basis})")
+        caption += [_versus(plan.prediction.iteration_s, label, other) for label, other in baselines]
     table = Table(title=f"plan: {plan.model}, {plan.method.value}, batch {plan.batch_size}",
-                  caption=caption, box=box.ROUNDED)
-    for name in ("stage", "ranks", "layers", "forward sizes", "backward sizes"):
-        table.add_column(name)
+                  caption="\n".join(caption), box=box.ROUNDED)
+    per_stage = plan.method is Method.UEDP or bool(baselines) or any(
+        s.forward_sizes != plan.stages[0].forward_sizes for s in plan.stages
+    )
+    columns = ["stage", "ranks", "layers", "forward sizes", "backward sizes"]
+    if per_stage:
+        columns += ["count F/B", "largest" if caps is None else "largest/cap", "recompute"]
+    for name in columns:
+        table.add_column(name, justify="right" if name.startswith(("count", "largest")) else "left")
     for k, stage in enumerate(plan.stages):
         layers = stage.layers[0] if len(stage.layers) == 1 else f"{stage.layers[0]} … {stage.layers[-1]}"
-        table.add_row(str(k), ",".join(map(str, stage.ranks)), f"{layers} ({len(stage.layers)})",
-                      sizes_text(stage.forward_sizes), sizes_text(stage.backward_sizes))
+        row = [str(k), ",".join(map(str, stage.ranks)), f"{layers} ({len(stage.layers)})",
+               sizes_text(stage.forward_sizes), sizes_text(stage.backward_sizes)]
+        if per_stage:
+            largest = str(max(*stage.forward_sizes, *stage.backward_sizes))
+            if caps is not None:
+                largest += f"/{'-' if caps[k] is None else caps[k]}"
+            row += [f"{len(stage.forward_sizes)}/{len(stage.backward_sizes)}", largest,
+                    "yes" if plan.recomputes(k) else "no"]
+        table.add_row(*row)
     return _render(table, width)
 
 
-def candidates_table(candidates: Sequence[Candidate], *, top: int = 8, width: int = 110) -> str:
+def _versus(iteration_s: float, label: str, baseline: Plan) -> str:
+    """``vs best equal plan (gpipe [4×8]) 3.1 ms: 1.250× speedup``."""
+    if baseline.prediction is None:
+        return f"vs {label}: not simulated"
+    base_s = baseline.prediction.iteration_s
+    unit, scale = time_unit(base_s)
+    ratio = base_s / iteration_s if iteration_s > 0 else float("inf")
+    return (f"vs {label} ({baseline.method.value} {sizes_text(baseline.stages[0].forward_sizes)}) "
+            f"{_num(base_s * scale)} {unit}: {ratio:.3f}× speedup")
+
+
+def candidates_table(
+    candidates: Sequence[Candidate], *, top: int = 8, title: str = "planner candidates", width: int = 110
+) -> str:
     """The ``top`` fastest candidates the planner simulated, with their slowdown vs the best."""
     best = candidates[0].iteration_s
     unit, scale = time_unit(best)
-    table = Table(title=f"planner candidates (best {top} of {len(candidates)})", box=box.ROUNDED)
+    table = Table(title=f"{title} (best {top} of {len(candidates)})", box=box.ROUNDED)
     for name in ("#", "method", "micro-batches", "stage layers", f"predicted ({unit})", "vs best"):
         table.add_column(name, justify="right" if name != "method" else "left")
     for i, c in enumerate(candidates[:top]):

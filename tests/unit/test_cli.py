@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from pipetrain.cli import main
+from pipetrain.cluster import Cluster
 from pipetrain.graph.zoo import build_model
+from pipetrain.plan.microbatch import GA_PLANNERS, PLANNER_NAMES
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.simulate.timeline import Timeline
 
@@ -119,3 +122,86 @@ def test_plan_layers_do_not_match_model(tmp_path: Path, capsys: pytest.CaptureFi
     ])
     code, text = run(capsys, "train", "--plan", str(plan), "--steps", "1")
     assert code == 2 and "every layer must appear once" in text
+
+
+# ---- plan --method uedp ---------------------------------------------------------------------------
+
+UEDP = ("plan", "--model", "gpt-tiny", "--batch", "32", "--ranks", "2", "--method", "uedp")
+TINY_GA = ("--population", "8", "--generations", "4")
+
+
+def plan_file(capsys: pytest.CaptureFixture[str], out: Path, *argv: str) -> tuple[Plan, str]:
+    code, text = run(capsys, *argv, "--out", str(out))
+    assert code == 0, text
+    return Plan.from_json(out.read_text()), text
+
+
+@pytest.fixture
+def gpipe_plan(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> Plan:
+    """The best GPipe plan: the flush-order equal plan that uedp planners start from (same stages)."""
+    plan, _ = plan_file(capsys, tmp_path / "gpipe.json", "plan", "--model", "gpt-tiny", "--batch", "32",
+                        "--ranks", "2", "--method", "gpipe", "--profile", str(tiny_profile))
+    return plan
+
+
+@pytest.mark.parametrize("planner", PLANNER_NAMES)
+def test_plan_uedp_each_planner(
+    planner: str, tmp_path: Path, tiny_profile: Path, gpipe_plan: Plan, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ga = TINY_GA if planner in GA_PLANNERS else ()
+    plan, text = plan_file(capsys, tmp_path / "plan.json", *UEDP, "--planner", planner, *ga,
+                           "--profile", str(tiny_profile))
+    graph = build_model("gpt-tiny")
+    plan.validate(graph.names, graph.fingerprint())
+    expected = Method.ONE_F_ONE_B if planner == "1f1b-ga" else Method.UEDP  # unequal 1F1B: pipetrain's extension
+    assert plan.method is expected and plan.prediction is not None
+    assert [s.layers for s in plan.stages] == [s.layers for s in gpipe_plan.stages]
+    assert "speedup" in text and "count F/B" in text
+    if planner in ("equal", "dgap", "tidgap", "single"):  # seeded with the equal flush-order plans: never slower
+        assert gpipe_plan.prediction is not None
+        assert plan.prediction.iteration_s <= gpipe_plan.prediction.iteration_s * (1 + 1e-12)
+    assert ("generations" in text) == (planner in GA_PLANNERS)  # the GA's progress bar
+
+
+def test_plan_uedp_default_planner_is_deterministic(
+    tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = (*UEDP, "--profile", str(tiny_profile), "--population", "12", "--generations", "6", "--seed", "3")
+    _, text = plan_file(capsys, tmp_path / "a.json", *argv)
+    assert "tidgap (seed 3)" in text
+    plan_file(capsys, tmp_path / "b.json", *argv)
+    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
+
+
+def test_plan_uedp_memory_cap(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # tiny_profile, 3 layers a stage: state 2 × 3 × 4096 B, saved 3 × 16384 B a sample, inputs 128 B
+    # (stage 0) and 8192 B (stage 1) a sample: 1 MiB caps the micro-batches at 20 and 15 samples.
+    cluster = tmp_path / "cluster.json"
+    Cluster.local(2, memory_bytes=2**20).save(cluster)
+    plan, text = plan_file(capsys, tmp_path / "plan.json", *UEDP, "--profile", str(tiny_profile),
+                           "--cluster", str(cluster), *TINY_GA)
+    assert "largest/cap" in text and "within memory" in text
+    assert plan.recompute  # the whole batch's activations fit neither stage
+    for stage, cap in zip(plan.stages, (20, 15), strict=True):
+        assert max(*stage.forward_sizes, *stage.backward_sizes) <= cap
+    Cluster.local(2, memory_bytes=50_000).save(cluster)
+    code, text = run(capsys, *UEDP, "--profile", str(tiny_profile), "--cluster", str(cluster), *TINY_GA)
+    assert code == 2 and text.strip().startswith("error: stage 0 (embed … block1, rank 0) needs")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--planner", "tidgap"), "--planner is for UMPIPE's unequal micro-batches: add --method uedp"),
+        (("--seed", "1", "--generations", "5"), "--seed, --generations are for UMPIPE's"),
+        (("--method", "gpipe", "--planner", "dp"), "add --method uedp (--method is gpipe)"),
+        (("--method", "uedp", "--planner", "dp", "--population", "8"), "only apply to the GA planners"),
+        (("--method", "uedp", "--population", "2"), "bad GA settings"),
+    ],
+)
+def test_plan_uedp_options_need_uedp(
+    extra: tuple[str, ...], message: str, tiny_profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, text = run(capsys, "plan", "--model", "gpt-tiny", "--profile", str(tiny_profile), *extra)
+    assert code == 2, text
+    assert message in text and text.strip().startswith("error:")

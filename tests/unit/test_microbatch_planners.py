@@ -36,8 +36,11 @@ from pipetrain.plan.microbatch import (
     tidgap,
 )
 from pipetrain.plan.microbatch.dp import stage_dp
+from pipetrain.plan.microbatch.ga import one_f_one_b_ga
 from pipetrain.plan.microbatch.uedp import PlannerName
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.schedule.generators import one_f_one_b_sequences
+from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
 from tests.conftest import flat_profile
 
@@ -252,6 +255,24 @@ def test_dual_beats_single_on_the_toy_check() -> None:
     assert max(gains) > 0.01  # the dual chromosome finds a real improvement somewhere
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_one_f_one_b_ga_is_never_worse_than_the_best_equal_1f1b_plan(seed: int) -> None:
+    """Seeded with the equal plans, timed under their 1F1B orders: per-stage sizes, forward = backward."""
+    rng = np.random.default_rng(seed)
+    n, batch = int(rng.integers(1, 5)), int(rng.integers(1, 30))
+    tables = toy_tables(seed, n, batch)
+    result = one_f_one_b_ga(tables, seed=seed, config=SMALL)
+    equal_1f1b = min(order_time(one_f_one_b_sequences([sizes] * n), [sizes] * n, [sizes] * n, tables)
+                     for sizes in (equal_sizes(batch, m) for m in range(1, batch + 1)))
+    assert result.iteration_s <= equal_1f1b
+    assert result.forward_sizes == result.backward_sizes and result.planner == "1f1b-ga"
+    fwd = result.forward_sizes
+    assert result.iteration_s == order_time(one_f_one_b_sequences(fwd), fwd, fwd, tables)
+    assert same_plan(result, one_f_one_b_ga(tables, seed=seed, config=SMALL))
+    with pytest.raises(ValueError, match="mode='single'"):
+        ga(tables, evaluator="1f1b", mode="dual")
+
+
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError, match="elite"):
         GAConfig(population=2, elite=2)
@@ -273,7 +294,7 @@ def test_plan_uedp_builds_a_simulated_uedp_plan(planner: PlannerName) -> None:
                 tuple(StagePlan((f"l{k}",), (k,), sizes, sizes) for k in range(3)))
     plan = plan_uedp(base, cost, planner=planner, seed=0, config=SMALL)
     plan.validate()
-    assert plan.method is Method.UEDP
+    assert plan.method is (Method.ONE_F_ONE_B if planner == "1f1b-ga" else Method.UEDP)
     assert [s.layers for s in plan.stages] == [s.layers for s in base.stages]
     tables = StageTables.from_plan(plan, cost)
     predicted = run_planner(planner, tables, seed=0, config=SMALL)

@@ -11,8 +11,17 @@ size) and return a :class:`MicrobatchPlan`; :func:`plan_uedp` turns one into a `
 ``tidgap``  :func:`tidgap`: the same GA on the vectorised evaluator
 ``single``  :func:`single_chromosome`: the GA with backward partition = forward
 ==========  ==================================================================
+
+:func:`microbatch_caps` bounds each stage's micro-batch by its device's memory (PAPERS.md §1.12).
 """
 
+from pipetrain.plan.microbatch.caps import (
+    SGD_STATE_COPIES,
+    device_memory,
+    fits_without_recompute,
+    memory_need,
+    microbatch_caps,
+)
 from pipetrain.plan.microbatch.dp import global_dp
 from pipetrain.plan.microbatch.encoding import (
     Partition,
@@ -27,11 +36,13 @@ from pipetrain.plan.microbatch.equal import best_equal
 from pipetrain.plan.microbatch.ga import GAConfig, GAState, ask, dgap, ga, init_state, single_chromosome, tell, tidgap
 from pipetrain.plan.microbatch.greedy import local_greedy, saturation_point
 from pipetrain.plan.microbatch.result import MicrobatchPlan
-from pipetrain.plan.microbatch.uedp import PLANNER_NAMES, PlannerName, plan_uedp, run_planner
+from pipetrain.plan.microbatch.uedp import GA_PLANNERS, PLANNER_NAMES, PlannerName, plan_uedp, run_planner
 from pipetrain.simulate.vectorised import StageTables
 
 __all__ = [
+    "GA_PLANNERS",
     "PLANNER_NAMES",
+    "SGD_STATE_COPIES",
     "GAConfig",
     "GAState",
     "MicrobatchPlan",
@@ -43,12 +54,16 @@ __all__ = [
     "cap_cuts",
     "cuts_to_partition",
     "cuts_to_sizes",
+    "device_memory",
     "dgap",
     "equal_seeds",
+    "fits_without_recompute",
     "ga",
     "global_dp",
     "init_state",
     "local_greedy",
+    "memory_need",
+    "microbatch_caps",
     "partition_to_cuts",
     "plan_uedp",
     "run_planner",

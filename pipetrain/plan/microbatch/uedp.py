@@ -1,5 +1,8 @@
 """UEDP plans: run a micro-batch planner on a chain plan's stages and return a ``uedp`` Plan.
 
+Planner ``1f1b-ga`` (pipetrain's extension) returns a ``1f1b`` plan instead: per-stage unequal
+micro-batches, the same for forward and backward, under the 1F1B order.
+
 The stages (layers, ranks), batch and recompute flag come from a base plan, e.g. the equal planner's
 (:func:`pipetrain.plan.planner.plan_equal`); only the per-stage size vectors change. The chosen plan
 is simulated once by the event simulator to fill its :class:`~pipetrain.plan.plan.Prediction`.
@@ -15,7 +18,7 @@ from typing import Literal
 from pipetrain.cost import CostModel
 from pipetrain.plan.microbatch.dp import global_dp
 from pipetrain.plan.microbatch.equal import best_equal
-from pipetrain.plan.microbatch.ga import GAConfig, OnGeneration, dgap, single_chromosome, tidgap
+from pipetrain.plan.microbatch.ga import GAConfig, OnGeneration, dgap, one_f_one_b_ga, single_chromosome, tidgap
 from pipetrain.plan.microbatch.greedy import local_greedy
 from pipetrain.plan.microbatch.result import MicrobatchPlan
 from pipetrain.plan.plan import Method, Plan, Prediction
@@ -23,12 +26,14 @@ from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.vectorised import StageTables
 
-__all__ = ["PLANNER_NAMES", "PlannerName", "plan_uedp", "run_planner"]
+__all__ = ["GA_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_planner"]
 
 log = logging.getLogger(__name__)
 
-PlannerName = Literal["equal", "greedy", "dp", "dgap", "tidgap", "single"]
-PLANNER_NAMES: tuple[PlannerName, ...] = ("equal", "greedy", "dp", "dgap", "tidgap", "single")
+PlannerName = Literal["equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga"]
+PLANNER_NAMES: tuple[PlannerName, ...] = ("equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga")
+GA_PLANNERS: tuple[PlannerName, ...] = ("dgap", "tidgap", "single", "1f1b-ga")
+"""The planners that are genetic algorithms: they take a seed, a GAConfig and ``on_generation``."""
 
 
 def run_planner(
@@ -51,7 +56,7 @@ def run_planner(
         return local_greedy(tables, caps)
     if name == "dp":
         return global_dp(tables, caps)
-    ga_planners = {"dgap": dgap, "tidgap": tidgap, "single": single_chromosome}
+    ga_planners = {"dgap": dgap, "tidgap": tidgap, "single": single_chromosome, "1f1b-ga": one_f_one_b_ga}
     if name not in ga_planners:
         raise ValueError(f"unknown micro-batch planner {name!r}; choose one of {', '.join(PLANNER_NAMES)}")
     return ga_planners[name](tables, seed=seed, config=config, caps=caps, on_generation=on_generation)
@@ -64,10 +69,11 @@ def plan_uedp(
     planner: PlannerName = "tidgap",
     seed: int = 0,
     config: GAConfig | None = None,
-    caps: Sequence[int] | None = None,
+    caps: Sequence[int | None] | None = None,
     on_generation: OnGeneration | None = None,
 ) -> Plan:
-    """The base plan's stages with the planner's per-stage forward and backward sizes, method ``uedp``.
+    """The base plan's stages with the planner's per-stage forward and backward sizes, method ``uedp``
+    (``1f1b`` for planner ``1f1b-ga``).
 
     Args:
         base: a chain plan with one rank per stage; its sizes and method are replaced.
@@ -75,24 +81,31 @@ def plan_uedp(
         planner: which planner (see :func:`run_planner`).
         seed: GA seed.
         config: GA hyperparameters.
-        caps: per stage, the largest micro-batch allowed (a memory limit); None for no cap.
+        caps: per stage, the largest micro-batch allowed (a memory limit, e.g.
+            :func:`~pipetrain.plan.microbatch.caps.microbatch_caps`); None for no cap, on a stage
+            or on all.
         on_generation: GA progress callback ``(generation, best_s)``.
 
     Note:
-        A plan whose backward sizes differ from its forward sizes needs recompute to run
-        (PAPERS.md §1.12); the tables use the base plan's ``recompute`` flag as given.
+        A stage whose backward sizes differ from its forward sizes recomputes (PAPERS.md §1.12,
+        :meth:`Plan.recomputes`); the tables cost that wherever a planner chooses it, and every
+        stage's backward as recompute when the base plan's ``recompute`` flag is on.
     """
     tables = StageTables.from_plan(base, cost)
-    result = run_planner(planner, tables, seed=seed, config=config, caps=caps, on_generation=on_generation)
+    limits = None if caps is None or all(c is None for c in caps) else [
+        base.batch_size if c is None else c for c in caps
+    ]
+    result = run_planner(planner, tables, seed=seed, config=config, caps=limits, on_generation=on_generation)
     stages = tuple(
         replace(stage, forward_sizes=fwd, backward_sizes=bwd)
         for stage, fwd, bwd in zip(base.stages, result.forward_sizes, result.backward_sizes, strict=True)
     )
-    plan = replace(base, method=Method.UEDP, stages=stages, prediction=None)
+    method = Method.ONE_F_ONE_B if planner == "1f1b-ga" else Method.UEDP
+    plan = replace(base, method=method, stages=stages, prediction=None)
     timeline = simulate(build_schedule(plan), plan, cost)
     log.debug("%s predicted %.9f s, event simulator %.9f s", result.planner, result.iteration_s, timeline.iteration_s)
     return plan.with_prediction(Prediction(
         timeline.iteration_s, timeline.bubble_fraction(), timeline.peak_activation_bytes,
-        f"{result.planner} (seed {seed}), simulated: profile {cost.profile.source} ({cost.profile.device}), "
-        f"cluster {cost.cluster.name}",
+        f"{result.planner}{f' (seed {seed})' if planner in GA_PLANNERS else ''}, simulated: "
+        f"profile {cost.profile.source} ({cost.profile.device}), cluster {cost.cluster.name}",
     ))

@@ -1,0 +1,106 @@
+"""Memory caps on micro-batch sizes (PAPERS.md §1.12) and the planners and API that respect them."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipetrain import api
+from pipetrain.cluster import Cluster, Device, Link
+from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
+from pipetrain.plan.microbatch import (
+    PLANNER_NAMES,
+    SGD_STATE_COPIES,
+    GAConfig,
+    device_memory,
+    fits_without_recompute,
+    memory_need,
+    microbatch_caps,
+)
+from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.planner import equal_plan
+from pipetrain.profile.table import LayerProfile, Profile
+
+BATCH = 32
+PARAMS, SAVED, OUT, INPUT = 4096, 16384, 8192, 128  # bytes: per layer; per sample
+GA = GAConfig(population=12, generations=6)
+
+
+def profile() -> Profile:
+    """4 identical layers (2 a stage); f(b) and g(b) grow with b, so several micro-batches pay off."""
+    layers = tuple(
+        LayerProfile(f"l{i}", (1, BATCH), (1e-3, 8e-3), (2e-3, 16e-3), OUT, SAVED, PARAMS, 1e6) for i in range(4)
+    )
+    return Profile("synthetic", "", "cpu", "synthetic", INPUT, layers)
+
+
+def cluster(*memory: int) -> Cluster:
+    link = Link(1e-4, 1e9)
+    return Cluster(tuple(Device("cpu", m) for m in memory), link, link, "test")
+
+
+def base_plan(c: Cluster) -> Plan:
+    return equal_plan(model="synthetic", fingerprint="", layer_names=[f"l{i}" for i in range(4)],
+                      cost=CostModel(profile(), c), method=Method.GPIPE, n_stages=2, batch_size=BATCH, n_micro=4)
+
+
+def room_for(stage: int, b: int) -> int:
+    """Exactly the bytes a recomputing stage needs with micro-batches of at most ``b`` samples."""
+    inputs = (INPUT if stage == 0 else OUT) * BATCH
+    return SGD_STATE_COPIES * 2 * PARAMS + inputs + 2 * SAVED * b
+
+
+def test_no_caps_when_the_whole_batch_fits() -> None:
+    c = cluster(room_for(0, BATCH), room_for(1, BATCH))
+    assert microbatch_caps(base_plan(c), CostModel(profile(), c)) == (None, None)
+    assert fits_without_recompute(base_plan(c), CostModel(profile(), c)) == (True, True)
+
+
+def test_caps_are_the_largest_size_that_fits() -> None:
+    c = cluster(room_for(0, 5), room_for(1, 11) - 1)  # exactly 5 fit; 11 miss by one byte
+    assert microbatch_caps(base_plan(c), CostModel(profile(), c)) == (5, 10)
+    assert fits_without_recompute(base_plan(c), CostModel(profile(), c)) == (False, False)
+    assert microbatch_caps(base_plan(c), CostModel(profile(), c), state_copies=4)[0] == 4  # Adam-like state
+
+
+def test_impossible_memory_names_the_stage() -> None:
+    c = cluster(room_for(0, 8), room_for(1, 1) - 1)
+    with pytest.raises(UserError, match=r"stage 1 \(l2 … l3, rank 1\) needs 0\.3 MiB even with micro-batches of one"):
+        microbatch_caps(base_plan(c), CostModel(profile(), c))
+    with pytest.raises(UserError, match="stage 1"):
+        api.plan_microbatches(base_plan(c), profile(), c, planner="equal")
+
+
+@pytest.mark.parametrize("planner", PLANNER_NAMES)
+def test_planners_respect_caps_and_fit(planner: str) -> None:
+    c = cluster(room_for(0, 5), room_for(1, 7))
+    base = base_plan(c)
+    plan = api.plan_microbatches(base, profile(), c, planner=planner, ga=GA)  # type: ignore[arg-type]
+    plan.validate()
+    assert plan.recompute  # neither stage holds the whole batch's activations
+    for stage, cap in zip(plan.stages, (5, 7), strict=True):
+        assert max(*stage.forward_sizes, *stage.backward_sizes) <= cap
+    cost = CostModel(profile(), c)
+    assert all(need <= room for need, room in zip(memory_need(plan, cost), device_memory(plan, cost), strict=True))
+
+
+def test_no_memory_cap_ignores_memory() -> None:
+    c = cluster(room_for(0, 5), room_for(1, 7))
+    plan = api.plan_microbatches(base_plan(c), profile(), c, planner="dp", memory_cap=False)
+    assert not plan.recompute and max(plan.stages[0].forward_sizes) > 5
+
+
+def test_ample_memory_keeps_activations() -> None:
+    c = cluster(2**30, 2**30)
+    plan = api.plan_microbatches(base_plan(c), profile(), c, planner="tidgap", ga=GA, seed=1)
+    assert not plan.recompute
+    assert plan == api.plan_microbatches(base_plan(c), profile(), c, planner="tidgap", ga=GA, seed=1)
+
+
+def test_api_rejects_unknown_planner_and_uedp_in_plan_pipeline() -> None:
+    c = cluster(2**30, 2**30)
+    with pytest.raises(UserError, match="unknown micro-batch planner 'nosuch'"):
+        api.plan_microbatches(base_plan(c), profile(), c, planner="nosuch")  # type: ignore[arg-type]
+    graph = api.resolve_model("gpt-tiny")
+    with pytest.raises(UserError, match="plan_microbatches"):
+        api.plan_pipeline(graph, profile(), c, batch_size=BATCH, method=Method.UEDP)
