@@ -18,12 +18,22 @@ def n_params(graph: LayerGraph, indices: range | None = None) -> int:
 
 
 def test_presets_are_listed() -> None:
-    assert MODEL_NAMES == ("mlp", "mlp-digits", "gpt-tiny", "gpt1-14", "vgg16", "vgg16-32")
+    assert MODEL_NAMES == (
+        "mlp", "mlp-digits", "gpt-tiny", "gpt1-14", "vgg16", "vgg16-32", "synthetic"
+    )
 
 
 @pytest.mark.parametrize(
     ("name", "n_layers"),
-    [("mlp", 8), ("mlp-digits", 4), ("gpt-tiny", 6), ("gpt1-14", 14), ("vgg16", 16), ("vgg16-32", 16)],
+    [
+        ("mlp", 8),
+        ("mlp-digits", 4),
+        ("gpt-tiny", 6),
+        ("gpt1-14", 14),
+        ("vgg16", 16),
+        ("vgg16-32", 16),
+        ("synthetic", 8),
+    ],
 )
 def test_layer_counts_and_names(name: str, n_layers: int) -> None:
     graph = build_model(name)

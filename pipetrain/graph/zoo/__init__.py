@@ -6,14 +6,20 @@
 
 Presets (sizes are overridable by keyword; each family's module documents its settings):
 
-| name         | family | layers | what                                                      |
-|--------------|--------|--------|-----------------------------------------------------------|
-| ``mlp``        | mlp    | 8      | 1024 → 4096 → 1024 per layer, 1024 classes                |
-| ``mlp-digits`` | mlp    | 4      | scikit-learn digits: 64 inputs, 64 → 256 → 64, 10 classes |
-| ``gpt-tiny``   | gpt    | 6      | V=256, T=32, H=64, 4 heads, 4 blocks; trains on a CPU     |
-| ``gpt1-14``    | gpt    | 14     | GPT-1 sizes (Radford et al. 2018)                         |
-| ``vgg16``      | vgg    | 16     | VGG-16 D without BN, 224×224, 1000 classes               |
-| ``vgg16-32``   | vgg    | 16     | VGG-16 D without BN, 32×32, FC 512, 10 classes            |
+| name           | family    | layers | what                                                      |
+|----------------|-----------|--------|-----------------------------------------------------------|
+| ``mlp``        | mlp       | 8      | 1024 → 4096 → 1024 per layer, 1024 classes                |
+| ``mlp-digits`` | mlp       | 4      | scikit-learn digits: 64 inputs, 64 → 256 → 64, 10 classes |
+| ``gpt-tiny``   | gpt       | 6      | V=256, T=32, H=64, 4 heads, 4 blocks; trains on a CPU     |
+| ``gpt1-14``    | gpt       | 14     | GPT-1 sizes (Radford et al. 2018)                         |
+| ``vgg16``      | vgg       | 16     | VGG-16 D without BN, 224×224, 1000 classes                |
+| ``vgg16-32``   | vgg       | 16     | VGG-16 D without BN, 32×32, FC 512, 10 classes            |
+| ``synthetic``  | synthetic | 8      | variant 0: 256 features, 10 classes, mixed cost curves    |
+
+``synthetic`` draws its layers from a generator seeded by its ``variant`` setting (the one setting
+that may be 0): ``build_model("synthetic", variant=3)``. The names ``synthetic-<k>`` (``k`` >= 0,
+e.g. ``synthetic-3``) build variant ``k`` under that name, for command lines and plan files, which
+name a model but cannot carry settings.
 
 Every layer factory is a module-level class or a ``functools.partial`` of one, so a LayerGraph
 pickles into spawned rank processes.
@@ -22,13 +28,14 @@ pickles into spawned rank processes.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.graph.zoo import gpt, mlp, vgg
+from pipetrain.graph.zoo import gpt, mlp, synthetic, vgg
 
 __all__ = ["MODEL_NAMES", "build_model"]
 
@@ -57,7 +64,9 @@ _PRESETS: dict[str, _Preset[Any]] = {
     "gpt1-14": _Preset(gpt.GPTConfig(), gpt.build),
     "vgg16": _Preset(vgg.VGGConfig(), vgg.build),
     "vgg16-32": _Preset(vgg.VGGConfig(image=32, classes=10, fc=512), vgg.build),
+    "synthetic": _Preset(synthetic.SyntheticConfig(), synthetic.build),
 }
+_SYNTHETIC_VARIANT = re.compile(r"synthetic-(0|[1-9][0-9]*)")
 
 MODEL_NAMES: tuple[str, ...] = tuple(_PRESETS)
 
@@ -66,7 +75,7 @@ def build_model(name: str, *, seed: int = 0, **overrides: int | float) -> LayerG
     """Build the zoo model ``name``, with some of its sizes overridden.
 
     Args:
-        name: one of ``MODEL_NAMES``.
+        name: one of ``MODEL_NAMES``, or ``synthetic-<k>`` for the synthetic network of variant k.
         seed: base seed of the layers' initial weights (see ``LayerGraph.build_layer``).
         **overrides: sizes to change, e.g. ``hidden=128`` for a GPT or ``width=0.25`` for a VGG.
 
@@ -75,11 +84,21 @@ def build_model(name: str, *, seed: int = 0, **overrides: int | float) -> LayerG
 
     Raises:
         UserError: an unknown name, an unknown setting, or a value that is not a positive number
-            of the right type.
+            of the right type (``variant`` may be 0).
     """
     preset = _PRESETS.get(name)
+    variant = _SYNTHETIC_VARIANT.fullmatch(name)
+    if variant is not None:
+        if "variant" in overrides:
+            raise UserError(
+                f"model {name!r} already names its variant; drop variant= or use 'synthetic'"
+            )
+        preset = _PRESETS["synthetic"]
+        overrides = {**overrides, "variant": int(variant.group(1))}
     if preset is None:
-        raise UserError(f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES)}")
+        raise UserError(
+            f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES)} (or synthetic-<k>)"
+        )
     config = _override(name, preset.config, overrides)
     return preset.build(config, name, seed)
 
@@ -87,17 +106,26 @@ def build_model(name: str, *, seed: int = 0, **overrides: int | float) -> LayerG
 def _override(name: str, config: C, overrides: dict[str, int | float]) -> C:
     """``config`` with ``overrides`` applied, each checked against the field it replaces."""
     defaults = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    minimum = {f.name: f.metadata.get("minimum") for f in dataclasses.fields(config)}
     for key, value in overrides.items():
         if key not in defaults:
             settings = ", ".join(defaults)
             raise UserError(f"model {name!r} has no setting {key!r}; its settings are: {settings}")
-        _check_value(name, key, value, defaults[key])
+        _check_value(name, key, value, defaults[key], zero_ok=minimum[key] == 0)
     return dataclasses.replace(config, **overrides)
 
 
-def _check_value(name: str, key: str, value: object, default: object) -> None:
+def _check_value(name: str, key: str, value: object, default: object, *, zero_ok: bool) -> None:
+    """Settings are positive numbers of their default's type; a field whose metadata says
+    ``{"minimum": 0}`` (the synthetic ``variant``) may also be 0."""
     integral = isinstance(default, int)
     allowed = (int,) if integral else (int, float)
-    if isinstance(value, bool) or not isinstance(value, allowed) or value <= 0:
-        kind = "a positive integer" if integral else "a positive number"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, allowed)
+        or value < 0
+        or (value == 0 and not zero_ok)
+    ):
+        sign = "a non-negative" if zero_ok else "a positive"
+        kind = f"{sign} integer" if integral else f"{sign} number"
         raise UserError(f"model {name!r}: {key} must be {kind}, got {value!r}")
