@@ -36,7 +36,7 @@ from pipetrain.plan.microbatch import (
     tidgap,
 )
 from pipetrain.plan.microbatch.dp import stage_dp
-from pipetrain.plan.microbatch.ga import one_f_one_b_ga
+from pipetrain.plan.microbatch.ga import _sync, one_f_one_b_ga
 from pipetrain.plan.microbatch.uedp import PlannerName
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
 from pipetrain.schedule.generators import one_f_one_b_sequences
@@ -253,6 +253,31 @@ def test_dual_beats_single_on_the_toy_check() -> None:
         assert dual <= single <= equal
         gains.append(equal / dual - 1)
     assert max(gains) > 0.01  # the dual chromosome finds a real improvement somewhere
+
+
+def test_sync_copies_rows_between_the_chromosomes() -> None:
+    rng = np.random.default_rng(0)
+    forward, backward = rng.random((20, 3, 16)) < 0.3, rng.random((20, 3, 16)) < 0.3
+    before = forward | backward
+    _sync(forward, backward, 1.0, rng)
+    assert np.array_equal(forward, backward)  # every stage synced, one way or the other
+    assert np.all(forward <= before)  # each synced row is one of the two rows it had
+    untouched_f, untouched_b = forward.copy(), backward.copy()
+    _sync(untouched_f, untouched_b, 0.0, rng)
+    assert np.array_equal(untouched_f, forward) and np.array_equal(untouched_b, backward)
+
+
+def test_coupled_phase_keeps_backward_equal_to_forward() -> None:
+    """With every generation coupled, children have backward = forward, so only the random half of
+    generation 0 can differ, and an all-coupled population stays coupled."""
+    tables = toy_tables(7, 3, 16)
+    coupled = GAConfig(population=16, generations=12, coupled_fraction=1.0)
+    state = init_state(tables, coupled, np.random.default_rng(0), lambda f, b: iteration_times(f, b, tables))
+    forward, backward = ask(state, coupled, np.random.default_rng(1), mode="single")
+    assert np.array_equal(forward, backward)
+    assert not np.array_equal(state.forward, state.backward)  # the dual random half
+    result = tidgap(tables, seed=0, config=coupled)
+    assert result.iteration_s <= best_equal(tables).iteration_s
 
 
 @pytest.mark.parametrize("seed", range(4))

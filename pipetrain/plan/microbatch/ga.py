@@ -8,14 +8,21 @@ reconstruction** (PAPERS.md §1.7–§1.8):
 
 * individual: forward and backward cut masks ``[K, B]`` (:mod:`.encoding`); population ``[P, K, B]``;
 * init: the fastest equal (GPipe) plans, up to half the population, so the result is never worse
-  than the best equal plan; the rest random with a log-uniform cut density per chromosome;
+  than the best equal flush plan; the rest random with a log-uniform cut density per chromosome,
+  half of them with backward = forward;
 * fitness: ``-T`` from :func:`~pipetrain.simulate.vectorised.iteration_times` (TiDGAP, one call per
   generation) or :func:`~pipetrain.simulate.vectorised.iteration_time` per individual (DGAP); the
   two give bit-identical times, so the same seed gives the same plan;
-* selection: tournament of 3; crossover: pairs cross with p 0.8, swapping each stage's row with
-  p 0.5, **independently for the forward and the backward chromosome** (the "dual" part);
-  mutation: each row with p 0.15 flips one cut bit or shifts an existing cut by ±1 sample;
-  elitism: the 2 best survive; a per-stage memory cap is kept by adding cuts;
+* selection: tournament of 3; crossover: pairs cross with p 0.8, swapping each stage's row pair
+  (forward and backward together) with p 0.5;
+  mutation: each row of **each chromosome independently** (the "dual" part) with p 0.15 flips one
+  cut bit or shifts an existing cut by ±1 sample; then each stage with p 0.1 copies one
+  chromosome's row onto the other (direction at random); elitism: the 2 best survive; a per-stage
+  memory cap is kept by adding cuts;
+* two phases (dual mode): for the first half of the generations children keep backward = forward,
+  then both chromosomes search freely. Without that coupling a stage whose rows differ pays for
+  recompute at almost every mutation, and at equal budget the dual search ended 1-10 % behind the
+  single-chromosome one (BENCHMARKS.md, UMPIPE ablation);
 * single-chromosome ablation: the backward chromosome is the forward one;
 * unequal 1F1B (pipetrain's extension): single chromosome, each individual timed under its 1F1B
   order (:func:`~pipetrain.schedule.generators.one_f_one_b_sequences`) by
@@ -78,6 +85,10 @@ class GAConfig:
         pair_crossover_p: probability that a pair of parents crosses over (per chromosome).
         row_swap_p: in a crossing pair, probability that a stage's row is swapped.
         row_mutation_p: probability that a row (one stage of one chromosome) mutates.
+        row_sync_p: dual mode, probability that a stage's forward row is copied onto its backward
+            one or the reverse, so that equal rows (no recompute) are easy to reach.
+        coupled_fraction: dual mode, the share of the generations, first, in which children keep
+            backward = forward (a single-chromosome phase); the rest search both freely.
         elite: best individuals copied unchanged into the next generation.
     """
 
@@ -87,6 +98,8 @@ class GAConfig:
     pair_crossover_p: float = 0.8
     row_swap_p: float = 0.5
     row_mutation_p: float = 0.15
+    row_sync_p: float = 0.1
+    coupled_fraction: float = 0.5
     elite: int = 2
 
     def __post_init__(self) -> None:
@@ -94,7 +107,7 @@ class GAConfig:
             raise ValueError(f"elite ({self.elite}) must be >= 0 and below the population ({self.population})")
         if self.generations < 0 or self.tournament < 1:
             raise ValueError("generations must be >= 0 and tournament >= 1")
-        for name in ("pair_crossover_p", "row_swap_p", "row_mutation_p"):
+        for name in ("pair_crossover_p", "row_swap_p", "row_mutation_p", "row_sync_p", "coupled_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1]")
 
@@ -157,23 +170,33 @@ def _tournament(times: FloatArray, n: int, size: int, rng: np.random.Generator) 
 
 
 def _crossover(
-    chromosomes: BoolArray, parents: npt.NDArray[np.intp], config: GAConfig, rng: np.random.Generator
-) -> BoolArray:
-    """Children of the pairs ``(parents[2i], parents[2i + 1])``: stage rows swapped between mates.
+    parents: npt.NDArray[np.intp], n_stages: int, config: GAConfig, rng: np.random.Generator
+) -> npt.NDArray[np.intp]:
+    """Which parent each child's stage rows come from: pairs ``(parents[2i], parents[2i + 1])``
+    swap stage rows.
 
     Args:
-        chromosomes: ``[P, K, B]`` the population's forward or backward masks.
         parents: ``[2n]`` indices into the population.
 
     Returns:
-        ``[2n, K, B]``: first the children that start from ``parents[2i]``, then their mates.
+        ``[2n, K]`` population index per child and stage: first the children that start from
+        ``parents[2i]``, then their mates. Index a ``[P, K, B]`` chromosome with it and
+        ``arange(K)`` to get the children's rows.
     """
     a, b = parents[0::2, None], parents[1::2, None]
     crosses = rng.random(len(a)) < config.pair_crossover_p
-    swap = (rng.random((len(a), chromosomes.shape[1])) < config.row_swap_p) & crosses[:, None]
-    source = np.concatenate([np.where(swap, b, a), np.where(swap, a, b)])  # [2n, K] parent per row
-    children: BoolArray = chromosomes[source, np.arange(chromosomes.shape[1])]
-    return children
+    swap = (rng.random((len(a), n_stages)) < config.row_swap_p) & crosses[:, None]
+    source: npt.NDArray[np.intp] = np.concatenate([np.where(swap, b, a), np.where(swap, a, b)])
+    return source
+
+
+def _sync(forward: BoolArray, backward: BoolArray, p_row: float, rng: np.random.Generator) -> None:
+    """In place: each stage with ``p_row`` copies its forward row onto its backward one or the reverse."""
+    who, stage = np.nonzero(rng.random(forward.shape[:2]) < p_row)
+    to_backward = rng.random(len(who)) < 0.5
+    fb, bf = (who[to_backward], stage[to_backward]), (who[~to_backward], stage[~to_backward])
+    backward[fb] = forward[fb]
+    forward[bf] = backward[bf]
 
 
 def _mutate(cuts: BoolArray, p_row: float, rng: np.random.Generator) -> BoolArray:
@@ -221,7 +244,11 @@ def init_state(
     keep = np.argsort(evaluate(seeds, seeds), kind="stable")[: min(batch, math.ceil(config.population / 2))]
     n_random = config.population - len(keep)
     forward = cap_cuts(_random_cuts(n_random, n_stages, batch, rng), caps)
-    backward = forward if mode == "single" else cap_cuts(_random_cuts(n_random, n_stages, batch, rng), caps)
+    backward = forward
+    if mode == "dual":
+        backward = forward.copy()
+        half = n_random // 2
+        backward[half:] = cap_cuts(_random_cuts(n_random - half, n_stages, batch, rng), caps)
     forward, backward = np.concatenate([seeds[keep], forward]), np.concatenate([seeds[keep], backward])
     return _state(forward, backward, evaluate(forward, backward), None)
 
@@ -237,12 +264,15 @@ def ask(
     """The ``P - elite`` children of ``state``: forward and backward masks ``[P - elite, K, B]``."""
     n_kids = config.population - config.elite
     parents = _tournament(state.times_s, 2 * math.ceil(n_kids / 2), config.tournament, rng)
-    forward = _mutate(_crossover(state.forward, parents, config, rng)[:n_kids], config.row_mutation_p, rng)
-    forward = cap_cuts(forward, caps)
+    source = _crossover(parents, state.forward.shape[1], config, rng)[:n_kids]
+    rows = np.arange(state.forward.shape[1])
+    forward = _mutate(state.forward[source, rows], config.row_mutation_p, rng)
     if mode == "single":
+        forward = cap_cuts(forward, caps)
         return forward, forward
-    backward = _mutate(_crossover(state.backward, parents, config, rng)[:n_kids], config.row_mutation_p, rng)
-    return forward, cap_cuts(backward, caps)
+    backward = _mutate(state.backward[source, rows], config.row_mutation_p, rng)
+    _sync(forward, backward, config.row_sync_p, rng)
+    return cap_cuts(forward, caps), cap_cuts(backward, caps)
 
 
 def tell(state: GAState, forward: BoolArray, backward: BoolArray, times_s: FloatArray, config: GAConfig) -> GAState:
@@ -322,8 +352,10 @@ def ga(
     evaluate = _evaluator(tables, evaluator)
     state = init_state(tables, config, rng, evaluate, mode=mode, caps=caps)
     history = []
-    for _ in range(config.generations):
-        forward, backward = ask(state, config, rng, mode=mode, caps=caps)
+    coupled = round(config.coupled_fraction * config.generations) if mode == "dual" else 0
+    for generation in range(config.generations):
+        phase: Mode = "single" if generation < coupled else mode
+        forward, backward = ask(state, config, rng, mode=phase, caps=caps)
         state = tell(state, forward, backward, evaluate(forward, backward), config)
         history.append(state.best_s)
         if on_generation is not None:
