@@ -153,12 +153,18 @@ def _describe(plan: Plan) -> str:
     return f"{plan.method.value} m={len(sizes)} layers {[len(s.layers) for s in plan.stages]}"
 
 
+def profile_logged(graph: LayerGraph, batch: int) -> Profile:
+    """The measured profile of ``graph`` at ``batch``, printing how long profiling took."""
+    t0 = time.perf_counter()
+    profile = api.profile_model(graph, batch)
+    print(f"[{graph.name}] profiled in {time.perf_counter() - t0:.1f} s", flush=True)
+    return profile
+
+
 def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequence[int]) -> ModelSetup:
     """Profile the model, build every pipetrain plan (same settings and planned), predict each."""
     graph = build_model(name)
-    t0 = time.perf_counter()
-    profile = api.profile_model(graph, batch)
-    print(f"[{name}] profiled in {time.perf_counter() - t0:.1f} s", flush=True)
+    profile = profile_logged(graph, batch)
     cost = CostModel(profile, cluster)
     plans: dict[str, Plan] = {}
     for schedule in SCHEDULES:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import WARMUP_STEPS, Run, _bounded, probe_cluster
+from bench_core import WARMUP_STEPS, Run, _bounded, probe_cluster, profile_logged
 from torch_baseline import run_torch_pipelining
 
 from pipetrain import api
@@ -75,9 +75,7 @@ def sizes_text(plan: Plan) -> str:
 
 def setup(model: str, batch: int, cluster: Cluster, ga: GAConfig, seed: int) -> Setup:
     graph = build_model(model)
-    t0 = time.perf_counter()
-    profile = api.profile_model(graph, batch)
-    print(f"[{model}] profiled in {time.perf_counter() - t0:.1f} s", flush=True)
+    profile = profile_logged(graph, batch)
     cost = CostModel(profile, cluster)
     plans: dict[str, Plan] = {}
     for method in (Method.GPIPE, Method.ONE_F_ONE_B):

@@ -55,6 +55,7 @@ from pipetrain.plan.microbatch.dp import global_dp
 from pipetrain.plan.microbatch.ga import GAConfig, one_f_one_b_ga, single_chromosome, tidgap
 from pipetrain.plan.microbatch.greedy import local_greedy
 from pipetrain.plan.microbatch.result import MicrobatchPlan
+from pipetrain.plan.microbatch.uedp import with_sizes
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.plan.planner import plan_equal
 from pipetrain.profile.estimate import estimate_profile
@@ -110,12 +111,6 @@ def cluster_of(name: str) -> Cluster:
     return replace(Cluster.homogeneous(device, nodes, per_node, intra, inter), name=name)
 
 
-def with_sizes(base: Plan, result: MicrobatchPlan, method: Method) -> Plan:
-    stages = tuple(replace(s, forward_sizes=f, backward_sizes=b)
-                   for s, f, b in zip(base.stages, result.forward_sizes, result.backward_sizes, strict=True))
-    return replace(base, method=method, stages=stages, prediction=None)
-
-
 def event_time(plan: Plan, cost: CostModel) -> tuple[float, Timeline]:
     timeline = simulate(build_schedule(plan), plan, cost)
     return timeline.iteration_s, timeline
@@ -141,19 +136,19 @@ def run_one(network: str, cluster_name: str, profile: Profile, config: GAConfig,
     base = equal[min(("gpipe", "1f1b"), key=lambda m: times[m])]
     tables = StageTables.from_plan(base, cost)
     free = replace(tables, backward_recompute_s=tables.backward_s)  # the paper's model
-    planners: dict[str, tuple[Callable[[], MicrobatchPlan], Method]] = {
-        "greedy": (lambda: local_greedy(tables), Method.UEDP),
-        "dp": (lambda: global_dp(tables), Method.UEDP),
-        "tidgap": (lambda: tidgap(tables, seed=seed, config=config), Method.UEDP),
-        "single": (lambda: single_chromosome(tables, seed=seed, config=config), Method.UEDP),
-        "tidgap-free": (lambda: tidgap(free, seed=seed, config=config), Method.UEDP),
-        "1f1b-ga": (lambda: one_f_one_b_ga(tables, seed=seed, config=ga_1f1b), Method.ONE_F_ONE_B),
+    planners: dict[str, Callable[[], MicrobatchPlan]] = {
+        "greedy": lambda: local_greedy(tables),
+        "dp": lambda: global_dp(tables),
+        "tidgap": lambda: tidgap(tables, seed=seed, config=config),
+        "single": lambda: single_chromosome(tables, seed=seed, config=config),
+        "tidgap-free": lambda: tidgap(free, seed=seed, config=config),
+        "1f1b-ga": lambda: one_f_one_b_ga(tables, seed=seed, config=ga_1f1b),
     }
-    for name, (run, method) in planners.items():
+    for name, run in planners.items():
         t0 = time.perf_counter()
         result = run()
         search[name] = time.perf_counter() - t0
-        plan = with_sizes(base, result, method)
+        plan = with_sizes(base, result)
         times[name], timelines[name] = event_time(plan, cost)
         sizes[name] = [list(map(list, result.forward_sizes)), list(map(list, result.backward_sizes))]
         if name == "tidgap-free":

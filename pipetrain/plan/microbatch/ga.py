@@ -82,8 +82,9 @@ class GAConfig:
         population: individuals per generation ``P``.
         generations: generations ``G`` to run.
         tournament: contestants per tournament.
-        pair_crossover_p: probability that a pair of parents crosses over (per chromosome).
-        row_swap_p: in a crossing pair, probability that a stage's row is swapped.
+        pair_crossover_p: probability that a pair of parents crosses over.
+        row_swap_p: in a crossing pair, probability that a stage's rows (forward and backward
+            together) are swapped.
         row_mutation_p: probability that a row (one stage of one chromosome) mutates.
         row_sync_p: dual mode, probability that a stage's forward row is copied onto its backward
             one or the reverse, so that equal rows (no recompute) are easy to reach.

@@ -26,7 +26,7 @@ from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.vectorised import StageTables
 
-__all__ = ["GA_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_planner"]
+__all__ = ["GA_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_planner", "with_sizes"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,17 @@ def run_planner(
     if name not in ga_planners:
         raise ValueError(f"unknown micro-batch planner {name!r}; choose one of {', '.join(PLANNER_NAMES)}")
     return ga_planners[name](tables, seed=seed, config=config, caps=caps, on_generation=on_generation)
+
+
+def with_sizes(base: Plan, result: MicrobatchPlan) -> Plan:
+    """``base`` with ``result``'s per-stage forward and backward sizes and no prediction; method
+    ``uedp``, or ``1f1b`` for a ``1f1b-ga`` result (its order is 1F1B, forward = backward)."""
+    stages = tuple(
+        replace(stage, forward_sizes=fwd, backward_sizes=bwd)
+        for stage, fwd, bwd in zip(base.stages, result.forward_sizes, result.backward_sizes, strict=True)
+    )
+    method = Method.ONE_F_ONE_B if result.planner == "1f1b-ga" else Method.UEDP
+    return replace(base, method=method, stages=stages, prediction=None)
 
 
 def plan_uedp(
@@ -96,12 +107,7 @@ def plan_uedp(
         base.batch_size if c is None else c for c in caps
     ]
     result = run_planner(planner, tables, seed=seed, config=config, caps=limits, on_generation=on_generation)
-    stages = tuple(
-        replace(stage, forward_sizes=fwd, backward_sizes=bwd)
-        for stage, fwd, bwd in zip(base.stages, result.forward_sizes, result.backward_sizes, strict=True)
-    )
-    method = Method.ONE_F_ONE_B if planner == "1f1b-ga" else Method.UEDP
-    plan = replace(base, method=method, stages=stages, prediction=None)
+    plan = with_sizes(base, result)
     timeline = simulate(build_schedule(plan), plan, cost)
     log.debug("%s predicted %.9f s, event simulator %.9f s", result.planner, result.iteration_s, timeline.iteration_s)
     return plan.with_prediction(Prediction(
