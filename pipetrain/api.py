@@ -14,17 +14,20 @@ Each step is also a ``pipetrain`` sub-command; the CLI is a thin layer over thes
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
+from pipetrain.cluster_spec import ClusterSpec, load_cluster_spec
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
+from pipetrain.plan.auto import AutoResult, plan_auto
+from pipetrain.plan.bapipe import BapipeResult, explore
 from pipetrain.plan.microbatch import (
     GA_PLANNERS,
     PLANNER_NAMES,
@@ -35,6 +38,7 @@ from pipetrain.plan.microbatch import (
     plan_uedp,
 )
 from pipetrain.plan.microbatch.ga import OnGeneration
+from pipetrain.plan.pipedream import PipeDreamResult, plan_pipedream
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.plan.planner import Candidate, plan_equal, rank_key
 from pipetrain.profile.table import Profile
@@ -45,12 +49,18 @@ from pipetrain.simulate.timeline import Timeline
 
 __all__ = [
     "GA_PLANNERS",
+    "PARTITION_PLANNERS",
     "PLANNABLE_METHODS",
     "PLANNER_NAMES",
+    "ClusterSpec",
     "GAConfig",
     "check_stage_count",
+    "cluster_profiles",
     "graph_for_plan",
+    "load_cluster",
+    "load_cluster_spec",
     "local_cluster",
+    "plan_cluster",
     "plan_microbatches",
     "plan_pipeline",
     "predict",
@@ -108,13 +118,84 @@ def local_cluster(n_ranks: int, path: str | Path | None = None) -> Cluster:
     """This machine with ``n_ranks`` ranks: from a `pipetrain probe` file if given, else defaults
     (loopback link, no contention, the measured CPU runtime cost per action)."""
     if path is not None:
-        return Cluster.load(path).with_ranks(n_ranks)
+        cluster = Cluster.load(path)
+        return cluster if cluster.n_devices == n_ranks else cluster.with_ranks(n_ranks)
     return Cluster.local(n_ranks, action_overhead_s=CPU_ACTION_OVERHEAD_S)
+
+
+def load_cluster(path: str | Path, n_ranks: int | None = None) -> Cluster:
+    """A cluster from a spec file (``.yaml``/``.yml``, :mod:`pipetrain.cluster_spec`) or a probe JSON.
+
+    Args:
+        n_ranks: for a probe JSON, that many copies of its device (as :func:`local_cluster`); for
+            a spec, its first ``n_ranks`` ranks; None: every device the file lists.
+
+    The spec's per-group profile files are not part of a Cluster: to use them, pass
+    :func:`load_cluster_spec`'s result to :func:`cluster_profiles`.
+    """
+    return load_cluster_spec(path, n_ranks).cluster
+
+
+def cluster_profiles(
+    graph: LayerGraph, cluster: Cluster | ClusterSpec, batch_size: int, *, profile: Profile | None = None
+) -> dict[str, Profile]:
+    """One Profile per device kind of ``cluster``, for ``CostModel(profiles, cluster)`` (PAPERS.md §4.4).
+
+    For each kind, the first of these that exists:
+
+    1. the kind's measured profile file (a spec group's ``profile``);
+    2. ``profile``, e.g. one measured on this machine; the kinds that take it must share one device
+       model, since one profile cannot describe two;
+    3. an estimate for the kind's device model (:func:`~pipetrain.profile.estimate.estimate_profile`
+       up to ``batch_size``), made once per device model.
+
+    Args:
+        cluster: a :class:`ClusterSpec` (from :func:`load_cluster_spec`), or a Cluster, whose
+            kinds are estimated for their device models (the kind up to ``#``).
+
+    Raises:
+        UserError: a profile (file or ``profile``) of another model than ``graph``; ``profile``
+            for kinds of several device models; a kind whose device model is unknown.
+    """
+    spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.of(cluster)
+    unmeasured = {kind: source.device_model for kind, source in spec.profiles.items() if source.path is None}
+    if profile is not None:
+        _check_profile_of(graph, profile, "the given profile")
+        if len(set(unmeasured.values())) > 1:
+            raise UserError(f"one profile cannot describe device kinds {sorted(unmeasured)} of different device "
+                            "models; give each spec group a measured `profile:` file, or pass no profile to "
+                            "estimate each model")
+    by_model = {model: profile or profile_model(graph, batch_size, estimate=model)
+                for model in set(unmeasured.values())}
+    profiles: dict[str, Profile] = {}
+    for kind, source in spec.profiles.items():
+        if source.path is None:
+            profiles[kind] = by_model[source.device_model]
+        else:
+            profiles[kind] = _check_profile_of(graph, Profile.load(source.path), str(source.path))
+    return profiles
+
+
+def _check_profile_of(graph: LayerGraph, profile: Profile, what: str) -> Profile:
+    """``profile``, refused when its fingerprint says it was made for another model than ``graph``."""
+    if profile.fingerprint and profile.fingerprint != graph.fingerprint():
+        raise UserError(f"{what} is a profile of {profile.model!r} (fingerprint {profile.fingerprint}), not of this "
+                        f"{graph.name!r} ({graph.fingerprint()}): another model or other sizes; profile this one "
+                        f"with `pipetrain profile --model {graph.name}`")
+    return profile
+
+
+Profiles = Profile | Mapping[str, Profile]
+"""One profile for every device, or one per device kind (:func:`cluster_profiles`)."""
+
+
+def _each(profile: Profiles) -> list[Profile]:
+    return [profile] if isinstance(profile, Profile) else list(profile.values())
 
 
 def plan_pipeline(
     graph: LayerGraph,
-    profile: Profile,
+    profile: Profiles,
     cluster: Cluster,
     *,
     batch_size: int,
@@ -137,8 +218,8 @@ def plan_pipeline(
                         "a method, then plan_microbatches(plan, profile, cluster, planner=...)")
     stages = n_stages or cluster.n_devices
     check_stage_count(graph, stages)
-    if profile.fingerprint and profile.fingerprint != graph.fingerprint():
-        raise UserError(f"the profile is of another model ({profile.model}); re-profile {graph.name!r}")
+    for p in _each(profile):
+        _check_profile_of(graph, p, "the profile")
     methods = [method] if method is not None else list(PLANNABLE_METHODS)
     cost = CostModel(profile, cluster)
     candidates: list[Candidate] = []
@@ -151,9 +232,67 @@ def plan_pipeline(
     return candidates[0].plan, candidates
 
 
+def console_note(text: str) -> None:
+    """A dim progress line on stderr."""
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False).print(f"[dim]{text}[/dim]")
+
+
+PARTITION_PLANNERS = ("balanced", "pipedream", "bapipe", "auto")
+"""Planners of stages (and replication, devices, method): ``balanced`` is :func:`plan_pipeline`;
+the others :func:`plan_cluster`."""
+
+ClusterPlanner = Literal["pipedream", "bapipe", "auto"]
+
+
+def plan_cluster(
+    graph: LayerGraph,
+    profile: Profiles,
+    cluster: Cluster,
+    *,
+    batch_size: int,
+    planner: ClusterPlanner,
+    n_stages: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> PipeDreamResult | BapipeResult | AutoResult:
+    """Plan with PipeDream's DP (stages and replication on a two-level cluster, PAPERS.md §2), BaPipe's
+    exploration (method × stages × micro-batches × device order on mixed devices, §4), or ``auto``
+    (every planner, the fastest plan that fits).
+
+    Each result has ``.plan`` and ``.cluster``: the cluster the plan's ranks index, a sub-cluster
+    of ``cluster`` when the plan leaves devices idle.
+
+    Args:
+        profile: one profile, or one per device kind (:func:`cluster_profiles`).
+        n_stages: ``bapipe`` only: fix the stage count.
+        seed: the GA seed of ``auto``'s unequal micro-batch planners.
+        progress: show progress on stderr.
+    """
+    for p in _each(profile):
+        _check_profile_of(graph, p, "the profile")
+    if n_stages is not None and planner != "bapipe":
+        raise UserError(f"--stages fixes the stage count of the balanced and bapipe planners; {planner} chooses "
+                        "its own: drop --stages")
+    cost = CostModel(profile, cluster)
+    name, fingerprint, layers = graph.name, graph.fingerprint(), graph.names
+    if planner == "pipedream":
+        return plan_pipedream(model=name, fingerprint=fingerprint, layer_names=layers, cost=cost, batch_size=batch_size)
+    if planner == "bapipe":
+        return explore(model=name, fingerprint=fingerprint, layer_names=layers, cost=cost, batch_size=batch_size,
+                       stage_counts=None if n_stages is None else [n_stages],
+                       methods=(Method.GPIPE, Method.ONE_F_ONE_B, Method.UEDP), seed=seed, progress=progress)
+    if planner == "auto":
+        announce = (lambda step: console_note(f"auto: running the {step} planner")) if progress else None
+        return plan_auto(model=name, fingerprint=fingerprint, layer_names=layers, cost=cost, batch_size=batch_size,
+                         seed=seed, on_planner=announce)
+    raise UserError(f"unknown planner {planner!r}; choose one of {', '.join(PARTITION_PLANNERS)}")
+
+
 def plan_microbatches(
     base: Plan,
-    profile: Profile,
+    profile: Profiles,
     cluster: Cluster,
     *,
     planner: PlannerName = "tidgap",
@@ -189,8 +328,9 @@ def plan_microbatches(
     if base.n_ranks > cluster.n_devices:
         raise UserError(f"the plan uses {base.n_ranks} ranks but the cluster has {cluster.n_devices}; "
                         f"pass --ranks {base.n_ranks}")
-    if profile.fingerprint and base.model_fingerprint and profile.fingerprint != base.model_fingerprint:
-        raise UserError(f"the profile is of another model ({profile.model}); re-profile {base.model!r}")
+    for p in _each(profile):
+        if p.fingerprint and base.model_fingerprint and p.fingerprint != base.model_fingerprint:
+            raise UserError(f"the profile is of another model ({p.model}); re-profile {base.model!r}")
     cost = CostModel(profile, cluster)
     caps = None
     if memory_cap:
@@ -231,7 +371,7 @@ def check_stage_count(graph: LayerGraph, n_stages: int) -> None:
         )
 
 
-def predict(plan: Plan, profile: Profile, cluster: Cluster) -> tuple[Schedule, Timeline]:
+def predict(plan: Plan, profile: Profiles, cluster: Cluster) -> tuple[Schedule, Timeline]:
     """The plan's schedule and its simulated timeline."""
     if plan.n_ranks > cluster.n_devices:
         raise UserError(

@@ -4,6 +4,8 @@
     pipetrain profile --model mlp --batch 128 --out profile.json
     pipetrain plan --model mlp --batch 128 --ranks 2 --profile profile.json --out plan.json
     pipetrain plan --model mlp --batch 128 --method uedp --planner tidgap --generations 200
+    pipetrain plan --model vgg16 --batch 64 --cluster examples/clusters/4x4-v100.yaml --planner pipedream
+    pipetrain plan --model gpt1-14 --batch 64 --cluster examples/clusters/2h100-2v100.yaml --planner auto
     pipetrain simulate --plan plan.json --profile profile.json --out sim/
     pipetrain train --plan plan.json --steps 20 --out run/
     pipetrain compare --plan plan.json --predicted sim/predicted.json --measured run/measured.json
@@ -27,6 +29,8 @@ from pipetrain import api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.fileio import write_atomic
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES
 from pipetrain.plan.microbatch import GA_PLANNERS, PLANNER_NAMES, GAConfig
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.profile.table import Profile
@@ -47,9 +51,11 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 def _cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=Path, help="profile JSON (default: measure the model now)")
-    p.add_argument("--estimate", metavar="DEVICE", help="estimate the profile for a device model (v100, a100, h100)")
-    p.add_argument("--cluster", type=Path, help="cluster JSON from `pipetrain probe` (default: this machine)")
-    p.add_argument("--ranks", type=int, help="number of ranks (default: the plan's, or 2)")
+    p.add_argument("--estimate", metavar="DEVICE",
+                   help="estimate the profile for a device model (cpu, v100, a100, h100, fpga)")
+    p.add_argument("--cluster", type=Path, help="cluster spec YAML (see examples/clusters/) or JSON from `pipetrain "
+                   "probe` (default: this machine)")
+    p.add_argument("--ranks", type=int, help="number of ranks (default: the plan's, a spec's devices, or 2)")
 
 
 def _load_profile(args: argparse.Namespace, graph_name: str, batch: int) -> Profile:
@@ -59,6 +65,23 @@ def _load_profile(args: argparse.Namespace, graph_name: str, batch: int) -> Prof
     if args.estimate is None:
         console.print(f"[dim]profiling {graph.name} here (pass --profile to reuse a saved one)[/dim]")
     return api.profile_model(graph, batch, estimate=args.estimate, progress=True)
+
+
+def _cluster_and_profiles(
+    args: argparse.Namespace, graph_name: str, batch: int, n_ranks: int
+) -> tuple[Cluster, api.Profiles]:
+    """The cluster (``--cluster``: a YAML spec, a probe or plan-cluster JSON; default: this machine
+    with ``n_ranks`` ranks) and its profiles (one per device kind for mixed clusters)."""
+    if args.cluster is not None and args.cluster.suffix in (".yaml", ".yml"):
+        if args.estimate is not None:
+            raise UserError("--estimate: a cluster spec names each group's device model (and profile); drop --estimate")
+        spec = api.load_cluster_spec(args.cluster, args.ranks)
+        given = Profile.load(args.profile) if args.profile is not None else None
+        return spec.cluster, api.cluster_profiles(api.resolve_model(graph_name), spec, batch, profile=given)
+    cluster = api.local_cluster(n_ranks, args.cluster)
+    if {d.kind for d in cluster.devices} == {"cpu"} or args.profile is not None or args.estimate is not None:
+        return cluster, _load_profile(args, graph_name, batch)
+    return cluster, api.cluster_profiles(api.resolve_model(graph_name), cluster, batch)
 
 
 def _save(path: Path, text: str, what: str) -> None:
@@ -92,11 +115,14 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> None:
     uedp = args.method == Method.UEDP.value
-    ga = _ga_config(args, uedp)
+    partition = args.planner in api.PARTITION_PLANNERS
+    ga = None if partition else _ga_config(args, uedp)
     graph = api.resolve_model(args.model)
+    if partition and args.planner != "balanced":
+        _plan_cluster(args, graph)
+        return
     api.check_stage_count(graph, args.stages or args.ranks or 2)
-    profile = _load_profile(args, args.model, args.batch)
-    cluster = api.local_cluster(args.ranks or 2, args.cluster)
+    cluster, profile = _cluster_and_profiles(args, args.model, args.batch, args.ranks or 2)
     # uedp starts from the best equal plan (GPipe or 1F1B, balanced stages), as --method auto finds it
     method = None if args.method in ("auto", Method.UEDP.value) else Method(args.method)
     plan, candidates = api.plan_pipeline(
@@ -109,6 +135,9 @@ def cmd_plan(args: argparse.Namespace) -> None:
         out.print(plan_table(plan))
         out.print(candidates_table(candidates, top=args.top))
         return
+    if partition:
+        raise UserError("--method uedp plans micro-batches with a micro-batch planner (tidgap, 1f1b-ga...); "
+                        "--planner auto already tries them; drop --method uedp or choose a micro-batch planner")
     base = plan
     plan = api.plan_microbatches(base, profile, cluster, planner=args.planner or "tidgap", seed=args.seed or 0,
                                  ga=ga, memory_cap=args.memory_cap, progress=True)
@@ -118,8 +147,36 @@ def cmd_plan(args: argparse.Namespace) -> None:
     out.print(candidates_table(candidates, top=args.top, title="equal-micro-batch candidates (the baseline)"))
 
 
+def _plan_cluster(args: argparse.Namespace, graph: LayerGraph) -> None:
+    """``--planner pipedream | bapipe | auto``: plan, save, and show the plan and the runners-up."""
+    if args.method not in ("auto",):
+        raise UserError(f"--planner {args.planner} chooses the method itself; drop --method {args.method}")
+    if args.micro is not None:
+        raise UserError(f"--planner {args.planner} chooses the micro-batch count itself; drop --micro")
+    cluster, profile = _cluster_and_profiles(args, args.model, args.batch, args.ranks or 2)
+    result = api.plan_cluster(graph, profile, cluster, batch_size=args.batch, planner=args.planner,
+                              n_stages=args.stages, seed=args.seed or 0, progress=True)
+    from pipetrain.plan.auto import AutoResult
+    from pipetrain.plan.bapipe import BapipeResult
+    from pipetrain.viz.plan_tables import auto_table, bapipe_table, candidates_table, plan_table
+
+    _save(args.out, result.plan.to_json(), "plan")
+    if result.cluster.n_devices != cluster.n_devices:
+        used = args.out.with_suffix(".cluster.json")
+        _save(used, result.cluster.to_json(), f"the {result.cluster.n_devices} devices the plan uses")
+        console.print(f"[dim]the plan leaves devices idle; pass --cluster {used} to simulate it[/dim]")
+    out.print(plan_table(result.plan))
+    if isinstance(result, AutoResult):
+        out.print(auto_table(result))
+    elif isinstance(result, BapipeResult):
+        out.print(bapipe_table(result, top=args.top))
+    else:
+        out.print(f"PipeDream configuration {result.config} (replicas per stage)")
+        out.print(candidates_table(list(result.candidates), top=args.top, title="pipedream candidates"))
+
+
 def _uedp_references(
-    base: Plan, profile: Profile, cluster: Cluster, memory_cap: bool
+    base: Plan, profile: api.Profiles, cluster: Cluster, memory_cap: bool
 ) -> tuple[tuple[int | None, ...] | None, list[tuple[str, Plan]]]:
     """The memory caps a uedp plan was made under, and the plans to show its speedup over: the best
     equal plan and, when that one overflows some device, the best equal partition that fits."""
@@ -159,22 +216,27 @@ def _ga_config(args: argparse.Namespace, uedp: bool) -> GAConfig | None:
         raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
 
 
-def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Profile, Timeline]:
-    profile = _load_profile(args, plan.model, plan.batch_size)
-    cluster = api.local_cluster(args.ranks or plan.n_ranks, args.cluster)
+def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Cluster, api.Profiles, Timeline]:
+    cluster, profile = _cluster_and_profiles(args, plan.model, plan.batch_size, args.ranks or plan.n_ranks)
     schedule, predicted = api.predict(plan, profile, cluster)
     if getattr(args, "out", None) is not None:
         _save(args.out / "schedule.csv", schedule.to_csv(), "schedule")
-    return profile, predicted
+    return cluster, profile, predicted
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
     plan = Plan.from_json(_read(args.plan))
-    _, predicted = _predict(args, plan)
+    cluster, profile, predicted = _predict(args, plan)
     _write_timeline(args.out, "predicted", predicted, plan)
-    from pipetrain.viz.tables import timeline_table
+    from pipetrain.cost import CostModel
+    from pipetrain.plan.memory import stage_memory
+    from pipetrain.plan.microbatch import device_memory
+    from pipetrain.viz.tables import memory_table, timeline_table
 
     out.print(timeline_table(predicted, plan.rank_stages))
+    cost = CostModel(profile, cluster)
+    memories = stage_memory(plan, cost, optimizer=args.optimizer)
+    out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer))
 
 
 def _write_timeline(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:
@@ -278,8 +340,11 @@ def _add_command_args(p: dict[str, argparse.ArgumentParser]) -> None:
                            choices=["auto", *(m.value for m in api.PLANNABLE_METHODS), Method.UEDP.value],
                            help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
                                 "per stage on the best equal plan's stages")
-    p["plan"].add_argument("--planner", choices=PLANNER_NAMES,
-                           help="micro-batch planner for --method uedp (default: tidgap)")
+    p["plan"].add_argument("--planner", choices=[*api.PARTITION_PLANNERS, *PLANNER_NAMES],
+                           help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
+                                "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
+                                "stages, micro-batches and device order (mixed devices); auto: every planner, the "
+                                "fastest plan that fits; with --method uedp, a micro-batch planner (default tidgap)")
     p["plan"].add_argument("--seed", type=int, help="GA seed for --method uedp (default: 0)")
     defaults = GAConfig()
     p["plan"].add_argument("--population", type=int, help=f"GA population (default: {defaults.population})")
@@ -295,6 +360,8 @@ def _add_command_args(p: dict[str, argparse.ArgumentParser]) -> None:
         p[name].add_argument("--plan", type=Path, required=name != "train", help="plan JSON")
     _cost_args(p["simulate"])
     p["simulate"].add_argument("--out", type=Path, default=Path("sim"))
+    p["simulate"].add_argument("--optimizer", default="sgd", choices=list(OPTIMIZER_STATE_COPIES),
+                               help="optimizer whose state the memory table counts (default: sgd)")
     _model_args(p["train"])
     _cost_args(p["train"])
     p["train"].add_argument("--steps", type=int, default=20)

@@ -49,17 +49,23 @@ class DeviceModel:
 # Sustained (not datasheet) figures: about 60-70% of the datasheet's mixed-precision peak for the
 # GPUs (tensor cores, fp16/bf16 matmuls), and a single core's worth for "cpu" (one thread of a
 # recent x86 core: float32 GEMMs measured at 1.0-1.3e11 FLOP/s, streaming reads at 2-3e10 B/s).
+# "fpga" is an Alveo U280-class card, for BaPipe's simulated FPGA clusters (PAPERS.md §4): about 40% of
+# the U280 data sheet's 24.5 INT8 TOPS, as a low-precision systolic design sustains it; its 8 GiB of
+# HBM2 at the 4.25e11 B/s (of 460 GB/s nominal) that Shuhai measured on a U280 (Wang et al., FCCM 2020);
+# and a dataflow pipeline that is full at small work (low saturation) with little per-kernel overhead.
 DEVICE_MODELS: dict[str, DeviceModel] = {
     "cpu": DeviceModel("cpu", 1.0e11, 2.0e10, 5e-6, 16 * GiB, 1.0e5),
     "v100": DeviceModel("v100", 8.0e13, 8.0e11, 6e-6, 32 * GiB, 2.0e8),
     "a100": DeviceModel("a100", 2.0e14, 1.6e12, 5e-6, 80 * GiB, 5.0e8),
     "h100": DeviceModel("h100", 5.0e14, 2.6e12, 4e-6, 80 * GiB, 1.2e9),
+    "fpga": DeviceModel("fpga", 1.0e13, 4.25e11, 2e-6, 8 * GiB, 1.0e6),
 }
 
 
 def device_model(name: str) -> DeviceModel:
+    """The model named ``name``, or the model of a named device kind (``"v100#big"`` is a ``"v100"``)."""
     try:
-        return DEVICE_MODELS[name.lower()]
+        return DEVICE_MODELS[name.lower().partition("#")[0]]
     except KeyError:
         known = ", ".join(DEVICE_MODELS)
         raise UserError(f"unknown device model {name!r}; choose one of: {known}") from None

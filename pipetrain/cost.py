@@ -2,7 +2,10 @@
 
 A stage's time on ``b`` samples is the sum of its layers' profiled times at ``b``, divided by the
 device's relative speed, plus a fixed per-action overhead (the runtime's own bookkeeping per
-micro-batch). Transfers cost ``latency + bytes / bandwidth`` on the link between the two ranks.
+micro-batch). Transfers cost ``latency + bytes / bandwidth`` on the link between the two ranks. A replicated stage
+all-reduces its gradients with a ring over its ranks (Patarasuk and Yuan 2009; the data-parallel
+sync of PipeDream, PAPERS.md §2.2): ``2 (r - 1)`` steps, each moving ``bytes / r`` over the ring's
+slowest link, so ``2 (r - 1) · latency + 2 (r - 1) / r · bytes / bandwidth``.
 """
 
 from __future__ import annotations
@@ -81,9 +84,20 @@ class CostModel:
     def transfer_s(self, n_bytes: float, src: int, dst: int) -> float:
         return self.cluster.link(src, dst).transfer_s(n_bytes)
 
+    def allreduce_s(self, n_bytes: float, ranks: Sequence[int]) -> float:
+        """Seconds for a ring all-reduce of ``n_bytes`` over ``ranks`` (0 for a single rank)."""
+        r = len(ranks)
+        if r < 2:
+            return 0.0
+        ring = [self.cluster.link(a, b) for a, b in zip(ranks, (*ranks[1:], ranks[0]), strict=True)]
+        latency = max(link.latency_s for link in ring)
+        bandwidth = min(link.bandwidth_bytes_per_s for link in ring)
+        return 2 * (r - 1) * latency + 2 * (r - 1) / r * n_bytes / bandwidth
+
     def saved_bytes(self, layers: Sequence[str], b: int) -> int:
-        """Activation bytes a stage keeps between forward and backward of ``b`` samples."""
-        return sum(self.profile.layer(n).saved_bytes_per_sample for n in layers) * b
+        """Activation bytes a stage keeps between forward and backward of ``b`` samples
+        (:meth:`~pipetrain.profile.table.Profile.saved_bytes_per_sample`)."""
+        return self.profile.saved_bytes_per_sample(layers) * b
 
     def parameter_bytes(self, layers: Sequence[str]) -> int:
         return sum(self.profile.layer(n).parameter_bytes for n in layers)

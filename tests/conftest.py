@@ -28,6 +28,7 @@ def flat_profile(
     output_bytes: int = 0,
     saved_bytes: int = 0,
     step_s: float = 0.0,
+    parameter_bytes: int = 0,
 ) -> Profile:
     """A synthetic profile: each layer costs a constant (or, with per_sample, constant × b)."""
     fw = [forward_s] * n_layers if isinstance(forward_s, (int, float)) else list(forward_s)
@@ -37,7 +38,8 @@ def flat_profile(
         (lambda t: (t, 2 * t)) if per_sample else (lambda t: (t, t))
     )
     layers = tuple(
-        LayerProfile(f"l{i}", sizes, scale(fw[i]), scale(bw[i]), output_bytes, saved_bytes, 0, 0.0, step_s)
+        LayerProfile(f"l{i}", sizes, scale(fw[i]), scale(bw[i]), output_bytes, saved_bytes, parameter_bytes, 0.0,
+                     step_s)
         for i in range(n_layers)
     )
     return Profile("synthetic", "", "cpu", "synthetic", output_bytes, layers)

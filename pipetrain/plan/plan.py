@@ -158,6 +158,17 @@ class Plan:
         s = self.stages[stage]
         return self.recompute or s.forward_sizes != s.backward_sizes
 
+    def replica_rank(self, stage: int, microbatch: int) -> int:
+        """The rank that runs ``microbatch`` of ``stage``: replicas take micro-batches round-robin,
+        ``ranks[microbatch % len(ranks)]`` (PipeDream's 1F1B-RR, PAPERS.md §2.5, on a flush schedule)."""
+        ranks = self.stages[stage].ranks
+        return ranks[microbatch % len(ranks)]
+
+    @property
+    def replicated(self) -> bool:
+        """Whether some stage runs on more than one rank (data parallelism inside the stage)."""
+        return any(len(s.ranks) > 1 for s in self.stages)
+
     def stage_of_rank(self, rank: int) -> int:
         for k, stage in enumerate(self.stages):
             if rank in stage.ranks:
@@ -181,6 +192,8 @@ class Plan:
             raise UserError("the plan has no stages; give at least one")
         for k, stage in enumerate(self.stages):
             self._validate_stage(k, stage)
+        if self.replicated:
+            self._validate_replicas()
         ranks = sorted(r for s in self.stages for r in s.ranks)
         if ranks != list(range(len(ranks))):
             raise UserError(
@@ -226,6 +239,27 @@ class Plan:
                 f"stage {k}: method gpipe needs the same micro-batch sizes on every stage for forward "
                 "and backward; use method 'uedp' (flush order) or '1f1b' for per-stage partitions"
             )
+
+    def _validate_replicas(self) -> None:
+        """Replicated stages take whole micro-batches round-robin, so every stage must cut the batch
+        the same way (a message then goes to exactly one replica) and have a micro-batch per replica."""
+        if self.method not in (Method.GPIPE, Method.ONE_F_ONE_B):
+            raise UserError(
+                f"method {self.method.value} cannot run replicated stages; use gpipe or 1f1b, or give "
+                "every stage one rank"
+            )
+        sizes = self.stages[0].forward_sizes
+        for k, stage in enumerate(self.stages):
+            if stage.forward_sizes != sizes or stage.backward_sizes != sizes:
+                raise UserError(
+                    f"stage {k}: with replicated stages every stage needs the same micro-batch sizes for "
+                    f"forward and backward (stage 0 has {list(sizes)}); use one partition for the whole plan"
+                )
+            if len(stage.ranks) > len(sizes):
+                raise UserError(
+                    f"stage {k} runs on {len(stage.ranks)} ranks but the batch has only {len(sizes)} "
+                    f"micro-batches; use at least {len(stage.ranks)} micro-batches or fewer replicas"
+                )
 
     # ---- JSON -------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from pipetrain.cluster import DeviceModel, device_model
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.profile.measure import layer_stats, size_grid
+from pipetrain.profile.measure import layer_stats, loss_saved_bytes, size_grid
 from pipetrain.profile.table import LayerProfile, Profile
 
 __all__ = ["Kernel", "estimate_profile", "kernel_seconds", "trace_kernels"]
@@ -221,6 +221,8 @@ def _estimate_layer(
         saved_bytes_per_sample=stats.saved_bytes_per_sample,
         parameter_bytes=stats.parameter_bytes,
         flops_per_sample=stats.flops_per_sample,
+        saved_input_bytes_per_sample=stats.saved_input_bytes_per_sample,
+        saved_output_bytes_per_sample=stats.saved_output_bytes_per_sample,
     )
     return profile, TensorSpec.of(out)
 
@@ -265,4 +267,7 @@ def estimate_profile(
         source=source,
         input_bytes_per_sample=graph.input.bytes_per_sample,
         layers=tuple(layers),
+        loss_saved_bytes_per_sample=loss_saved_bytes(
+            graph, _meta_input(spec, grid[-1]), layers[-1].saved_output_bytes_per_sample > 0, torch.Generator()
+        ),
     )

@@ -39,7 +39,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec, loss_sum
 from pipetrain.profile.table import LayerProfile, Profile
 
-__all__ = ["LayerStats", "layer_stats", "measure_profile", "sample_input", "size_grid"]
+__all__ = ["LayerStats", "layer_stats", "loss_saved_bytes", "measure_profile", "sample_input", "size_grid"]
 
 
 def size_grid(batch_size: int, sizes: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -89,12 +89,16 @@ class LayerStats:
             once, parameters and buffers excluded (the layer's input is counted when saved).
         output_bytes_per_sample: bytes of the output.
         parameter_bytes: bytes of all parameters (not per sample).
+        saved_input_bytes_per_sample: of the saved bytes, the input's (0 when not saved).
+        saved_output_bytes_per_sample: of the saved bytes, the output's (0 when not saved).
     """
 
     flops_per_sample: float
     saved_bytes_per_sample: int
     output_bytes_per_sample: int
     parameter_bytes: int
+    saved_input_bytes_per_sample: int
+    saved_output_bytes_per_sample: int
 
 
 def _attention_flops(
@@ -145,6 +149,10 @@ class _SavedStorages:
     def total_bytes(self) -> int:
         return sum(int(t.untyped_storage().nbytes()) for t in self.seen.values())
 
+    def bytes_of(self, tensor: torch.Tensor) -> int:
+        """The bytes of ``tensor``'s storage if it was saved, else 0."""
+        return int(tensor.untyped_storage().nbytes()) if _storage_key(tensor.untyped_storage()) in self.seen else 0
+
 
 def layer_stats(module: nn.Module, x: torch.Tensor) -> tuple[LayerStats, torch.Tensor]:
     """Count one layer's FLOPs and bytes with one recorded forward on ``x`` (``[b, …]``).
@@ -165,8 +173,23 @@ def layer_stats(module: nn.Module, x: torch.Tensor) -> tuple[LayerStats, torch.T
         saved_bytes_per_sample=saved.total_bytes // b,
         output_bytes_per_sample=out.numel() * out.element_size() // b,
         parameter_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
+        saved_input_bytes_per_sample=saved.bytes_of(x) // b,
+        saved_output_bytes_per_sample=saved.bytes_of(out) // b,
     )
     return stats, out
+
+
+def loss_saved_bytes(graph: LayerGraph, out: torch.Tensor, last_saves_output: bool, generator: torch.Generator) -> int:
+    """Bytes per sample the loss saves for backward on the last layer's output ``out`` (``[b, …]``),
+    with its targets: what it adds to the last stage's saved bytes. ``out`` itself counts only when
+    the last layer does not save it already (``last_saves_output``). Works on the meta device."""
+    b = out.shape[0]
+    y = out.detach().requires_grad_(out.is_floating_point())
+    targets = sample_input(graph.target, b, out.device, generator)
+    saved = _SavedStorages(nn.Module())
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+        _scaled_loss(graph, y, targets, b)
+    return (saved.total_bytes - (saved.bytes_of(y) if last_saves_output else 0)) // b
 
 
 # ---- timing ---------------------------------------------------------------------------------
@@ -294,14 +317,17 @@ def _measure_layer(
         parameter_bytes=stats.parameter_bytes,
         flops_per_sample=stats.flops_per_sample,
         step_s=_time_step(timer, module),
+        saved_input_bytes_per_sample=stats.saved_input_bytes_per_sample,
+        saved_output_bytes_per_sample=stats.saved_output_bytes_per_sample,
     )
     return profile, out
 
 
 def _measure_layers(
     graph: LayerGraph, grid: tuple[int, ...], timer: _Timer, progress: bool
-) -> tuple[LayerProfile, ...]:
-    """Every layer's profile, each fed the previous layer's output on a seeded random input."""
+) -> tuple[tuple[LayerProfile, ...], int]:
+    """Every layer's profile, each fed the previous layer's output on a seeded random input; and the
+    loss's saved bytes per sample (:func:`loss_saved_bytes`)."""
     generator = torch.Generator().manual_seed(graph.seed)
     x = sample_input(graph.input, grid[-1], timer.device, generator)
     profiles = []
@@ -318,7 +344,8 @@ def _measure_layers(
             profile, x = _measure_layer(layer.name, module, x, grid, timer, generator, on_size)
             profiles.append(profile)
         profiles[-1] = _with_loss(profiles[-1], graph, x, timer, generator)
-    return tuple(profiles)
+        loss_bytes = loss_saved_bytes(graph, x, profiles[-1].saved_output_bytes_per_sample > 0, generator)
+    return tuple(profiles), loss_bytes
 
 
 def _with_loss(
@@ -407,7 +434,7 @@ def measure_profile(
         )
     timer = _Timer(torch.device(device), warmup, repeats)
     with _torch_threads(threads) as used:
-        layers = _measure_layers(graph, grid, timer, progress)
+        layers, loss_bytes = _measure_layers(graph, grid, timer, progress)
     plural = "" if used == 1 else "s"
     return Profile(
         model=graph.name,
@@ -416,4 +443,5 @@ def measure_profile(
         source=f"measured on {timer.device}, {used} thread{plural}, median of {repeats}",
         input_bytes_per_sample=graph.input.bytes_per_sample,
         layers=layers,
+        loss_saved_bytes_per_sample=loss_bytes,
     )

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,8 @@ class LayerProfile:
         parameter_bytes: bytes of the layer's parameters.
         flops_per_sample: forward FLOPs per sample.
         step_s: seconds for an SGD step of the layer's parameters, if measured.
+        saved_input_bytes_per_sample: of the saved bytes, those of the layer's input (0: not saved).
+        saved_output_bytes_per_sample: of the saved bytes, those of the layer's output (0: not saved).
     """
 
     name: str
@@ -58,6 +62,8 @@ class LayerProfile:
     parameter_bytes: int
     flops_per_sample: float
     step_s: float | None = None
+    saved_input_bytes_per_sample: int = 0
+    saved_output_bytes_per_sample: int = 0
 
     def forward_at(self, b: float) -> float:
         return interpolate(self.sizes, self.forward_s, b)
@@ -77,6 +83,8 @@ class Profile:
         source: ``"measured"`` or ``"estimated"``, with details (threads, repeats).
         input_bytes_per_sample: bytes of one input sample (what stage 0 reads).
         layers: one entry per layer, in graph order.
+        loss_saved_bytes_per_sample: what the loss adds to the last layer's saved bytes (its input
+            only where the last layer does not already save its output).
     """
 
     model: str
@@ -85,12 +93,27 @@ class Profile:
     source: str
     input_bytes_per_sample: int
     layers: tuple[LayerProfile, ...]
+    loss_saved_bytes_per_sample: int = 0
 
     def layer(self, name: str) -> LayerProfile:
         for layer in self.layers:
             if layer.name == name:
                 return layer
         raise UserError(f"the profile of {self.model!r} has no layer {name!r}; re-profile this model")
+
+    def saved_bytes_per_sample(self, names: Sequence[str]) -> int:
+        """Bytes per sample a stage of the consecutive layers ``names`` keeps for backward.
+
+        The layers' saved bytes, with a tensor saved on both sides of a boundary inside the stage
+        (one layer's output that the next layer saves as its input, e.g. ReLU then Linear) counted
+        once, plus the loss's on the stage that ends with the last layer.
+        """
+        layers = [self.layer(n) for n in names]
+        shared = sum(
+            min(a.saved_output_bytes_per_sample, b.saved_input_bytes_per_sample) for a, b in pairwise(layers)
+        )
+        loss = self.loss_saved_bytes_per_sample if names[-1] == self.layers[-1].name else 0
+        return sum(lp.saved_bytes_per_sample for lp in layers) - shared + loss
 
     # ---- JSON -------------------------------------------------------------------------------
 
@@ -112,6 +135,8 @@ class Profile:
                     parameter_bytes=int(x["parameter_bytes"]),
                     flops_per_sample=float(x["flops_per_sample"]),
                     step_s=None if x.get("step_s") is None else float(x["step_s"]),
+                    saved_input_bytes_per_sample=int(x.get("saved_input_bytes_per_sample", 0)),
+                    saved_output_bytes_per_sample=int(x.get("saved_output_bytes_per_sample", 0)),
                 )
                 for x in data["layers"]
             )
@@ -122,6 +147,7 @@ class Profile:
                 source=str(data["source"]),
                 input_bytes_per_sample=int(data["input_bytes_per_sample"]),
                 layers=layers,
+                loss_saved_bytes_per_sample=int(data.get("loss_saved_bytes_per_sample", 0)),
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise UserError(f"malformed profile JSON ({e!r}); re-create it with `pipetrain profile`") from None

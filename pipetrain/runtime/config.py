@@ -18,6 +18,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.data import DataSource
+from pipetrain.runtime.memory import MeasuredMemory
 from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["FaultInjection", "InjectedFault", "TrainConfig", "TrainJob", "TrainResult"]
@@ -143,6 +144,8 @@ class TrainResult:
         timeline: the measured timeline of the median timed step (kind ``"measured"``).
         parameters: final parameters keyed ``"{layer_name}.{param_name}"``, on the CPU, when asked
             for; otherwise empty.
+        memory: per rank of the plan, in rank order, the bytes it held at its peak (weights,
+            gradients, optimizer state, activations); compare with ``pipetrain.plan.memory.stage_memory``.
     """
 
     losses: tuple[float, ...]
@@ -150,3 +153,4 @@ class TrainResult:
     samples_per_s: float
     timeline: Timeline
     parameters: dict[str, torch.Tensor] = field(default_factory=dict)
+    memory: tuple[MeasuredMemory, ...] = ()

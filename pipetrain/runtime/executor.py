@@ -15,12 +15,15 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
             (recomputing stage: x = kept inputs [lo, hi), re-chunked; y = layers(x) with
             autograd; then the same backward, so [lo, hi) need not match any F range)
     SEND_B  post a send of the stored input gradients [lo, hi) to peer
-    STEP    wait for posted sends; optimizer step; zero gradients
+    STEP    wait for posted sends; on a replicated stage, all-reduce (sum) the gradients and the
+            loss over the stage's ranks; optimizer step; zero gradients
     W       not supported yet (split backward)
 
 Gradient weighting (STYLE.md L14): the loss of every micro-batch is the *sum* of its samples' losses
 divided by the full batch size ``B``, so the accumulated gradients equal single-process training on
-the whole batch for any micro-batching, equal or not. Nothing else scales gradients.
+the whole batch for any micro-batching, equal or not. Nothing else scales gradients: the replicas
+of a replicated stage each hold the sum over their own micro-batches, so summing them over the
+stage's group at STEP gives the whole batch's gradient (no averaging, no learning-rate scaling).
 
 Recompute (PAPERS.md §1.12) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes` says: a
 stage whose backward partition differs from its forward one cannot back-propagate part of a forward
@@ -35,11 +38,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_sum
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Plan, ranges
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.memory import ActivationMeter
 from pipetrain.runtime.transport import Direction, Message, Transport
@@ -87,6 +91,8 @@ class RankContext:
         recompute: keep only the inputs in forward (in ``stashed``) and re-run forward in backward.
         stashed: input activations kept by range for the re-run (recomputing stages).
         loss_total: the step's loss so far (last stage), a 0-d tensor.
+        replicas: the process group of the stage's ranks when it is replicated, else None.
+        input_ranges: stage 0's sample ranges on this rank (its micro-batches); None: the whole batch.
     """
 
     rank: int
@@ -109,6 +115,8 @@ class RankContext:
     recompute: bool = False
     stashed: ChunkBuffer = field(default_factory=lambda: ChunkBuffer("stashed inputs"))
     loss_total: torch.Tensor | None = None
+    replicas: dist.ProcessGroup | None = None
+    input_ranges: tuple[Range, ...] | None = None
 
     @property
     def is_first(self) -> bool:
@@ -128,7 +136,8 @@ class RankContext:
         if self.is_first:
             if inputs is None:
                 raise ValueError("stage 0 needs the batch's inputs")
-            self.inputs.put(0, self.batch_size, inputs.to(device))
+            for lo, hi in self.input_ranges or ((0, self.batch_size),):
+                self.inputs.put(lo, hi, inputs[lo:hi].to(device))
         self.targets = targets.to(device) if self.is_last and targets is not None else None
 
     @property
@@ -240,6 +249,8 @@ def _recv_b(ctx: RankContext, a: Action) -> None:
 
 def _step(ctx: RankContext, a: Action) -> None:
     ctx.transport.wait_sends()
+    if ctx.replicas is not None:
+        _allreduce_gradients(ctx)
     if ctx.optimizer is not None:
         ctx.optimizer.step()
         ctx.optimizer.zero_grad(set_to_none=True)
@@ -247,6 +258,25 @@ def _step(ctx: RankContext, a: Action) -> None:
     if leftovers or ctx.saved:
         names = [f"{b.name} {b.ranges()}" for b in leftovers] + [f"forwards {sorted(ctx.saved)}"]
         raise RuntimeError(f"{a}: the step left unconsumed data: {', '.join(names)}")
+
+
+def _allreduce_gradients(ctx: RankContext) -> None:
+    """Sum the stage's gradients (and, on the last stage, the loss) over its replicas, in one message."""
+    params = [p for p in ctx.module.parameters() if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    if ctx.is_last:
+        loss = ctx.loss_total if ctx.loss_total is not None else torch.zeros((), device=ctx.transport.device)
+        grads.append(loss.reshape(1))
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=ctx.replicas)
+    offset = 0
+    for p, g in zip(params, grads, strict=False):
+        p.grad = flat[offset:offset + g.numel()].view_as(g).clone()
+        offset += g.numel()
+    if ctx.is_last:
+        ctx.loss_total = flat[-1].clone()
 
 
 Handler = Callable[[RankContext, Action], None]
@@ -311,9 +341,16 @@ def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[Tensor
 
 
 def build_rank_context(
-    graph: LayerGraph, plan: Plan, rank: int, transport: Transport, optimizer: OptimizerFactory
+    graph: LayerGraph,
+    plan: Plan,
+    rank: int,
+    transport: Transport,
+    optimizer: OptimizerFactory,
+    replicas: dist.ProcessGroup | None = None,
 ) -> RankContext:
     """Build ``rank``'s stage (its layers with their deterministic initial weights) and state.
+
+    ``replicas`` is the process group of the stage's ranks when the stage is replicated.
 
     Raises:
         UserError: the rank runs no stage of the plan.
@@ -339,7 +376,15 @@ def build_rank_context(
         transport=transport,
         meter=ActivationMeter(params),
         recompute=recompute,
+        replicas=replicas,
+        input_ranges=_own_ranges(plan, stage, rank) if stage == 0 and plan.replicated else None,
     )
+
+
+def _own_ranges(plan: Plan, stage: int, rank: int) -> tuple[Range, ...]:
+    """The sample ranges of the micro-batches ``rank`` runs on ``stage`` (round-robin replicas)."""
+    return tuple(r for j, r in enumerate(ranges(plan.stages[stage].forward_sizes))
+                 if plan.replica_rank(stage, j) == rank)
 
 
 _RANDOM_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)

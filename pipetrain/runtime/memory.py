@@ -1,36 +1,81 @@
-"""Counting the bytes autograd keeps for backward (saved activations), per rank.
+"""Counting the bytes a rank holds: saved activations, gradients, parameters and optimizer state.
 
 Every tensor autograd saves during a forward passes through a ``saved_tensors_hooks`` pack hook;
 we note its storage. A storage is counted once however many saved tensors view it, and stays
 counted until the backward of every micro-batch that saved it has run. Parameters (which Linear
-saves for its input gradient) are not activations and are left out.
+saves for its input gradient) are not activations and are left out. Gradients are noted each time
+autograd accumulates into a parameter's ``.grad`` (a post-accumulate hook), so their bytes are
+those held at the optimizer step, before the step zeroes them. :func:`measured_memory` adds the
+parameters and the optimizer's state tensors; it is what :mod:`pipetrain.plan.memory` predicts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
 
 import torch
+from torch import nn
 
-__all__ = ["ActivationMeter"]
+__all__ = ["ActivationMeter", "MeasuredMemory", "measured_memory"]
+
+
+@dataclass(frozen=True)
+class MeasuredMemory:
+    """What one rank held at its peak, in bytes (the runtime's counterpart of ``StageMemory``).
+
+    Attributes:
+        rank: the rank.
+        weight_bytes: its stage's parameters.
+        gradient_bytes: their gradients at the optimizer step.
+        optimizer_state_bytes: the tensors in the optimizer's state after a step.
+        activation_bytes: the peak of saved activations (and stashed inputs) over a step.
+    """
+
+    rank: int
+    weight_bytes: int
+    gradient_bytes: int
+    optimizer_state_bytes: int
+    activation_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.gradient_bytes + self.optimizer_state_bytes + self.activation_bytes
 
 
 class ActivationMeter:
-    """Live and peak bytes of saved activations.
+    """Live and peak bytes of saved activations, and the bytes of the parameters' gradients.
 
     Args:
-        parameters: tensors never counted (the stage's parameters).
+        parameters: the stage's parameters: never counted as activations; their gradients are
+            counted in :attr:`gradient_bytes`.
     """
 
     def __init__(self, parameters: Iterable[torch.Tensor] = ()) -> None:
-        self._excluded = {p.untyped_storage().data_ptr() for p in parameters}
+        params = list(parameters)
+        self._excluded = {p.untyped_storage().data_ptr() for p in params}
         self._refs: dict[int, int] = {}
         self._sizes: dict[int, int] = {}
         self._owned: dict[Hashable, set[int]] = {}
+        self._grad_bytes: dict[int, int] = {}  # parameter index -> bytes of its .grad storage
         self.live_bytes = 0
         self.peak_bytes = 0
-        self.enabled = True  # the hook costs a Python call per saved tensor: meter one step only
+        self.enabled = True  # the hooks cost a Python call per saved tensor and gradient: meter one step only
+        for index, p in enumerate(params):
+            if p.requires_grad:
+                hook = partial(self._note_grad, index)
+                p.register_post_accumulate_grad_hook(hook)  # type: ignore[no-untyped-call]  # torch is unannotated
+
+    @property
+    def gradient_bytes(self) -> int:
+        """Bytes of the gradients accumulated so far in the metered step (all of them at its STEP)."""
+        return sum(self._grad_bytes.values())
+
+    def _note_grad(self, index: int, parameter: torch.Tensor) -> None:
+        if self.enabled and parameter.grad is not None:
+            self._grad_bytes[index] = parameter.grad.untyped_storage().nbytes()
 
     @contextmanager
     def track(self, key: Hashable) -> Iterator[None]:
@@ -80,3 +125,27 @@ class ActivationMeter:
             if self._refs[ptr] == 0:
                 del self._refs[ptr]
                 self.live_bytes -= self._sizes.pop(ptr)
+
+
+def _storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors``."""
+    sizes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(sizes.values())
+
+
+def measured_memory(
+    rank: int, meter: ActivationMeter, module: nn.Module, optimizer: torch.optim.Optimizer | None
+) -> MeasuredMemory:
+    """What ``rank`` held, read after its steps: the meter's activation and gradient bytes, the
+    module's parameters, and every tensor in the optimizer's state (momentum buffers, Adam's moments
+    and step counters)."""
+    state = [] if optimizer is None else [
+        v for per_param in optimizer.state.values() for v in per_param.values() if isinstance(v, torch.Tensor)
+    ]
+    return MeasuredMemory(
+        rank=rank,
+        weight_bytes=_storage_bytes(module.parameters()),
+        gradient_bytes=meter.gradient_bytes,
+        optimizer_state_bytes=_storage_bytes(state),
+        activation_bytes=meter.peak_bytes,
+    )

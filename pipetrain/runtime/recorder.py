@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pipetrain.runtime.memory import MeasuredMemory
 from pipetrain.schedule.action import Action
 from pipetrain.simulate.timeline import Event, Timeline
 
@@ -33,12 +34,15 @@ class RankRecord:
         steps: per step, the rank's events (times relative to that step's ``t0``).
         peak_activation_bytes: peak saved-activation bytes over the run.
         losses: per step, the loss (last stage only; otherwise empty).
+        memory: what the rank held at its peak (its ``activation_bytes`` is
+            ``peak_activation_bytes``); None for a rank that ran no stage.
     """
 
     rank: int
     steps: tuple[tuple[Event, ...], ...]
     peak_activation_bytes: int
     losses: tuple[float, ...] = ()
+    memory: MeasuredMemory | None = None
 
 
 class StepRecorder:

@@ -39,6 +39,7 @@ from pipetrain.runtime.executor import (
     run_program,
     stage_parameters,
 )
+from pipetrain.runtime.memory import measured_memory
 from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
 from pipetrain.runtime.transport import Transport, TransportError
 from pipetrain.runtime.watchdog import Watchdog
@@ -256,9 +257,12 @@ def _run_job(session: _Session, index: int, job: TrainJob) -> TrainResult | None
     torch.manual_seed(config.seed)
     schedule = build_schedule(job.plan)
     program = schedule.ranks[rank] if rank < schedule.n_ranks else ()
+    groups = _replica_groups(job.plan)
     ctx = None
     if program:
-        ctx = build_rank_context(job.graph, job.plan, rank, session.transport, config.build_optimizer)
+        stage = job.plan.stage_of_rank(rank)
+        ctx = build_rank_context(job.graph, job.plan, rank, session.transport, config.build_optimizer,
+                                 groups.get(stage))
     recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
     fault = _FaultHook(config.fault, rank, len(program))
     losses: list[float] = []
@@ -278,11 +282,17 @@ def _run_job(session: _Session, index: int, job: TrainJob) -> TrainResult | None
         if loss is not None:
             losses.append(loss)
             session.reporter.progress(index, step, loss, step_s)
-    record = RankRecord(rank, tuple(recorder.steps), ctx.meter.peak_bytes if ctx else 0, tuple(losses))
+    record = RankRecord(rank, tuple(recorder.steps), ctx.meter.peak_bytes if ctx else 0, tuple(losses),
+                        measured_memory(rank, ctx.meter, ctx.module, ctx.optimizer) if ctx else None)
     params = stage_parameters(ctx, job.plan.stages[ctx.stage].layers) if ctx and job.return_parameters else {}
     session.step = None
     gathered = _gather((record, params), rank, session.rdv.world_size)
     return None if gathered is None else _result(job, gathered)
+
+
+def _replica_groups(plan: Plan) -> dict[int, dist.ProcessGroup]:
+    """A process group per replicated stage; every rank creates every group, in stage order."""
+    return {k: dist.new_group(list(stage.ranks)) for k, stage in enumerate(plan.stages) if len(stage.ranks) > 1}
 
 
 def _load_batch(ctx: RankContext, job: TrainJob, step: int) -> None:
@@ -305,8 +315,12 @@ def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
     plan, config = job.plan, job.config
     records: list[RankRecord] = [g[0] for g in gathered[: plan.n_ranks]]
     parameters: dict[str, torch.Tensor] = {}
-    for _record, params in gathered:
-        parameters.update(params)
+    for rank, (_record, params) in enumerate(gathered):
+        for name, value in params.items():
+            if name in parameters and not torch.equal(parameters[name], value):
+                raise RuntimeError(f"the replicas of {rank_label(plan, rank)} hold different values of {name} after "
+                                   "training: their gradient all-reduce failed")
+            parameters[name] = value
     losses = next((r.losses for r in records if r.losses), ())
     times = step_times(records)
     sizes = plan.stages[0].forward_sizes
@@ -318,4 +332,5 @@ def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
         samples_per_s=plan.batch_size / median_s if median_s > 0 else 0.0,
         timeline=assemble_timeline(records, config.warmup_steps, label),
         parameters=parameters,
+        memory=tuple(r.memory for r in records if r.memory is not None),
     )

@@ -17,7 +17,9 @@ min(K - k - 1, m)`` warm-up forwards, then alternate one forward and one backwar
 
     F0 .. F(w-1) | F(w) B0 F(w+1) B1 ... F(m-1) B(m-w-1) | B(m-w) .. B(m-1) STEP
 
-At most ``w + 1`` micro-batches are in flight on stage ``k`` (GPipe: all ``m``).
+At most ``w + 1`` micro-batches are in flight on stage ``k`` (GPipe: all ``m``). A replicated stage
+(on ``r`` ranks, taking micro-batches round-robin) is ordered as one stage whose bound is ``r`` times
+a replica's (:func:`replicated_in_flight`), and each replica runs its own micro-batches' sub-sequence.
 
 **1F1B with unequal micro-batches** (pipetrain's extension; no engine has it): each stage has its
 own partition, the same for forward and backward. Before its backward ``B_j`` (samples ``[lo,
@@ -75,13 +77,18 @@ def gpipe_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
     ]
 
 
-def one_f_one_b_sequences(partitions: Sequence[Sequence[int]]) -> list[list[tuple[bool, int]]]:
+def one_f_one_b_sequences(
+    partitions: Sequence[Sequence[int]], in_flight: Sequence[int] | None = None
+) -> list[list[tuple[bool, int]]]:
     """Per stage, the 1F1B order as ``(is_backward, micro-batch index)`` pairs, without the step.
 
     Args:
         partitions: per stage, its micro-batch sizes (forward = backward), each summing to ``B``.
+        in_flight: per stage, the micro-batches it may hold before its next backward; default
+            ``K - k`` (the 1F1B bound).
     """
     n = len(partitions)
+    bound = list(in_flight) if in_flight is not None else [n - k for k in range(n)]
     orders: list[list[tuple[bool, int]]] = [[] for _ in partitions]
     down_ends: list[int] = []  # stage k + 1: its backward ends ...
     down_before: list[int] = []  # ... and the samples it forwards before each of those backwards
@@ -90,7 +97,7 @@ def one_f_one_b_sequences(partitions: Sequence[Sequence[int]]) -> list[list[tupl
         order, before, i = orders[k], [], 0
         for j, hi in enumerate(ends):
             need = max(hi, down_before[bisect_left(down_ends, hi)]) if k < n - 1 else hi
-            while i < len(ends) and (i - j < n - k or (ends[i - 1] if i else 0) < need):
+            while i < len(ends) and (i - j < bound[k] or (ends[i - 1] if i else 0) < need):
                 order.append((False, i))
                 i += 1
             before.append(ends[i - 1])
@@ -110,11 +117,27 @@ def one_f_one_b_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
             raise UserError(f"stage {k}: 1F1B needs equal forward and backward micro-batch sizes; "
                             "use method 'uedp' for different ones")
     orders = []
-    for k, (s, sequence) in enumerate(zip(stages, one_f_one_b_sequences([s.forward_sizes for s in stages]),
-                                          strict=True)):
+    sequences = one_f_one_b_sequences([s.forward_sizes for s in stages], replicated_in_flight(stages))
+    for k, (s, sequence) in enumerate(zip(stages, sequences, strict=True)):
         fwd, bwd = _forwards(k, s.forward_sizes), _backwards(k, s.backward_sizes)
         orders.append([*(bwd[j] if backward else fwd[j] for backward, j in sequence), Action(ActionKind.STEP, k)])
     return orders
+
+
+def replicated_in_flight(stages: Sequence[StagePlan]) -> list[int]:
+    """Per stage, the 1F1B in-flight bound counted over all its replicas.
+
+    Each replica of stage ``k`` (on ``r_k`` ranks, with ``before_k`` ranks upstream, ``R`` in all) keeps
+    ``(R - 1 - before_k) // r_k + 1`` micro-batches in flight, PipeDream's warm-up rule (PAPERS.md §2.5):
+    enough to keep the downstream ranks busy; ``K - k`` when no stage is replicated.
+    """
+    total = sum(len(s.ranks) for s in stages)
+    bounds, before = [], 0
+    for s in stages:
+        r = len(s.ranks)
+        bounds.append(r * ((total - 1 - before) // r + 1))
+        before += r
+    return bounds
 
 
 GENERATORS: dict[Method, Generator] = {
@@ -125,24 +148,24 @@ GENERATORS: dict[Method, Generator] = {
 
 
 def compute_schedule(plan: Plan) -> Schedule:
-    """Every rank's compute actions (F, B, STEP) for the plan's method, before communication."""
+    """Every rank's compute actions (F, B, STEP) for the plan's method, before communication.
+
+    A replicated stage's order is computed as if it ran on one rank; each replica then runs the
+    sub-sequence of the micro-batches it owns (:meth:`~pipetrain.plan.plan.Plan.replica_rank`) and the
+    STEP. Dropping actions from a deadlock-free program only removes ordering constraints, so the
+    replicated schedule cannot deadlock either (the validator's dry run checks it).
+    """
     try:
         order = GENERATORS[plan.method]
     except KeyError:
         known = ", ".join(m.value for m in GENERATORS)
         raise UserError(f"method {plan.method.value!r} has no schedule generator yet; use one of: {known}") from None
-    for k, stage in enumerate(plan.stages):
-        _check_single_rank(k, stage)
-    orders = order(plan.stages)
-    return Schedule.from_mapping({stage.ranks[0]: actions for stage, actions in zip(plan.stages, orders, strict=True)})
-
-
-def _check_single_rank(k: int, stage: StagePlan) -> None:
-    if len(stage.ranks) != 1:
-        raise UserError(
-            f"stage {k} is replicated on ranks {list(stage.ranks)}; replicated stages need the "
-            "pipedream planner's schedule; give each stage one rank"
-        )
+    programs: dict[int, list[Action]] = {}
+    for k, (stage, actions) in enumerate(zip(plan.stages, order(plan.stages), strict=True)):
+        for rank in stage.ranks:
+            programs[rank] = [a for a in actions
+                              if a.kind is ActionKind.STEP or plan.replica_rank(k, a.microbatch) == rank]
+    return Schedule.from_mapping(programs)
 
 
 def build_schedule(plan: Plan) -> Schedule:

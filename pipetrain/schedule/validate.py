@@ -3,7 +3,9 @@
 :func:`validate` checks a lowered schedule:
 
 1. every action of a rank belongs to the rank's stage;
-2. on every stage the forward ranges, and separately the backward ranges, cover the batch once;
+2. on every stage the forward ranges, and separately the backward ranges, cover the batch once
+   (over all of the stage's ranks when it is replicated; each replica back-propagates only samples it
+   forwarded);
 3. each sample's forward comes before its backward on the stage, and inputs (activations for F,
    gradients for B) have been received before they are used;
 4. every send is matched by a receive of the same message, in the same order on each directed link;
@@ -51,8 +53,17 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
     Raises:
         ScheduleError: on the first violation found.
     """
+    coverage: dict[int, tuple[list[int], list[int], int]] = {}
     for rank, program in schedule:
-        _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages)
+        state = _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages)
+        fwd, bwd, _ = coverage.setdefault(stage_of_rank[rank], ([0] * batch_size, [0] * batch_size, rank))
+        for total, counts in ((fwd, state.forwarded), (bwd, state.backwarded)):
+            for i, c in enumerate(counts):
+                total[i] += c
+    for fwd, bwd, rank in coverage.values():
+        end = len(schedule.ranks[rank])
+        _check_coverage(schedule, rank, end, fwd, "forward")
+        _check_coverage(schedule, rank, end, bwd, "backward")
     _check_channels(schedule)
     _dry_run(schedule)
 
@@ -100,7 +111,8 @@ def _bump(counts: list[int], samples: range) -> None:
 
 def _check_rank(
     schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, n_stages: int
-) -> None:
+) -> _RankState:
+    """Replay ``rank``'s program; the state it ends in (per-sample forward and backward counts)."""
     state = _RankState([0] * batch, [0] * batch, [stage == 0] * batch, [stage == n_stages - 1] * batch)
     for step, a in enumerate(program):
         if a.stage != stage:
@@ -112,10 +124,9 @@ def _check_rank(
         why = state.apply(a)
         if why is not None:
             raise _fail(schedule, rank, step, why)
-    _check_coverage(schedule, rank, len(program), state.forwarded, "forward")
-    _check_coverage(schedule, rank, len(program), state.backwarded, "backward")
     if not state.stepped:
         raise _fail(schedule, rank, len(program), "the program never runs STEP")
+    return state
 
 
 def _check_coverage(schedule: Schedule, rank: int, end: int, counts: list[int], label: str) -> None:
@@ -123,7 +134,7 @@ def _check_coverage(schedule: Schedule, rank: int, end: int, counts: list[int], 
     if bad:
         raise _fail(
             schedule, rank, end,
-            f"{label} covers samples {bad[:8]}{'...' if len(bad) > 8 else ''} "
+            f"{label} of the stage covers samples {bad[:8]}{'...' if len(bad) > 8 else ''} "
             f"{counts[bad[0]]} times; every sample must be covered exactly once",
         )
 

@@ -11,7 +11,10 @@ Model (the assumptions of PAPERS.md §1.4, extended to any action order and to s
   channel per link, overlapped with compute), starting when both the data and the channel are ready
   and taking ``latency + bytes / bandwidth``;
 * a RECV blocks the rank until the matching message (the next one on that channel) has arrived;
-* activation memory grows by the stage's saved bytes per sample on F and shrinks on B.
+* held activations follow :class:`~pipetrain.plan.memory.ActivationLedger`: saved bytes from F to B,
+  or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage;
+* the replicas of a replicated stage start their STEP together, once the last one reaches it, and
+  the STEP then costs the ring all-reduce of the stage's gradients plus the optimizer step.
 
 The simulation advances in time order from event to event (an action ends, a message arrives);
 between events every busy rank's remaining work shrinks at its current rate. Cost:
@@ -25,6 +28,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from pipetrain.cost import CostModel
+from pipetrain.plan.memory import ActivationLedger
 from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
@@ -55,7 +59,7 @@ class _Simulator:
         self.pos = [0] * n
         self.busy: dict[int, _Busy] = {}
         self.wait_since: dict[int, float] = {}
-        self.memory, self.peak = [0] * n, [0] * n
+        self.ledgers = [ActivationLedger(plan, cost, self.stage_of[r]) for r in range(n)]
         self.link_free: dict[tuple[int, int], float] = defaultdict(float)
         self.arrivals: dict[_Channel, deque[float]] = defaultdict(deque)
         self.events: list[Event] = []
@@ -71,7 +75,9 @@ class _Simulator:
             return self.cost.forward_s(layers, a.size, rank)
         if a.kind is ActionKind.B:
             return self.cost.backward_s(layers, a.size, rank, self.plan.recomputes(self.stage_of[rank]))
-        return self.cost.step_s(layers, rank)
+        stage = self.plan.stages[self.stage_of[rank]]
+        sync = self.cost.allreduce_s(self.cost.parameter_bytes(layers), stage.ranks)
+        return sync + self.cost.step_s(layers, rank)
 
     def message_bytes(self, rank: int, a: Action) -> int:
         layers = self.layers(rank)
@@ -80,17 +86,8 @@ class _Simulator:
         return self.cost.input_bytes(layers, a.size)
 
     def track_memory(self, rank: int, a: Action) -> None:
-        """Held activation bytes after ``a`` (F or B): saved tensors, or stashed inputs when recomputing.
-
-        A recomputing backward also holds its micro-batch's saved tensors while it runs.
-        """
-        layers = self.layers(rank)
-        recompute = self.plan.recomputes(self.stage_of[rank])
-        per_b = self.cost.input_bytes(layers, a.size) if recompute else self.cost.saved_bytes(layers, a.size)
-        transient = self.cost.saved_bytes(layers, a.size) if recompute and a.kind is ActionKind.B else 0
-        self.peak[rank] = max(self.peak[rank], self.memory[rank] + transient)
-        self.memory[rank] += per_b if a.kind is ActionKind.F else -per_b
-        self.peak[rank] = max(self.peak[rank], self.memory[rank])
+        """Held activation bytes after ``a`` and their peak (:class:`~pipetrain.plan.memory.ActivationLedger`)."""
+        self.ledgers[rank].record(a)
 
     def rates(self) -> dict[int, float]:
         """Each busy rank's progress rate (standalone seconds of work per second) right now."""
@@ -122,11 +119,20 @@ class _Simulator:
                 return False
             queue.popleft()
             self.events.append(Event(rank, a, self.wait_since.pop(rank, self.now), self.now))
+        elif a.kind is ActionKind.STEP and not self.replicas_at_step(rank):
+            self.wait_since.setdefault(rank, self.now)
+            return False
         else:
+            self.wait_since.pop(rank, None)
             self.busy[rank] = _Busy(a, self.now, self.compute_s(rank, a))
             return True
         self.pos[rank] += 1
         return True
+
+    def replicas_at_step(self, rank: int) -> bool:
+        """Whether every replica of ``rank``'s stage has reached (or passed) its STEP."""
+        ranks = self.plan.stages[self.stage_of[rank]].ranks
+        return all(self.pos[r] >= len(self.schedule.ranks[r]) - 1 for r in ranks)
 
     def next_event_s(self, rates: dict[int, float]) -> float:
         """The earliest moment something changes: a compute action ends or a message arrives."""
@@ -134,7 +140,8 @@ class _Simulator:
         arrivals = []
         for rank in self.wait_since:
             a = self.schedule.ranks[rank][self.pos[rank]]
-            assert a.peer is not None
+            if a.peer is None:  # a replica waiting at STEP: released when the last replica arrives
+                continue
             queue = self.arrivals[(a.peer, rank, a.kind.value[-1])]
             if queue:
                 arrivals.append(queue[0])
@@ -169,7 +176,7 @@ class _Simulator:
         if stuck:
             raise ScheduleError(f"simulation deadlocked at rank {stuck[0]}, step {self.pos[stuck[0]]}; "
                                 "validate the schedule first")
-        return Timeline(tuple(self.events), n, "predicted", tuple(self.peak), label)
+        return Timeline(tuple(self.events), n, "predicted", tuple(ledger.peak_bytes for ledger in self.ledgers), label)
 
 
 def simulate(schedule: Schedule, plan: Plan, cost: CostModel, label: str = "") -> Timeline:

@@ -8,12 +8,14 @@ from collections.abc import Sequence
 from rich import box
 from rich.table import Table
 
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.auto import AutoResult
+from pipetrain.plan.bapipe import BapipeCandidate, BapipeResult
+from pipetrain.plan.plan import Method, Plan, StagePlan
 from pipetrain.plan.planner import Candidate
 from pipetrain.profile.table import Profile
 from pipetrain.viz.tables import _num, _render, time_unit
 
-__all__ = ["candidates_table", "plan_table", "profile_table", "sizes_text"]
+__all__ = ["auto_table", "bapipe_table", "candidates_table", "plan_table", "profile_table", "sizes_text", "stage_text"]
 
 _MIB = 2**20
 
@@ -112,6 +114,11 @@ def _versus(iteration_s: float, label: str, baseline: Plan) -> str:
             f"{_num(base_s * scale)} {unit}: {ratio:.3f}× speedup")
 
 
+def stage_text(stage: StagePlan) -> str:
+    """A stage's layer count, and its replicas when it runs on several ranks: ``"5"``, ``"5×3"``."""
+    return f"{len(stage.layers)}×{len(stage.ranks)}" if len(stage.ranks) > 1 else str(len(stage.layers))
+
+
 def candidates_table(
     candidates: Sequence[Candidate], *, top: int = 8, title: str = "planner candidates", width: int = 110
 ) -> str:
@@ -119,10 +126,75 @@ def candidates_table(
     best = candidates[0].iteration_s
     unit, scale = time_unit(best)
     table = Table(title=f"{title} (best {top} of {len(candidates)})", box=box.ROUNDED)
-    for name in ("#", "method", "micro-batches", "stage layers", f"predicted ({unit})", "vs best"):
+    for name in ("#", "method", "micro-batches", "stage layers (×replicas)", f"predicted ({unit})", "vs best"):
         table.add_column(name, justify="right" if name != "method" else "left")
     for i, c in enumerate(candidates[:top]):
         table.add_row(str(i + 1), c.plan.method.value, sizes_text(c.plan.stages[0].forward_sizes),
-                      "/".join(str(len(s.layers)) for s in c.plan.stages), _num(c.iteration_s * scale),
+                      "/".join(stage_text(s) for s in c.plan.stages), _num(c.iteration_s * scale),
                       f"{c.iteration_s / best:.3f}×")
+    return _render(table, width)
+
+
+def bapipe_table(result: BapipeResult, *, top: int = 8, infeasible: int = 3, width: int = 120) -> str:
+    """BaPipe's exploration (PAPERS.md §4): the ``top`` fastest feasible candidates and the first
+    ``infeasible`` ones that did not fit, each with its method, stage count, micro-batches, device
+    order, layers per stage, predicted time and peak memory per stage (% of its device's); the
+    chosen plan's prediction and memory in the caption."""
+    feasible = [c for c in result.candidates if c.feasible]
+    rejected = [c for c in result.candidates if not c.feasible]
+    best = result.best
+    unit, scale = time_unit(best.iteration_s)
+    table = Table(
+        title=f"bapipe: {best.plan.model}, batch {best.plan.batch_size}: {len(result.candidates)} simulated of "
+        f"{result.n_scored} partitions scored ({result.n_over_memory} options fit no memory)",
+        caption=_bapipe_caption(best, unit, scale), box=box.ROUNDED,
+    )
+    for name in ("#", "method", "S", "micro-batches", "devices", "layers", f"predicted ({unit})", "vs best",
+                 "peak memory %", "fits"):
+        table.add_column(name, justify="left" if name in ("method", "devices", "fits") else "right")
+    for i, c in enumerate([*feasible[:top], *rejected[:infeasible]]):
+        table.add_row(
+            str(i + 1) if c.feasible else "-", c.method.value, str(c.n_stages), _micro_text(c),
+            _kinds_text(c.placement.kinds), "/".join(map(str, c.layer_counts)), _num(c.iteration_s * scale),
+            f"{c.iteration_s / best.iteration_s:.3f}×",
+            "/".join(f"{100 * n / h:.0f}" for n, h in zip(c.memory_need_bytes, c.memory_bytes, strict=True)),
+            "yes" if c.feasible else c.infeasible,
+        )
+    return _render(table, width)
+
+
+def _kinds_text(kinds: Sequence[str]) -> str:
+    """Device kinds in pipeline order, runs collapsed: ``h100×2/v100/h100``."""
+    runs = [(kind, len(list(group))) for kind, group in itertools.groupby(kinds)]
+    return "/".join(kind if n == 1 else f"{kind}×{n}" for kind, n in runs)
+
+
+def _micro_text(c: BapipeCandidate) -> str:
+    if c.method is Method.UEDP:
+        return f"unequal (on {c.n_micro})"
+    return sizes_text(c.plan.stages[0].forward_sizes)
+
+
+def _bapipe_caption(best: BapipeCandidate, unit: str, scale: float) -> str:
+    """``chosen: 1f1b, 4 stages on h100×2/v100×2 (devices 0,1,2,3), [8×4]: 5.59 ms, ...``."""
+    bubble = best.plan.prediction.bubble_fraction if best.plan.prediction else float("nan")
+    memory = ", ".join(f"{n / _MIB:.0f}/{h / _MIB:.0f}" for n, h in zip(best.memory_need_bytes, best.memory_bytes,
+                                                                       strict=True))
+    stages = f"{best.n_stages} stage{'s' if best.n_stages > 1 else ''}"
+    return (f"chosen: {best.method.value}, {stages} on {_kinds_text(best.placement.kinds)} (devices "
+            f"{','.join(map(str, best.placement.devices))}), {_micro_text(best)}: {_num(best.iteration_s * scale)} "
+            f"{unit}, bubble {bubble:.1%}; memory per stage (MiB needed/device) {memory}")
+
+
+def auto_table(result: AutoResult, *, width: int = 120) -> str:
+    """``--planner auto``: each planner's plan and predicted time beside the winner's, or why it has none."""
+    best = result.plan.prediction.iteration_s if result.plan.prediction else 0.0
+    unit, scale = time_unit(best)
+    table = Table(title=f"planners (auto keeps the fastest that fits: {result.winner})", box=box.ROUNDED)
+    for name in ("planner", f"predicted ({unit})", "vs winner", "plan, or why none"):
+        table.add_column(name, justify="right" if name.startswith(("predicted", "vs")) else "left")
+    for o in result.outcomes:
+        found = o.plan is not None
+        table.add_row(o.planner, _num(o.iteration_s * scale) if found else "-",
+                      f"{o.iteration_s / best:.3f}×" if found and best > 0 else "-", o.note)
     return _render(table, width)

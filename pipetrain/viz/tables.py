@@ -2,9 +2,11 @@
 
     print(timeline_table(predicted, stage_of_rank))
     print(compare_table(predicted, measured, stage_of_rank))
+    print(memory_table(stage_memory(plan, cost), device_memory(plan, cost)))
 
 Times are shown in one unit per table (s, ms or µs, whichever suits the iteration time), named in
-the column headers. Errors are signed: positive when the prediction is higher than the measurement.
+the column headers; bytes in the binary unit that suits each value (B, KiB, MiB, GiB). Errors are
+signed: positive when the prediction is higher than the measurement.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from pipetrain.plan.memory import StageMemory
 from pipetrain.simulate.timeline import Timeline
 
-__all__ = ["compare_table", "relative_error", "time_unit", "timeline_table"]
+__all__ = ["byte_text", "compare_table", "memory_table", "relative_error", "time_unit", "timeline_table"]
 
 _MIB = 2**20
 
@@ -122,6 +125,45 @@ def compare_table(
         f"{measured.bubble_fraction() * 100:.1f}",
     )
     return _render(table, width)
+
+
+def memory_table(
+    memories: Sequence[StageMemory],
+    device_bytes: Sequence[int],
+    *,
+    optimizer: str = "sgd",
+    width: int = 100,
+) -> str:
+    """Per stage: predicted weights, gradients, optimizer state, activations and their total, the
+    device's memory and whether the total fits in it.
+
+    Args:
+        memories: per stage, from :func:`~pipetrain.plan.memory.stage_memory`.
+        device_bytes: per stage, the memory of its smallest device
+            (:func:`~pipetrain.plan.microbatch.caps.device_memory`).
+        optimizer: the optimizer the state was predicted for (shown in the title).
+        width: render width in characters.
+
+    Raises:
+        ValueError: ``memories`` and ``device_bytes`` have different lengths.
+    """
+    if len(memories) != len(device_bytes):
+        raise ValueError(f"{len(memories)} stage memories but {len(device_bytes)} device sizes; give one per stage")
+    table = Table(title=f"predicted memory per stage ({optimizer})", box=box.ROUNDED)
+    for header in ("stage", "weights", "gradients", "optimizer", "activations", "total", "device", "fits"):
+        table.add_column(header, justify="right")
+    for k, (m, device) in enumerate(zip(memories, device_bytes, strict=True)):
+        cells = (m.weight_bytes, m.gradient_bytes, m.optimizer_state_bytes, m.activation_bytes, m.total_bytes, device)
+        table.add_row(str(k), *map(byte_text, cells), "yes" if m.total_bytes <= device else "no")
+    return _render(table, width)
+
+
+def byte_text(n_bytes: int) -> str:
+    """``n_bytes`` in the binary unit that suits it: ``"512 B"``, ``"1.5 KiB"``, ``"16.0 GiB"``."""
+    for unit, size in (("GiB", 2**30), ("MiB", _MIB), ("KiB", 2**10)):
+        if abs(n_bytes) >= size:
+            return f"{n_bytes / size:.1f} {unit}"
+    return f"{n_bytes} B"
 
 
 def _render(table: Table, width: int) -> str:

@@ -42,6 +42,18 @@ def chain_plan(graph: LayerGraph, n_stages: int, batch: int, n_micro: int, metho
     return Plan(graph.name, "", batch, method, stages)
 
 
+def replicated_plan(
+    graph: LayerGraph, replicas: Sequence[int], batch: int, n_micro: int, method: Method = Method.ONE_F_ONE_B
+) -> Plan:
+    """Stage ``k`` on ``replicas[k]`` consecutive ranks (data parallel inside the stage)."""
+    sizes = equal_sizes(batch, n_micro)
+    stages, first = [], 0
+    for layers, r in zip(cut(graph.names, len(replicas)), replicas, strict=True):
+        stages.append(StagePlan(layers, tuple(range(first, first + r)), sizes, sizes))
+        first += r
+    return Plan(graph.name, "", batch, method, tuple(stages))
+
+
 def uneven_plan(
     graph: LayerGraph,
     partitions: Sequence[tuple[int, ...]],

@@ -16,7 +16,7 @@ from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.schedule.generators import build_schedule
 
-from .models import chain_plan, max_param_diff, mlp_graph, random_uedp_plan, uneven_plan
+from .models import chain_plan, max_param_diff, mlp_graph, random_uedp_plan, replicated_plan, uneven_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -61,6 +61,15 @@ def _cases() -> list[Case]:
                       uneven_plan(graph, [(1, 4, 4, 5), (6, 1, 7)], method=Method.ONE_F_ONE_B), SGD))
     cases.append(Case("1f1b-unequal-4stages", graph, uneven_plan(
         graph, [(2,) * 7, (7, 7), (1, 1, 3, 3, 6), (5, 9)], method=Method.ONE_F_ONE_B), SGD))
+    # Replicated stages: micro-batches round-robin over a stage's ranks, gradients summed at STEP.
+    cases += [Case(f"replicated-{'-'.join(map(str, r))}-{method.value}-{m}micro", graph,
+                   replicated_plan(graph, r, BATCH, m, method), SGD)
+              for r, method, m in [((2, 1), Method.GPIPE, 4), ((1, 3), Method.ONE_F_ONE_B, 7),
+                                   ((2, 2), Method.ONE_F_ONE_B, 5), ((4,), Method.GPIPE, 4),
+                                   ((3, 1), Method.ONE_F_ONE_B, 14)]]
+    cases.append(Case("replicated-adam-recompute", graph,
+                      replace(replicated_plan(graph, (1, 2, 1), BATCH, 6), recompute=True),
+                      TrainConfig(steps=STEPS, optimizer="adam", lr=1e-3, progress=False, timeout_s=30)))
     return cases
 
 

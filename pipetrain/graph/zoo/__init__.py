@@ -6,15 +6,25 @@
 
 Presets (sizes are overridable by keyword; each family's module documents its settings):
 
-| name           | family    | layers | what                                                      |
-|----------------|-----------|--------|-----------------------------------------------------------|
-| ``mlp``        | mlp       | 8      | 1024 → 4096 → 1024 per layer, 1024 classes                |
-| ``mlp-digits`` | mlp       | 4      | scikit-learn digits: 64 inputs, 64 → 256 → 64, 10 classes |
-| ``gpt-tiny``   | gpt       | 6      | V=256, T=32, H=64, 4 heads, 4 blocks; trains on a CPU     |
-| ``gpt1-14``    | gpt       | 14     | GPT-1 sizes (Radford et al. 2018)                         |
-| ``vgg16``      | vgg       | 16     | VGG-16 D without BN, 224×224, 1000 classes                |
-| ``vgg16-32``   | vgg       | 16     | VGG-16 D without BN, 32×32, FC 512, 10 classes            |
-| ``synthetic``  | synthetic | 8      | variant 0: 256 features, 10 classes, mixed cost curves    |
+| name            | family    | layers | what                                                          |
+|-----------------|-----------|--------|---------------------------------------------------------------|
+| ``mlp``         | mlp       | 8      | 1024 → 4096 → 1024 per layer, 1024 classes                    |
+| ``mlp-digits``  | mlp       | 4      | scikit-learn digits: 64 inputs, 64 → 256 → 64, 10 classes     |
+| ``gpt-tiny``    | gpt       | 6      | V=256, T=32, H=64, 4 heads, 4 blocks; trains on a CPU         |
+| ``gpt1-14``     | gpt       | 14     | GPT-1 sizes (Radford et al. 2018)                             |
+| ``vgg16``       | vgg       | 16     | VGG-16 D without BN, 224×224, 1000 classes                    |
+| ``vgg16-32``    | vgg       | 16     | VGG-16 D without BN, 32×32, FC 512, 10 classes                |
+| ``resnet50``    | resnet    | 18     | ResNet-50 v1.5 with BN, 224×224, 1000 classes, 25.6 M weights |
+| ``resnet50-32`` | resnet    | 18     | 32×32, CIFAR stem, width 1/4, 10 classes; trains on a CPU     |
+| ``gnmt``        | gnmt      | 18     | GNMT 8 + 8 LSTM layers, H=1024, V=32000, T=50, attention      |
+| ``gnmt-tiny``   | gnmt      | 8      | 3 + 3 layers, H=64, V=256, T=16; trains on a CPU              |
+| ``synthetic``   | synthetic | 8      | variant 0: 256 features, 10 classes, mixed cost curves        |
+
+The image models (VGG-16, ResNet-50) and GNMT are the benchmark models of PipeDream and BaPipe
+(PAPERS.md §2, §4). ResNet's BatchNorm makes pipelined training differ slightly from unpipelined
+training (statistics are per micro-batch); the others compute the same numbers either way. GNMT is
+reduced to a chain whose layers pass ``[b, T, 2H]`` tensors; ``gnmt.py`` says what is GNMT's and
+what is ours.
 
 ``synthetic`` draws its layers from a generator seeded by its ``variant`` setting (the one setting
 that may be 0): ``build_model("synthetic", variant=3)``. The names ``synthetic-<k>`` (``k`` >= 0,
@@ -35,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.graph.zoo import gpt, mlp, synthetic, vgg
+from pipetrain.graph.zoo import gnmt, gpt, mlp, resnet, synthetic, vgg
 
 __all__ = ["MODEL_NAMES", "build_model"]
 
@@ -64,6 +74,15 @@ _PRESETS: dict[str, _Preset[Any]] = {
     "gpt1-14": _Preset(gpt.GPTConfig(), gpt.build),
     "vgg16": _Preset(vgg.VGGConfig(), vgg.build),
     "vgg16-32": _Preset(vgg.VGGConfig(image=32, classes=10, fc=512), vgg.build),
+    "resnet50": _Preset(resnet.ResNetConfig(), resnet.build),
+    "resnet50-32": _Preset(
+        resnet.ResNetConfig(image=32, classes=10, width=0.25, stem_stride=1), resnet.build
+    ),
+    "gnmt": _Preset(gnmt.GNMTConfig(), gnmt.build),
+    "gnmt-tiny": _Preset(
+        gnmt.GNMTConfig(vocab=256, length=16, hidden=64, encoder_layers=3, decoder_layers=3),
+        gnmt.build,
+    ),
     "synthetic": _Preset(synthetic.SyntheticConfig(), synthetic.build),
 }
 _SYNTHETIC_VARIANT = re.compile(r"synthetic-(0|[1-9][0-9]*)")

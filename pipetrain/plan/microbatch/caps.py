@@ -14,20 +14,21 @@ back-propagates:
 
     state + input_bytes(B) + saved_bytes(b)                 (recomputes, b: its largest micro-batch)
 
-which is the event simulator's memory model too (:mod:`pipetrain.simulate.events`). ``state`` is
-the parameters plus one more copy per optimizer state (gradients for plain SGD:
+which is the memory model's too (:mod:`pipetrain.plan.memory`, shared with the event simulator).
+``state`` is the parameters plus one more copy per optimizer state (gradients for plain SGD:
 :data:`SGD_STATE_COPIES` = 2; Adam would be 4). Only the recompute case has a micro-batch size to
 cap, so :func:`microbatch_caps` bounds ``b`` by the second formula; :func:`fits_without_recompute`
 says which stages fit the first, i.e. may keep their activations; :func:`memory_need` checks a
-simulated plan of any method (its predicted activation peak plus state). Activation bytes are the
-profile's per-sample bytes (:meth:`~pipetrain.cost.CostModel.saved_bytes`), so allocator slack and
-workspace are not counted: a cap is an upper bound on what can fit, not a guarantee.
+plan of any method with the memory model. Activation bytes are the profile's per-sample bytes
+(:meth:`~pipetrain.cost.CostModel.saved_bytes`), so allocator slack and workspace are not counted:
+a cap is an upper bound on what can fit, not a guarantee.
 """
 
 from __future__ import annotations
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
+from pipetrain.plan.memory import stage_memory
 from pipetrain.plan.plan import Plan
 
 __all__ = ["SGD_STATE_COPIES", "device_memory", "fits_without_recompute", "memory_need", "microbatch_caps"]
@@ -107,18 +108,10 @@ def fits_without_recompute(
 
 
 def memory_need(plan: Plan, cost: CostModel, *, state_copies: int = SGD_STATE_COPIES) -> tuple[int, ...]:
-    """Per stage, the predicted peak bytes: parameters and optimizer state plus the peak of held
-    activations that the event simulator recorded in ``plan.prediction`` (largest over the stage's
-    ranks). Compare with :func:`device_memory`.
-
-    Raises:
-        ValueError: the plan has no prediction (simulate it first).
+    """Per stage, the predicted peak bytes of the memory model (:func:`~pipetrain.plan.memory.stage_memory`):
+    parameters and ``state_copies - 1`` more parameter-sized copies (gradients, optimizer state) plus the
+    peak of held activations over the plan's schedule (largest over the stage's ranks). Compare with
+    :func:`device_memory`.
     """
-    if plan.prediction is None:
-        raise ValueError("the plan has no prediction; plan or simulate it first")
-    peaks = plan.prediction.peak_memory_bytes
-    return tuple(
-        state_copies * cost.parameter_bytes(stage.layers) + max((peaks[r] for r in stage.ranks if r < len(peaks)),
-                                                                default=0)
-        for stage in plan.stages
-    )
+    extra = state_copies - SGD_STATE_COPIES  # copies beyond plain SGD's parameters and gradients
+    return tuple(m.total_bytes + extra * m.weight_bytes for m in stage_memory(plan, cost, optimizer="sgd"))

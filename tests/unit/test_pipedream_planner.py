@@ -1,0 +1,79 @@
+"""PipeDream's DP as a runnable plan, ``--planner auto``, and the CLI's cluster planners."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipetrain import cli
+from pipetrain.cluster import Cluster, Link
+from pipetrain.cost import CostModel
+from pipetrain.plan.auto import AUTO_PLANNERS, plan_auto
+from pipetrain.plan.pipedream import plan_pipedream, topology
+from pipetrain.plan.plan import Plan
+from pipetrain.schedule.generators import build_schedule
+from tests.conftest import flat_profile
+
+NVLINK, ETHERNET = Link(5e-6, 1.5e11), Link(2e-5, 3e9)
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"
+
+
+def vgg_like() -> CostModel:
+    """Eight compute-heavy, weight-light layers, then two with weights whose sync costs far more than their
+    compute, on 4 devices in one server (1 GB/s links, memory no object)."""
+    profile = flat_profile(10, [1.0] * 8 + [0.05] * 2, [2.0] * 8 + [0.1] * 2, output_bytes=1000)
+    layers = tuple(lp if i < 8 else type(lp)(**{**lp.__dict__, "parameter_bytes": 10**12})
+                   for i, lp in enumerate(profile.layers))
+    return CostModel(type(profile)(**{**profile.__dict__, "layers": layers}), Cluster.local(4, link=Link(5e-6, 1e9), memory_bytes=1 << 50))
+
+
+def test_pipedream_replicates_the_compute_heavy_front() -> None:
+    cost = vgg_like()
+    result = plan_pipedream(model="synthetic", fingerprint="", layer_names=[f"l{i}" for i in range(10)],
+                            cost=cost, batch_size=16)
+    build_schedule(result.plan)  # validates
+    assert result.config.split("-")[0] != "1" and len(result.plan.stages[0].ranks) > 1
+    assert len(result.plan.stages[-1].ranks) == 1  # the weight-heavy layers are not replicated
+    assert result.plan.prediction is not None
+    assert result.candidates[0].plan == result.plan
+
+
+def test_topology_follows_the_servers() -> None:
+    two_servers = Cluster.homogeneous("v100", 2, 4, NVLINK, ETHERNET)
+    assert [(lv.machines, lv.bandwidth_bytes_per_s) for lv in topology(two_servers)] == [(4, 1.5e11), (2, 3e9)]
+    assert [lv.machines for lv in topology(Cluster.local(3, link=NVLINK))] == [3]
+
+
+def test_auto_runs_every_planner_and_keeps_the_fastest() -> None:
+    cost = vgg_like()
+    result = plan_auto(model="synthetic", fingerprint="", layer_names=[f"l{i}" for i in range(10)], cost=cost,
+                       batch_size=16)
+    assert [o.planner for o in result.outcomes] == list(AUTO_PLANNERS)
+    found = [o for o in result.outcomes if o.plan is not None]
+    assert result.plan.prediction is not None
+    assert result.plan.prediction.iteration_s == min(o.iteration_s for o in found)
+    assert result.winner in {o.planner for o in found}
+
+
+@pytest.mark.parametrize("planner", ["pipedream", "bapipe", "auto"])
+def test_cli_plans_on_a_cluster_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str], planner: str) -> None:
+    out = tmp_path / "plan.json"
+    code = cli.main(["plan", "--model", "gpt-tiny", "--batch", "16", "--cluster", str(EXAMPLES / "2x4-v100.yaml"),
+                     "--planner", planner, "--out", str(out)])
+    assert code == 0
+    plan = Plan.from_json(out.read_text())
+    assert json.loads(out.read_text())["prediction"]["iteration_s"] > 0
+    build_schedule(plan)
+    shown = capsys.readouterr().out
+    assert "predicted iteration" in shown
+    if plan.n_ranks < 8:  # idle devices: the sub-cluster is saved beside the plan and simulates the plan
+        cluster_file = out.with_suffix(".cluster.json")
+        assert cli.main(["simulate", "--plan", str(out), "--cluster", str(cluster_file), "--estimate", "v100",
+                         "--out", str(tmp_path / "sim")]) == 0
+
+
+def test_cli_refuses_a_method_with_a_cluster_planner(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["plan", "--model", "gpt-tiny", "--planner", "pipedream", "--method", "gpipe", "--estimate", "v100"])
+    assert code == 2 and "chooses the method itself" in capsys.readouterr().err
