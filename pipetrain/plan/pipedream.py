@@ -16,22 +16,25 @@ stages on the cluster's two-level topology (devices in servers, servers in the c
   ``bapipe`` planner);
 * ``sync_scale = 1 / m``: pipetrain's schedules are synchronous (PipeDream-Flush), so a replicated
   stage all-reduces once per ``m`` micro-batches, not once per item as PipeDream's asynchronous
-  runtime does;
+  runtime does, and every replica pays the whole all-reduce (``synchronous``), not ``1/r`` of it;
 * the memory check with :data:`~pipetrain.plan.microbatch.caps.SGD_STATE_COPIES` state copies and
   the smallest device's memory.
 
 The DP's answer becomes a plan whose stage ``k`` runs on the DP's devices (replicas take
 micro-batches round-robin, :meth:`~pipetrain.plan.plan.Plan.replica_rank`), simulated under GPipe and
 1F1B by the event simulator, which also costs the fill and drain the DP's steady-state objective
-leaves out, and checked against the devices' memory. The fastest feasible candidate wins. A plan
-that leaves devices idle runs on the sub-cluster of the devices it uses (ranks ``0..R-1``, as
-:meth:`Plan.validate` needs). Cost: per count, one DP (see its module for the complexity) plus two
-event simulations.
+leaves out, and checked against the devices' memory. Plain data parallelism (one stage on every
+device) is simulated beside it at every count, since the steady state undersells it. The fastest
+feasible candidate wins. A plan that leaves devices idle runs on the sub-cluster of the devices it
+uses (ranks ``0..R-1``, as :meth:`Plan.validate` needs). Cost: per count, one DP (see its module
+for the complexity) plus four event simulations.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,7 +45,7 @@ from pipetrain.errors import UserError
 from pipetrain.plan.bapipe import thinned_counts
 from pipetrain.plan.device_orders import placed_cluster
 from pipetrain.plan.microbatch import SGD_STATE_COPIES, device_memory, memory_need
-from pipetrain.plan.partition.pipedream import DPResult, Level, MemoryLimit, pipedream_partition
+from pipetrain.plan.partition.pipedream import DPResult, DPStage, Level, MemoryLimit, pipedream_partition
 from pipetrain.plan.plan import Method, Plan, Prediction, StagePlan, equal_sizes
 from pipetrain.plan.planner import Candidate, rank_key
 from pipetrain.schedule.generators import build_schedule
@@ -101,7 +104,7 @@ def _partition(cost: CostModel, layer_names: Sequence[str], batch_size: int, n_m
     return pipedream_partition(
         compute_s, [cost.output_bytes((n,), b) for n in layer_names],
         [cost.parameter_bytes((n,)) for n in layer_names], topology(cluster),
-        sync_scale=1.0 / n_micro, straight=straight, memory=memory,
+        sync_scale=1.0 / n_micro, synchronous=True, straight=straight, memory=memory,
     )
 
 
@@ -150,16 +153,22 @@ def plan_pipedream(
         except UserError as e:
             skipped.append((m, str(e)))
             continue
-        if max(s.replicas for s in dp.stages) > m:
-            skipped.append((m, f"config {dp.config} replicates a stage more times than there are micro-batches"))
-            continue
-        for method in methods:
-            plan, cluster = _plan(model, fingerprint, layer_names, batch_size, m, method, dp, cost.cluster)
+        options = [dp]
+        devices = cost.cluster.n_devices
+        if dp.config != str(devices) and m >= devices:  # data parallelism, which the DP's steady state may undersell
+            options.append(DPResult((DPStage(0, len(layer_names), devices, tuple(range(devices))),), math.nan,
+                                    str(devices)))
+        for option, method in itertools.product(options, methods):
+            if max(s.replicas for s in option.stages) > m:
+                skipped.append((m, f"config {option.config} replicates a stage more times than there are "
+                                   "micro-batches"))
+                continue
+            plan, cluster = _plan(model, fingerprint, layer_names, batch_size, m, method, option, cost.cluster)
             sub_cost = cost if cluster is cost.cluster else CostModel(cost.profiles, cluster, cost.action_overhead_s)
             timeline = simulate(build_schedule(plan), plan, sub_cost)
             plan = plan.with_prediction(Prediction(
                 timeline.iteration_s, timeline.bubble_fraction(), timeline.peak_activation_bytes,
-                f"pipedream {dp.config}, simulated: profile {cost.profile.source} ({cost.profile.device}), "
+                f"pipedream {option.config}, simulated: profile {cost.profile.source} ({cost.profile.device}), "
                 f"cluster {cluster.name}",
             ))
             over = [k for k, (need, have) in enumerate(zip(memory_need(plan, sub_cost), device_memory(plan, sub_cost),
@@ -167,7 +176,7 @@ def plan_pipedream(
             if over:
                 skipped.append((m, f"{method.value}: stage {over[0]} over memory"))
                 continue
-            candidates.append((Candidate(plan, timeline.iteration_s), cluster, dp.config))
+            candidates.append((Candidate(plan, timeline.iteration_s), cluster, option.config))
     if not candidates:
         reasons = "; ".join(f"m={m}: {why}" for m, why in skipped[:3])
         raise UserError(f"the pipedream planner found no plan that fits ({reasons}); use a smaller batch, more "

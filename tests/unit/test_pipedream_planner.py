@@ -26,7 +26,8 @@ def vgg_like() -> CostModel:
     profile = flat_profile(10, [1.0] * 8 + [0.05] * 2, [2.0] * 8 + [0.1] * 2, output_bytes=1000)
     layers = tuple(lp if i < 8 else type(lp)(**{**lp.__dict__, "parameter_bytes": 10**12})
                    for i, lp in enumerate(profile.layers))
-    return CostModel(type(profile)(**{**profile.__dict__, "layers": layers}), Cluster.local(4, link=Link(5e-6, 1e9), memory_bytes=1 << 50))
+    cluster = Cluster.local(4, link=Link(5e-6, 1e9), memory_bytes=1 << 50)
+    return CostModel(type(profile)(**{**profile.__dict__, "layers": layers}), cluster)
 
 
 def test_pipedream_replicates_the_compute_heavy_front() -> None:
@@ -75,5 +76,6 @@ def test_cli_plans_on_a_cluster_spec(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_cli_refuses_a_method_with_a_cluster_planner(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["plan", "--model", "gpt-tiny", "--planner", "pipedream", "--method", "gpipe", "--estimate", "v100"])
+    code = cli.main(["plan", "--model", "gpt-tiny", "--planner", "pipedream", "--method", "gpipe",
+                     "--estimate", "v100"])
     assert code == 2 and "chooses the method itself" in capsys.readouterr().err

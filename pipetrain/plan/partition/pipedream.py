@@ -18,7 +18,9 @@ steady-state bottleneck of PipeDream's 1F1B pipeline. We follow the public code 
   higher up, the optimal sub-pipeline of the level below); ``P[i, j]``: its parameter bytes;
   ``n_in``: devices per component (the code divides by them: each device syncs its share over its
   own link). Ring all-reduce ``2 (r-1)/r``: we assume full-duplex links, where the code's
-  ``4 (r-1)/r`` counts send and receive on half-duplex ones. ``sync_scale`` is 1 for PipeDream's
+  ``4 (r-1)/r`` counts send and receive on half-duplex ones. With ``synchronous`` (pipetrain's flush
+  schedules, where each replica all-reduces once per iteration however few items it ran) the sync
+  term is added after the division by ``r``. ``sync_scale`` is 1 for PipeDream's
   asynchronous runtime (a sync per item) and ``1/m`` for a synchronous schedule of ``m`` items.
 * **Cut** before layer ``s``: activation forward and gradient back, ``2 (latency_k + output_bytes[s-1]
   / B_k)`` per item, divided by the replicas of the receiving stage, and a term of its own in the
@@ -175,6 +177,7 @@ class _Costs:
     link: Level
     inner_devices: int  # devices in one component of this level
     sync_scale: float
+    synchronous: bool
     memory: MemoryLimit | None
     straight: bool
     extra_devices: int  # devices after this level's span, per replica of it (for stashes)
@@ -218,9 +221,14 @@ class _Costs:
         leading ``s`` fit in memory."""
         params = self.parameter_bytes[i, i + 1 :]
         r = self.replicas[:, None, None].astype(np.float64)
-        allreduce_s = 2 * (r - 1) / r * params / (self.link.bandwidth_bytes_per_s * self.inner_devices)
+        # the code lets each of a component's n_in devices sync its share on its own link; pipetrain's
+        # runtime (and simulator) runs one flat ring over the slowest link, so synchronous plans use n_in = 1
+        n_in = 1 if self.synchronous else self.inner_devices
+        allreduce_s = 2 * (r - 1) / r * params / (self.link.bandwidth_bytes_per_s * n_in)
         sync_s = self.sync_scale * (allreduce_s + 2 * (r - 1) * self.link.latency_s)
-        time_s = ((self.compute_s[None, :, i, i + 1 :] + sync_s) / r).reshape(-1, params.size)
+        # asynchronous: each replica syncs per item it runs (1/r of them); synchronous: once per iteration
+        per_item_sync_s = sync_s if self.synchronous else sync_s / r
+        time_s = (self.compute_s[None, :, i, i + 1 :] / r + per_item_sync_s).reshape(-1, params.size)
         rows = np.arange(self.replicas.size)[:, None] * self.compute_s.shape[0] + self.sub_rows
         fits = np.full(rows.shape, params.size, dtype=np.intp)
         if self.saved_bytes is not None and self.memory is not None:
@@ -421,7 +429,7 @@ def _stash_grids(levels: Sequence[Level], memory: MemoryLimit | None) -> list[In
 
 def _tables(
     compute_s: Array, output_bytes: Array, parameter_bytes: Array, levels: Sequence[Level], *,
-    sync_scale: float, memory: MemoryLimit | None, straight: bool,
+    sync_scale: float, synchronous: bool, memory: MemoryLimit | None, straight: bool,
 ) -> list[list[_Costs]]:
     """Every level's costs, bottom-up, one per stash grid point; each level's compute is the level
     below's best time over every span (PAPERS.md §2.4, hierarchy)."""
@@ -440,7 +448,8 @@ def _tables(
     for k, link in enumerate(levels):
         inner_devices = math.prod(level.machines for level in levels[:k])
         tables.append([_Costs(span_s, params, saved if inner_devices == 1 else None, cut_by_level[k], link,
-                              inner_devices, sync_scale, memory, straight, int(x), sub_grid) for x in grids[k]])
+                              inner_devices, sync_scale, synchronous, memory, straight, int(x), sub_grid)
+                       for x in grids[k]])
         if k + 1 < len(levels):
             span_s = np.stack([_suffix_dp(costs, np.arange(n + 1)) for costs in tables[-1]])
             sub_grid = grids[k]
@@ -465,6 +474,7 @@ def pipedream_partition(
     levels: Sequence[Level],
     *,
     sync_scale: float = 1.0,
+    synchronous: bool = False,
     straight: bool = False,
     memory: MemoryLimit | None = None,
 ) -> DPResult:
@@ -476,6 +486,8 @@ def pipedream_partition(
             sent back has the same size).
         parameter_bytes: per layer ``[L]``, bytes of its weights.
         levels: the topology bottom-up; ``prod(machines)`` devices in all.
+        synchronous: every replica all-reduces once per ``1 / sync_scale`` items whatever its share
+            of them (pipetrain's flush schedules): the sync term is not divided by the replicas.
         sync_scale: multiplies the weight-sync term: 1 for PipeDream's asynchronous runtime (one
             sync per item), ``1/m`` for a synchronous schedule with ``m`` micro-batches.
         straight: forbid replication (PipeDream's straight pipeline).
@@ -498,7 +510,8 @@ def pipedream_partition(
     compute = _per_layer("compute_s", compute_s, n)
     outputs = _per_layer("output_bytes", output_bytes, n)
     params = _per_layer("parameter_bytes", parameter_bytes, n)
-    tables = _tables(compute, outputs, params, levels, sync_scale=sync_scale, memory=memory, straight=straight)
+    tables = _tables(compute, outputs, params, levels, sync_scale=sync_scale, synchronous=synchronous, memory=memory,
+                     straight=straight)
     bottleneck_s = float(_suffix_dp(tables[-1][0], np.array([n]))[0, 0])
     if not math.isfinite(bottleneck_s):  # only memory can rule every partition out
         assert memory is not None
