@@ -183,11 +183,10 @@ def _uedp_references(
     if not memory_cap:
         return None, [("best equal plan", base)]
     from pipetrain.cost import CostModel
-    from pipetrain.plan.microbatch import device_memory, memory_need, microbatch_caps
+    from pipetrain.plan.microbatch import microbatch_caps, overflows
 
     cost = CostModel(profile, cluster)
-    needs = zip(memory_need(base, cost), device_memory(base, cost), strict=True)
-    over = [k for k, (need, room) in enumerate(needs) if need > room]
+    over = [k for k, _, _ in overflows(base, cost)]
     if not over:
         return microbatch_caps(base, cost), [("best equal plan", base)]
     fitting = api.plan_microbatches(base, profile, cluster, planner="equal")  # recomputing, within the caps

@@ -50,6 +50,11 @@ class CostModel:
         self.forward_s = lru_cache(maxsize=None)(self._forward_s)
         self.backward_s = lru_cache(maxsize=None)(self._backward_s)
 
+    def on(self, cluster: Cluster) -> CostModel:
+        """The same profiles and per-action overhead on another cluster (e.g. the sub-cluster of the
+        devices a plan uses); ``self`` when it is this model's cluster."""
+        return self if cluster is self.cluster else CostModel(self.profiles, cluster, self.action_overhead_s)
+
     def _layers(self, rank: int, layers: Sequence[str]) -> list[LayerProfile]:
         if not 0 <= rank < self.cluster.n_devices:
             raise UserError(

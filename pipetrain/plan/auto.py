@@ -31,7 +31,7 @@ from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.bapipe import explore
-from pipetrain.plan.microbatch import GAConfig, PlannerName, device_memory, memory_need, microbatch_caps
+from pipetrain.plan.microbatch import GAConfig, PlannerName, microbatch_caps, overflows
 from pipetrain.plan.microbatch.caps import fits_without_recompute
 from pipetrain.plan.microbatch.uedp import plan_uedp
 from pipetrain.plan.pipedream import plan_pipedream
@@ -81,16 +81,17 @@ class AutoResult:
 
 
 def _describe(plan: Plan) -> str:
-    layers = "/".join(f"{len(s.layers)}" + (f"×{len(s.ranks)}" if len(s.ranks) > 1 else "") for s in plan.stages)
+    layers = "/".join(s.label for s in plan.stages)
     return f"{plan.method.value}, stages {layers}, {len(plan.stages[0].forward_sizes)} micro-batches"
 
 
 def _fits(plan: Plan, cost: CostModel) -> str:
     """Empty when the plan fits its devices, else which stage does not."""
-    for k, (need, have) in enumerate(zip(memory_need(plan, cost), device_memory(plan, cost), strict=True)):
-        if need > have:
-            return f"stage {k} needs {need / 2**20:.0f} MiB, its device has {have / 2**20:.0f} MiB"
-    return ""
+    over = overflows(plan, cost)
+    if not over:
+        return ""
+    k, need, have = over[0]
+    return f"stage {k} needs {need / 2**20:.0f} MiB, its device has {have / 2**20:.0f} MiB"
 
 
 def plan_auto(
@@ -169,8 +170,7 @@ def _outcome(name: str, run: Callable[[], tuple[Plan, Cluster]], cost: CostModel
         plan, cluster = run()
     except UserError as e:
         return Outcome(name, None, None, str(e).split("\n")[0])
-    own = cost if cluster is cost.cluster else CostModel(cost.profiles, cluster, cost.action_overhead_s)
-    why = _fits(plan, own)
+    why = _fits(plan, cost.on(cluster))
     if why:
         return Outcome(name, None, None, f"{_describe(plan)}: over memory, {why}")
     return Outcome(name, plan, cluster, _describe(plan))

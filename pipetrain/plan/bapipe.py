@@ -409,9 +409,7 @@ class _Runner:
     def cost_of(self, placement: Placement) -> CostModel:
         key = tuple(sorted(placement.devices))
         if key not in self._costs:
-            cluster = self.cluster_of(placement)
-            self._costs[key] = (self.cost if cluster is self.cost.cluster else
-                                CostModel(self.cost.profiles, cluster, self.cost.action_overhead_s))
+            self._costs[key] = self.cost.on(self.cluster_of(placement))
         return self._costs[key]
 
     def equal(self, s: _Scored) -> BapipeCandidate:

@@ -44,7 +44,7 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.bapipe import thinned_counts
 from pipetrain.plan.device_orders import placed_cluster
-from pipetrain.plan.microbatch import SGD_STATE_COPIES, device_memory, memory_need
+from pipetrain.plan.microbatch import SGD_STATE_COPIES, overflows
 from pipetrain.plan.partition.pipedream import DPResult, DPStage, Level, MemoryLimit, pipedream_partition
 from pipetrain.plan.plan import Method, Plan, Prediction, StagePlan, equal_sizes
 from pipetrain.plan.planner import Candidate, rank_key
@@ -164,17 +164,16 @@ def plan_pipedream(
                                    "micro-batches"))
                 continue
             plan, cluster = _plan(model, fingerprint, layer_names, batch_size, m, method, option, cost.cluster)
-            sub_cost = cost if cluster is cost.cluster else CostModel(cost.profiles, cluster, cost.action_overhead_s)
+            sub_cost = cost.on(cluster)
             timeline = simulate(build_schedule(plan), plan, sub_cost)
             plan = plan.with_prediction(Prediction(
                 timeline.iteration_s, timeline.bubble_fraction(), timeline.peak_activation_bytes,
                 f"pipedream {option.config}, simulated: profile {cost.profile.source} ({cost.profile.device}), "
                 f"cluster {cluster.name}",
             ))
-            over = [k for k, (need, have) in enumerate(zip(memory_need(plan, sub_cost), device_memory(plan, sub_cost),
-                                                           strict=True)) if need > have]
+            over = overflows(plan, sub_cost)
             if over:
-                skipped.append((m, f"{method.value}: stage {over[0]} over memory"))
+                skipped.append((m, f"{method.value}: stage {over[0][0]} over memory"))
                 continue
             candidates.append((Candidate(plan, timeline.iteration_s), cluster, option.config))
     if not candidates:

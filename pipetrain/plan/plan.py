@@ -96,6 +96,11 @@ class StagePlan:
     forward_sizes: tuple[int, ...]
     backward_sizes: tuple[int, ...]
 
+    @property
+    def label(self) -> str:
+        """Its layer count, and its replicas when it runs on several ranks: ``"5"``, ``"5×3"``."""
+        return f"{len(self.layers)}×{len(self.ranks)}" if len(self.ranks) > 1 else str(len(self.layers))
+
 
 @dataclass(frozen=True)
 class Prediction:

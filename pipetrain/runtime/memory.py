@@ -19,30 +19,18 @@ from functools import partial
 import torch
 from torch import nn
 
+from pipetrain.plan.memory import StageMemory
+
 __all__ = ["ActivationMeter", "MeasuredMemory", "measured_memory"]
 
 
 @dataclass(frozen=True)
-class MeasuredMemory:
-    """What one rank held at its peak, in bytes (the runtime's counterpart of ``StageMemory``).
-
-    Attributes:
-        rank: the rank.
-        weight_bytes: its stage's parameters.
-        gradient_bytes: their gradients at the optimizer step.
-        optimizer_state_bytes: the tensors in the optimizer's state after a step.
-        activation_bytes: the peak of saved activations (and stashed inputs) over a step.
-    """
+class MeasuredMemory(StageMemory):
+    """What one rank held at its peak, in bytes: the runtime's counterpart of :class:`StageMemory`
+    (gradients at the optimizer step, the optimizer's state tensors after a step, the peak of saved
+    activations and stashed inputs over a step), and the rank it was measured on."""
 
     rank: int
-    weight_bytes: int
-    gradient_bytes: int
-    optimizer_state_bytes: int
-    activation_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.weight_bytes + self.gradient_bytes + self.optimizer_state_bytes + self.activation_bytes
 
 
 class ActivationMeter:

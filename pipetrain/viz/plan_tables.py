@@ -10,12 +10,12 @@ from rich.table import Table
 
 from pipetrain.plan.auto import AutoResult
 from pipetrain.plan.bapipe import BapipeCandidate, BapipeResult
-from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.plan.planner import Candidate
 from pipetrain.profile.table import Profile
 from pipetrain.viz.tables import _num, _render, time_unit
 
-__all__ = ["auto_table", "bapipe_table", "candidates_table", "plan_table", "profile_table", "sizes_text", "stage_text"]
+__all__ = ["auto_table", "bapipe_table", "candidates_table", "plan_table", "profile_table", "sizes_text"]
 
 _MIB = 2**20
 
@@ -114,11 +114,6 @@ def _versus(iteration_s: float, label: str, baseline: Plan) -> str:
             f"{_num(base_s * scale)} {unit}: {ratio:.3f}× speedup")
 
 
-def stage_text(stage: StagePlan) -> str:
-    """A stage's layer count, and its replicas when it runs on several ranks: ``"5"``, ``"5×3"``."""
-    return f"{len(stage.layers)}×{len(stage.ranks)}" if len(stage.ranks) > 1 else str(len(stage.layers))
-
-
 def candidates_table(
     candidates: Sequence[Candidate], *, top: int = 8, title: str = "planner candidates", width: int = 110
 ) -> str:
@@ -130,7 +125,7 @@ def candidates_table(
         table.add_column(name, justify="right" if name != "method" else "left")
     for i, c in enumerate(candidates[:top]):
         table.add_row(str(i + 1), c.plan.method.value, sizes_text(c.plan.stages[0].forward_sizes),
-                      "/".join(stage_text(s) for s in c.plan.stages), _num(c.iteration_s * scale),
+                      "/".join(s.label for s in c.plan.stages), _num(c.iteration_s * scale),
                       f"{c.iteration_s / best:.3f}×")
     return _render(table, width)
 

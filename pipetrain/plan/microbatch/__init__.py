@@ -21,6 +21,7 @@ from pipetrain.plan.microbatch.caps import (
     fits_without_recompute,
     memory_need,
     microbatch_caps,
+    overflows,
 )
 from pipetrain.plan.microbatch.dp import global_dp
 from pipetrain.plan.microbatch.encoding import (
@@ -64,6 +65,7 @@ __all__ = [
     "local_greedy",
     "memory_need",
     "microbatch_caps",
+    "overflows",
     "partition_to_cuts",
     "plan_uedp",
     "run_planner",

@@ -31,7 +31,8 @@ from pipetrain.errors import UserError
 from pipetrain.plan.memory import stage_memory
 from pipetrain.plan.plan import Plan
 
-__all__ = ["SGD_STATE_COPIES", "device_memory", "fits_without_recompute", "memory_need", "microbatch_caps"]
+__all__ = ["SGD_STATE_COPIES", "device_memory", "fits_without_recompute", "memory_need", "microbatch_caps",
+           "overflows"]
 
 SGD_STATE_COPIES = 2
 """Parameters + gradients: the bytes per parameter byte of plain SGD (no momentum)."""
@@ -115,3 +116,10 @@ def memory_need(plan: Plan, cost: CostModel, *, state_copies: int = SGD_STATE_CO
     """
     extra = state_copies - SGD_STATE_COPIES  # copies beyond plain SGD's parameters and gradients
     return tuple(m.total_bytes + extra * m.weight_bytes for m in stage_memory(plan, cost, optimizer="sgd"))
+
+
+def overflows(plan: Plan, cost: CostModel) -> list[tuple[int, int, int]]:
+    """``(stage, bytes needed, bytes its device has)`` for every stage whose predicted peak
+    (:func:`memory_need`) exceeds its smallest device (:func:`device_memory`); empty when the plan fits."""
+    needs = zip(memory_need(plan, cost), device_memory(plan, cost), strict=True)
+    return [(k, need, have) for k, (need, have) in enumerate(needs) if need > have]
