@@ -57,7 +57,8 @@ from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.plan.planner import equal_plan
+from pipetrain.planners.balanced import build_balanced_plan
+from pipetrain.planners.contract import ModelRef
 from pipetrain.profile.table import Profile
 from pipetrain.runtime.config import TrainConfig as TrainConfigT
 from pipetrain.runtime.config import TrainResult as TrainResultT
@@ -169,9 +170,8 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
     plans: dict[str, Plan] = {}
     for schedule in SCHEDULES:
         for m in micro:
-            plans[Config("pipetrain", schedule, m).label] = equal_plan(
-                model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, cost=cost,
-                method=METHOD_OF[schedule], n_stages=2, batch_size=batch, n_micro=m,
+            plans[Config("pipetrain", schedule, m).label] = build_balanced_plan(
+                ModelRef.of(graph), cost, method=METHOD_OF[schedule], n_stages=2, batch_size=batch, n_micro=m,
             )
     planned, candidates = api.plan_pipeline(graph, profile, cluster, batch_size=batch)
     plans["planned"] = planned
@@ -192,8 +192,8 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
 def _predict_single(graph: LayerGraph, profile: Profile, batch: int, overhead_s: float) -> Timeline:
     """The simulator's time for one rank running the whole model on the whole batch, alone."""
     alone = Cluster.local(1, action_overhead_s=overhead_s)
-    plan = equal_plan(model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names,
-                      cost=CostModel(profile, alone), method=Method.GPIPE, n_stages=1, batch_size=batch, n_micro=1)
+    plan = build_balanced_plan(ModelRef.of(graph), CostModel(profile, alone), method=Method.GPIPE, n_stages=1,
+                               batch_size=batch, n_micro=1)
     return api.predict(plan, profile, alone)[1]
 
 

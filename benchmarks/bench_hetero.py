@@ -11,12 +11,12 @@ model of the zoo among vgg16, gpt1-14, resnet50 and gnmt it reports, all times f
 simulator on the real (heterogeneous) cluster:
 
 * ``identical (4 stages)``: the plan that assumes identical devices: the equal planner
-  (:func:`~pipetrain.plan.planner.plan_equal`, gpipe and 1f1b, every micro-batch count) on the
+  (:func:`~pipetrain.planners.balanced.plan_balanced`, gpipe and 1f1b, every micro-batch count) on the
   cluster taken as 4 V100s (or 4 H100s: the better of the two is kept), one stage per device as
   ``pipetrain plan`` does by default, then simulated on the real cluster;
 * ``identical (best S)``: the same for 1..4 stages (ranks 0..S-1, so the H100s first), the stage
   count that is fastest on the real cluster (an oracle choice, generous to the baseline);
-* ``bapipe (4 stages)``: :func:`~pipetrain.plan.bapipe.explore` restricted to one stage per device,
+* ``bapipe (4 stages)``: :func:`~pipetrain.planners.bapipe.explore` restricted to one stage per device,
   so only the partition and the device order differ from the first baseline;
 * ``bapipe``: the full exploration (gpipe, 1f1b and uedp; 1..4 stages; every device order; both
   communication models propose partitions);
@@ -41,9 +41,10 @@ from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import MODEL_NAMES, build_model
-from pipetrain.plan.bapipe import BapipeResult, explore
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.plan.planner import plan_equal
+from pipetrain.planners.balanced import plan_balanced
+from pipetrain.planners.bapipe import BapipeResult, explore
+from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.generators import build_schedule
@@ -65,7 +66,7 @@ class Row:
     iteration_s: float
     n_micro: int
     stages: list[str]  # per stage: "<device kind>:<layer count>"
-    search_s: float  # the planner's own search (for the identical baselines: one plan_equal call)
+    search_s: float  # the planner's own search (for the identical baselines: one plan_balanced call)
 
 
 @dataclass(frozen=True)
@@ -94,14 +95,15 @@ def stages_of(plan: Plan, c: Cluster) -> list[str]:
 
 def identical_rows(graph: LayerGraph, profiles: dict[str, Profile], real: CostModel) -> list[Row]:
     """The identical-devices baselines: 4 stages, and the best stage count, on the real cluster."""
-    common = dict(model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, batch_size=BATCH)
+    model = ModelRef.of(graph)
     options: dict[int, tuple[float, Plan, float]] = {}
     for n_stages in range(1, min(4, len(graph.names)) + 1):
         for kind in KINDS:
             cost = CostModel(profiles[kind], assumed(real.cluster, kind))
             for method in EQUAL:
                 t0 = time.perf_counter()
-                plan, _ = plan_equal(cost=cost, method=method, n_stages=n_stages, **common)  # type: ignore[arg-type]
+                problem = PlanningProblem(model, cost, BATCH, constraints=Constraints(method=method, n_stages=n_stages))
+                plan = plan_balanced(problem).plan
                 search_s = time.perf_counter() - t0
                 truth = simulate(build_schedule(plan), plan, real).iteration_s
                 if n_stages not in options or truth < options[n_stages][0]:
@@ -126,15 +128,14 @@ def run_one(name: str, quick: bool, inter_gbit: float) -> Result:
     profiles = {kind: estimate_profile(graph, kind, BATCH) for kind in KINDS}
     real = CostModel(profiles, cluster(inter_gbit))
     rows = identical_rows(graph, profiles, real)
-    common = dict(model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, cost=real,
-                  batch_size=BATCH)
+    problem = PlanningProblem(ModelRef.of(graph), real, BATCH)
     methods = EQUAL if quick else (*EQUAL, Method.UEDP)
     for label, options in (("bapipe (4 stages)", dict(stage_counts=[min(4, len(graph.names))])),
                            ("bapipe", dict(methods=methods)),
                            ("bapipe §4.2 serial", dict(methods=EQUAL, comm="serial")),
                            ("bapipe overlap", dict(methods=EQUAL, comm="overlap"))):
         t0 = time.perf_counter()
-        result = explore(**common, **options)  # type: ignore[arg-type]
+        result = explore(problem, **options)
         rows.append(bapipe_row(label, result, time.perf_counter() - t0))
     return Result(name, len(graph.names), rows)
 

@@ -13,13 +13,13 @@ and gpt1-14 (zoo) on each cluster of ``D`` devices it plans:
   all-reduce at the optimizer step; gpipe with ``m`` equal micro-batches, ``m`` a multiple of ``D``
   (each replica gets ``m / D``), the fastest ``m``;
 * ``equal split``: ``min(D, L)`` stages of (nearly) equal layer *counts*, one rank each, gpipe and
-  1f1b, every micro-batch count of :func:`~pipetrain.plan.bapipe.thinned_counts`, the fastest;
-* ``pipedream``: :func:`~pipetrain.plan.pipedream.plan_pipedream` (PAPERS.md §2.3–2.4: the
+  1f1b, every micro-batch count of :func:`~pipetrain.planners.counts.thinned_counts`, the fastest;
+* ``pipedream``: :func:`~pipetrain.planners.pipedream.plan_pipedream` (PAPERS.md §2.3–2.4: the
   hierarchical DP's stages and replicas, run synchronously);
-* ``bapipe``: :func:`~pipetrain.plan.bapipe.explore` with gpipe and 1f1b (PAPERS.md §4).
+* ``bapipe``: :func:`~pipetrain.planners.bapipe.explore` with gpipe and 1f1b (PAPERS.md §4).
 
 Every time is the **event simulator's** iteration time (seconds per mini-batch of ``B`` samples).
-Memory is :func:`~pipetrain.plan.memory.stage_memory`'s ``total_bytes`` (SGD), the peak over stages,
+Memory is :func:`~pipetrain.simulate.memory.stage_memory`'s ``total_bytes`` (SGD), the peak over stages,
 i.e. the most any one device holds; ``fits`` compares it with the V100's 32 GiB. Planner wall times
 are one call each on this machine. The papers' claims are beside ours for reference only: PipeDream's
 "up to 5.3× over data parallelism" (VGG-16) is time-to-accuracy measured on real clusters with
@@ -43,15 +43,16 @@ from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.bapipe import explore, thinned_counts
-from pipetrain.plan.memory import stage_memory
-from pipetrain.plan.pipedream import plan_pipedream
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
-from pipetrain.plan.planner import candidate_counts
+from pipetrain.planners.bapipe import explore
+from pipetrain.planners.contract import ModelRef, PlanningProblem
+from pipetrain.planners.counts import candidate_counts, thinned_counts
+from pipetrain.planners.pipedream import PipeDreamReport, plan_pipedream
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
+from pipetrain.simulate.memory import stage_memory
 
 MODELS = ("vgg16", "resnet50", "gnmt", "gpt1-14")
 DEVICE_COUNTS = (4, 8, 16)
@@ -154,19 +155,19 @@ def row(planner: str, plan: Plan, cost: CostModel, search_s: float, config: str 
 
 def run_one(graph: LayerGraph, profile: Profile, n_devices: int, batch: int) -> Result:
     cost = CostModel(profile, cluster_of(n_devices))
-    common = dict(model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, cost=cost,
-                  batch_size=batch)
+    problem = PlanningProblem(ModelRef.of(graph), cost, batch)
     rows = []
     t0 = time.perf_counter()
     rows.append(row("data parallel", data_parallel(graph, cost, batch), cost, time.perf_counter() - t0))
     t0 = time.perf_counter()
     rows.append(row("equal split", equal_split(graph, cost, batch), cost, time.perf_counter() - t0))
     t0 = time.perf_counter()
-    pd = plan_pipedream(**common)  # type: ignore[arg-type]
+    pd = plan_pipedream(problem)
     seconds = time.perf_counter() - t0
-    rows.append(row("pipedream", pd.plan, CostModel(profile, pd.cluster), seconds, pd.config))
+    assert isinstance(pd.report, PipeDreamReport)
+    rows.append(row("pipedream", pd.plan, CostModel(profile, pd.cluster), seconds, pd.report.config))
     t0 = time.perf_counter()
-    ba = explore(**common, methods=EQUAL)  # type: ignore[arg-type]
+    ba = explore(problem, methods=EQUAL)
     seconds = time.perf_counter() - t0
     rows.append(row("bapipe", ba.plan, CostModel(profile, ba.cluster), seconds))
     return Result(graph.name, len(graph.names), n_devices, batch, rows)

@@ -48,10 +48,11 @@ from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.bapipe import explore
-from pipetrain.plan.pipedream import plan_pipedream
 from pipetrain.plan.plan import Method, Plan, Prediction, StagePlan, equal_sizes
-from pipetrain.plan.planner import plan_equal
+from pipetrain.planners.balanced import plan_balanced
+from pipetrain.planners.bapipe import explore
+from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
+from pipetrain.planners.pipedream import plan_pipedream
 from pipetrain.runtime.train import TrainConfig, TrainJob, train_many
 
 MODELS = {"mlp": 32, "gpt-tiny": 64, "gnmt-tiny": 64}
@@ -124,14 +125,15 @@ def data_parallel_plan(graph: LayerGraph, cost: CostModel, batch: int) -> Plan:
 
 def candidates(graph: LayerGraph, cost: CostModel, batch: int) -> list[tuple[str, Plan, bool]]:
     """Every planner's simulated candidates as ``(planner, plan, chosen by that planner)``."""
-    common = {"model": graph.name, "fingerprint": graph.fingerprint(), "layer_names": graph.names, "cost": cost}
+    problem = PlanningProblem(ModelRef.of(graph), cost, batch)
     out: list[tuple[str, Plan, bool]] = []
     for method in (Method.GPIPE, Method.ONE_F_ONE_B):
-        best, found = plan_equal(**common, method=method, n_stages=2, batch_size=batch)  # type: ignore[arg-type]
-        out += [(f"equal-{method.value}", c.plan, c.plan is best) for c in found]
-    pipedream = plan_pipedream(**common, batch_size=batch)  # type: ignore[arg-type]
+        equal = plan_balanced(PlanningProblem(ModelRef.of(graph), cost, batch,
+                                              constraints=Constraints(method=method, n_stages=2)))
+        out += [(f"equal-{method.value}", c.plan, c.plan is equal.plan) for c in equal.candidates]
+    pipedream = plan_pipedream(problem)
     out += [("pipedream", c.plan, c.plan is pipedream.plan) for c in pipedream.candidates]
-    bapipe = explore(**common, batch_size=batch)  # type: ignore[arg-type]
+    bapipe = explore(problem)
     out += [("bapipe", c.plan, c.plan is bapipe.plan) for c in bapipe.candidates if c.feasible]
     out.append(("data-parallel", data_parallel_plan(graph, cost, batch), True))
     return out

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_planner_time.py --out benchmarks/results/planner-time
     .venv/bin/python benchmarks/bench_planner_time.py --quick --out /tmp/planner-time     # smoke run
 
-Times :func:`~pipetrain.plan.partition.pipedream.pipedream_partition` (median of ``--repeats``) on
+Times :func:`~pipetrain.planners.partition.pipedream.pipedream_partition` (median of ``--repeats``) on
 two axes and fits the growth exponent (the slope of log time against log size) to each:
 
 1. **layers** 16 ... 512 on 64 devices (8 servers of 8 GPUs);
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from pipetrain.fileio import write_atomic
-from pipetrain.plan.partition.pipedream import DPResult, Level, pipedream_partition
+from pipetrain.planners.partition.pipedream import DPResult, Level, pipedream_partition
 
 INTRA = (300e9, 5e-6)
 INTER = (12.5e9, 20e-6)

@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 from pipetrain.fileio import write_atomic
-from pipetrain.plan.microbatch.ga import GAConfig, dgap, tidgap
-from pipetrain.plan.microbatch.result import MicrobatchPlan
+from pipetrain.planners.microbatch.ga import GAConfig, dgap, tidgap
+from pipetrain.planners.microbatch.result import MicrobatchPlan
 from pipetrain.simulate.vectorised import StageTables
 
 Planner = Callable[..., MicrobatchPlan]

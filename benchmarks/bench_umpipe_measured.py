@@ -39,10 +39,11 @@ from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.microbatch.ga import GAConfig
-from pipetrain.plan.microbatch.uedp import plan_uedp
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.plan.planner import plan_equal
+from pipetrain.planners.balanced import plan_balanced
+from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
+from pipetrain.planners.microbatch.ga import GAConfig
+from pipetrain.planners.microbatch.uedp import plan_uedp
 from pipetrain.runtime.train import TrainConfig, train
 from pipetrain.simulate.timeline import Timeline
 from pipetrain.viz.gantt import save_gantt
@@ -79,9 +80,8 @@ def setup(model: str, batch: int, cluster: Cluster, ga: GAConfig, seed: int) -> 
     cost = CostModel(profile, cluster)
     plans: dict[str, Plan] = {}
     for method in (Method.GPIPE, Method.ONE_F_ONE_B):
-        plans[method.value], _ = plan_equal(model=graph.name, fingerprint=graph.fingerprint(),
-                                            layer_names=graph.names, cost=cost, method=method, n_stages=2,
-                                            batch_size=batch)
+        problem = PlanningProblem(ModelRef.of(graph), cost, batch, constraints=Constraints(method=method, n_stages=2))
+        plans[method.value] = plan_balanced(problem).plan
     predicted = {label: api.predict(plan, profile, cluster)[1] for label, plan in plans.items()}
     base = plans[min(plans, key=lambda label: predicted[label].iteration_s)]
     for planner in ("tidgap", "1f1b-ga"):

@@ -51,13 +51,14 @@ from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.microbatch.dp import global_dp
-from pipetrain.plan.microbatch.ga import GAConfig, one_f_one_b_ga, single_chromosome, tidgap
-from pipetrain.plan.microbatch.greedy import local_greedy
-from pipetrain.plan.microbatch.result import MicrobatchPlan
-from pipetrain.plan.microbatch.uedp import with_sizes
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.plan.planner import plan_equal
+from pipetrain.planners.balanced import plan_balanced
+from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
+from pipetrain.planners.microbatch.dp import global_dp
+from pipetrain.planners.microbatch.ga import GAConfig, one_f_one_b_ga, single_chromosome, tidgap
+from pipetrain.planners.microbatch.greedy import local_greedy
+from pipetrain.planners.microbatch.result import MicrobatchPlan
+from pipetrain.planners.microbatch.uedp import with_sizes
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.generators import build_schedule
@@ -122,13 +123,12 @@ def run_one(network: str, cluster_name: str, profile: Profile, config: GAConfig,
     cluster = cluster_of(cluster_name)
     cost = CostModel(profile, cluster)
     k = cluster.n_devices
-    common = dict(model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, cost=cost,
-                  n_stages=k, batch_size=BATCH)
     times, search, sizes, timelines = {}, {}, {}, {}
     equal = {}
     for method in (Method.GPIPE, Method.ONE_F_ONE_B):
         t0 = time.perf_counter()
-        plan, _ = plan_equal(method=method, **common)  # type: ignore[arg-type]
+        problem = PlanningProblem(ModelRef.of(graph), cost, BATCH, constraints=Constraints(method=method, n_stages=k))
+        plan = plan_balanced(problem).plan
         search[method.value] = time.perf_counter() - t0
         equal[method.value] = plan
         times[method.value], timelines[method.value] = event_time(plan, cost)

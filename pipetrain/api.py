@@ -6,6 +6,7 @@
     >>> cluster = api.local_cluster(2)
     >>> plan, _ = api.plan_pipeline(graph, profile, cluster, batch_size=32)
     >>> uedp = api.plan_microbatches(plan, profile, cluster, planner="tidgap")  # optional: UMPIPE
+    >>> result = api.plan(graph, profile, cluster, batch_size=32, planner="auto")  # any planner by name
     >>> schedule, predicted = api.predict(plan, profile, cluster)
 
 Each step is also a ``pipetrain`` sub-command; the CLI is a thin layer over these functions.
@@ -14,11 +15,9 @@ Each step is also a ``pipetrain`` sub-command; the CLI is a thin layer over thes
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import replace
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cluster_spec import ClusterSpec, load_cluster_spec
@@ -26,41 +25,48 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.auto import AutoResult, plan_auto
-from pipetrain.plan.bapipe import BapipeResult, explore
-from pipetrain.plan.microbatch import (
-    GA_PLANNERS,
-    PLANNER_NAMES,
-    GAConfig,
-    PlannerName,
-    fits_without_recompute,
-    microbatch_caps,
-    plan_uedp,
-)
-from pipetrain.plan.microbatch.ga import OnGeneration
-from pipetrain.plan.pipedream import PipeDreamResult, plan_pipedream
+from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.plan.planner import Candidate, plan_equal, rank_key
+from pipetrain.planners import (
+    MICROBATCH_PLANNERS,
+    PLANNERS,
+    STAGE_PLANNERS,
+    Candidate,
+    Constraints,
+    ModelRef,
+    PlanningProblem,
+    PlanningResult,
+    get_planner,
+    run_planner,
+)
+from pipetrain.planners.balanced import BALANCED_METHODS
+from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES, GAConfig, PlannerName
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
+from pipetrain.schedule.validate import validate_for_plan
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.timeline import Timeline
 
 __all__ = [
     "GA_PLANNERS",
-    "PARTITION_PLANNERS",
+    "MICROBATCH_PLANNERS",
     "PLANNABLE_METHODS",
+    "PLANNERS",
     "PLANNER_NAMES",
+    "STAGE_PLANNERS",
     "ClusterSpec",
+    "Constraints",
     "GAConfig",
+    "PlanningResult",
     "check_stage_count",
     "cluster_profiles",
+    "get_planner",
     "graph_for_plan",
     "load_cluster",
     "load_cluster_spec",
     "local_cluster",
-    "plan_cluster",
+    "plan",
     "plan_microbatches",
     "plan_pipeline",
     "predict",
@@ -70,7 +76,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PLANNABLE_METHODS = (Method.GPIPE, Method.ONE_F_ONE_B)
+PLANNABLE_METHODS = BALANCED_METHODS
 """The methods :func:`plan_pipeline` searches; ``uedp`` is :func:`plan_microbatches` on top of one."""
 
 
@@ -193,6 +199,47 @@ def _each(profile: Profiles) -> list[Profile]:
     return [profile] if isinstance(profile, Profile) else list(profile.values())
 
 
+def plan(
+    graph: LayerGraph,
+    profile: Profiles,
+    cluster: Cluster,
+    *,
+    batch_size: int,
+    planner: str = "balanced",
+    optimizer: OptimizerName = "sgd",
+    constraints: Constraints | None = None,
+    progress: bool = False,
+) -> PlanningResult:
+    """Plan with any registered planner (:data:`~pipetrain.planners.registry.PLANNERS`).
+
+    Args:
+        graph: the model.
+        profile: one profile, or one per device kind (:func:`cluster_profiles`).
+        cluster: the devices and links.
+        batch_size: samples per mini-batch.
+        planner: ``balanced`` (default), ``pipedream``, ``bapipe``, ``auto``, or a micro-batch planner
+            (``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``).
+        optimizer: whose state counts against device memory (``sgd``, ``sgd-momentum``, ``adam``).
+        constraints: what to fix (method, stages, micro-batches, base plan, seed, GA budget); a
+            planner refuses the ones it does not use.
+        progress: show progress on stderr.
+
+    Returns:
+        ``result.plan``, ``result.cluster`` (the cluster the plan's ranks index, a sub-cluster when
+        it leaves devices idle), ``result.candidates`` (what was scored, fastest first) and
+        ``result.report`` (the planner's own account).
+    """
+    spec = get_planner(planner)
+    constraints = constraints or Constraints()
+    spec.check(constraints)
+    check_stage_count(graph, constraints.n_stages or min(cluster.n_devices, len(graph)))
+    for p in _each(profile):
+        _check_profile_of(graph, p, "the profile")
+    problem = PlanningProblem(ModelRef.of(graph), CostModel(profile, cluster), batch_size, optimizer, constraints,
+                              progress)
+    return spec.run(problem)
+
+
 def plan_pipeline(
     graph: LayerGraph,
     profile: Profiles,
@@ -203,7 +250,7 @@ def plan_pipeline(
     n_stages: int | None = None,
     n_micro: int | None = None,
 ) -> tuple[Plan, list[Candidate]]:
-    """The fastest plan by simulation, with every candidate considered (fastest first).
+    """The ``balanced`` planner's fastest plan by simulation, with every candidate (fastest first).
 
     Args:
         method: ``None`` tries every plannable method (GPipe and 1F1B) and keeps the fastest.
@@ -217,77 +264,9 @@ def plan_pipeline(
         raise UserError("method uedp plans micro-batches on an equal plan's stages: call plan_pipeline without "
                         "a method, then plan_microbatches(plan, profile, cluster, planner=...)")
     stages = n_stages or cluster.n_devices
-    check_stage_count(graph, stages)
-    for p in _each(profile):
-        _check_profile_of(graph, p, "the profile")
-    methods = [method] if method is not None else list(PLANNABLE_METHODS)
-    cost = CostModel(profile, cluster)
-    candidates: list[Candidate] = []
-    for m in methods:
-        candidates += plan_equal(
-            model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, cost=cost,
-            method=m, n_stages=stages, batch_size=batch_size, n_micro=n_micro,
-        )[1]
-    candidates.sort(key=rank_key)
-    return candidates[0].plan, candidates
-
-
-def console_note(text: str) -> None:
-    """A dim progress line on stderr."""
-    from rich.console import Console
-
-    Console(stderr=True, highlight=False).print(f"[dim]{text}[/dim]")
-
-
-PARTITION_PLANNERS = ("balanced", "pipedream", "bapipe", "auto")
-"""Planners of stages (and replication, devices, method): ``balanced`` is :func:`plan_pipeline`;
-the others :func:`plan_cluster`."""
-
-ClusterPlanner = Literal["pipedream", "bapipe", "auto"]
-
-
-def plan_cluster(
-    graph: LayerGraph,
-    profile: Profiles,
-    cluster: Cluster,
-    *,
-    batch_size: int,
-    planner: ClusterPlanner,
-    n_stages: int | None = None,
-    seed: int = 0,
-    progress: bool = False,
-) -> PipeDreamResult | BapipeResult | AutoResult:
-    """Plan with PipeDream's DP (stages and replication on a two-level cluster, PAPERS.md §2), BaPipe's
-    exploration (method × stages × micro-batches × device order on mixed devices, §4), or ``auto``
-    (every planner, the fastest plan that fits).
-
-    Each result has ``.plan`` and ``.cluster``: the cluster the plan's ranks index, a sub-cluster
-    of ``cluster`` when the plan leaves devices idle.
-
-    Args:
-        profile: one profile, or one per device kind (:func:`cluster_profiles`).
-        n_stages: ``bapipe`` only: fix the stage count.
-        seed: the GA seed of ``auto``'s unequal micro-batch planners.
-        progress: show progress on stderr.
-    """
-    for p in _each(profile):
-        _check_profile_of(graph, p, "the profile")
-    if n_stages is not None and planner != "bapipe":
-        raise UserError(f"--stages fixes the stage count of the balanced and bapipe planners; {planner} chooses "
-                        "its own: drop --stages")
-    cost = CostModel(profile, cluster)
-    name, fingerprint, layers = graph.name, graph.fingerprint(), graph.names
-    if planner == "pipedream":
-        return plan_pipedream(model=name, fingerprint=fingerprint, layer_names=layers, cost=cost, batch_size=batch_size)
-    if planner == "bapipe":
-        return explore(model=name, fingerprint=fingerprint, layer_names=layers, cost=cost, batch_size=batch_size,
-                       stage_counts=None if n_stages is None else [n_stages],
-                       methods=(Method.GPIPE, Method.ONE_F_ONE_B, Method.UEDP), seed=seed, progress=progress)
-    if planner == "auto":
-        announce = (lambda step: console_note(f"auto: running the {step} planner")) if progress else None
-        return plan_auto(model=name, fingerprint=fingerprint, layer_names=layers, cost=cost, batch_size=batch_size,
-                         seed=seed, on_planner=announce)
-    raise UserError(f"unknown planner {planner!r}; choose one of {', '.join(PARTITION_PLANNERS)}")
+    result = plan(graph, profile, cluster, batch_size=batch_size,
+                  constraints=Constraints(method=method, n_stages=stages, n_micro=n_micro))
+    return result.plan, list(result.candidates)
 
 
 def plan_microbatches(
@@ -311,11 +290,11 @@ def plan_microbatches(
         base: a chain plan with one rank per stage.
         planner: ``"equal"``, ``"greedy"``, ``"dp"``, ``"dgap"``, ``"tidgap"``, ``"single"`` or
             ``"1f1b-ga"`` (unequal micro-batches under the 1F1B order; the plan's method is ``1f1b``)
-            (:mod:`pipetrain.plan.microbatch`).
+            (:mod:`pipetrain.planners.microbatch`).
         seed: GA seed; the same arguments give the same plan.
         ga: GA hyperparameters (:class:`GAConfig`: population, generations...); GA planners only.
         memory_cap: keep every stage within its device's memory (PAPERS.md §1.12): micro-batches
-            no larger than :func:`~pipetrain.plan.microbatch.microbatch_caps`, and when some stage
+            no larger than :func:`~pipetrain.planners.microbatch.microbatch_caps`, and when some stage
             cannot hold all ``B`` samples' activations, the plan's ``recompute`` flag on.
         progress: show a progress bar over the GA's generations on stderr.
 
@@ -325,42 +304,11 @@ def plan_microbatches(
     """
     if planner not in PLANNER_NAMES:
         raise UserError(f"unknown micro-batch planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
-    if base.n_ranks > cluster.n_devices:
-        raise UserError(f"the plan uses {base.n_ranks} ranks but the cluster has {cluster.n_devices}; "
-                        f"pass --ranks {base.n_ranks}")
-    for p in _each(profile):
-        if p.fingerprint and base.model_fingerprint and p.fingerprint != base.model_fingerprint:
-            raise UserError(f"the profile is of another model ({p.model}); re-profile {base.model!r}")
-    cost = CostModel(profile, cluster)
-    caps = None
-    if memory_cap:
-        caps = microbatch_caps(base, cost)
-        if not base.recompute and not all(fits_without_recompute(base, cost)):
-            log.info("some stage cannot hold all %d samples' activations: planning with recompute", base.batch_size)
-            base = replace(base, recompute=True)
-    generations = (ga or GAConfig()).generations
-    with _generation_bar(planner, generations, progress and planner in GA_PLANNERS) as on_generation:
-        return plan_uedp(base, cost, planner=planner, seed=seed, config=ga, caps=caps, on_generation=on_generation)
-
-
-@contextmanager
-def _generation_bar(planner: str, generations: int, enabled: bool) -> Iterator[OnGeneration | None]:
-    """A rich bar on stderr over GA generations with the best iteration time so far; None when disabled."""
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("generations  best {task.fields[best]} ms"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True)) as bar:
-        task = bar.add_task(planner, total=generations, best="-")
-
-        def on_generation(generation: int, best_s: float) -> None:
-            bar.update(task, completed=generation, best=f"{best_s * 1e3:.4g}")
-
-        yield on_generation
+    is_ga = planner in GA_PLANNERS  # the others take no seed or budget: ignored, as documented
+    constraints = Constraints(base=base, memory_cap=memory_cap, seed=seed if is_ga else 0, ga=ga if is_ga else None)
+    problem = PlanningProblem(ModelRef.of_plan(base), CostModel(profile, cluster), base.batch_size,
+                              constraints=constraints, progress=progress)
+    return run_planner(planner, problem).plan
 
 
 def check_stage_count(graph: LayerGraph, n_stages: int) -> None:
@@ -371,12 +319,16 @@ def check_stage_count(graph: LayerGraph, n_stages: int) -> None:
         )
 
 
-def predict(plan: Plan, profile: Profiles, cluster: Cluster) -> tuple[Schedule, Timeline]:
-    """The plan's schedule and its simulated timeline."""
+def predict(
+    plan: Plan, profile: Profiles, cluster: Cluster, *, schedule: Schedule | None = None
+) -> tuple[Schedule, Timeline]:
+    """The schedule (``schedule``, validated against the plan, or the plan's own) and its simulated
+    timeline: pass the same schedule to ``train(..., schedule=)`` to run exactly what was predicted."""
     if plan.n_ranks > cluster.n_devices:
-        raise UserError(
-            f"the plan uses {plan.n_ranks} ranks but the cluster has {cluster.n_devices}; "
-            f"pass --ranks {plan.n_ranks}"
-        )
-    schedule = build_schedule(plan)
+        raise UserError(f"the plan uses {plan.n_ranks} ranks but the cluster has {cluster.n_devices} devices; "
+                        f"use a cluster with {plan.n_ranks} (local_cluster({plan.n_ranks}))")
+    if schedule is None:
+        schedule = build_schedule(plan)
+    else:
+        validate_for_plan(schedule, plan)
     return schedule, simulate(schedule, plan, CostModel(profile, cluster))

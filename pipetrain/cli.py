@@ -29,11 +29,12 @@ from pipetrain import api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.fileio import write_atomic
-from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES
-from pipetrain.plan.microbatch import GA_PLANNERS, PLANNER_NAMES, GAConfig
+from pipetrain.plan.memory import OPTIMIZER_NAMES
 from pipetrain.plan.plan import Method, Plan
+from pipetrain.planners import PlannerSpec
+from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.profile.table import Profile
+from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["main"]
@@ -113,111 +114,73 @@ def cmd_probe(args: argparse.Namespace) -> None:
     )
 
 
-def cmd_plan(args: argparse.Namespace) -> None:
-    uedp = args.method == Method.UEDP.value
-    partition = args.planner in api.PARTITION_PLANNERS
-    ga = None if partition else _ga_config(args, uedp)
-    graph = api.resolve_model(args.model)
-    if partition and args.planner != "balanced":
-        _plan_cluster(args, graph)
-        return
-    api.check_stage_count(graph, args.stages or args.ranks or 2)
-    cluster, profile = _cluster_and_profiles(args, args.model, args.batch, args.ranks or 2)
-    # uedp starts from the best equal plan (GPipe or 1F1B, balanced stages), as --method auto finds it
-    method = None if args.method in ("auto", Method.UEDP.value) else Method(args.method)
-    plan, candidates = api.plan_pipeline(
-        graph, profile, cluster, batch_size=args.batch, method=method, n_stages=args.stages, n_micro=args.micro
-    )
-    from pipetrain.viz.plan_tables import candidates_table, plan_table
+_CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
+                     "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
+                     "base": "--base"}
 
+
+def _planner_name(args: argparse.Namespace) -> str:
+    """The registry name `plan`'s --method and --planner select; a UserError for combinations that
+    do not go together (checked before any profiling)."""
+    uedp = args.method == Method.UEDP.value
+    flags = ("planner", "seed", "population", "generations")
+    given = [f"--{name}" for name in flags if getattr(args, name) is not None]
+    if not uedp and given and (args.planner is None or args.planner in api.MICROBATCH_PLANNERS):
+        raise UserError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for UMPIPE's unequal "
+                        f"micro-batches: add --method uedp (--method is {args.method})")
     if not uedp:
-        _save(args.out, plan.to_json(), "plan")
-        out.print(plan_table(plan))
-        out.print(candidates_table(candidates, top=args.top))
-        return
-    if partition:
+        return str(args.planner or "balanced")
+    if args.planner in api.STAGE_PLANNERS:
         raise UserError("--method uedp plans micro-batches with a micro-batch planner (tidgap, 1f1b-ga...); "
                         "--planner auto already tries them; drop --method uedp or choose a micro-batch planner")
-    base = plan
-    plan = api.plan_microbatches(base, profile, cluster, planner=args.planner or "tidgap", seed=args.seed or 0,
-                                 ga=ga, memory_cap=args.memory_cap, progress=True)
-    _save(args.out, plan.to_json(), "plan")
-    caps, baselines = _uedp_references(base, profile, cluster, args.memory_cap)
-    out.print(plan_table(plan, baselines=baselines, caps=caps))
-    out.print(candidates_table(candidates, top=args.top, title="equal-micro-batch candidates (the baseline)"))
+    return str(args.planner or "tidgap")
 
 
-def _plan_cluster(args: argparse.Namespace, graph: LayerGraph) -> None:
-    """``--planner pipedream | bapipe | auto``: plan, save, and show the plan and the runners-up."""
-    if args.method not in ("auto",):
-        raise UserError(f"--planner {args.planner} chooses the method itself; drop --method {args.method}")
-    if args.micro is not None:
-        raise UserError(f"--planner {args.planner} chooses the micro-batch count itself; drop --micro")
+def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constraints:
+    """`plan`'s flags as the planner's constraints; a UserError naming the flags it does not take."""
+    overrides = {name: getattr(args, name) for name in ("population", "generations") if getattr(args, name) is not None}
+    try:
+        ga = GAConfig(**overrides) if overrides else None
+    except ValueError as e:
+        raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
+    fixed = args.method if args.method in (m.value for m in api.PLANNABLE_METHODS) else None
+    constraints = api.Constraints(method=None if fixed is None else Method(fixed), n_stages=args.stages,
+                                  n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga)
+    ignored = [_CONSTRAINT_FLAGS[name] for name in spec.ignored(constraints)]
+    if ignored and spec.kind == "microbatch":
+        raise UserError(f"{', '.join(ignored)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), not "
+                        f"--planner {spec.name}; drop them or choose a GA planner")
+    if ignored:
+        raise UserError(f"--planner {spec.name} chooses {', '.join(ignored)} itself or does not use "
+                        f"{'it' if len(ignored) == 1 else 'them'}; drop {', '.join(ignored)}")
+    return constraints
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    spec = api.get_planner(_planner_name(args))
+    constraints = _plan_constraints(args, spec)
+    graph = api.resolve_model(args.model)
+    api.check_stage_count(graph, args.stages or args.ranks or 2)
     cluster, profile = _cluster_and_profiles(args, args.model, args.batch, args.ranks or 2)
-    result = api.plan_cluster(graph, profile, cluster, batch_size=args.batch, planner=args.planner,
-                              n_stages=args.stages, seed=args.seed or 0, progress=True)
-    from pipetrain.plan.auto import AutoResult
-    from pipetrain.plan.bapipe import BapipeResult
-    from pipetrain.viz.plan_tables import auto_table, bapipe_table, candidates_table, plan_table
-
+    result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=spec.name, optimizer=args.optimizer,
+                      constraints=constraints, progress=True)
     _save(args.out, result.plan.to_json(), "plan")
     if result.cluster.n_devices != cluster.n_devices:
         used = args.out.with_suffix(".cluster.json")
         _save(used, result.cluster.to_json(), f"the {result.cluster.n_devices} devices the plan uses")
         console.print(f"[dim]the plan leaves devices idle; pass --cluster {used} to simulate it[/dim]")
-    out.print(plan_table(result.plan))
-    if isinstance(result, AutoResult):
-        out.print(auto_table(result))
-    elif isinstance(result, BapipeResult):
-        out.print(bapipe_table(result, top=args.top))
-    else:
-        out.print(f"PipeDream configuration {result.config} (replicas per stage)")
-        out.print(candidates_table(list(result.candidates), top=args.top, title="pipedream candidates"))
+    from pipetrain.viz.plan_tables import result_tables
 
-
-def _uedp_references(
-    base: Plan, profile: api.Profiles, cluster: Cluster, memory_cap: bool
-) -> tuple[tuple[int | None, ...] | None, list[tuple[str, Plan]]]:
-    """The memory caps a uedp plan was made under, and the plans to show its speedup over: the best
-    equal plan and, when that one overflows some device, the best equal partition that fits."""
-    if not memory_cap:
-        return None, [("best equal plan", base)]
-    from pipetrain.cost import CostModel
-    from pipetrain.plan.microbatch import microbatch_caps, overflows
-
-    cost = CostModel(profile, cluster)
-    over = [k for k, _, _ in overflows(base, cost)]
-    if not over:
-        return microbatch_caps(base, cost), [("best equal plan", base)]
-    fitting = api.plan_microbatches(base, profile, cluster, planner="equal")  # recomputing, within the caps
-    return microbatch_caps(base, cost), [(f"best equal plan, over memory on stage {over[0]}", base),
-                                         ("best equal plan within memory", fitting)]
-
-
-def _ga_config(args: argparse.Namespace, uedp: bool) -> GAConfig | None:
-    """The GA settings of `plan --method uedp`; a UserError for micro-batch options without it."""
-    given = [f"--{name}" for name in ("planner", "seed", "population", "generations")
-             if getattr(args, name) is not None]
-    if not uedp:
-        if given:
-            raise UserError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for UMPIPE's unequal "
-                            f"micro-batches: add --method uedp (--method is {args.method})")
-        return None
-    planner = args.planner or "tidgap"
-    ga_only = [flag for flag in given if flag != "--planner"]
-    if ga_only and planner not in GA_PLANNERS:
-        raise UserError(f"{', '.join(ga_only)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), "
-                        f"not --planner {planner}; drop them or choose a GA planner")
-    overrides = {name: getattr(args, name) for name in ("population", "generations") if getattr(args, name) is not None}
-    try:
-        return GAConfig(**overrides)
-    except ValueError as e:
-        raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
+    for table in result_tables(result, top=args.top):
+        out.print(table)
 
 
 def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Cluster, api.Profiles, Timeline]:
-    cluster, profile = _cluster_and_profiles(args, plan.model, plan.batch_size, args.ranks or plan.n_ranks)
-    schedule, predicted = api.predict(plan, profile, cluster)
+    n_ranks = args.ranks or plan.n_ranks
+    if n_ranks < plan.n_ranks:
+        raise UserError(f"the plan uses {plan.n_ranks} ranks but --ranks is {n_ranks}; pass --ranks {plan.n_ranks}")
+    cluster, profile = _cluster_and_profiles(args, plan.model, plan.batch_size, n_ranks)
+    schedule, predicted = api.predict(plan, profile, cluster, schedule=_load_schedule(args))
     if getattr(args, "out", None) is not None:
         _save(args.out / "schedule.csv", schedule.to_csv(), "schedule")
     return cluster, profile, predicted
@@ -228,8 +191,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     cluster, profile, predicted = _predict(args, plan)
     _write_timeline(args.out, "predicted", predicted, plan)
     from pipetrain.cost import CostModel
-    from pipetrain.plan.memory import stage_memory
-    from pipetrain.plan.microbatch import device_memory
+    from pipetrain.simulate.memory import device_memory, stage_memory
     from pipetrain.viz.tables import memory_table, timeline_table
 
     out.print(timeline_table(predicted, plan.rank_stages))
@@ -251,6 +213,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     if under_torchrun and args.plan is None:
         raise UserError("under torchrun every rank must use the same plan: make one with `pipetrain plan`, "
                         "then pass --plan plan.json")
+    if args.schedule is not None and args.plan is None:
+        raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
     if args.plan is not None:
         plan = Plan.from_json(_read(args.plan))
     else:
@@ -259,16 +223,17 @@ def cmd_train(args: argparse.Namespace) -> None:
             api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch,
         )
     graph = api.graph_for_plan(plan)
+    schedule = _load_schedule(args)
     from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
 
     config = TrainConfig(steps=args.steps, optimizer=args.optimizer, lr=args.lr, data=args.data,
                          seed=args.seed, timeout_s=args.timeout, threads_per_rank=args.threads)
     if under_torchrun:
-        result = run_worker_from_env(graph, plan, config)
+        result = run_worker_from_env(graph, plan, config, schedule=schedule)
         if result is None:  # not rank 0
             return
     else:
-        result = train(graph, plan, config)
+        result = train(graph, plan, config, schedule=schedule)
     _write_timeline(args.out, "measured", result.timeline, plan)
     out.print(f"trained {plan.model} for {args.steps} steps: final loss {result.losses[-1]:.4f}, "
               f"{result.samples_per_s:.1f} samples/s (median step {result.timeline.iteration_s * 1e3:.1f} ms)")
@@ -295,6 +260,18 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(args.model, args.batch, args.ranks, args.steps, args.out, out, console)
 
 
+def _load_schedule(args: argparse.Namespace) -> Schedule | None:
+    """``--schedule``: a schedule CSV (one row per rank, e.g. `simulate --out`'s schedule.csv, edited)."""
+    if args.schedule is None:
+        return None
+    text = _read(args.schedule)
+    try:
+        return Schedule.from_csv(text)
+    except (ValueError, UserError) as e:
+        raise UserError(f"{args.schedule} is not a schedule CSV ({e}); write one row per rank of actions such as "
+                        "0F0[0:16], 0SEND_F0[0:16]>1 (see `pipetrain simulate --out`'s schedule.csv)") from None
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text()
@@ -308,77 +285,104 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pipetrain", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    commands: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
-        "profile": (cmd_profile, "measure (or estimate) per-layer costs and write profile JSON"),
-        "probe": (cmd_probe, "measure this machine's link and rank contention; write cluster JSON"),
-        "plan": (cmd_plan, "choose stages, schedule and micro-batches by simulation; write plan JSON"),
-        "simulate": (cmd_simulate, "predict a plan's timeline: table, Chrome trace, Gantt PNG"),
-        "train": (cmd_train, "train with a plan on local ranks (or under torchrun)"),
-        "compare": (cmd_compare, "show predicted beside measured: table and one picture"),
-        "demo": (cmd_demo, "profile → plan → simulate → train → compare on a built-in model"),
+    Command = tuple[Callable[[argparse.Namespace], None], str, Callable[[argparse.ArgumentParser], None]]
+    commands: dict[str, Command] = {
+        "profile": (cmd_profile, "measure (or estimate) per-layer costs and write profile JSON", _profile_args),
+        "probe": (cmd_probe, "measure this machine's link and rank contention; write cluster JSON", _probe_args),
+        "plan": (cmd_plan, "choose stages, schedule and micro-batches by simulation; write plan JSON", _plan_args),
+        "simulate": (cmd_simulate, "predict a plan's timeline: table, Chrome trace, Gantt PNG", _simulate_args),
+        "train": (cmd_train, "train with a plan on local ranks (or under torchrun)", _train_args),
+        "compare": (cmd_compare, "show predicted beside measured: table and one picture", _compare_args),
+        "demo": (cmd_demo, "profile → plan → simulate → train → compare on a built-in model", _demo_args),
     }
-    parsers = {name: sub.add_parser(name, help=text, description=text) for name, (_, text) in commands.items()}
-    for name, (func, _) in commands.items():
-        parsers[name].set_defaults(func=func)
-    _add_command_args(parsers)
+    for name, (func, text, add_args) in commands.items():
+        command = sub.add_parser(name, help=text, description=text)
+        command.set_defaults(func=func)
+        add_args(command)
     return parser
 
 
-def _add_command_args(p: dict[str, argparse.ArgumentParser]) -> None:
-    _model_args(p["profile"])
-    p["profile"].add_argument("--estimate", metavar="DEVICE", help="estimate for a device model instead of measuring")
-    p["profile"].add_argument("--repeats", type=int, default=5, help="timed repeats per point (median kept)")
-    p["profile"].add_argument("--out", type=Path, default=Path("profile.json"))
-    p["probe"].add_argument("--ranks", type=int, default=2, help="ranks of the local cluster (default 2)")
-    p["probe"].add_argument("--probes", type=int, default=3, help="probes to take the median of (default 3)")
-    p["probe"].add_argument("--overhead", type=float, default=CPU_ACTION_OVERHEAD_S, help="seconds per F/B action")
-    p["probe"].add_argument("--out", type=Path, default=Path("cluster.json"))
-    _model_args(p["plan"])
-    _cost_args(p["plan"])
-    p["plan"].add_argument("--method", default="auto",
-                           choices=["auto", *(m.value for m in api.PLANNABLE_METHODS), Method.UEDP.value],
-                           help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
-                                "per stage on the best equal plan's stages")
-    p["plan"].add_argument("--planner", choices=[*api.PARTITION_PLANNERS, *PLANNER_NAMES],
-                           help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
-                                "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
-                                "stages, micro-batches and device order (mixed devices); auto: every planner, the "
-                                "fastest plan that fits; with --method uedp, a micro-batch planner (default tidgap)")
-    p["plan"].add_argument("--seed", type=int, help="GA seed for --method uedp (default: 0)")
+def _profile_args(p: argparse.ArgumentParser) -> None:
+    _model_args(p)
+    p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model instead of measuring")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per point (median kept)")
+    p.add_argument("--out", type=Path, default=Path("profile.json"))
+
+
+def _probe_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=int, default=2, help="ranks of the local cluster (default 2)")
+    p.add_argument("--probes", type=int, default=3, help="probes to take the median of (default 3)")
+    p.add_argument("--overhead", type=float, default=CPU_ACTION_OVERHEAD_S, help="seconds per F/B action")
+    p.add_argument("--out", type=Path, default=Path("cluster.json"))
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    _model_args(p)
+    _cost_args(p)
+    p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
+                                                         Method.UEDP.value],
+                   help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
+                        "per stage on the best equal plan's stages")
+    p.add_argument("--planner", choices=list(api.PLANNERS),
+                   help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
+                        "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
+                        "stages, micro-batches and device order (mixed devices); auto: every planner, the "
+                        "fastest plan that fits; with --method uedp, a micro-batch planner (default tidgap)")
+    p.add_argument("--seed", type=int, help="GA seed for --method uedp, bapipe and auto (default: 0)")
     defaults = GAConfig()
-    p["plan"].add_argument("--population", type=int, help=f"GA population (default: {defaults.population})")
-    p["plan"].add_argument("--generations", type=int, help=f"GA generations (default: {defaults.generations})")
-    p["plan"].add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
-                           help="--method uedp: keep each stage's micro-batches within its device memory "
-                                "(default: on)")
-    p["plan"].add_argument("--stages", type=int, help="pipeline stages (default: one per rank)")
-    p["plan"].add_argument("--micro", type=int, help="fix the number of micro-batches (default: search)")
-    p["plan"].add_argument("--top", type=int, default=8, help="candidates to list")
-    p["plan"].add_argument("--out", type=Path, default=Path("plan.json"))
-    for name in ("simulate", "train", "compare"):
-        p[name].add_argument("--plan", type=Path, required=name != "train", help="plan JSON")
-    _cost_args(p["simulate"])
-    p["simulate"].add_argument("--out", type=Path, default=Path("sim"))
-    p["simulate"].add_argument("--optimizer", default="sgd", choices=list(OPTIMIZER_STATE_COPIES),
-                               help="optimizer whose state the memory table counts (default: sgd)")
-    _model_args(p["train"])
-    _cost_args(p["train"])
-    p["train"].add_argument("--steps", type=int, default=20)
-    p["train"].add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
-    p["train"].add_argument("--lr", type=float, default=0.01)
-    p["train"].add_argument("--data", default="synthetic", choices=["synthetic", "digits"])
-    p["train"].add_argument("--seed", type=int, default=0)
-    p["train"].add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    p["train"].add_argument("--timeout", type=float, default=60.0, help="seconds before a silent rank is failed")
-    p["train"].add_argument("--out", type=Path, default=Path("run"))
-    p["compare"].add_argument("--predicted", type=Path, required=True)
-    p["compare"].add_argument("--measured", type=Path, required=True)
-    p["compare"].add_argument("--out", type=Path, default=Path("compare.png"))
-    p["demo"].add_argument("--model", default="mlp", help="zoo model (default: mlp)")
-    p["demo"].add_argument("--batch", type=int, default=128)
-    p["demo"].add_argument("--ranks", type=int, default=2)
-    p["demo"].add_argument("--steps", type=int, default=12)
-    p["demo"].add_argument("--out", type=Path, default=Path("out/demo"))
+    p.add_argument("--population", type=int, help=f"GA population (default: {defaults.population})")
+    p.add_argument("--generations", type=int, help=f"GA generations (default: {defaults.generations})")
+    p.add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
+                   help="--method uedp: keep each stage's micro-batches within its device memory (default: on)")
+    p.add_argument("--stages", type=int, help="pipeline stages (default: one per rank)")
+    p.add_argument("--micro", type=int, help="fix the number of micro-batches (default: search)")
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
+                   help="optimizer whose state counts against device memory (default: sgd)")
+    p.add_argument("--top", type=int, default=8, help="candidates to list")
+    p.add_argument("--out", type=Path, default=Path("plan.json"))
+
+
+def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) -> None:
+    p.add_argument("--plan", type=Path, required=plan_required, help="plan JSON")
+    p.add_argument("--schedule", type=Path, help="schedule CSV to run instead of the plan's own (one row per rank, "
+                   "e.g. simulate's schedule.csv, edited); validated against the plan")
+
+
+def _simulate_args(p: argparse.ArgumentParser) -> None:
+    _plan_and_schedule_args(p, plan_required=True)
+    _cost_args(p)
+    p.add_argument("--out", type=Path, default=Path("sim"))
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
+                   help="optimizer whose state the memory table counts (default: sgd)")
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+    _plan_and_schedule_args(p, plan_required=False)
+    _model_args(p)
+    _cost_args(p)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--data", default="synthetic", choices=["synthetic", "digits"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent rank is failed")
+    p.add_argument("--out", type=Path, default=Path("run"))
+
+
+def _compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", type=Path, required=True, help="plan JSON")
+    p.add_argument("--predicted", type=Path, required=True)
+    p.add_argument("--measured", type=Path, required=True)
+    p.add_argument("--out", type=Path, default=Path("compare.png"))
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="mlp", help="zoo model (default: mlp)")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--out", type=Path, default=Path("out/demo"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -75,6 +75,12 @@ class CostModel:
         work = sum(lp.backward_at(b) + (lp.forward_at(b) if recompute else 0.0) for lp in lps)
         return self.action_overhead_s + work / self.cluster.devices[rank].speed
 
+    def layer_work_s(self, name: str, b: int, rank: int) -> float:
+        """Forward + backward seconds of one layer on ``b`` samples on ``rank``'s device, without the
+        per-action overhead: partitioners balance this, since a stage pays the overhead once, not
+        once per layer."""
+        return self.forward_s((name,), b, rank) + self.backward_s((name,), b, rank) - 2 * self.action_overhead_s
+
     def output_bytes(self, layers: Sequence[str], b: int) -> int:
         """Bytes a stage ending in ``layers[-1]`` sends for ``b`` samples."""
         return self.profile.layer(layers[-1]).output_bytes_per_sample * b

@@ -1,48 +1,10 @@
-"""The memory model: per stage, the bytes of weights, gradients, optimizer state and activations.
+"""The memory values: a stage's predicted bytes and the optimizer-state convention.
 
-    memories = stage_memory(plan, cost, optimizer="adam")       # one StageMemory per stage
-    memories[0].total_bytes
+    parameter_copies("adam")        # 4: weights, gradients, two moments
+    StageMemory(w, w, 2 * w, a).total_bytes
 
-Weights are the profile's parameter bytes ``W``; gradients are one more copy of them; the optimizer
-keeps ``c`` copies (:data:`OPTIMIZER_STATE_COPIES`: plain SGD 0, SGD with momentum 1 (the momentum
-buffer), Adam 2 (first and second moments)). Activations are the peak of what a rank holds between
-forward and backward, found by replaying its program in order with :class:`ActivationLedger`, the
-same accounting the event simulator uses (:mod:`pipetrain.simulate.events`), so the peak depends only
-on the order of F and B, not on timing. Per action, with ``A(b)`` the stage's saved bytes and
-``I(b)`` its input bytes for ``b`` samples (:meth:`~pipetrain.cost.CostModel.saved_bytes`,
-:meth:`~pipetrain.cost.CostModel.input_bytes`)::
-
-    stage keeps activations    F of b samples: +A(b)     B of b samples: −A(b)
-    stage recomputes           F: +I(b) (stashed input)  B: holds A(b) while it runs, then −I(b)
-
-For ``m`` equal micro-batches of ``b = B/m`` samples on stage ``k`` of ``K`` (``k = 0..K−1``) the
-replay reproduces these closed forms (checked on a grid by the unit tests)::
-
-    GPipe (fill-drain)            m · A(b) = A(B)            all micro-batches in flight
-    1F1B with a flush             min(m, K − k) · A(b)       the in-flight count (PAPERS.md §0, §2.8)
-    GPipe, recompute              m · I(b) + A(b)            stage inputs + one micro-batch re-run
-    1F1B, recompute               min(m, K − k) · I(b) + A(b)
-
-and the stage's total is ``(2 + c) · W + activations``. These are BaPipe's per-stage memories
-(PAPERS.md §4.2, reconstruction; ``S`` stages numbered ``1..S`` there)::
-
-    Mem_k(GPipe) = W_k · c_opt + m · A_k(b)
-    Mem_k(1F1B)  = W_k · c_opt + (S − k + 1) · A_k(b)
-
-with ``c_opt = 2 + c``; the replay adds the ``min`` with ``m`` (fewer micro-batches than stages
-keep all ``m`` in flight) and the recompute forms of PAPERS.md §1.12 and §2.8. Unequal micro-batches
-(UMPIPE's ``uedp``, 1F1B with per-stage partitions) have no closed form; the replay covers them as
-well.
-
-``A(b)`` is the stage's, not a sum over its layers: a tensor that one layer saves as its output and
-the next as its input counts once, and the last stage adds what the loss saves
-(:meth:`~pipetrain.profile.table.Profile.saved_bytes_per_sample`). Bytes are the profile's, so
-allocator slack and workspace are not counted. Not modelled: stage 0 loads the whole mini-batch at
-once and its first layer saves views of it, so the runtime holds the whole input batch while any of
-its micro-batches is in flight (the last stage likewise its targets); under 1F1B or recompute the
-prediction for stage 0 is then low by up to ``I(B) − I(b)`` (−16 % on a small MLP's first stage in
-``tests/gloo/test_memory_model.py``; other stages there are within 3 %, the last ones low by their
-targets).
+:func:`pipetrain.simulate.memory.stage_memory` fills :class:`StageMemory` by replaying a schedule;
+the runtime measures the same fields (:mod:`pipetrain.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -50,26 +12,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Plan
-from pipetrain.schedule.action import Action, ActionKind
-from pipetrain.schedule.generators import build_schedule
-from pipetrain.schedule.schedule import Schedule
 
-__all__ = [
-    "OPTIMIZER_STATE_COPIES",
-    "ActivationLedger",
-    "OptimizerName",
-    "StageMemory",
-    "activation_peaks",
-    "stage_memory",
-]
+__all__ = ["OPTIMIZER_NAMES", "OPTIMIZER_STATE_COPIES", "OptimizerName", "StageMemory", "check_optimizer",
+           "parameter_copies"]
 
 OptimizerName = Literal["sgd", "sgd-momentum", "adam"]
 
 OPTIMIZER_STATE_COPIES: Final[dict[OptimizerName, int]] = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
 """Optimizer state per parameter byte: SGD none, SGD with momentum its buffer, Adam two moments."""
+
+OPTIMIZER_NAMES: Final[tuple[OptimizerName, ...]] = get_args(OptimizerName)
+
+
+def check_optimizer(optimizer: str) -> OptimizerName:
+    """``optimizer`` as an :data:`OptimizerName`; a UserError naming the choices otherwise."""
+    if optimizer not in OPTIMIZER_STATE_COPIES:
+        raise UserError(f"optimizer {optimizer!r} is unknown; use one of {', '.join(OPTIMIZER_NAMES)}")
+    return optimizer  # type: ignore[return-value]
+
+
+def parameter_copies(optimizer: OptimizerName = "sgd") -> int:
+    """Parameter-sized buffers a stage holds per parameter byte: the weights, their gradients and the
+    optimizer's state (:data:`OPTIMIZER_STATE_COPIES`): SGD 2, SGD with momentum 3, Adam 4."""
+    return 2 + OPTIMIZER_STATE_COPIES[check_optimizer(optimizer)]
 
 
 @dataclass(frozen=True)
@@ -91,84 +57,3 @@ class StageMemory:
     @property
     def total_bytes(self) -> int:
         return self.weight_bytes + self.gradient_bytes + self.optimizer_state_bytes + self.activation_bytes
-
-
-class ActivationLedger:
-    """The activation bytes one rank holds as its F and B actions complete, and their peak.
-
-    The one accounting of held activations: the event simulator keeps one ledger per rank, and
-    :func:`activation_peaks` replays each rank's program through one (module docstring).
-
-    Args:
-        plan: the plan; says whether ``stage`` recomputes.
-        cost: the profile's bytes.
-        stage: the stage the rank runs.
-    """
-
-    def __init__(self, plan: Plan, cost: CostModel, stage: int) -> None:
-        self._layers = plan.stages[stage].layers
-        self._recompute = plan.recomputes(stage)
-        self._cost = cost
-        self.held_bytes = 0
-        self.peak_bytes = 0
-
-    def record(self, action: Action) -> None:
-        """Account for ``action`` having run; actions other than F and B hold nothing."""
-        if action.kind not in (ActionKind.F, ActionKind.B):
-            return
-        saved = self._cost.saved_bytes(self._layers, action.size)
-        kept = self._cost.input_bytes(self._layers, action.size) if self._recompute else saved
-        if action.kind is ActionKind.F:
-            self.held_bytes += kept
-        else:
-            rerun = saved if self._recompute else 0  # the re-run forward's saved tensors, while B runs
-            self.peak_bytes = max(self.peak_bytes, self.held_bytes + rerun)
-            self.held_bytes -= kept
-        self.peak_bytes = max(self.peak_bytes, self.held_bytes)
-
-
-def activation_peaks(plan: Plan, cost: CostModel, schedule: Schedule | None = None) -> tuple[int, ...]:
-    """Per rank, the peak held activation bytes of one iteration, replaying its program in order.
-
-    Equals the event simulator's ``Timeline.peak_activation_bytes`` for the same schedule.
-
-    Args:
-        plan: the plan the schedule runs.
-        cost: the profile's bytes.
-        schedule: the schedule to replay; default :func:`~pipetrain.schedule.generators.build_schedule`.
-    """
-    schedule = build_schedule(plan) if schedule is None else schedule
-    stage_of = plan.rank_stages
-    peaks = []
-    for rank, program in schedule:
-        ledger = ActivationLedger(plan, cost, stage_of[rank])
-        for action in program:
-            ledger.record(action)
-        peaks.append(ledger.peak_bytes)
-    return tuple(peaks)
-
-
-def stage_memory(
-    plan: Plan, cost: CostModel, schedule: Schedule | None = None, optimizer: OptimizerName = "sgd"
-) -> tuple[StageMemory, ...]:
-    """Per stage, the predicted peak bytes of weights, gradients, optimizer state and activations.
-
-    Args:
-        plan: the stages (layers, ranks) and micro-batches.
-        cost: the profile's bytes.
-        schedule: the schedule whose order sets the activations; default the plan's own.
-        optimizer: ``"sgd"``, ``"sgd-momentum"`` or ``"adam"`` (:data:`OPTIMIZER_STATE_COPIES`).
-
-    Raises:
-        UserError: an unknown optimizer name.
-    """
-    if optimizer not in OPTIMIZER_STATE_COPIES:
-        raise UserError(f"optimizer {optimizer!r} is unknown; use one of {', '.join(get_args(OptimizerName))}")
-    copies = OPTIMIZER_STATE_COPIES[optimizer]
-    peaks = activation_peaks(plan, cost, schedule)
-    memories = []
-    for stage in plan.stages:
-        weights = cost.parameter_bytes(stage.layers)
-        activations = max((peaks[r] for r in stage.ranks if r < len(peaks)), default=0)
-        memories.append(StageMemory(weights, weights, copies * weights, activations))
-    return tuple(memories)

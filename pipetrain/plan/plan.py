@@ -197,6 +197,10 @@ class Plan:
             raise UserError("the plan has no stages; give at least one")
         for k, stage in enumerate(self.stages):
             self._validate_stage(k, stage)
+        chain = tuple((k, k + 1) for k in range(self.n_stages - 1))
+        if self.edges and tuple(self.edges) != chain:
+            raise UserError(f"the plan's stage edges {list(self.edges)} form a graph, not the chain 0 -> 1 -> ...; "
+                            "stages that form a DAG are not supported yet: remove \"edges\" (or list the chain)")
         if self.replicated:
             self._validate_replicas()
         ranks = sorted(r for s in self.stages for r in s.ranks)

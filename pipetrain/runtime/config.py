@@ -16,14 +16,15 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.data import DataSource
 from pipetrain.runtime.memory import MeasuredMemory
+from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["FaultInjection", "InjectedFault", "TrainConfig", "TrainJob", "TrainResult"]
 
-OptimizerName = Literal["sgd", "adam"]
 Backend = Literal["gloo", "nccl"]
 
 
@@ -62,9 +63,10 @@ class TrainConfig:
     Attributes:
         steps: optimizer steps (mini-batches) to run, warm-up included.
         warmup_steps: first steps left out of timing (the timeline and samples/s).
-        optimizer: ``"sgd"`` or ``"adam"``, one per stage over the stage's parameters.
+        optimizer: ``"sgd"``, ``"sgd-momentum"`` or ``"adam"`` (:data:`~pipetrain.plan.memory.OptimizerName`),
+            one per stage over the stage's parameters.
         lr: learning rate.
-        momentum: SGD momentum (ignored by Adam).
+        momentum: SGD momentum (ignored by Adam; ``"sgd-momentum"`` defaults it to 0.9).
         data: ``"synthetic"`` (from the model's tensor specs) or ``"digits"`` (scikit-learn).
         seed: data seed; also seeds torch's global generator on every rank.
         timeout_s: a rank that fails or stops answering makes every rank stop within this time.
@@ -97,8 +99,8 @@ class TrainConfig:
                 f"steps={self.steps}, warmup_steps={self.warmup_steps}: need steps >= 1 and "
                 "0 <= warmup_steps < steps so that at least one step is timed"
             )
-        if self.optimizer not in ("sgd", "adam"):
-            raise UserError(f"optimizer {self.optimizer!r} is unknown; use 'sgd' or 'adam'")
+        if self.optimizer not in OPTIMIZER_NAMES:
+            raise UserError(f"optimizer {self.optimizer!r} is unknown; use one of {', '.join(OPTIMIZER_NAMES)}")
         if self.data not in ("synthetic", "digits"):
             raise UserError(f"data {self.data!r} is unknown; use 'synthetic' or 'digits'")
         if self.backend not in (None, "gloo", "nccl"):
@@ -116,21 +118,35 @@ class TrainConfig:
             return self.backend
         return "nccl" if torch.cuda.is_available() else "gloo"
 
+    @property
+    def optimizer_state(self) -> OptimizerName:
+        """The optimizer as the memory model counts its state: ``"sgd"`` with ``momentum > 0`` keeps a
+        momentum buffer, like ``"sgd-momentum"``."""
+        return "sgd-momentum" if self.optimizer == "sgd" and self.momentum > 0 else self.optimizer
+
     def build_optimizer(self, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-        """The configured optimizer over ``parameters``."""
+        """The configured optimizer over ``parameters`` (``"sgd-momentum"``: ``momentum``, 0.9 if unset)."""
         if self.optimizer == "adam":
             return torch.optim.Adam(parameters, lr=self.lr)
-        return torch.optim.SGD(parameters, lr=self.lr, momentum=self.momentum)
+        momentum = self.momentum or (0.9 if self.optimizer == "sgd-momentum" else 0.0)
+        return torch.optim.SGD(parameters, lr=self.lr, momentum=momentum)
 
 
 @dataclass(frozen=True)
 class TrainJob:
-    """One training run: a model, a plan, settings; several jobs may share one launch."""
+    """One training run: a model, a plan, settings; several jobs may share one launch.
+
+    ``schedule`` is what every rank executes: a validated Schedule for ``plan`` (e.g. edited by
+    hand, or the one the simulator scored), or None for the plan's own
+    (:func:`~pipetrain.schedule.generators.build_schedule`); :func:`~pipetrain.runtime.worker.check_job`
+    resolves and validates it before any rank starts.
+    """
 
     graph: LayerGraph
     plan: Plan
     config: TrainConfig
     return_parameters: bool = False
+    schedule: Schedule | None = None
 
 
 @dataclass(frozen=True)
@@ -145,7 +161,7 @@ class TrainResult:
         parameters: final parameters keyed ``"{layer_name}.{param_name}"``, on the CPU, when asked
             for; otherwise empty.
         memory: per rank of the plan, in rank order, the bytes it held at its peak (weights,
-            gradients, optimizer state, activations); compare with ``pipetrain.plan.memory.stage_memory``.
+            gradients, optimizer state, activations); compare with ``pipetrain.simulate.memory.stage_memory``.
     """
 
     losses: tuple[float, ...]

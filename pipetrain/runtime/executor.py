@@ -49,6 +49,7 @@ from pipetrain.runtime.memory import ActivationMeter
 from pipetrain.runtime.transport import Direction, Message, Transport
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
+from pipetrain.schedule.validate import validate_for_plan
 
 __all__ = [
     "HANDLERS",
@@ -223,28 +224,27 @@ def _weight_grad(ctx: RankContext, a: Action) -> None:
                     "use a schedule whose B computes weight gradients")
 
 
-def _send_f(ctx: RankContext, a: Action) -> None:
+def _message(ctx: RankContext, a: Action) -> Message:
+    """What a communication action moves: ``(shape, dtype, peer, direction)`` of its tensor, an
+    activation (the stage's input or output spec) on the forward channel, a gradient on the backward."""
     assert a.peer is not None
-    ctx.transport.send(ctx.outputs.take(a.lo, a.hi), a.peer, Direction.ACTIVATION)
+    forward = a.kind in (ActionKind.SEND_F, ActionKind.RECV_F)
+    receiving = a.kind in (ActionKind.RECV_F, ActionKind.RECV_B)
+    spec = ctx.input_spec if forward == receiving else ctx.output_spec
+    return (a.size, *spec.shape), spec.torch_dtype, a.peer, Direction.ACTIVATION if forward else Direction.GRADIENT
 
 
-def _recv_f(ctx: RankContext, a: Action) -> None:
-    assert a.peer is not None
-    spec = ctx.input_spec
-    x = ctx.transport.recv((a.size, *spec.shape), spec.torch_dtype, a.peer, Direction.ACTIVATION)
-    ctx.inputs.put(a.lo, a.hi, x)
+def _send(ctx: RankContext, a: Action) -> None:
+    """SEND_F sends the stage's output, SEND_B the gradient of its input."""
+    source = ctx.outputs if a.kind is ActionKind.SEND_F else ctx.input_grads
+    _, _, peer, direction = _message(ctx, a)
+    ctx.transport.send(source.take(a.lo, a.hi), peer, direction)
 
 
-def _send_b(ctx: RankContext, a: Action) -> None:
-    assert a.peer is not None
-    ctx.transport.send(ctx.input_grads.take(a.lo, a.hi), a.peer, Direction.GRADIENT)
-
-
-def _recv_b(ctx: RankContext, a: Action) -> None:
-    assert a.peer is not None
-    spec = ctx.output_spec
-    grad = ctx.transport.recv((a.size, *spec.shape), spec.torch_dtype, a.peer, Direction.GRADIENT)
-    ctx.output_grads.put(a.lo, a.hi, grad)
+def _recv(ctx: RankContext, a: Action) -> None:
+    """RECV_F receives the stage's input, RECV_B the gradient of its output."""
+    target = ctx.inputs if a.kind is ActionKind.RECV_F else ctx.output_grads
+    target.put(a.lo, a.hi, ctx.transport.recv(*_message(ctx, a)))
 
 
 def _step(ctx: RankContext, a: Action) -> None:
@@ -285,24 +285,18 @@ HANDLERS: dict[ActionKind, Handler] = {
     ActionKind.F: _forward,
     ActionKind.B: _backward,
     ActionKind.W: _weight_grad,
-    ActionKind.SEND_F: _send_f,
-    ActionKind.RECV_F: _recv_f,
-    ActionKind.SEND_B: _send_b,
-    ActionKind.RECV_B: _recv_b,
+    ActionKind.SEND_F: _send,
+    ActionKind.RECV_F: _recv,
+    ActionKind.SEND_B: _send,
+    ActionKind.RECV_B: _recv,
     ActionKind.STEP: _step,
 }
 
 
 def expected_receives(ctx: RankContext, program: Sequence[Action]) -> list[Message]:
     """The receives of ``program``, in order, as the transport pre-posts them."""
-    messages: list[Message] = []
-    for a in program:
-        if a.peer is not None and a.kind in (ActionKind.RECV_F, ActionKind.RECV_B):
-            forward = a.kind is ActionKind.RECV_F
-            spec = ctx.input_spec if forward else ctx.output_spec
-            direction = Direction.ACTIVATION if forward else Direction.GRADIENT
-            messages.append(((a.size, *spec.shape), spec.torch_dtype, a.peer, direction))
-    return messages
+    return [_message(ctx, a) for a in program
+            if a.peer is not None and a.kind in (ActionKind.RECV_F, ActionKind.RECV_B)]
 
 
 def run_program(ctx: RankContext, program: Sequence[Action], hooks: Sequence[ActionHook] = ()) -> None:
@@ -318,19 +312,19 @@ def run_program(ctx: RankContext, program: Sequence[Action], hooks: Sequence[Act
 # ---- setup ----------------------------------------------------------------------------------
 
 
-def check_runnable(schedule: Schedule) -> None:
-    """Reject, before launching, what the handlers cannot run yet (W actions).
-
-    Backward ranges need no check: a stage whose backward partition differs from its forward one
-    recomputes (:meth:`pipetrain.plan.plan.Plan.recomputes`), so any range is runnable.
+def check_runnable(schedule: Schedule, plan: Plan) -> None:
+    """Reject, before launching, a schedule that does not run ``plan``
+    (:func:`~pipetrain.schedule.validate.validate_for_plan`) or that the handlers cannot run yet
+    (W actions).
 
     Raises:
-        UserError: naming the rank and action.
+        UserError: naming the rank and action, and what to change.
     """
     for rank, program in schedule:
         for a in program:
             if a.kind is ActionKind.W:
                 raise UserError(f"rank {rank}: {a}: split backward (W) is not supported by the runtime yet")
+    validate_for_plan(schedule, plan)
 
 
 def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[TensorSpec, TensorSpec]:

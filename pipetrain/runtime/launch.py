@@ -40,6 +40,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.runtime.config import TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.progress import ProgressDisplay, open_display
 from pipetrain.runtime.worker import RankFailure, Rendezvous, check_job, rank_label, run_session, tcp_store
+from pipetrain.schedule.schedule import Schedule
 
 __all__ = ["launch_local", "run_worker_from_env"]
 
@@ -47,6 +48,49 @@ logger = logging.getLogger(__name__)
 
 _GRACE_S = 2.0  # after a first failure, how long to wait for the ranks' own reports
 _POLL_S = 0.05
+
+
+# ---- messages from the ranks to the parent ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A rank began job ``job`` (the parent learns which plan names its stage)."""
+
+    rank: int
+    job: int
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """The last stage finished ``step`` of ``job`` with mini-batch ``loss`` in ``step_s`` seconds."""
+
+    job: int
+    step: int
+    loss: float
+    step_s: float
+
+
+@dataclass(frozen=True)
+class _Report:
+    """A rank failed (``secondary``: only because a peer did)."""
+
+    rank: int
+    message: str
+    secondary: bool
+    details: str
+
+
+@dataclass(frozen=True)
+class _Result:
+    """Rank 0's result of ``job``, parameters as ``torch.save`` bytes (:func:`_to_wire`)."""
+
+    job: int
+    result: TrainResult
+    parameters: bytes
+
+
+_Message = _Started | _Progress | _Report | _Result
 
 
 # ---- inside a spawned rank ------------------------------------------------------------------
@@ -64,22 +108,22 @@ class _QueueReporter:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _put(self, message: tuple[Any, ...]) -> None:
+    def _put(self, message: _Message) -> None:
         with self._lock:
             if not self._closed:
                 self.channel.put(message)
 
     def started(self, rank: int, job: int) -> None:
-        self._put(("started", rank, job))
+        self._put(_Started(rank, job))
 
     def progress(self, job: int, step: int, loss: float, step_s: float) -> None:
-        self._put(("progress", job, step, loss, step_s))
+        self._put(_Progress(job, step, loss, step_s))
 
     def failed(self, rank: int, message: str, secondary: bool, details: str) -> None:
-        self._put(("failed", rank, message, secondary, details))
+        self._put(_Report(rank, message, secondary, details))
 
     def result(self, job: int, result: TrainResult) -> None:
-        self._put(("result", job, _to_wire(result)))
+        self._put(_Result(job, *_to_wire(result)))
 
     def flush(self) -> None:
         with self._lock:
@@ -96,9 +140,9 @@ def _to_wire(result: TrainResult) -> tuple[TrainResult, bytes]:
     return replace(result, parameters={}), buffer.getvalue()
 
 
-def _from_wire(wire: tuple[TrainResult, bytes]) -> TrainResult:
-    result, data = wire
-    return replace(result, parameters=torch.load(io.BytesIO(data), weights_only=True))
+def _from_wire(message: _Result) -> TrainResult:
+    parameters = torch.load(io.BytesIO(message.parameters), weights_only=True)
+    return replace(message.result, parameters=parameters)
 
 
 def _rank_main(rank: int, world_size: int, port: int, jobs: Sequence[TrainJob], channel: Any, parent_pid: int) -> None:
@@ -116,14 +160,6 @@ def _rank_main(rank: int, world_size: int, port: int, jobs: Sequence[TrainJob], 
 
 
 # ---- in the parent --------------------------------------------------------------------------
-
-
-@dataclass
-class _Report:
-    rank: int
-    message: str
-    secondary: bool
-    details: str
 
 
 @dataclass
@@ -156,17 +192,16 @@ class _Monitor:
         except queue_module.Empty:
             return
 
-    def _handle(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "started":
-            self.job_of_rank[message[1]] = message[2]
-        elif kind == "progress":
-            job, step, loss, step_s = message[1:]
-            self.display.update(job, step, loss, self.jobs[job].plan.batch_size / max(step_s, 1e-12))
-        elif kind == "failed":
-            self.reports.append(_Report(*message[1:]))
-        elif kind == "result":
-            self.results[message[1]] = _from_wire(message[2])
+    def _handle(self, message: _Message) -> None:
+        if isinstance(message, _Started):
+            self.job_of_rank[message.rank] = message.job
+        elif isinstance(message, _Progress):
+            batch = self.jobs[message.job].plan.batch_size
+            self.display.update(message.job, message.step, message.loss, batch / max(message.step_s, 1e-12))
+        elif isinstance(message, _Report):
+            self.reports.append(message)
+        else:
+            self.results[message.job] = _from_wire(message)
 
     def _collect(self) -> list[TrainResult]:
         deadline = time.monotonic() + _GRACE_S
@@ -301,9 +336,12 @@ def _check_gpu(config: TrainConfig, local_rank: int) -> None:
 
 
 def run_worker_from_env(
-    graph: LayerGraph, plan: Plan, config: TrainConfig, *, return_parameters: bool = False
+    graph: LayerGraph, plan: Plan, config: TrainConfig, *, schedule: Schedule | None = None,
+    return_parameters: bool = False,
 ) -> TrainResult | None:
     """Run this process's rank of a torchrun launch; rank 0 returns the result, others None.
+
+    ``schedule``: what the ranks execute (every rank must load the same one); default the plan's own.
 
     Raises:
         UserError: the torchrun variables are missing, or the world size does not match the plan.
@@ -320,8 +358,7 @@ def run_worker_from_env(
         prefix=f"pipetrain/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}",
     )
     _check_gpu(config, local_rank)
-    job = TrainJob(graph, plan, config, return_parameters)
-    check_job(job)
+    job = check_job(TrainJob(graph, plan, config, return_parameters, schedule))
     try:
         results = run_session(rdv, [job], _LogReporter())
     except RankFailure as e:

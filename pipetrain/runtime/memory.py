@@ -6,7 +6,7 @@ counted until the backward of every micro-batch that saved it has run. Parameter
 saves for its input gradient) are not activations and are left out. Gradients are noted each time
 autograd accumulates into a parameter's ``.grad`` (a post-accumulate hook), so their bytes are
 those held at the optimizer step, before the step zeroes them. :func:`measured_memory` adds the
-parameters and the optimizer's state tensors; it is what :mod:`pipetrain.plan.memory` predicts.
+parameters and the optimizer's state tensors; it is what :mod:`pipetrain.simulate.memory` predicts.
 """
 
 from __future__ import annotations

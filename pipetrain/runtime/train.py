@@ -27,6 +27,7 @@ from pipetrain.runtime.memory import ActivationMeter
 from pipetrain.runtime.recorder import median_step
 from pipetrain.runtime.worker import check_job
 from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Event, Timeline
 
 __all__ = [
@@ -43,15 +44,21 @@ __all__ = [
 
 
 def train(
-    graph: LayerGraph, plan: Plan, config: TrainConfig, *, return_parameters: bool = False
+    graph: LayerGraph, plan: Plan, config: TrainConfig, *, schedule: Schedule | None = None,
+    return_parameters: bool = False,
 ) -> TrainResult:
     """Train ``graph`` with ``plan`` on locally spawned ranks; returns in the calling process.
 
+    Args:
+        schedule: what the ranks execute, e.g. a hand-edited ``schedule.csv`` or the schedule the
+            simulator scored; validated against ``plan`` first. Default: the plan's own.
+        return_parameters: gather the final parameters into the result.
+
     Raises:
-        UserError: the plan does not fit the model or asks for something the runtime lacks.
+        UserError: the plan (or schedule) does not fit the model or asks for something the runtime lacks.
         PipelineFailure: a rank failed or died; the message names its stage and rank.
     """
-    return train_many([TrainJob(graph, plan, config, return_parameters)])[0]
+    return train_many([TrainJob(graph, plan, config, return_parameters, schedule)])[0]
 
 
 def train_many(jobs: Sequence[TrainJob]) -> list[TrainResult]:
@@ -61,8 +68,7 @@ def train_many(jobs: Sequence[TrainJob]) -> list[TrainResult]:
     """
     if not jobs:
         return []
-    for job in jobs:
-        check_job(job)
+    jobs = [check_job(job) for job in jobs]
     first = jobs[0].config
     settings = (first.resolved_backend(), first.timeout_s, first.threads_per_rank)
     for job in jobs[1:]:

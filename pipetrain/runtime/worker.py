@@ -18,7 +18,7 @@ import signal
 import statistics
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -109,8 +109,9 @@ def tcp_store(host: str, port: int, is_master: bool, timeout: timedelta) -> Stor
     )
 
 
-def check_job(job: TrainJob) -> None:
-    """Everything that can be checked before starting processes.
+def check_job(job: TrainJob) -> TrainJob:
+    """Everything that can be checked before starting processes; returns the job with its schedule
+    resolved (the plan's own when it has none) and validated against the plan.
 
     Raises:
         UserError: naming what to change.
@@ -119,18 +120,18 @@ def check_job(job: TrainJob) -> None:
     plan.validate(graph.names, graph.fingerprint())
     if plan.weights is not WeightPolicy.SYNC:
         raise UserError(f"weight policy {plan.weights.value!r} is not supported by the runtime yet; use 'sync'")
-    check_runnable(build_schedule(plan))
+    schedule = build_schedule(plan) if job.schedule is None else job.schedule
+    check_runnable(schedule, plan)
     if config.fault is not None and config.fault.rank >= plan.n_ranks:
         raise UserError(f"fault rank {config.fault.rank} is not one of the plan's {plan.n_ranks} ranks")
     make_batch(graph, plan.batch_size, 0, config.seed, config.data)
+    return replace(job, schedule=schedule)
 
 
 def rank_label(plan: Plan | None, rank: int) -> str:
     """``"stage 1 (rank 1)"``, or ``"rank 3"`` for a rank the plan does not use."""
-    if plan is not None:
-        for k, stage in enumerate(plan.stages):
-            if rank in stage.ranks:
-                return f"stage {k} (rank {rank})"
+    if plan is not None and rank < plan.n_ranks:
+        return f"stage {plan.stage_of_rank(rank)} (rank {rank})"
     return f"rank {rank}"
 
 
@@ -255,7 +256,7 @@ def _run_job(session: _Session, index: int, job: TrainJob) -> TrainResult | None
     session.plan, session.step = job.plan, None
     session.reporter.started(rank, index)
     torch.manual_seed(config.seed)
-    schedule = build_schedule(job.plan)
+    schedule = job.schedule if job.schedule is not None else build_schedule(job.plan)
     program = schedule.ranks[rank] if rank < schedule.n_ranks else ()
     groups = _replica_groups(job.plan)
     ctx = None

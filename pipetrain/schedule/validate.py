@@ -23,10 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipetrain.errors import UserError
+from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 
-__all__ = ["ScheduleError", "validate"]
+__all__ = ["ScheduleError", "validate", "validate_for_plan"]
 
 _GRID_ROWS = 40
 
@@ -188,3 +189,27 @@ def _dry_run(schedule: Schedule) -> None:
     if stuck:
         waits = ", ".join(f"rank {r} at step {pos[r]} ({schedule.ranks[r][pos[r]]})" for r in stuck)
         raise _fail(schedule, stuck[0], pos[stuck[0]], f"deadlock: {waits} wait forever")
+
+
+def validate_for_plan(schedule: Schedule, plan: Plan) -> None:
+    """Check a schedule against the plan it is to run (e.g. a hand-edited one): :func:`validate` on
+    the plan's ranks, stages and batch, and on every stage that keeps its activations (does not
+    recompute, :meth:`~pipetrain.plan.plan.Plan.recomputes`), backward over exactly the sample
+    ranges forward ran as micro-batches, since part of one forward's autograd graph cannot be
+    back-propagated alone.
+
+    Raises:
+        UserError: naming the rank and what to change.
+    """
+    if schedule.n_ranks != plan.n_ranks:
+        raise UserError(f"the schedule has {schedule.n_ranks} ranks but the plan uses {plan.n_ranks}; give a "
+                        "schedule with one row per rank of the plan")
+    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages)
+    for rank, program in schedule:
+        stage = plan.stage_of_rank(rank)
+        forward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.F)
+        backward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.B)
+        if forward != backward and not plan.recomputes(stage):
+            raise UserError(f"rank {rank} (stage {stage}) back-propagates sample ranges it did not forward as one "
+                            "micro-batch; give its B actions the ranges of its F actions, or set the plan's "
+                            '"recompute": true so that the stage re-runs forward per backward range')

@@ -11,7 +11,7 @@ Model (the assumptions of PAPERS.md §1.4, extended to any action order and to s
   channel per link, overlapped with compute), starting when both the data and the channel are ready
   and taking ``latency + bytes / bandwidth``;
 * a RECV blocks the rank until the matching message (the next one on that channel) has arrived;
-* held activations follow :class:`~pipetrain.plan.memory.ActivationLedger`: saved bytes from F to B,
+* held activations follow :class:`~pipetrain.simulate.memory.ActivationLedger`: saved bytes from F to B,
   or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage;
 * the replicas of a replicated stage start their STEP together, once the last one reaches it, and
   the STEP then costs the ring all-reduce of the stage's gradients plus the optimizer step.
@@ -28,11 +28,11 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from pipetrain.cost import CostModel
-from pipetrain.plan.memory import ActivationLedger
 from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import ScheduleError
+from pipetrain.simulate.memory import ActivationLedger
 from pipetrain.simulate.timeline import Event, Timeline
 
 __all__ = ["simulate"]
@@ -86,7 +86,7 @@ class _Simulator:
         return self.cost.input_bytes(layers, a.size)
 
     def track_memory(self, rank: int, a: Action) -> None:
-        """Held activation bytes after ``a`` and their peak (:class:`~pipetrain.plan.memory.ActivationLedger`)."""
+        """Held activation bytes after ``a`` and their peak (:class:`~pipetrain.simulate.memory.ActivationLedger`)."""
         self.ledgers[rank].record(a)
 
     def rates(self) -> dict[int, float]:

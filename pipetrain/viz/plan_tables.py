@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from functools import singledispatch
 
 from rich import box
 from rich.table import Table
 
-from pipetrain.plan.auto import AutoResult
-from pipetrain.plan.bapipe import BapipeCandidate, BapipeResult
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.plan.planner import Candidate
+from pipetrain.planners.auto import AutoReport
+from pipetrain.planners.bapipe import BapipeCandidate, BapipeResult
+from pipetrain.planners.contract import Candidate, PlanningResult
+from pipetrain.planners.pipedream import PipeDreamReport
+from pipetrain.planners.unequal import UnequalReport
 from pipetrain.profile.table import Profile
 from pipetrain.viz.tables import _num, _render, time_unit
 
-__all__ = ["auto_table", "bapipe_table", "candidates_table", "plan_table", "profile_table", "sizes_text"]
+__all__ = ["auto_table", "bapipe_table", "candidates_table", "plan_table", "profile_table", "result_tables",
+           "sizes_text"]
 
 _MIB = 2**20
 
@@ -181,15 +185,52 @@ def _bapipe_caption(best: BapipeCandidate, unit: str, scale: float) -> str:
             f"{unit}, bubble {bubble:.1%}; memory per stage (MiB needed/device) {memory}")
 
 
-def auto_table(result: AutoResult, *, width: int = 120) -> str:
-    """``--planner auto``: each planner's plan and predicted time beside the winner's, or why it has none."""
+def auto_table(result: PlanningResult, *, width: int = 120) -> str:
+    """``auto``: each planner's plan and predicted time beside the winner's, or why it has none."""
+    assert isinstance(result.report, AutoReport)
     best = result.plan.prediction.iteration_s if result.plan.prediction else 0.0
     unit, scale = time_unit(best)
-    table = Table(title=f"planners (auto keeps the fastest that fits: {result.winner})", box=box.ROUNDED)
+    table = Table(title=f"planners (auto keeps the fastest that fits: {result.report.winner})", box=box.ROUNDED)
     for name in ("planner", f"predicted ({unit})", "vs winner", "plan, or why none"):
         table.add_column(name, justify="right" if name.startswith(("predicted", "vs")) else "left")
-    for o in result.outcomes:
+    for o in result.report.outcomes:
         found = o.plan is not None
         table.add_row(o.planner, _num(o.iteration_s * scale) if found else "-",
                       f"{o.iteration_s / best:.3f}×" if found and best > 0 else "-", o.note)
     return _render(table, width)
+
+
+def result_tables(result: PlanningResult, *, top: int = 8) -> list[str]:
+    """What ``pipetrain plan`` prints for any planner: the plan, then the planner's own account
+    (its candidates, BaPipe's exploration, ``auto``'s planners, a micro-batch plan's baselines)."""
+    return _report_tables(result.report, result, top)
+
+
+@singledispatch
+def _report_tables(report: object, result: PlanningResult, top: int) -> list[str]:
+    return [plan_table(result.plan), candidates_table(list(result.candidates), top=top)]
+
+
+@_report_tables.register
+def _(report: UnequalReport, result: PlanningResult, top: int) -> list[str]:
+    tables = [plan_table(result.plan, baselines=report.baselines, caps=report.caps)]
+    if report.base_candidates:
+        tables.append(candidates_table(list(report.base_candidates), top=top,
+                                       title="equal-micro-batch candidates (the baseline)"))
+    return tables
+
+
+@_report_tables.register
+def _(report: PipeDreamReport, result: PlanningResult, top: int) -> list[str]:
+    return [plan_table(result.plan), f"PipeDream configuration {report.config} (replicas per stage)",
+            candidates_table(list(result.candidates), top=top, title="pipedream candidates")]
+
+
+@_report_tables.register
+def _(report: BapipeResult, result: PlanningResult, top: int) -> list[str]:
+    return [plan_table(result.plan), bapipe_table(report, top=top)]
+
+
+@_report_tables.register
+def _(report: AutoReport, result: PlanningResult, top: int) -> list[str]:
+    return [plan_table(result.plan), auto_table(result)]

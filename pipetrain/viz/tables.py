@@ -138,9 +138,9 @@ def memory_table(
     device's memory and whether the total fits in it.
 
     Args:
-        memories: per stage, from :func:`~pipetrain.plan.memory.stage_memory`.
+        memories: per stage, from :func:`~pipetrain.simulate.memory.stage_memory`.
         device_bytes: per stage, the memory of its smallest device
-            (:func:`~pipetrain.plan.microbatch.caps.device_memory`).
+            (:func:`~pipetrain.planners.microbatch.caps.device_memory`).
         optimizer: the optimizer the state was predicted for (shown in the title).
         width: render width in characters.
 

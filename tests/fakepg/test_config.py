@@ -21,7 +21,7 @@ from ..gloo.models import chain_plan, mlp_graph
     [
         ({"steps": 0}, "steps >= 1"),
         ({"steps": 2, "warmup_steps": 2}, "at least one step is timed"),
-        ({"optimizer": "lamb"}, "use 'sgd' or 'adam'"),
+        ({"optimizer": "lamb"}, "use one of sgd, sgd-momentum, adam"),
         ({"data": "imagenet"}, "'synthetic' or 'digits'"),
         ({"backend": "mpi"}, "'gloo' or 'nccl'"),
         ({"lr": 0.0}, "lr must be > 0"),

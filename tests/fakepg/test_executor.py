@@ -20,7 +20,7 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.plan import Method, Plan, StagePlan
 from pipetrain.runtime import TrainConfig, reference_train
 from pipetrain.runtime.data import make_batch
 from pipetrain.runtime.executor import (
@@ -91,7 +91,7 @@ def test_stage_specs() -> None:
 def test_w_is_rejected_before_launch() -> None:
     w = Schedule.from_lists([[Action.parse("0F0[0:2]"), Action.parse("0W0[0:2]"), Action.parse("0STEP")]])
     with pytest.raises(UserError, match="split backward"):
-        check_runnable(w)
+        check_runnable(w, Plan("m", "", 2, Method.GPIPE, (StagePlan(("l0",), (0,), (2,), (2,)),)))
 
 
 def test_backward_without_matching_forward_raises() -> None:

@@ -1,4 +1,4 @@
-"""Level (c): the memory model (:mod:`pipetrain.plan.memory`) against the peaks the runtime measures.
+"""Level (c): the memory model (:mod:`pipetrain.simulate.memory`) against the peaks the runtime measures.
 
 Every job runs in one launch (``train_many``) for 2 steps; the runtime meters the first. Per stage,
 the predicted total and, separately, the predicted activations are within 20 % of what the stage's
@@ -16,12 +16,13 @@ import pytest
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.memory import OptimizerName, StageMemory, stage_memory
+from pipetrain.plan.memory import OptimizerName, StageMemory
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.profile.measure import measure_profile
 from pipetrain.profile.table import Profile
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
 from pipetrain.runtime.memory import MeasuredMemory
+from pipetrain.simulate.memory import stage_memory
 from pipetrain.viz.tables import relative_error
 
 from .models import chain_plan

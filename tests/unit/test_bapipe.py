@@ -4,7 +4,6 @@ and the explorer on estimated homogeneous and heterogeneous clusters."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import numpy as np
 import pytest
@@ -14,17 +13,20 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.bapipe import explore, thinned_counts
-from pipetrain.plan.device_orders import device_types, placed_cluster, placements
-from pipetrain.plan.microbatch import SGD_STATE_COPIES, device_memory, memory_need
-from pipetrain.plan.partition import balanced_partition
-from pipetrain.plan.partition.hetero import MemoryLimit, hetero_partition
+from pipetrain.plan.memory import parameter_copies
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.plan.planner import candidate_counts, plan_equal
+from pipetrain.planners.balanced import plan_balanced
+from pipetrain.planners.bapipe import explore
+from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
+from pipetrain.planners.counts import candidate_counts, thinned_counts
+from pipetrain.planners.device_orders import device_types, placed_cluster, placements
+from pipetrain.planners.partition import balanced_partition
+from pipetrain.planners.partition.hetero import StageMemoryLimits, hetero_partition
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
+from pipetrain.simulate.memory import device_memory, memory_need
 from pipetrain.viz.plan_tables import bapipe_table
 
 BATCH = 32
@@ -37,7 +39,7 @@ EQUAL = (Method.GPIPE, Method.ONE_F_ONE_B)
 # ---- the DP against brute force ------------------------------------------------------------------
 
 
-def brute_force(costs: np.ndarray, comm: np.ndarray, memory: MemoryLimit | None, overlap: bool) -> float | None:
+def brute_force(costs: np.ndarray, comm: np.ndarray, memory: StageMemoryLimits | None, overlap: bool) -> float | None:
     """The smallest bottleneck over every cut (None if none fits), straight from the definition."""
     n_stages, n_layers = costs.shape
     best = None
@@ -59,14 +61,16 @@ def stage_terms(costs: np.ndarray, comm: np.ndarray, bounds: tuple[int, ...], ov
     return max(terms)
 
 
-def fits(memory: MemoryLimit, bounds: tuple[int, ...]) -> bool:
+def fits(memory: StageMemoryLimits, bounds: tuple[int, ...]) -> bool:
     return all(
         memory.state_bytes[a:b].sum() + memory.in_flight[s] * memory.saved_bytes[a:b].sum() <= memory.limit_bytes[s]
         for s, (a, b) in enumerate(itertools.pairwise(bounds))
     )
 
 
-def random_instance(rng: np.random.Generator, with_memory: bool) -> tuple[np.ndarray, np.ndarray, MemoryLimit | None]:
+def random_instance(
+    rng: np.random.Generator, with_memory: bool
+) -> tuple[np.ndarray, np.ndarray, StageMemoryLimits | None]:
     n_layers = int(rng.integers(1, 9))
     n_stages = int(rng.integers(1, min(4, n_layers) + 1))
     costs = rng.uniform(0.1, 2.0, (n_stages, n_layers))
@@ -76,7 +80,7 @@ def random_instance(rng: np.random.Generator, with_memory: bool) -> tuple[np.nda
     state, saved = rng.integers(1, 100, n_layers).astype(float), rng.integers(1, 50, n_layers).astype(float)
     in_flight = rng.integers(1, 5, n_stages).astype(float)
     limits = rng.uniform(0.2, 0.9, n_stages) * (state.sum() + in_flight * saved.sum())
-    return costs, comm, MemoryLimit(limits, state, saved, in_flight)
+    return costs, comm, StageMemoryLimits(limits, state, saved, in_flight)
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -148,8 +152,10 @@ def v100s(memory_bytes: int = DEVICE_MODELS["v100"].memory_bytes) -> Cluster:
     return Cluster(tuple(Device("v100", memory_bytes) for _ in range(4)), NVLINK, IB, "4xv100")
 
 
-def common(graph: LayerGraph) -> dict[str, Any]:
-    return dict(model=graph.name, fingerprint=graph.fingerprint(), layer_names=graph.names, batch_size=BATCH)
+def problem(graph: LayerGraph, cost: CostModel, *, progress: bool = False, method: Method | None = None,
+            n_stages: int | None = None) -> PlanningProblem:
+    return PlanningProblem(ModelRef.of(graph), cost, BATCH, constraints=Constraints(method=method, n_stages=n_stages),
+                           progress=progress)
 
 
 def test_device_orders_enumerate_type_multisets_fastest_first(graph: LayerGraph, profiles: dict[str, Profile]) -> None:
@@ -188,10 +194,10 @@ def test_thinned_counts_keep_one_count_per_largest_size() -> None:
 # ---- the explorer ----------------------------------------------------------------------------------
 
 
-def test_homogeneous_plan_is_at_least_as_fast_as_plan_equal(graph: LayerGraph, profiles: dict[str, Profile]) -> None:
+def test_homogeneous_plan_is_at_least_as_fast_as_plan_balanced(graph: LayerGraph, profiles: dict[str, Profile]) -> None:
     cost = CostModel(profiles["v100"], v100s())
-    result = explore(cost=cost, stage_counts=[4], methods=(*EQUAL, Method.UEDP), **common(graph))
-    equal = min(plan_equal(cost=cost, method=m, n_stages=4, **common(graph))[1][0].iteration_s for m in EQUAL)
+    result = explore(problem(graph, cost), stage_counts=[4], methods=(*EQUAL, Method.UEDP))
+    equal = min(plan_balanced(problem(graph, cost, method=m, n_stages=4)).candidates[0].iteration_s for m in EQUAL)
     assert result.best.iteration_s <= equal * (1 + 1e-9)
     assert result.cluster is cost.cluster and result.plan.n_stages == 4
     assert {c.method for c in result.candidates} == {*EQUAL, Method.UEDP}
@@ -204,13 +210,13 @@ def test_homogeneous_plan_is_at_least_as_fast_as_plan_equal(graph: LayerGraph, p
 def identical_devices_plan(graph: LayerGraph, profiles: dict[str, Profile]) -> Plan:
     """The equal planner's best for 4 stages, assuming 4 V100s (balanced by one device's costs)."""
     assumed = CostModel(profiles["v100"], v100s())
-    plans = [plan_equal(cost=assumed, method=m, n_stages=4, **common(graph))[0] for m in EQUAL]
+    plans = [plan_balanced(problem(graph, assumed, method=m, n_stages=4)).plan for m in EQUAL]
     return min(plans, key=lambda p: p.prediction.iteration_s if p.prediction else float("inf"))
 
 
 def test_heterogeneous_plan_gives_fast_devices_more_layers(graph: LayerGraph, profiles: dict[str, Profile]) -> None:
     cost = CostModel(profiles, mixed_cluster())
-    result = explore(cost=cost, stage_counts=[4], **common(graph))
+    result = explore(problem(graph, cost), stage_counts=[4])
     best = result.best
     fast = sum(n for n, kind in zip(best.layer_counts, best.placement.kinds, strict=True) if kind == "h100")
     assert fast > len(graph.names) - fast
@@ -222,7 +228,7 @@ def test_heterogeneous_plan_gives_fast_devices_more_layers(graph: LayerGraph, pr
 
 
 def test_fewer_stages_run_on_a_sub_cluster(graph: LayerGraph, profiles: dict[str, Profile]) -> None:
-    result = explore(cost=CostModel(profiles, mixed_cluster()), stage_counts=[2], **common(graph))
+    result = explore(problem(graph, CostModel(profiles, mixed_cluster())), stage_counts=[2])
     assert result.cluster.n_devices == 2 and result.plan.n_ranks == 2
     assert [result.cluster.devices[s.ranks[0]].kind for s in result.plan.stages] == list(result.best.placement.kinds)
     timeline = simulate(build_schedule(result.plan), result.plan, CostModel(profiles, result.cluster))
@@ -231,43 +237,43 @@ def test_fewer_stages_run_on_a_sub_cluster(graph: LayerGraph, profiles: dict[str
 
 def test_memory_limit_excludes_gpipe_and_picks_1f1b(graph: LayerGraph, profiles: dict[str, Profile]) -> None:
     layers = profiles["v100"].layers
-    state = SGD_STATE_COPIES * sum(lp.parameter_bytes for lp in layers)
+    state = parameter_copies("sgd") * sum(lp.parameter_bytes for lp in layers)
     saved = sum(lp.saved_bytes_per_sample for lp in layers)
     # Below the average a GPipe stage needs (it holds all BATCH samples), so no GPipe partition fits.
     memory = int(0.9 * (state + BATCH * saved) / 4)
     cost = CostModel(profiles["v100"], v100s(memory))
-    result = explore(cost=cost, **common(graph))
+    result = explore(problem(graph, cost))
     assert result.best.method is Method.ONE_F_ONE_B
     assert not any(c.method is Method.GPIPE and c.feasible for c in result.candidates)
     assert result.n_over_memory >= 4 * len(thinned_counts(BATCH))  # every GPipe option, on every stage count
     assert all(n <= h for n, h in zip(memory_need(result.plan, cost), device_memory(result.plan, cost), strict=True))
-    roomy = explore(cost=CostModel(profiles["v100"], v100s()), **common(graph))
+    roomy = explore(problem(graph, CostModel(profiles["v100"], v100s())))
     assert roomy.best.iteration_s <= result.best.iteration_s  # the limit costs time, never saves it
 
 
 def test_a_cluster_too_small_for_the_model_says_what_to_change(graph: LayerGraph, profiles: dict[str, Profile]) -> None:
     cost = CostModel(profiles["v100"], v100s(64 * 2**20))
     with pytest.raises(UserError, match=r"no plan fits the devices' memory.*smaller batch \(now 32\), more devices"):
-        explore(cost=cost, **common(graph))
+        explore(problem(graph, cost))
 
 
 def test_bad_arguments_name_the_fix(graph: LayerGraph, profiles: dict[str, Profile]) -> None:
     cost = CostModel(profiles["v100"], v100s())
     with pytest.raises(UserError, match="stage counts"):
-        explore(cost=cost, stage_counts=[5], **common(graph))
+        explore(problem(graph, cost), stage_counts=[5])
     with pytest.raises(UserError, match="gpipe or 1f1b as well"):
-        explore(cost=cost, methods=(Method.UEDP,), **common(graph))
+        explore(problem(graph, cost), methods=(Method.UEDP,))
     with pytest.raises(UserError, match="not pipedream"):
-        explore(cost=cost, methods=(Method.PIPEDREAM,), **common(graph))
+        explore(problem(graph, cost), methods=(Method.PIPEDREAM,))
     with pytest.raises(UserError, match="comm model 'fast'"):
-        explore(cost=cost, comm="fast", **common(graph))  # type: ignore[arg-type]
+        explore(problem(graph, cost), comm="fast")  # type: ignore[arg-type]
 
 
 def test_both_comm_models_simulate_what_each_alone_would(graph: LayerGraph, profiles: dict[str, Profile]) -> None:
     cost = CostModel(profiles, mixed_cluster(Link(1e-5, 25e9 / 8)))  # a slow link between the servers
-    both = explore(cost=cost, **common(graph))
+    both = explore(problem(graph, cost))
     for comm in ("serial", "overlap"):
-        alone = explore(cost=cost, comm=comm, **common(graph))  # type: ignore[arg-type]
+        alone = explore(problem(graph, cost), comm=comm)  # type: ignore[arg-type]
         assert {c.plan for c in alone.candidates} <= {c.plan for c in both.candidates}
         assert both.best.iteration_s <= 1.001 * alone.best.iteration_s
 
@@ -275,8 +281,8 @@ def test_both_comm_models_simulate_what_each_alone_would(graph: LayerGraph, prof
 def test_exploration_is_deterministic_and_renders(graph: LayerGraph, profiles: dict[str, Profile],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     cost = CostModel(profiles, mixed_cluster())
-    first = explore(cost=cost, **common(graph))
-    again = explore(cost=cost, progress=True, **common(graph))
+    first = explore(problem(graph, cost))
+    again = explore(problem(graph, cost, progress=True))
     assert first == again
     assert "scoring partitions" in capsys.readouterr().err
     text = bapipe_table(first)
@@ -288,16 +294,17 @@ def test_the_simulated_memory_check_has_the_last_word(graph: LayerGraph, profile
     """Plans the DP admits but ``memory_need`` rejects are reported, and the next ones tried."""
     cost = CostModel(profiles["v100"], v100s())
 
-    def strict_need(plan: Plan, cost: CostModel) -> tuple[int, ...]:  # rejects fewer than 4 micro-batches
+    def strict_need(plan: Plan, cost: CostModel, optimizer: str = "sgd") -> tuple[int, ...]:
+        """Rejects fewer than 4 micro-batches."""
         few = len(plan.stages[0].forward_sizes) < 4
         return tuple(2 * h if few else 0 for h in device_memory(plan, cost))
 
-    monkeypatch.setattr("pipetrain.plan.bapipe.memory_need", strict_need)
-    result = explore(cost=cost, stage_counts=[4], **common(graph))
+    monkeypatch.setattr("pipetrain.planners.bapipe.runner.memory_need", strict_need)
+    result = explore(problem(graph, cost), stage_counts=[4])
     assert result.best.n_micro >= 4
     rejected = [c for c in result.candidates if not c.feasible]
     assert rejected and all(c.n_micro < 4 and c.infeasible.startswith("memory: stage 0 needs") for c in rejected)
-    monkeypatch.setattr("pipetrain.plan.bapipe.memory_need", lambda plan, cost: tuple(
+    monkeypatch.setattr("pipetrain.planners.bapipe.runner.memory_need", lambda plan, cost, optimizer="sgd": tuple(
         2 * h for h in device_memory(plan, cost)))
     with pytest.raises(UserError, match="no shortlisted plan fits after simulation"):
-        explore(cost=cost, stage_counts=[4], **common(graph))
+        explore(problem(graph, cost), stage_counts=[4])

@@ -10,8 +10,8 @@ import pytest
 from pipetrain.cli import main
 from pipetrain.cluster import Cluster
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.microbatch import GA_PLANNERS, PLANNER_NAMES
 from pipetrain.plan.plan import Method, Plan
+from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.simulate.timeline import Timeline
 

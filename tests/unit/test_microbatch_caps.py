@@ -8,18 +8,13 @@ from pipetrain import api
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.microbatch import (
-    PLANNER_NAMES,
-    SGD_STATE_COPIES,
-    GAConfig,
-    device_memory,
-    fits_without_recompute,
-    memory_need,
-    microbatch_caps,
-)
+from pipetrain.plan.memory import parameter_copies
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.plan.planner import equal_plan
+from pipetrain.planners.balanced import build_balanced_plan
+from pipetrain.planners.contract import ModelRef
+from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES, GAConfig, fits_without_recompute, microbatch_caps
 from pipetrain.profile.table import LayerProfile, Profile
+from pipetrain.simulate.memory import device_memory, memory_need
 
 BATCH = 32
 PARAMS, SAVED, OUT, INPUT = 4096, 16384, 8192, 128  # bytes: per layer; per sample
@@ -40,14 +35,14 @@ def cluster(*memory: int) -> Cluster:
 
 
 def base_plan(c: Cluster) -> Plan:
-    return equal_plan(model="synthetic", fingerprint="", layer_names=[f"l{i}" for i in range(4)],
-                      cost=CostModel(profile(), c), method=Method.GPIPE, n_stages=2, batch_size=BATCH, n_micro=4)
+    return build_balanced_plan(ModelRef.synthetic([f"l{i}" for i in range(4)]), CostModel(profile(), c),
+                               method=Method.GPIPE, n_stages=2, batch_size=BATCH, n_micro=4)
 
 
 def room_for(stage: int, b: int) -> int:
     """Exactly the bytes a recomputing stage needs with micro-batches of at most ``b`` samples."""
     inputs = (INPUT if stage == 0 else OUT) * BATCH
-    return SGD_STATE_COPIES * 2 * PARAMS + inputs + 2 * SAVED * b
+    return parameter_copies("sgd") * 2 * PARAMS + inputs + 2 * SAVED * b
 
 
 def test_no_caps_when_the_whole_batch_fits() -> None:
@@ -60,7 +55,7 @@ def test_caps_are_the_largest_size_that_fits() -> None:
     c = cluster(room_for(0, 5), room_for(1, 11) - 1)  # exactly 5 fit; 11 miss by one byte
     assert microbatch_caps(base_plan(c), CostModel(profile(), c)) == (5, 10)
     assert fits_without_recompute(base_plan(c), CostModel(profile(), c)) == (False, False)
-    assert microbatch_caps(base_plan(c), CostModel(profile(), c), state_copies=4)[0] == 4  # Adam-like state
+    assert microbatch_caps(base_plan(c), CostModel(profile(), c), optimizer="adam")[0] == 4  # Adam: 4 parameter copies
 
 
 def test_impossible_memory_names_the_stage() -> None:
@@ -75,7 +70,8 @@ def test_impossible_memory_names_the_stage() -> None:
 def test_planners_respect_caps_and_fit(planner: str) -> None:
     c = cluster(room_for(0, 5), room_for(1, 7))
     base = base_plan(c)
-    plan = api.plan_microbatches(base, profile(), c, planner=planner, ga=GA)  # type: ignore[arg-type]
+    ga = GA if planner in GA_PLANNERS else None  # the other planners refuse a GA budget
+    plan = api.plan_microbatches(base, profile(), c, planner=planner, ga=ga)  # type: ignore[arg-type]
     plan.validate()
     assert plan.recompute  # neither stage holds the whole batch's activations
     for stage, cap in zip(plan.stages, (5, 7), strict=True):

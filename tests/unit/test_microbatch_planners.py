@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
-from pipetrain.plan.microbatch import (
+from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.planners.microbatch import (
     PLANNER_NAMES,
     GAConfig,
     MicrobatchPlan,
@@ -29,16 +30,15 @@ from pipetrain.plan.microbatch import (
     init_state,
     local_greedy,
     plan_uedp,
-    run_planner,
+    run_microbatch_planner,
     saturation_point,
     single_chromosome,
     sizes_to_cuts,
     tidgap,
 )
-from pipetrain.plan.microbatch.dp import stage_dp
-from pipetrain.plan.microbatch.ga import _sync, one_f_one_b_ga
-from pipetrain.plan.microbatch.uedp import PlannerName
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.planners.microbatch.dp import stage_dp
+from pipetrain.planners.microbatch.ga import _sync, one_f_one_b_ga
+from pipetrain.planners.microbatch.uedp import PlannerName
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
@@ -322,7 +322,7 @@ def test_plan_uedp_builds_a_simulated_uedp_plan(planner: PlannerName) -> None:
     assert plan.method is (Method.ONE_F_ONE_B if planner == "1f1b-ga" else Method.UEDP)
     assert [s.layers for s in plan.stages] == [s.layers for s in base.stages]
     tables = StageTables.from_plan(plan, cost)
-    predicted = run_planner(planner, tables, seed=0, config=SMALL)
+    predicted = run_microbatch_planner(planner, tables, seed=0, config=SMALL)
     assert plan.prediction is not None
     assert plan.prediction.iteration_s == pytest.approx(predicted.iteration_s, rel=1e-9)
     assert tuple(s.forward_sizes for s in plan.stages) == predicted.forward_sizes

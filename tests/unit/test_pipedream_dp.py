@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pipetrain.errors import UserError
-from pipetrain.plan.partition.pipedream import DPResult, DPStage, Level, MemoryLimit, pipedream_partition
+from pipetrain.planners.partition.pipedream import DeviceMemoryLimit, DPResult, DPStage, Level, pipedream_partition
 
 MB = 1e6
 
@@ -25,7 +25,7 @@ class Instance:
     parameter_bytes: list[float]
     link: Level
     sync_scale: float
-    memory: MemoryLimit | None = None
+    memory: DeviceMemoryLimit | None = None
 
 
 Span = Callable[[int, int, Fraction], float]  # (first, end, devices after per replica) -> seconds per item
@@ -79,7 +79,7 @@ def brute_force_s(inst: Instance, straight: bool = False, span: Span | None = No
                   first: int = 0, end: int | None = None, extra: Fraction = Fraction(0)) -> float:
     """The best configuration of layers ``[first, end)``, by enumeration."""
     end = len(inst.compute_s) if end is None else end
-    memory = inst.memory and MemoryLimit(inst.memory.device_bytes, inst.memory.activation_bytes[first:end],
+    memory = inst.memory and DeviceMemoryLimit(inst.memory.device_bytes, inst.memory.activation_bytes[first:end],
                                          inst.memory.state_copies)
     sub = Instance(inst.compute_s[first:end], inst.output_bytes[first:end], inst.parameter_bytes[first:end],
                    inst.link, inst.sync_scale, memory)
@@ -101,7 +101,7 @@ def random_instance(rng: np.random.Generator, *, with_memory: bool,
         saved = rng.uniform(0, 500 * MB, n).tolist()
         copies = float(rng.choice([1.0, 4.0]))
         smallest = max(copies * p + a for p, a in zip(parameter_bytes, saved, strict=True))
-        memory = MemoryLimit(smallest * float(rng.uniform(*room)), saved, copies)
+        memory = DeviceMemoryLimit(smallest * float(rng.uniform(*room)), saved, copies)
     return Instance(compute_s, output_bytes, parameter_bytes, link, float(rng.choice([1.0, 0.25])), memory)
 
 
@@ -169,7 +169,7 @@ def test_matches_direct_recurrence_on_medium_instances() -> None:
         inst = random_instance(rng, with_memory=k % 2 == 1)
         n = int(rng.integers(12, 25))
         compute_s = rng.uniform(0.01, 1.0, n).tolist()
-        memory = inst.memory and MemoryLimit(inst.memory.device_bytes * 2, rng.uniform(0, 100 * MB, n).tolist(),
+        memory = inst.memory and DeviceMemoryLimit(inst.memory.device_bytes * 2, rng.uniform(0, 100 * MB, n).tolist(),
                                              inst.memory.state_copies)
         inst = Instance(compute_s, rng.uniform(0, 400 * MB, n).tolist(), rng.uniform(0, 300 * MB, n).tolist(),
                         Level(int(rng.integers(2, 7)), inst.link.bandwidth_bytes_per_s, inst.link.latency_s),
@@ -238,7 +238,7 @@ def test_hierarchical_plans_fit_memory_with_every_stash_counted(levels: list[Lev
     parameter_bytes, saved = rng.uniform(1e6, 1e8, 32).tolist(), rng.uniform(1e7, 1e8, 32).tolist()
     feasible = 0
     for limit in (1.2e9, 2.5e9, 4e9, 1e10):
-        inst = Instance(compute_s, output_bytes, parameter_bytes, levels[0], 1.0, MemoryLimit(limit, saved, 4.0))
+        inst = Instance(compute_s, output_bytes, parameter_bytes, levels[0], 1.0, DeviceMemoryLimit(limit, saved, 4.0))
         try:
             result = solve(inst, levels=levels)
         except UserError:
@@ -326,7 +326,7 @@ def test_memory_limit_changes_the_answer() -> None:
     compute_s, output_bytes, parameter_bytes = vgg_like()
     free = pipedream_partition(compute_s, output_bytes, parameter_bytes, [Level(4, 0.1e9)])
     # 880 MB: the two FC layers no longer fit together, and stashing 4 items bounds the front stage
-    tight = MemoryLimit(880 * MB, [50 * MB] * 10, 1.0)
+    tight = DeviceMemoryLimit(880 * MB, [50 * MB] * 10, 1.0)
     limited = pipedream_partition(compute_s, output_bytes, parameter_bytes, [Level(4, 0.1e9)], memory=tight)
     assert (free.config, limited.config) == ("3-1", "1-1-1-1")
     assert limited.bottleneck_s > free.bottleneck_s
@@ -348,10 +348,10 @@ def test_memory_limit_changes_the_answer() -> None:
         (lambda: pipedream_partition([1.0], [1.0], [1.0], []), "levels is empty"),
         (lambda: pipedream_partition([1.0], [1.0], [1.0], [Level(2, 0.0)]), "bandwidth_bytes_per_s=0.0"),
         (lambda: pipedream_partition([1.0], [1.0], [1.0], [Level(2, 1e9)], sync_scale=-1.0), "sync_scale=-1.0"),
-        (lambda: pipedream_partition([1.0], [1.0], [1.0], [Level(2, 1e9)], memory=MemoryLimit(10.0, [1.0, 2.0])),
+        (lambda: pipedream_partition([1.0], [1.0], [1.0], [Level(2, 1e9)], memory=DeviceMemoryLimit(10.0, [1.0, 2.0])),
          "memory.activation_bytes has 2 entries"),
         (lambda: pipedream_partition([1.0, 1.0], [1.0, 1.0], [8.0, 8.0], [Level(2, 1e9)],
-                                     memory=MemoryLimit(10.0, [3.0, 3.0])),
+                                     memory=DeviceMemoryLimit(10.0, [3.0, 3.0])),
          "fits memory.device_bytes=10 .*more devices.*smaller micro-batches"),
     ],
 )

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipetrain.errors import UserError
-from pipetrain.plan.partition import balanced_partition
 from pipetrain.plan.plan import Method, Plan, Prediction, StagePlan, equal_sizes, ranges
+from pipetrain.planners.partition import balanced_partition
 
 
 def two_stage_plan(sizes: tuple[int, ...] = (3, 3, 2), batch: int = 8) -> Plan:

@@ -7,7 +7,9 @@ import pytest
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
-from pipetrain.plan.planner import candidate_counts, plan_equal
+from pipetrain.planners.balanced import plan_balanced
+from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
+from pipetrain.planners.counts import candidate_counts
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from tests.conftest import flat_profile
@@ -75,8 +77,10 @@ def test_planner_picks_more_microbatches_when_cost_is_per_sample() -> None:
     """With cost proportional to samples and no overhead, more micro-batches shrink the bubble."""
     profile = flat_profile(4, 1.0, 2.0, per_sample=True)
     cost = CostModel(profile, Cluster.local(2, link=FREE))
-    plan, candidates = plan_equal(model="synthetic", fingerprint="", layer_names=["l0", "l1", "l2", "l3"],
-                                  cost=cost, method=Method.GPIPE, n_stages=2, batch_size=16)
+    problem = PlanningProblem(ModelRef.synthetic(["l0", "l1", "l2", "l3"]), cost, batch_size=16,
+                              constraints=Constraints(method=Method.GPIPE, n_stages=2))
+    result = plan_balanced(problem)
+    plan, candidates = result.plan, list(result.candidates)
     assert len(plan.stages[0].forward_sizes) == 16
     assert plan.stages[0].layers == ("l0", "l1")
     assert plan.prediction is not None
@@ -86,8 +90,9 @@ def test_planner_picks_more_microbatches_when_cost_is_per_sample() -> None:
 def test_planner_picks_one_microbatch_when_overhead_dominates() -> None:
     profile = flat_profile(2, 1.0, 2.0)  # constant cost per micro-batch, whatever its size
     cost = CostModel(profile, Cluster.local(2, link=FREE))
-    plan, _ = plan_equal(model="synthetic", fingerprint="", layer_names=["l0", "l1"], cost=cost,
-                         method=Method.GPIPE, n_stages=2, batch_size=8)
+    problem = PlanningProblem(ModelRef.synthetic(["l0", "l1"]), cost, batch_size=8,
+                              constraints=Constraints(method=Method.GPIPE, n_stages=2))
+    plan = plan_balanced(problem).plan
     assert plan.stages[0].forward_sizes == (8,)
 
 

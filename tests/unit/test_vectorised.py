@@ -8,8 +8,8 @@ import pytest
 
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
-from pipetrain.plan.microbatch.encoding import cuts_to_partition, partition_to_cuts
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.planners.microbatch.encoding import cuts_to_partition, partition_to_cuts
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipetrain.plan.microbatch.encoding import cuts_to_partition, equal_seeds
-from pipetrain.plan.microbatch.result import MicrobatchPlan, check_caps
+from pipetrain.planners.microbatch.encoding import cuts_to_partition, equal_seeds
+from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
 from pipetrain.simulate.vectorised import StageTables, iteration_times
 
 __all__ = ["best_equal"]

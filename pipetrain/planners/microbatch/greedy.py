@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from pipetrain.plan.microbatch.result import MicrobatchPlan, check_caps, evaluate
+from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps, evaluate
 from pipetrain.simulate.vectorised import StageTables
 
 __all__ = ["chunk_sizes", "local_greedy", "saturation_point"]

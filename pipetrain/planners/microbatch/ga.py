@@ -44,8 +44,8 @@ from typing import Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from pipetrain.plan.microbatch.encoding import BoolArray, cap_cuts, cuts_to_partition, equal_seeds
-from pipetrain.plan.microbatch.result import MicrobatchPlan, check_caps
+from pipetrain.planners.microbatch.encoding import BoolArray, cap_cuts, cuts_to_partition, equal_seeds
+from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times

@@ -17,7 +17,7 @@ throughput like one more stage rather than adding to one.
 
 Exact, O(L² · S) time (each row is one ``[L+1, L+1]`` array operation), O(L² + L · S) memory. Ties go to
 the earliest cut, so the result is deterministic. Pure numerics: numpy arrays in, layer counts out;
-:mod:`pipetrain.plan.bapipe` builds the arrays from a CostModel.
+:mod:`pipetrain.planners.bapipe` builds the arrays from a CostModel.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import numpy as np
 
 from pipetrain.errors import UserError
 
-__all__ = ["HeteroPartition", "MemoryLimit", "hetero_partition"]
+__all__ = ["HeteroPartition", "StageMemoryLimits", "hetero_partition"]
 
 # (s, j) -> seconds that position s >= 1 pays when the cut before it falls after j layers.
 CommFn = Callable[[int, int], float]
 
 
 @dataclass(frozen=True)
-class MemoryLimit:
+class StageMemoryLimits:
     """Per-stage memory feasibility: a stage fits if ``state + in_flight · saved <= limit``.
 
     Attributes:
@@ -66,7 +66,7 @@ class HeteroPartition:
 def hetero_partition(
     costs_s: np.ndarray,
     comm_s: np.ndarray | CommFn | None = None,
-    memory: MemoryLimit | None = None,
+    memory: StageMemoryLimits | None = None,
     *,
     overlap: bool = False,
 ) -> HeteroPartition | None:
@@ -139,7 +139,7 @@ def _comm_array(comm_s: np.ndarray | CommFn | None, n_stages: int, n_layers: int
     return padded
 
 
-def _fits(memory: MemoryLimit, s: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _fits(memory: StageMemoryLimits, s: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """``[L+1, L+1]`` booleans: whether layers ``start..end-1`` fit the device at position ``s``."""
     state = np.concatenate([[0.0], np.cumsum(np.asarray(memory.state_bytes, dtype=float))])
     saved = np.concatenate([[0.0], np.cumsum(np.asarray(memory.saved_bytes, dtype=float))])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pipetrain.plan.microbatch.encoding import Partition, partition_to_cuts
+from pipetrain.planners.microbatch.encoding import Partition, partition_to_cuts
 from pipetrain.simulate.vectorised import StageTables, iteration_times
 
 __all__ = ["MicrobatchPlan", "check_caps", "evaluate"]

@@ -73,7 +73,7 @@ import numpy.typing as npt
 
 from pipetrain.errors import UserError
 
-__all__ = ["DPResult", "DPStage", "Level", "MemoryLimit", "pipedream_partition"]
+__all__ = ["DPResult", "DPStage", "DeviceMemoryLimit", "Level", "pipedream_partition"]
 
 Array = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.intp]
@@ -105,7 +105,7 @@ class Level:
 
 
 @dataclass(frozen=True)
-class MemoryLimit:
+class DeviceMemoryLimit:
     """Per-device memory check: ``state_copies * params + in_flight * saved <= device_bytes``.
 
     Attributes:
@@ -121,9 +121,9 @@ class MemoryLimit:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.device_bytes) and self.device_bytes > 0):
-            raise UserError(f"MemoryLimit.device_bytes={self.device_bytes}: give the positive bytes of one device")
+            raise UserError(f"DeviceMemoryLimit.device_bytes={self.device_bytes}: give one device's bytes (> 0)")
         if not (math.isfinite(self.state_copies) and self.state_copies >= 0):
-            raise UserError(f"MemoryLimit.state_copies={self.state_copies}: give a count >= 0 (4 for Adam)")
+            raise UserError(f"DeviceMemoryLimit.state_copies={self.state_copies}: give a count >= 0 (4 for Adam)")
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class _Costs:
     inner_devices: int  # devices in one component of this level
     sync_scale: float
     synchronous: bool
-    memory: MemoryLimit | None
+    memory: DeviceMemoryLimit | None
     straight: bool
     extra_devices: int  # devices after this level's span, per replica of it (for stashes)
     sub_grid: Ints  # [G] the extra devices the level below was solved for
@@ -407,7 +407,7 @@ def _per_layer(name: str, values: Sequence[float], n_layers: int) -> Array:
     return array
 
 
-def _stash_grids(levels: Sequence[Level], memory: MemoryLimit | None) -> list[Ints]:
+def _stash_grids(levels: Sequence[Level], memory: DeviceMemoryLimit | None) -> list[Ints]:
     """Per level, the extra devices after a span (per replica) its tables are solved for.
 
     The top sees none. Below a level with ``M`` components of ``n`` devices and at most ``X`` extra,
@@ -429,7 +429,7 @@ def _stash_grids(levels: Sequence[Level], memory: MemoryLimit | None) -> list[In
 
 def _tables(
     compute_s: Array, output_bytes: Array, parameter_bytes: Array, levels: Sequence[Level], *,
-    sync_scale: float, synchronous: bool, memory: MemoryLimit | None, straight: bool,
+    sync_scale: float, synchronous: bool, memory: DeviceMemoryLimit | None, straight: bool,
 ) -> list[list[_Costs]]:
     """Every level's costs, bottom-up, one per stash grid point; each level's compute is the level
     below's best time over every span (PAPERS.md §2.4, hierarchy)."""
@@ -456,7 +456,7 @@ def _tables(
     return tables
 
 
-def _out_of_memory(memory: MemoryLimit, parameter_bytes: Array, levels: Sequence[Level]) -> UserError:
+def _out_of_memory(memory: DeviceMemoryLimit, parameter_bytes: Array, levels: Sequence[Level]) -> UserError:
     """The error for a model that fits nowhere, naming the largest single-layer need."""
     alone_bytes = memory.state_copies * parameter_bytes + np.asarray(memory.activation_bytes, dtype=np.float64)
     worst = int(np.argmax(alone_bytes))
@@ -476,7 +476,7 @@ def pipedream_partition(
     sync_scale: float = 1.0,
     synchronous: bool = False,
     straight: bool = False,
-    memory: MemoryLimit | None = None,
+    memory: DeviceMemoryLimit | None = None,
 ) -> DPResult:
     """PipeDream's hierarchical partition of a layer chain (module docstring; PAPERS.md §2.3-§2.4).
 

@@ -4,8 +4,8 @@ Planner ``1f1b-ga`` (pipetrain's extension) returns a ``1f1b`` plan instead: per
 micro-batches, the same for forward and backward, under the 1F1B order.
 
 The stages (layers, ranks), batch and recompute flag come from a base plan, e.g. the equal planner's
-(:func:`pipetrain.plan.planner.plan_equal`); only the per-stage size vectors change. The chosen plan
-is simulated once by the event simulator to fill its :class:`~pipetrain.plan.plan.Prediction`.
+(:func:`pipetrain.planners.balanced.plan_balanced`); only the per-stage size vectors change. The chosen plan
+is scored once (:func:`~pipetrain.planners.score.score`) to fill its :class:`~pipetrain.plan.plan.Prediction`.
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ from dataclasses import replace
 from typing import Literal
 
 from pipetrain.cost import CostModel
-from pipetrain.plan.microbatch.dp import global_dp
-from pipetrain.plan.microbatch.equal import best_equal
-from pipetrain.plan.microbatch.ga import GAConfig, OnGeneration, dgap, one_f_one_b_ga, single_chromosome, tidgap
-from pipetrain.plan.microbatch.greedy import local_greedy
-from pipetrain.plan.microbatch.result import MicrobatchPlan
-from pipetrain.plan.plan import Method, Plan, Prediction
-from pipetrain.schedule.generators import build_schedule
-from pipetrain.simulate.events import simulate
+from pipetrain.plan.plan import Method, Plan
+from pipetrain.planners.microbatch.dp import global_dp
+from pipetrain.planners.microbatch.equal import best_equal
+from pipetrain.planners.microbatch.ga import GAConfig, OnGeneration, dgap, one_f_one_b_ga, single_chromosome, tidgap
+from pipetrain.planners.microbatch.greedy import local_greedy
+from pipetrain.planners.microbatch.result import MicrobatchPlan
+from pipetrain.planners.score import score
 from pipetrain.simulate.vectorised import StageTables
 
-__all__ = ["GA_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_planner", "with_sizes"]
+__all__ = ["GA_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_microbatch_planner", "with_sizes"]
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ GA_PLANNERS: tuple[PlannerName, ...] = ("dgap", "tidgap", "single", "1f1b-ga")
 """The planners that are genetic algorithms: they take a seed, a GAConfig and ``on_generation``."""
 
 
-def run_planner(
+def run_microbatch_planner(
     name: PlannerName,
     tables: StageTables,
     *,
@@ -89,11 +88,11 @@ def plan_uedp(
     Args:
         base: a chain plan with one rank per stage; its sizes and method are replaced.
         cost: the cost model (tables are built as :meth:`StageTables.from_plan`).
-        planner: which planner (see :func:`run_planner`).
+        planner: which planner (see :func:`run_microbatch_planner`).
         seed: GA seed.
         config: GA hyperparameters.
         caps: per stage, the largest micro-batch allowed (a memory limit, e.g.
-            :func:`~pipetrain.plan.microbatch.caps.microbatch_caps`); None for no cap, on a stage
+            :func:`~pipetrain.planners.microbatch.caps.microbatch_caps`); None for no cap, on a stage
             or on all.
         on_generation: GA progress callback ``(generation, best_s)``.
 
@@ -106,12 +105,8 @@ def plan_uedp(
     limits = None if caps is None or all(c is None for c in caps) else [
         base.batch_size if c is None else c for c in caps
     ]
-    result = run_planner(planner, tables, seed=seed, config=config, caps=limits, on_generation=on_generation)
-    plan = with_sizes(base, result)
-    timeline = simulate(build_schedule(plan), plan, cost)
-    log.debug("%s predicted %.9f s, event simulator %.9f s", result.planner, result.iteration_s, timeline.iteration_s)
-    return plan.with_prediction(Prediction(
-        timeline.iteration_s, timeline.bubble_fraction(), timeline.peak_activation_bytes,
-        f"{result.planner}{f' (seed {seed})' if planner in GA_PLANNERS else ''}, simulated: "
-        f"profile {cost.profile.source} ({cost.profile.device}), cluster {cost.cluster.name}",
-    ))
+    result = run_microbatch_planner(planner, tables, seed=seed, config=config, caps=limits, on_generation=on_generation)
+    label = f"{result.planner}{f' (seed {seed})' if planner in GA_PLANNERS else ''}"
+    scored = score(with_sizes(base, result), cost, label=label)
+    log.debug("%s predicted %.9f s, event simulator %.9f s", result.planner, result.iteration_s, scored.iteration_s)
+    return scored.plan

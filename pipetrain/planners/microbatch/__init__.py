@@ -15,16 +15,9 @@ size) and return a :class:`MicrobatchPlan`; :func:`plan_uedp` turns one into a `
 :func:`microbatch_caps` bounds each stage's micro-batch by its device's memory (PAPERS.md §1.12).
 """
 
-from pipetrain.plan.microbatch.caps import (
-    SGD_STATE_COPIES,
-    device_memory,
-    fits_without_recompute,
-    memory_need,
-    microbatch_caps,
-    overflows,
-)
-from pipetrain.plan.microbatch.dp import global_dp
-from pipetrain.plan.microbatch.encoding import (
+from pipetrain.planners.microbatch.caps import fits_without_recompute, microbatch_caps
+from pipetrain.planners.microbatch.dp import global_dp
+from pipetrain.planners.microbatch.encoding import (
     Partition,
     cap_cuts,
     cuts_to_partition,
@@ -33,17 +26,32 @@ from pipetrain.plan.microbatch.encoding import (
     partition_to_cuts,
     sizes_to_cuts,
 )
-from pipetrain.plan.microbatch.equal import best_equal
-from pipetrain.plan.microbatch.ga import GAConfig, GAState, ask, dgap, ga, init_state, single_chromosome, tell, tidgap
-from pipetrain.plan.microbatch.greedy import local_greedy, saturation_point
-from pipetrain.plan.microbatch.result import MicrobatchPlan
-from pipetrain.plan.microbatch.uedp import GA_PLANNERS, PLANNER_NAMES, PlannerName, plan_uedp, run_planner
+from pipetrain.planners.microbatch.equal import best_equal
+from pipetrain.planners.microbatch.ga import (
+    GAConfig,
+    GAState,
+    ask,
+    dgap,
+    ga,
+    init_state,
+    single_chromosome,
+    tell,
+    tidgap,
+)
+from pipetrain.planners.microbatch.greedy import local_greedy, saturation_point
+from pipetrain.planners.microbatch.result import MicrobatchPlan
+from pipetrain.planners.microbatch.uedp import (
+    GA_PLANNERS,
+    PLANNER_NAMES,
+    PlannerName,
+    plan_uedp,
+    run_microbatch_planner,
+)
 from pipetrain.simulate.vectorised import StageTables
 
 __all__ = [
     "GA_PLANNERS",
     "PLANNER_NAMES",
-    "SGD_STATE_COPIES",
     "GAConfig",
     "GAState",
     "MicrobatchPlan",
@@ -55,7 +63,6 @@ __all__ = [
     "cap_cuts",
     "cuts_to_partition",
     "cuts_to_sizes",
-    "device_memory",
     "dgap",
     "equal_seeds",
     "fits_without_recompute",
@@ -63,12 +70,10 @@ __all__ = [
     "global_dp",
     "init_state",
     "local_greedy",
-    "memory_need",
     "microbatch_caps",
-    "overflows",
     "partition_to_cuts",
     "plan_uedp",
-    "run_planner",
+    "run_microbatch_planner",
     "saturation_point",
     "single_chromosome",
     "sizes_to_cuts",

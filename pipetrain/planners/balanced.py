@@ -1,0 +1,77 @@
+"""The ``balanced`` planner: equal-micro-batch pipelines (GPipe, 1F1B), one stage per device.
+
+    result = plan_balanced(PlanningProblem(ModelRef.of(graph), cost, batch_size=64))
+    result.plan, result.candidates       # the fastest, and every (method, count) simulated
+
+For each method and candidate micro-batch count ``m`` the planner cuts the layers into stages by an
+exact min–max partition of per-layer forward + backward time *at that micro-batch size* (a stage's
+cost curve depends on the size, PAPERS.md §1.3), builds the schedule, simulates it
+(:func:`~pipetrain.planners.score.score`) and keeps the fastest. Candidates: every ``m`` up to 64
+plus powers of two up to the batch (:func:`~pipetrain.planners.counts.candidate_counts`). Ties go
+to less activation memory, then fewer micro-batches (:func:`~pipetrain.planners.contract.rank_key`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
+from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
+from pipetrain.planners.counts import candidate_counts
+from pipetrain.planners.partition import balanced_partition
+from pipetrain.planners.score import score
+
+__all__ = ["BALANCED_METHODS", "balanced_candidates", "build_balanced_plan", "plan_balanced"]
+
+log = logging.getLogger(__name__)
+
+BALANCED_METHODS = (Method.GPIPE, Method.ONE_F_ONE_B)
+"""The schedules the balanced planner searches."""
+
+
+def build_balanced_plan(model: ModelRef, cost: CostModel, *, method: Method, n_stages: int, batch_size: int,
+                        n_micro: int) -> Plan:
+    """The balanced plan with ``n_micro`` equal micro-batches, stage ``k`` on rank ``k`` (no simulation)."""
+    if n_stages > cost.cluster.n_devices:
+        raise UserError(
+            f"{n_stages} stages need {n_stages} ranks but the cluster has {cost.cluster.n_devices}; "
+            "use fewer stages or more ranks"
+        )
+    sizes = equal_sizes(batch_size, n_micro)
+    b = max(sizes)
+    counts = balanced_partition([cost.layer_work_s(name, b, 0) for name in model.layer_names], n_stages)
+    stages, first = [], 0
+    for k, count in enumerate(counts):
+        stages.append(StagePlan(model.layer_names[first:first + count], (k,), sizes, sizes))
+        first += count
+    return Plan(model.name, model.fingerprint, batch_size, method, tuple(stages))
+
+
+def balanced_candidates(problem: PlanningProblem, method: Method) -> list[Candidate]:
+    """Every simulated balanced plan of ``method`` (one per micro-batch count), fastest first."""
+    c = problem.constraints
+    n_stages = c.n_stages or min(problem.cost.cluster.n_devices, len(problem.layer_names))
+    options = [c.n_micro] if c.n_micro is not None else candidate_counts(problem.batch_size)
+    candidates = []
+    for m in options:
+        plan = build_balanced_plan(problem.model, problem.cost, method=method, n_stages=n_stages,
+                                   batch_size=problem.batch_size, n_micro=m)
+        candidates.append(score(plan, problem.cost))
+        log.debug("%s m=%d predicted %.6f s", method.value, m, candidates[-1].iteration_s)
+    return sorted(candidates, key=rank_key)
+
+
+def plan_balanced(problem: PlanningProblem) -> PlanningResult:
+    """The fastest balanced plan over the methods (``constraints.method``, default gpipe and 1f1b) and
+    micro-batch counts (``constraints.n_micro``, default: search), with every candidate."""
+    method = problem.constraints.method
+    if method is not None and method not in BALANCED_METHODS:
+        raise UserError(f"the balanced planner plans {', '.join(m.value for m in BALANCED_METHODS)}, not "
+                        f"method={method.value}; use a micro-batch planner (e.g. 'tidgap') for uedp")
+    candidates: list[Candidate] = []
+    for m in [method] if method is not None else BALANCED_METHODS:
+        candidates += balanced_candidates(problem, m)
+    candidates.sort(key=rank_key)
+    return PlanningResult("balanced", candidates[0].plan, problem.cost.cluster, tuple(candidates))

@@ -1,0 +1,178 @@
+"""The planners' one contract: a :class:`PlanningProblem` in, a :class:`PlanningResult` out.
+
+    problem = PlanningProblem(ModelRef.of(graph), CostModel(profile, cluster), batch_size=64,
+                              optimizer="adam", constraints=Constraints(n_stages=4))
+    result = run_planner("bapipe", problem)          # pipetrain.planners.registry
+    result.plan, result.cluster, result.candidates   # the winner, where it runs, what was scored
+
+Every planner of :data:`~pipetrain.planners.registry.PLANNERS` takes the same problem: the model
+as planners see it (layer names in order and the fingerprint, :class:`ModelRef`), the cost model
+(profiles and cluster), the batch, the optimizer whose state counts against memory, and the
+user's constraints (method, stage count, micro-batch count, a base plan's stages, the GA's seed
+and budget). It returns the chosen plan with its prediction, the cluster the plan's ranks index (a
+sub-cluster when the plan leaves devices idle) and every candidate it scored, fastest first, with
+a planner-specific ``report`` that :mod:`pipetrain.viz.plan_tables` knows how to show.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
+
+from pipetrain.cluster import Cluster
+from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
+from pipetrain.plan.memory import OptimizerName, check_optimizer
+from pipetrain.plan.plan import Method, Plan
+
+if TYPE_CHECKING:
+    from pipetrain.graph.layer_graph import LayerGraph
+    from pipetrain.planners.microbatch.ga import GAConfig
+
+__all__ = ["Candidate", "Constraints", "ModelRef", "PlanningProblem", "PlanningResult", "rank_key"]
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """The model as planners see it: its name, fingerprint and layers in order.
+
+    Attributes:
+        name: the model's name (goes into the plan; a zoo name lets ``train --plan`` rebuild it).
+        fingerprint: ``LayerGraph.fingerprint()``; empty for a synthetic problem.
+        layer_names: the layers ``L`` of them, in order.
+    """
+
+    name: str
+    fingerprint: str
+    layer_names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, graph: LayerGraph) -> ModelRef:
+        return cls(graph.name, graph.fingerprint(), tuple(graph.names))
+
+    @classmethod
+    def of_plan(cls, plan: Plan) -> ModelRef:
+        """The model a plan was made for, as far as the plan knows it (its stages' layers)."""
+        return cls(plan.model, plan.model_fingerprint, tuple(name for s in plan.stages for name in s.layers))
+
+    @classmethod
+    def synthetic(cls, layer_names: Sequence[str], name: str = "synthetic") -> ModelRef:
+        """A model known only by its layer names (tests, benchmarks on hand-made profiles)."""
+        return cls(name, "", tuple(layer_names))
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What the user fixed; None leaves the choice to the planner.
+
+    Attributes:
+        method: the schedule family (``balanced``: gpipe or 1f1b; None tries both).
+        n_stages: the stage count (``balanced``, ``bapipe``; default one stage per device).
+        n_micro: the equal micro-batch count (``balanced``; default: search).
+        base: a plan whose stages (layers, ranks) a micro-batch planner keeps; default the
+            ``balanced`` planner's best plan.
+        memory_cap: keep each stage's micro-batches within its device's memory (micro-batch planners).
+        seed: the genetic algorithms' seed.
+        ga: the genetic algorithms' budget (population, generations).
+    """
+
+    method: Method | None = None
+    n_stages: int | None = None
+    n_micro: int | None = None
+    base: Plan | None = None
+    memory_cap: bool = True
+    seed: int = 0
+    ga: GAConfig | None = None
+
+    def given(self) -> tuple[str, ...]:
+        """The names of the constraints set away from their defaults."""
+        defaults = Constraints()
+        return tuple(f.name for f in fields(self) if getattr(self, f.name) != getattr(defaults, f.name))
+
+
+@dataclass(frozen=True)
+class PlanningProblem:
+    """One planning problem.
+
+    Attributes:
+        model: layers and fingerprint (:meth:`ModelRef.of` a LayerGraph).
+        cost: profiles (one per device kind for mixed clusters) and the cluster.
+        batch_size: samples per mini-batch ``B``.
+        optimizer: whose state counts against device memory (:func:`~pipetrain.plan.memory.parameter_copies`).
+        constraints: what the user fixed.
+        progress: show progress bars on stderr.
+    """
+
+    model: ModelRef
+    cost: CostModel
+    batch_size: int
+    optimizer: OptimizerName = "sgd"
+    constraints: Constraints = field(default_factory=Constraints)
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise UserError(f"batch_size is {self.batch_size}; it must be at least 1")
+        if not self.model.layer_names:
+            raise UserError(f"model {self.model.name!r} has no layers to plan")
+        check_optimizer(self.optimizer)
+
+    @property
+    def layer_names(self) -> tuple[str, ...]:
+        return self.model.layer_names
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One scored option.
+
+    Attributes:
+        plan: the plan, with its :class:`~pipetrain.plan.plan.Prediction`.
+        iteration_s: its predicted iteration time (inf when it has none).
+        cluster: the cluster its ranks index; None: the problem's.
+        label: what the planner calls it (e.g. ``"pipedream 15-1"``, a planner's name for ``auto``).
+        infeasible: why it cannot run (over memory...); empty when it can.
+    """
+
+    plan: Plan
+    iteration_s: float
+    cluster: Cluster | None = None
+    label: str = ""
+    infeasible: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return not self.infeasible
+
+
+def rank_key(c: Candidate) -> tuple[bool, float, int, int]:
+    """Feasible first, then fastest; among equally fast plans (to 3 significant digits), less
+    activation memory, then fewer micro-batches: GPipe and 1F1B often tie in time, and 1F1B holds
+    fewer activations."""
+    peak = max(c.plan.prediction.peak_memory_bytes, default=0) if c.plan.prediction else 0
+    finite = math.isfinite(c.iteration_s) and c.iteration_s > 0
+    digits = 3 - (math.floor(math.log10(c.iteration_s)) + 1 if finite else 0)
+    return (not c.feasible, round(c.iteration_s, digits) if finite else c.iteration_s, peak,
+            len(c.plan.stages[0].forward_sizes))
+
+
+@dataclass(frozen=True)
+class PlanningResult:
+    """A planner's answer.
+
+    Attributes:
+        planner: the registry name of the planner that produced it.
+        plan: the chosen plan, with its prediction.
+        cluster: the cluster ``plan``'s ranks index (a sub-cluster when it leaves devices idle).
+        candidates: every candidate scored, feasible ones fastest first (:func:`rank_key`).
+        report: the planner's own account (e.g. BaPipe's exploration, ``auto``'s per-planner
+            outcomes), shown by :func:`pipetrain.viz.plan_tables.result_tables`; None for none.
+    """
+
+    planner: str
+    plan: Plan
+    cluster: Cluster
+    candidates: tuple[Candidate, ...]
+    report: object | None = None

@@ -1,0 +1,183 @@
+"""PipeDream planner: the hierarchical DP's stages and replicas as a synchronous plan, simulated.
+
+PAPERS.md §2.3–2.4 (Narayanan et al., SOSP'19)::
+
+    cost = CostModel(profile, Cluster.homogeneous("v100", 4, 4, nvlink, ethernet))
+    result = plan_pipedream(PlanningProblem(ModelRef.of(graph), cost, batch_size=64))
+    result.plan, result.report.config     # e.g. "15-1": stage 0 on 15 ranks, stage 1 on one
+
+For each micro-batch count ``m`` (:func:`~pipetrain.planners.counts.thinned_counts`) the DP of
+:func:`~pipetrain.planners.partition.pipedream.pipedream_partition` cuts the layers and replicates
+stages on the cluster's two-level topology (devices in servers, servers in the cluster), with
+
+* ``compute_s[l]``: layer ``l``'s forward + backward seconds on a micro-batch of ``ceil(B / m)``
+  samples on the slowest device (PipeDream assumes identical workers; for mixed devices use the
+  ``bapipe`` planner);
+* ``sync_scale = 1 / m``: pipetrain's schedules are synchronous (PipeDream-Flush), so a replicated
+  stage all-reduces once per ``m`` micro-batches, not once per item as PipeDream's asynchronous
+  runtime does, and every replica pays the whole all-reduce (``synchronous``), not ``1/r`` of it;
+* the memory check with the problem's optimizer's
+  :func:`~pipetrain.plan.memory.parameter_copies` and the smallest device's memory.
+
+The DP's answer becomes a plan whose stage ``k`` runs on the DP's devices (replicas take
+micro-batches round-robin, :meth:`~pipetrain.plan.plan.Plan.replica_rank`), simulated under GPipe
+and 1F1B by the event simulator (:func:`~pipetrain.planners.score.score`), which also costs the fill
+and drain the DP's steady-state objective leaves out, and checked against the devices' memory. Plain
+data parallelism (one stage on every device) is simulated beside it at every count, since the steady
+state undersells it. The fastest feasible candidate wins. A plan that leaves devices idle runs on
+the sub-cluster of the devices it uses (ranks ``0..R-1``, as :meth:`Plan.validate` needs). Cost: per
+count, one DP (see its module for the complexity) plus four event simulations."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pipetrain.cluster import Cluster
+from pipetrain.errors import UserError
+from pipetrain.plan.memory import parameter_copies
+from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult, rank_key
+from pipetrain.planners.counts import thinned_counts
+from pipetrain.planners.device_orders import placed_cluster
+from pipetrain.planners.partition.pipedream import DeviceMemoryLimit, DPResult, DPStage, Level, pipedream_partition
+from pipetrain.planners.score import memory_checked, score
+
+__all__ = ["PipeDreamReport", "plan_pipedream", "topology"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PipeDreamReport:
+    """PipeDream's own account of its answer.
+
+    Attributes:
+        config: PipeDream's notation of the chosen replication, e.g. ``"15-1"``.
+        skipped: ``(micro-batch count, why)`` for options with no runnable plan.
+    """
+
+    config: str
+    skipped: tuple[tuple[int, str], ...]
+
+
+def topology(cluster: Cluster) -> list[Level]:
+    """The cluster as PipeDream's levels, bottom-up: devices in a server over the intra-node link,
+    servers over the inter-node link. Devices must be numbered server by server with the same count
+    in each; otherwise one flat level over the (slower) inter-node link, a conservative view."""
+    nodes = [d.node for d in cluster.devices]
+    per_node = Counter(nodes)
+    sizes = set(per_node.values())
+    contiguous = nodes == sorted(nodes)
+    intra, inter = cluster.intra_node, cluster.inter_node
+    if len(per_node) == 1:
+        return [Level(cluster.n_devices, intra.bandwidth_bytes_per_s, intra.latency_s)]
+    if len(sizes) == 1 and contiguous:
+        return [Level(sizes.pop(), intra.bandwidth_bytes_per_s, intra.latency_s),
+                Level(len(per_node), inter.bandwidth_bytes_per_s, inter.latency_s)]
+    return [Level(cluster.n_devices, inter.bandwidth_bytes_per_s, inter.latency_s)]
+
+
+def _partition(problem: PlanningProblem, n_micro: int, straight: bool) -> DPResult:
+    b = max(equal_sizes(problem.batch_size, n_micro))
+    cost, names = problem.cost, problem.layer_names
+    cluster = cost.cluster
+    slowest = min(range(cluster.n_devices), key=lambda r: (cluster.devices[r].speed, r))
+    memory = DeviceMemoryLimit(min(d.memory_bytes for d in cluster.devices),
+                               [cost.saved_bytes((n,), b) for n in names], parameter_copies(problem.optimizer))
+    return pipedream_partition(
+        [cost.layer_work_s(n, b, slowest) for n in names], [cost.output_bytes((n,), b) for n in names],
+        [cost.parameter_bytes((n,)) for n in names], topology(cluster),
+        sync_scale=1.0 / n_micro, synchronous=True, straight=straight, memory=memory,
+    )
+
+
+def _plan(problem: PlanningProblem, n_micro: int, method: Method, dp: DPResult) -> tuple[Plan, Cluster]:
+    devices = [d for stage in dp.stages for d in stage.devices]
+    sub, ranks = placed_cluster(problem.cost.cluster, devices)
+    sizes = equal_sizes(problem.batch_size, n_micro)
+    names, stages, at = problem.layer_names, [], 0
+    for stage in dp.stages:
+        stages.append(StagePlan(names[stage.first:stage.end], tuple(ranks[at:at + stage.replicas]), sizes, sizes))
+        at += stage.replicas
+    model = problem.model
+    return Plan(model.name, model.fingerprint, problem.batch_size, method, tuple(stages)), sub
+
+
+def _options(problem: PlanningProblem, dp: DPResult, n_micro: int) -> list[DPResult]:
+    """The DP's answer and, when it differs and there are enough micro-batches, plain data
+    parallelism (one stage on every device), which the DP's steady state may undersell."""
+    devices = problem.cost.cluster.n_devices
+    if dp.config == str(devices) or n_micro < devices:
+        return [dp]
+    everywhere = DPStage(0, len(problem.layer_names), devices, tuple(range(devices)))
+    return [dp, DPResult((everywhere,), math.nan, str(devices))]
+
+
+def _candidates_at(problem: PlanningProblem, n_micro: int, methods: Sequence[Method], straight: bool,
+                   skipped: list[tuple[int, str]]) -> list[Candidate]:
+    """The scored, memory-checked plans at one micro-batch count; reasons for the rest in ``skipped``."""
+    try:
+        dp = _partition(problem, n_micro, straight)
+    except UserError as e:
+        skipped.append((n_micro, str(e)))
+        return []
+    found = []
+    for option, method in itertools.product(_options(problem, dp, n_micro), methods):
+        if max(s.replicas for s in option.stages) > n_micro:
+            skipped.append((n_micro, f"config {option.config} replicates a stage more times than there are "
+                                     "micro-batches"))
+            continue
+        plan, cluster = _plan(problem, n_micro, method, option)
+        sub_cost = problem.cost.on(cluster)
+        candidate = memory_checked(score(plan, sub_cost, label=f"pipedream {option.config}"), sub_cost,
+                                   problem.optimizer)
+        if not candidate.feasible:
+            skipped.append((n_micro, f"{method.value}: {candidate.infeasible}"))
+            continue
+        found.append(candidate)
+    return found
+
+
+def plan_pipedream(
+    problem: PlanningProblem,
+    *,
+    methods: Sequence[Method] = (Method.GPIPE, Method.ONE_F_ONE_B),
+    counts: Iterable[int] | None = None,
+    straight: bool = False,
+) -> PlanningResult:
+    """The fastest feasible plan from PipeDream's DP over micro-batch counts and methods.
+
+    Args:
+        problem: the model, cost model (two levels: intra- and inter-node links), batch and optimizer.
+        methods: the synchronous schedules to simulate each partition under.
+        counts: micro-batch counts to try; default :func:`~pipetrain.planners.counts.thinned_counts`.
+        straight: no replication (PipeDream's straight pipeline).
+
+    Returns:
+        The plan, its (sub-)cluster, every feasible candidate fastest first, and a
+        :class:`PipeDreamReport` (the chosen replication, the options skipped and why).
+
+    Raises:
+        UserError: no count gives a plan that fits the devices' memory (says what to change).
+    """
+    candidates: list[Candidate] = []
+    skipped: list[tuple[int, str]] = []
+    for m in counts if counts is not None else thinned_counts(problem.batch_size):
+        candidates += _candidates_at(problem, m, methods, straight, skipped)
+    if not candidates:
+        reasons = "; ".join(f"m={m}: {why}" for m, why in skipped[:3])
+        raise UserError(f"the pipedream planner found no plan that fits ({reasons}); use a smaller batch, more "
+                        "devices or devices with more memory")
+    candidates.sort(key=rank_key)
+    best = candidates[0]
+    assert best.cluster is not None
+    config = best.label.removeprefix("pipedream ")
+    log.info("pipedream: chose %s, %s, %d micro-batches: %.6f s", config, best.plan.method.value,
+             len(best.plan.stages[0].forward_sizes), best.iteration_s)
+    return PlanningResult("pipedream", best.plan, best.cluster, tuple(candidates),
+                          PipeDreamReport(config, tuple(skipped)))

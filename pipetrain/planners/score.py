@@ -1,0 +1,64 @@
+"""One way to score a plan: build its schedule, simulate it, attach the prediction.
+
+    candidate = score(plan, cost, label="pipedream 15-1")
+    candidate.iteration_s, candidate.plan.prediction.bubble_fraction
+    candidate = memory_checked(candidate, cost, optimizer="adam")   # infeasible when over memory
+
+Every planner ranks its options with these, so a prediction means the same thing whichever planner
+made it: the event simulator's iteration time (:func:`pipetrain.simulate.events.simulate`) of the
+schedule :func:`~pipetrain.schedule.generators.build_schedule` makes from the plan, the schedule the
+runtime then executes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipetrain.cost import CostModel
+from pipetrain.plan.memory import OptimizerName
+from pipetrain.plan.plan import Plan, Prediction
+from pipetrain.planners.contract import Candidate
+from pipetrain.schedule.generators import build_schedule
+from pipetrain.simulate.events import simulate
+from pipetrain.simulate.memory import overflows
+
+__all__ = ["memory_checked", "over_memory", "profile_sources", "score"]
+
+_MIB = 2**20
+
+
+def profile_sources(cost: CostModel) -> str:
+    """Where the cost model's profiles came from: ``profile measured (cpu)``, or one per device kind."""
+    if len(cost.profiles) == 1:
+        (p,) = cost.profiles.values()
+        return f"profile {p.source} ({p.device})"
+    return "profiles " + ", ".join(f"{kind}: {p.source} ({p.device})" for kind, p in sorted(cost.profiles.items()))
+
+
+def score(plan: Plan, cost: CostModel, *, label: str = "") -> Candidate:
+    """The plan with its simulated :class:`~pipetrain.plan.plan.Prediction`, as a candidate.
+
+    Args:
+        plan: a valid plan whose ranks index ``cost.cluster``.
+        cost: profiles and the cluster the plan runs on.
+        label: what the planner calls this option; it heads the prediction's basis.
+    """
+    timeline = simulate(build_schedule(plan), plan, cost)
+    basis = f"{label + ', ' if label else ''}simulated: {profile_sources(cost)}, cluster {cost.cluster.name}"
+    prediction = Prediction(timeline.iteration_s, timeline.bubble_fraction(), timeline.peak_activation_bytes, basis)
+    return Candidate(plan.with_prediction(prediction), timeline.iteration_s, cost.cluster, label)
+
+
+def over_memory(plan: Plan, cost: CostModel, optimizer: OptimizerName = "sgd") -> str:
+    """Empty when every stage fits its device, else which stage does not and by how much."""
+    over = overflows(plan, cost, optimizer=optimizer)
+    if not over:
+        return ""
+    k, need, have = over[0]
+    return f"stage {k} needs {need / _MIB:.0f} MiB, its device has {have / _MIB:.0f} MiB"
+
+
+def memory_checked(candidate: Candidate, cost: CostModel, optimizer: OptimizerName = "sgd") -> Candidate:
+    """``candidate``, marked infeasible when some stage does not fit its device (:func:`over_memory`)."""
+    why = over_memory(candidate.plan, cost, optimizer)
+    return replace(candidate, infeasible=f"over memory: {why}") if why else candidate

@@ -1,0 +1,94 @@
+"""Micro-batch planners on a base plan's stages: UMPIPE's unequal micro-batches (PAPERS.md §1).
+
+    result = plan_unequal(problem, "tidgap")     # base: constraints.base, or the balanced planner's best
+    result.plan                                  # method uedp (1f1b for '1f1b-ga'), per-stage sizes
+    result.report.baselines                      # what to compare its speedup with
+
+The base plan fixes the stages (layers, ranks) and the batch; the planner
+(:data:`~pipetrain.planners.microbatch.PLANNER_NAMES`) chooses each stage's forward and backward
+micro-batch sizes. With ``constraints.memory_cap`` every stage's micro-batches stay within its
+device's memory (:func:`~pipetrain.planners.microbatch.caps.microbatch_caps`, under the problem's
+optimizer), and when some stage cannot keep all ``B`` samples' activations the plan recomputes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from pipetrain.errors import UserError
+from pipetrain.plan.plan import Plan
+from pipetrain.planners.balanced import plan_balanced
+from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult
+from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig, PlannerName, fits_without_recompute, microbatch_caps
+from pipetrain.planners.microbatch.uedp import plan_uedp
+from pipetrain.planners.progress import generation_bar
+from pipetrain.simulate.memory import overflows
+
+__all__ = ["UnequalReport", "plan_unequal"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UnequalReport:
+    """What a micro-batch planner's plan is measured against.
+
+    Attributes:
+        caps: per stage, the largest micro-batch memory allows (None: no cap); None without caps.
+        baselines: ``(label, plan)`` pairs: the base plan and, when that one overflows some device,
+            the best equal partition that fits (recomputing, within the caps).
+        base_candidates: the balanced planner's candidates the base was chosen from (empty when the
+            base was given).
+    """
+
+    caps: tuple[int | None, ...] | None
+    baselines: tuple[tuple[str, Plan], ...]
+    base_candidates: tuple[Candidate, ...]
+
+
+def _base(problem: PlanningProblem) -> tuple[Plan, tuple[Candidate, ...]]:
+    given = problem.constraints.base
+    if given is not None:
+        if given.n_ranks > problem.cost.cluster.n_devices:
+            raise UserError(f"the base plan uses {given.n_ranks} ranks but the cluster has "
+                            f"{problem.cost.cluster.n_devices}; give the cluster {given.n_ranks} devices")
+        fp = given.model_fingerprint
+        if any(p.fingerprint and fp and p.fingerprint != fp for p in problem.cost.profiles.values()):
+            raise UserError(f"the profile is of another model than the base plan's {given.model!r}; "
+                            "profile that model")
+        return given, ()
+    balanced = plan_balanced(replace(problem, constraints=replace(problem.constraints, method=None)))
+    return balanced.plan, balanced.candidates
+
+
+def _capped(problem: PlanningProblem, base: Plan) -> tuple[Plan, tuple[int | None, ...] | None]:
+    """The base (recomputing where some stage cannot keep all activations) and the memory caps."""
+    if not problem.constraints.memory_cap:
+        return base, None
+    caps = microbatch_caps(base, problem.cost, optimizer=problem.optimizer)
+    if not base.recompute and not all(fits_without_recompute(base, problem.cost, optimizer=problem.optimizer)):
+        log.info("some stage cannot hold all %d samples' activations: planning with recompute", problem.batch_size)
+        base = replace(base, recompute=True)
+    return base, caps
+
+
+def plan_unequal(problem: PlanningProblem, planner: PlannerName) -> PlanningResult:
+    """Run micro-batch planner ``planner`` on the base plan's stages (see the module docstring)."""
+    base, base_candidates = _base(problem)
+    start, caps = _capped(problem, replace(base, prediction=None))
+    c = problem.constraints
+    generations = (c.ga or GAConfig()).generations
+    with generation_bar(planner, generations, problem.progress and planner in GA_PLANNERS) as on_generation:
+        plan = plan_uedp(start, problem.cost, planner=planner, seed=c.seed, config=c.ga, caps=caps,
+                         on_generation=on_generation)
+    baselines: tuple[tuple[str, Plan], ...] = (("best equal plan", base),)
+    over = overflows(base, problem.cost, optimizer=problem.optimizer) if caps is not None else []
+    if over:
+        fitting = plan_uedp(start, problem.cost, planner="equal", caps=caps)
+        baselines = ((f"best equal plan, over memory on stage {over[0][0]}", base),
+                     ("best equal plan within memory", fitting))
+    assert plan.prediction is not None
+    candidate = Candidate(plan, plan.prediction.iteration_s, problem.cost.cluster, planner)
+    return PlanningResult(planner, plan, problem.cost.cluster, (candidate,),
+                          UnequalReport(caps, baselines, base_candidates))
