@@ -18,11 +18,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check pipetrain tests benchmarks
+	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipetrain tests benchmarks
+	$(VENV)/bin/lint-imports --no-logo
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -12,6 +12,21 @@ import torch
 from pipetrain.profile.table import LayerProfile, Profile
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite the golden files under tests/golden/ from the current code instead of comparing",
+    )
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    """Whether ``--update-golden`` was given: golden-file tests then write instead of compare."""
+    return bool(request.config.getoption("--update-golden"))
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     random.seed(0)

@@ -14,6 +14,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from pipetrain.data import check_source_name
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
@@ -67,7 +68,8 @@ class TrainConfig:
             one per stage over the stage's parameters.
         lr: learning rate.
         momentum: SGD momentum (ignored by Adam; ``"sgd-momentum"`` defaults it to 0.9).
-        data: ``"synthetic"`` (from the model's tensor specs) or ``"digits"`` (scikit-learn).
+        data: ``"synthetic"`` (from the model's tensor specs), ``"digits"`` (scikit-learn), ``"text"``
+            (bytes of ``pydoc_data.topics``) or ``"module.path:callable"`` (see :mod:`pipetrain.data`).
         seed: data seed; also seeds torch's global generator on every rank.
         timeout_s: a rank that fails or stops answering makes every rank stop within this time.
         threads_per_rank: ``torch.set_num_threads`` in each rank (and in ``reference_train``).
@@ -101,8 +103,7 @@ class TrainConfig:
             )
         if self.optimizer not in OPTIMIZER_NAMES:
             raise UserError(f"optimizer {self.optimizer!r} is unknown; use one of {', '.join(OPTIMIZER_NAMES)}")
-        if self.data not in ("synthetic", "digits"):
-            raise UserError(f"data {self.data!r} is unknown; use 'synthetic' or 'digits'")
+        check_source_name(self.data)
         if self.backend not in (None, "gloo", "nccl"):
             raise UserError(f"backend {self.backend!r} is unknown; use 'gloo' or 'nccl'")
         if self.lr <= 0 or self.momentum < 0:

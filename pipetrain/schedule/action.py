@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import Literal
 
 __all__ = ["COMM_KINDS", "COMPUTE_KINDS", "Action", "ActionKind"]
 
@@ -42,6 +43,12 @@ class ActionKind(str, Enum):
 COMPUTE_KINDS = frozenset({ActionKind.F, ActionKind.B, ActionKind.W})
 COMM_KINDS = frozenset({ActionKind.SEND_F, ActionKind.RECV_F, ActionKind.SEND_B, ActionKind.RECV_B})
 _SENDS = frozenset({ActionKind.SEND_F, ActionKind.SEND_B})
+_CHANNELS: dict[ActionKind, Literal["F", "B"]] = {
+    ActionKind.SEND_F: "F",
+    ActionKind.RECV_F: "F",
+    ActionKind.SEND_B: "B",
+    ActionKind.RECV_B: "B",
+}
 
 _PATTERN = re.compile(
     r"^(?P<stage>\d+)(?P<kind>SEND_F|RECV_F|SEND_B|RECV_B|STEP|F|B|W)"
@@ -93,6 +100,22 @@ class Action:
     @property
     def is_send(self) -> bool:
         return self.kind in _SENDS
+
+    @property
+    def channel(self) -> Literal["F", "B"]:
+        """Direction of a communication action's message: ``"F"`` for activations (SEND_F, RECV_F),
+        ``"B"`` for gradients (SEND_B, RECV_B).
+
+        A send and the receive that matches it have the same channel, so ``(src, dst, channel)``
+        names one in-order message queue between two ranks.
+
+        Raises:
+            ValueError: the action is not a communication action.
+        """
+        try:
+            return _CHANNELS[self.kind]
+        except KeyError:
+            raise ValueError(f"{self.kind.value} is not a communication action; it has no channel") from None
 
     def __str__(self) -> str:
         if self.kind is ActionKind.STEP:

@@ -149,7 +149,7 @@ def _check_channels(schedule: Schedule) -> None:
             continue
         if not 0 <= a.peer < schedule.n_ranks or a.peer == rank:
             raise _fail(schedule, rank, step, f"peer {a.peer} is not another rank of the schedule")
-        direction = a.kind.value[-1]
+        direction: str = a.channel
         key = (rank, a.peer, direction) if a.is_send else (a.peer, rank, direction)
         (sends if a.is_send else recvs)[key].append((step, a))
     for key in sends.keys() | recvs.keys():
@@ -177,12 +177,12 @@ def _dry_run(schedule: Schedule) -> None:
             while pos[rank] < len(program):
                 a = program[pos[rank]]
                 if a.peer is not None and not a.is_send:
-                    key = (a.peer, rank, a.kind.value[-1])
+                    key = (a.peer, rank, a.channel)
                     if received[key] >= sent[key]:
                         break
                     received[key] += 1
                 elif a.peer is not None:
-                    sent[(rank, a.peer, a.kind.value[-1])] += 1
+                    sent[(rank, a.peer, a.channel)] += 1
                 pos[rank] += 1
                 progress = True
     stuck = [r for r, p in enumerate(schedule.ranks) if pos[r] < len(p)]

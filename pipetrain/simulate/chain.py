@@ -66,6 +66,24 @@ def order_time(
     if not len(sequences) == len(forward_sizes) == len(backward_sizes) == n:
         raise ValueError(f"give an order and sizes for each of the {n} stages")
     g = [g_plain[k] if list(forward_sizes[k]) == list(backward_sizes[k]) else g_rc[k] for k in range(n)]
+    free = _play_out(sequences, forward_sizes, backward_sizes, (f, g, c_f, c_b))
+    return max(free[k] + float(tables.step_s[k]) for k in range(n))
+
+
+def _play_out(
+    sequences: Sequence[Sequence[tuple[bool, int]]],
+    forward_sizes: Sequence[Sequence[int]],
+    backward_sizes: Sequence[Sequence[int]],
+    rows: tuple[list[list[float]], ...],
+) -> list[float]:
+    """Play the orders out; ``rows``: per stage ``f``, ``g`` (the backward row it pays, with recompute
+    or not), ``cF``, ``cB`` by micro-batch size. Returns when each stage's last action ends.
+
+    Raises:
+        ValueError: the orders deadlock.
+    """
+    f, g, c_f, c_b = rows
+    n = len(sequences)
     ends = [(list(accumulate(x)), list(accumulate(y))) for x, y in zip(forward_sizes, backward_sizes, strict=True)]
     from_up, from_down = [_Inbox() for _ in range(n)], [_Inbox() for _ in range(n)]
     link_up, link_down = [_NEG_INF] * n, [_NEG_INF] * n
@@ -100,4 +118,4 @@ def order_time(
                 progressed = True
         if not progressed:
             raise ValueError(f"the orders deadlock at positions {pos}")
-    return max(free[k] + float(tables.step_s[k]) for k in range(n))
+    return free

@@ -110,10 +110,10 @@ class _Simulator:
             begin = max(self.now, self.link_free[link])
             end = begin + self.cost.transfer_s(self.message_bytes(rank, a), rank, a.peer)
             self.link_free[link] = end
-            self.arrivals[(rank, a.peer, a.kind.value[-1])].append(end)
+            self.arrivals[(rank, a.peer, a.channel)].append(end)
             self.events.append(Event(rank, a, begin, end))
         elif a.peer is not None:
-            queue = self.arrivals[(a.peer, rank, a.kind.value[-1])]
+            queue = self.arrivals[(a.peer, rank, a.channel)]
             if not queue or queue[0] > self.now:
                 self.wait_since.setdefault(rank, self.now)
                 return False
@@ -142,7 +142,7 @@ class _Simulator:
             a = self.schedule.ranks[rank][self.pos[rank]]
             if a.peer is None:  # a replica waiting at STEP: released when the last replica arrives
                 continue
-            queue = self.arrivals[(a.peer, rank, a.kind.value[-1])]
+            queue = self.arrivals[(a.peer, rank, a.channel)]
             if queue:
                 arrivals.append(queue[0])
         return min(ends + arrivals, default=math.inf)

@@ -80,11 +80,7 @@ def gantt_figure(
     Raises:
         ValueError: no timelines, or ``titles`` of another length.
     """
-    if not timelines:
-        raise ValueError("gantt_figure needs at least one timeline")
-    if titles is not None and len(titles) != len(timelines):
-        raise ValueError(f"got {len(titles)} titles for {len(timelines)} timelines; give one each")
-    names = list(titles) if titles is not None else [_default_title(t) for t in timelines]
+    names = _panel_titles(timelines, titles)
     heights = [_PANEL_EXTRA_IN + _ROW_IN * max(1, t.n_ranks) for t in timelines]
     fig = Figure(figsize=(width_in, 0.6 + sum(heights)), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
@@ -103,13 +99,7 @@ def gantt_figure(
         )
     axes[-1].set_xlim(start_s * scale, end_s * scale)
     axes[-1].set_xlabel(f"time ({unit})")
-    present = {e.action.kind for t in timelines for e in t.events}
-    handles = [
-        Patch(facecolor=color, edgecolor=_EDGE.get(kind, color), label=label)
-        for kind, (color, label) in _STYLE.items() if kind in present
-    ]
-    fig.legend(handles=handles, loc="outside upper center", ncols=max(1, len(handles)),
-               frameon=False, fontsize=8.5, handlelength=1.6, columnspacing=1.4)
+    _add_legend(fig, timelines)
     return fig
 
 
@@ -128,8 +118,32 @@ def save_gantt(
     write_atomic(path, buffer.getvalue())
 
 
+def _panel_titles(timelines: Sequence[Timeline], titles: Sequence[str] | None) -> list[str]:
+    """One title per timeline: ``titles``, or by default each timeline's kind and label.
+
+    Raises:
+        ValueError: no timelines, or ``titles`` of another length.
+    """
+    if not timelines:
+        raise ValueError("gantt_figure needs at least one timeline")
+    if titles is not None and len(titles) != len(timelines):
+        raise ValueError(f"got {len(titles)} titles for {len(timelines)} timelines; give one each")
+    return list(titles) if titles is not None else [_default_title(t) for t in timelines]
+
+
 def _default_title(timeline: Timeline) -> str:
     return timeline.kind + (f": {timeline.label}" if timeline.label else "")
+
+
+def _add_legend(fig: Figure, timelines: Sequence[Timeline]) -> None:
+    """One legend above the panels, with an entry for each kind of event the timelines hold."""
+    present = {e.action.kind for t in timelines for e in t.events}
+    handles = [
+        Patch(facecolor=color, edgecolor=_EDGE.get(kind, color), label=label)
+        for kind, (color, label) in _STYLE.items() if kind in present
+    ]
+    fig.legend(handles=handles, loc="outside upper center", ncols=max(1, len(handles)),
+               frameon=False, fontsize=8.5, handlelength=1.6, columnspacing=1.4)
 
 
 def _lane(kind: ActionKind) -> tuple[float, float]:

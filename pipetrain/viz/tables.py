@@ -99,32 +99,43 @@ def compare_table(
             "measurement; compare timelines of the same plan"
         )
     unit, scale = time_unit(max(predicted.iteration_s, measured.iteration_s))
-    table = Table(title=f"predicted vs measured{_suffix(measured.label)}", box=box.ROUNDED)
+    table = _comparison(f"predicted vs measured{_suffix(measured.label)}", unit)
+    rows = zip(predicted.summary(stage_of_rank), measured.summary(stage_of_rank), strict=True)
+    for pred, meas in rows:
+        table.add_row(*_comparison_cells(
+            str(pred.stage), (pred.busy_s, meas.busy_s), (pred.bubble_fraction, meas.bubble_fraction), scale))
+    table.add_section()
+    table.add_row(*_comparison_cells(
+        "iteration", (predicted.iteration_s, measured.iteration_s),
+        (predicted.bubble_fraction(), measured.bubble_fraction()), scale))
+    return _render(table, width)
+
+
+def _comparison(title: str, unit: str) -> Table:
+    """An empty predicted-against-measured table: its columns, times in ``unit``."""
+    table = Table(title=title, box=box.ROUNDED)
     table.add_column("stage", justify="right")
     for header in (f"busy pred ({unit})", f"busy meas ({unit})", "error %"):
         table.add_column(header, justify="right")
     table.add_column("bubble pred %", justify="right")
     table.add_column("bubble meas %", justify="right")
-    rows = zip(predicted.summary(stage_of_rank), measured.summary(stage_of_rank), strict=True)
-    for pred, meas in rows:
-        table.add_row(
-            str(pred.stage),
-            _num(pred.busy_s * scale),
-            _num(meas.busy_s * scale),
-            _percent(relative_error(pred.busy_s, meas.busy_s)),
-            f"{pred.bubble_fraction * 100:.1f}",
-            f"{meas.bubble_fraction * 100:.1f}",
-        )
-    table.add_section()
-    table.add_row(
-        "iteration",
-        _num(predicted.iteration_s * scale),
-        _num(measured.iteration_s * scale),
-        _percent(relative_error(predicted.iteration_s, measured.iteration_s)),
-        f"{predicted.bubble_fraction() * 100:.1f}",
-        f"{measured.bubble_fraction() * 100:.1f}",
+    return table
+
+
+def _comparison_cells(
+    label: str, seconds: tuple[float, float], bubbles: tuple[float, float], scale: float
+) -> tuple[str, ...]:
+    """One row of :func:`_comparison`: ``label``, the predicted and measured ``seconds`` times
+    ``scale``, the prediction's signed error, and the two ``bubbles`` (fractions) as percentages."""
+    (pred_s, meas_s), (pred_bubble, meas_bubble) = seconds, bubbles
+    return (
+        label,
+        _num(pred_s * scale),
+        _num(meas_s * scale),
+        _percent(relative_error(pred_s, meas_s)),
+        f"{pred_bubble * 100:.1f}",
+        f"{meas_bubble * 100:.1f}",
     )
-    return _render(table, width)
 
 
 def memory_table(

@@ -22,7 +22,7 @@ from ..gloo.models import chain_plan, mlp_graph
         ({"steps": 0}, "steps >= 1"),
         ({"steps": 2, "warmup_steps": 2}, "at least one step is timed"),
         ({"optimizer": "lamb"}, "use one of sgd, sgd-momentum, adam"),
-        ({"data": "imagenet"}, "'synthetic' or 'digits'"),
+        ({"data": "imagenet"}, "use digits, text, synthetic or module.path:callable"),
         ({"backend": "mpi"}, "'gloo' or 'nccl'"),
         ({"lr": 0.0}, "lr must be > 0"),
         ({"timeout_s": 0.0}, "timeout_s must be > 0"),
@@ -61,7 +61,7 @@ def test_digits_batches() -> None:
     x, y = make_batch(graph, 32, 0, 0, "digits")
     assert x.shape == (32, 64) and y.shape == (32,) and y.max() < 10
     assert abs(float(x.mean())) < 0.5
-    epoch_start, _ = make_batch(graph, 32, 1797 // 32, 0, "digits")  # first batch of epoch 1
+    epoch_start, _ = make_batch(graph, 32, 1437 // 32, 0, "digits")  # first batch of epoch 1 (1,437 train samples)
     assert not torch.equal(epoch_start, x)
     with pytest.raises(UserError, match="64 features"):
         make_batch(mlp_graph(), 4, 0, 0, "digits")

@@ -66,3 +66,19 @@ def test_grid_marks_cell() -> None:
     grid = schedule.grid(mark=(1, 1))
     assert ">>1STEP<<" in grid
     assert grid.splitlines()[0].split() == ["rank", "0", "rank", "1"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "channel"),
+    [(ActionKind.SEND_F, "F"), (ActionKind.RECV_F, "F"), (ActionKind.SEND_B, "B"), (ActionKind.RECV_B, "B")],
+)
+def test_channel_of_communication_actions(kind: ActionKind, channel: str) -> None:
+    assert Action(kind, 0, 0, 0, 4, peer=1).channel == channel
+
+
+@pytest.mark.parametrize("kind", [ActionKind.F, ActionKind.B, ActionKind.W])
+def test_channel_of_compute_action_raises(kind: ActionKind) -> None:
+    with pytest.raises(ValueError, match="not a communication action"):
+        _ = Action(kind, 0, 0, 0, 4).channel
+    with pytest.raises(ValueError, match="not a communication action"):
+        _ = Action(ActionKind.STEP, 0).channel

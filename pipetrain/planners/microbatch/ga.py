@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -50,9 +50,13 @@ from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
 
+if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11; annotations only, so 3.10 runs this module too
+
 __all__ = [
     "EvaluatorKind",
     "GAConfig",
+    "GAOptions",
     "GAState",
     "Mode",
     "OnGeneration",
@@ -367,51 +371,31 @@ def ga(
     )
 
 
-def tidgap(
-    tables: StageTables,
-    *,
-    seed: int = 0,
-    config: GAConfig | None = None,
-    caps: Sequence[int] | None = None,
-    on_generation: OnGeneration | None = None,
-) -> MicrobatchPlan:
+class GAOptions(TypedDict, total=False):
+    """The keyword arguments the named GA planners below pass on to :func:`ga` (meanings there)."""
+
+    seed: int
+    config: GAConfig | None
+    caps: Sequence[int] | None
+    on_generation: OnGeneration | None
+
+
+def tidgap(tables: StageTables, **options: Unpack[GAOptions]) -> MicrobatchPlan:
     """TiDGAP: the dual-chromosome GA on the vectorised evaluator (arguments as for :func:`ga`)."""
-    return ga(tables, seed=seed, config=config, caps=caps, on_generation=on_generation)
+    return ga(tables, mode="dual", evaluator="vectorised", **options)
 
 
-def dgap(
-    tables: StageTables,
-    *,
-    seed: int = 0,
-    config: GAConfig | None = None,
-    caps: Sequence[int] | None = None,
-    on_generation: OnGeneration | None = None,
-) -> MicrobatchPlan:
+def dgap(tables: StageTables, **options: Unpack[GAOptions]) -> MicrobatchPlan:
     """DGAP: the dual-chromosome GA timing one individual at a time (arguments as for :func:`ga`)."""
-    return ga(tables, seed=seed, config=config, evaluator="loop", caps=caps, on_generation=on_generation)
+    return ga(tables, mode="dual", evaluator="loop", **options)
 
 
-def single_chromosome(
-    tables: StageTables,
-    *,
-    seed: int = 0,
-    config: GAConfig | None = None,
-    caps: Sequence[int] | None = None,
-    on_generation: OnGeneration | None = None,
-) -> MicrobatchPlan:
+def single_chromosome(tables: StageTables, **options: Unpack[GAOptions]) -> MicrobatchPlan:
     """The single-chromosome ablation, backward partition = forward (arguments as for :func:`ga`)."""
-    return ga(tables, seed=seed, config=config, mode="single", caps=caps, on_generation=on_generation)
+    return ga(tables, mode="single", evaluator="vectorised", **options)
 
 
-def one_f_one_b_ga(
-    tables: StageTables,
-    *,
-    seed: int = 0,
-    config: GAConfig | None = None,
-    caps: Sequence[int] | None = None,
-    on_generation: OnGeneration | None = None,
-) -> MicrobatchPlan:
+def one_f_one_b_ga(tables: StageTables, **options: Unpack[GAOptions]) -> MicrobatchPlan:
     """Unequal micro-batches under the 1F1B order: per-stage partitions, forward = backward
     (arguments as for :func:`ga`)."""
-    return ga(tables, seed=seed, config=config, mode="single", evaluator="1f1b", caps=caps,
-              on_generation=on_generation)
+    return ga(tables, mode="single", evaluator="1f1b", **options)

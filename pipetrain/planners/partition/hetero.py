@@ -94,7 +94,18 @@ def hetero_partition(
     if costs.ndim != 2 or not 1 <= costs.shape[0] <= costs.shape[1]:
         raise UserError(f"per-device layer costs have shape {costs.shape}; give [S, L] with 1 <= S <= L")
     n_stages, n_layers = costs.shape
-    comm = _comm_array(comm_s, n_stages, n_layers)
+    best, cut = _bottleneck_table(costs, _comm_array(comm_s, n_stages, n_layers), memory, overlap=overlap)
+    if not np.isfinite(best[n_stages, n_layers]):
+        return None
+    return HeteroPartition(_read_back(cut), float(best[n_stages, n_layers]))
+
+
+def _bottleneck_table(
+    costs: np.ndarray, comm: np.ndarray, memory: StageMemoryLimits | None, *, overlap: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The DP of the module docstring, one row per position: ``best[s, l] = H[s][l]`` (``[S+1, L+1]``,
+    inf where nothing fits) and ``cut[s, l]``, the earliest minimising ``j``."""
+    n_stages, n_layers = costs.shape
     prefix = np.concatenate([np.zeros((n_stages, 1)), np.cumsum(costs, axis=1)], axis=1)
     # start[j, e], end[j, e]: a stage of layers j..e-1 (rows: the cut before it, columns: its end)
     start, end = np.meshgrid(np.arange(n_layers + 1), np.arange(n_layers + 1), indexing="ij")
@@ -113,14 +124,18 @@ def hetero_partition(
         value = np.maximum(best[s][:, None], segment)  # [start, end]
         cut[s + 1] = np.argmin(value, axis=0)  # the first minimum: the earliest cut
         best[s + 1] = value[cut[s + 1], np.arange(n_layers + 1)]
-    if not np.isfinite(best[n_stages, n_layers]):
-        return None
+    return best, cut
+
+
+def _read_back(cut: np.ndarray) -> tuple[int, ...]:
+    """Layer counts per position, read back from the last position's end through ``cut``."""
+    n_stages, n_layers = cut.shape[0] - 1, cut.shape[1] - 1
     counts, stop = [], n_layers
     for s in range(n_stages, 0, -1):
         first = int(cut[s, stop])
         counts.append(stop - first)
         stop = first
-    return HeteroPartition(tuple(reversed(counts)), float(best[n_stages, n_layers]))
+    return tuple(reversed(counts))
 
 
 def _comm_array(comm_s: np.ndarray | CommFn | None, n_stages: int, n_layers: int) -> np.ndarray:

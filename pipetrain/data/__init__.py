@@ -1,0 +1,45 @@
+"""Data: datasets, seeded step-indexed sampling and losses (DESIGN.md §3).
+
+Sits above ``planners`` and below ``runtime``. Public surface::
+
+    train_batches(source, graph, batch_size, seed) -> BatchSource   # .batch(step) -> (x [B, ...], y [B, ...])
+    load_datasets(source, graph) -> DatasetPair(train, eval)        # digits, text, module.path:callable
+    eval_batches(dataset, batch_size)                                # the eval set in order
+    resolve_loss(name | None, target_spec) -> Loss                   # Loss(output, target) -> sum over samples
+    load_callable("module.path:callable", what)                      # user code, working directory first
+    check_source_name(source)                                        # form only; loads nothing
+
+Sources: ``digits``, ``text``, ``synthetic`` (:data:`SOURCE_NAMES`) or ``module.path:callable``.
+Losses: ``cross-entropy``, ``mse`` (:data:`LOSS_NAMES`) or ``module.path:callable``.
+"""
+
+from pipetrain.data.callables import is_callable_ref, load_callable
+from pipetrain.data.loader import BatchSource, EpochSampler, StepLoader, epoch_order, eval_batches, gather
+from pipetrain.data.loss import LOSS_NAMES, Loss, default_loss_name, resolve_loss
+from pipetrain.data.pair import DatasetPair, Sample, check_pair, sample_spec
+from pipetrain.data.sources import SOURCE_NAMES, check_source_name, load_datasets, train_batches
+from pipetrain.data.synthetic import SyntheticBatches
+
+__all__ = [
+    "LOSS_NAMES",
+    "SOURCE_NAMES",
+    "BatchSource",
+    "DatasetPair",
+    "EpochSampler",
+    "Loss",
+    "Sample",
+    "StepLoader",
+    "SyntheticBatches",
+    "check_pair",
+    "check_source_name",
+    "default_loss_name",
+    "epoch_order",
+    "eval_batches",
+    "gather",
+    "is_callable_ref",
+    "load_callable",
+    "load_datasets",
+    "resolve_loss",
+    "sample_spec",
+    "train_batches",
+]

@@ -1,0 +1,113 @@
+"""Data sources by name: ``digits``, ``text``, ``synthetic`` or a user's ``module.path:callable``.
+
+=================  ==============================================================================
+``digits``         scikit-learn's 8×8 digits, 1,437 train / 360 eval (:mod:`pipetrain.data.digits`)
+``text``           bytes of ``pydoc_data.topics``, 90% train / 10% eval (:mod:`pipetrain.data.text`)
+``synthetic``      random batches from the model's specs, no datasets (:mod:`pipetrain.data.synthetic`)
+``mod.path:fn``    ``fn()`` returns ``(train_dataset, eval_dataset)``: map-style torch Datasets
+                   whose items are ``(input, target)`` tensors, input shaped as the model's input
+=================  ==============================================================================
+
+A user's module is imported from the working directory first, then ``sys.path``; the factory is
+called once per process (every rank calls it, so it must be deterministic). The built-in datasets
+are materialised once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from pipetrain.data import digits, text
+from pipetrain.data.callables import is_callable_ref, load_callable
+from pipetrain.data.loader import BatchSource, StepLoader
+from pipetrain.data.pair import DatasetPair, check_pair
+from pipetrain.data.synthetic import SyntheticBatches
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
+
+__all__ = ["SOURCE_NAMES", "check_source_name", "load_datasets", "train_batches"]
+
+SOURCE_NAMES = ("digits", "text", "synthetic")
+
+
+def check_source_name(source: str) -> None:
+    """Check the form of a source name without importing or loading anything.
+
+    Raises:
+        UserError: neither a built-in name nor ``module.path:callable``.
+    """
+    if source not in SOURCE_NAMES and not is_callable_ref(source):
+        raise UserError(f"data {source!r} is unknown; use {', '.join(SOURCE_NAMES)} or module.path:callable")
+
+
+def load_datasets(source: str, graph: LayerGraph) -> DatasetPair:
+    """The train and eval datasets of ``source``, checked against ``graph``'s input spec.
+
+    Raises:
+        UserError: an unknown source, ``synthetic`` (it has no datasets), data that does not fit the
+            model, or a factory that fails.
+    """
+    check_source_name(source)
+    if source == "synthetic":
+        raise UserError("the synthetic data is drawn per step and has no datasets; choose digits, text or your own")
+    if source == "digits":
+        _check_digits_model(graph)
+        return digits.digits_pair()
+    if source == "text":
+        _check_text_model(graph)
+        return text.text_pair(graph.input.shape[0])
+    return check_pair(_call_factory(source), source, graph.name, graph.input)
+
+
+def train_batches(source: str, graph: LayerGraph, batch_size: int, seed: int) -> BatchSource:
+    """Step-indexed training batches of ``source`` for ``graph`` (see :mod:`pipetrain.data.loader`).
+
+    Returns:
+        ``SyntheticBatches`` for ``synthetic``, else a ``StepLoader`` over the train dataset.
+    """
+    check_source_name(source)
+    if source == "synthetic":
+        return SyntheticBatches(graph.input, graph.target, batch_size, seed)
+    return StepLoader(load_datasets(source, graph).train, batch_size, seed, name=f"data {source!r}")
+
+
+def _check_digits_model(graph: LayerGraph) -> None:
+    spec, target = graph.input, graph.target
+    fits = spec.shape == (digits.FEATURES,) and spec.dtype == "float32" and target.shape == ()
+    if not fits or target.dtype != "int64" or (target.high is not None and target.high < digits.CLASSES):
+        raise UserError(
+            f"the digits data has {digits.FEATURES} features (float32) in and a class in [0, {digits.CLASSES}) out per "
+            f"sample, but model {graph.name!r} takes inputs {_spec(spec)} and targets {_spec(target)}; use a model "
+            "such as 'mlp-digits' or the synthetic data"
+        )
+
+
+def _check_text_model(graph: LayerGraph) -> None:
+    spec, target = graph.input, graph.target
+    tokens = len(spec.shape) == 1 and spec.dtype == "int64" and target.shape == spec.shape and target.dtype == "int64"
+    if not tokens or (spec.high is not None and spec.high < text.VOCAB):
+        raise UserError(
+            f"the text data has byte tokens [T] int64 in [0, {text.VOCAB}) in and the next bytes out, but model "
+            f"{graph.name!r} takes inputs {_spec(spec)} and targets {_spec(target)}; use a model such as 'gpt-tiny' "
+            "or the synthetic data"
+        )
+
+
+def _spec(spec: TensorSpec) -> str:
+    """``(32,) int64 in [0, 256)``: a per-sample spec as errors show it."""
+    values = f" in [0, {spec.high})" if spec.high is not None else ""
+    return f"{spec.shape} {spec.dtype}{values}"
+
+
+@functools.lru_cache(maxsize=4)
+def _call_factory(ref: str) -> object:
+    """What the factory ``ref`` returns (called once per process)."""
+    factory = load_callable(ref, "data factory")
+    try:
+        return factory()
+    except Exception as error:
+        message = " ".join(str(error).split())
+        raise UserError(
+            f"data factory {ref!r} raised {type(error).__name__}: {message}; fix the factory so that it returns "
+            "(train_dataset, eval_dataset)"
+        ) from error

@@ -1,0 +1,126 @@
+"""Golden schedules: ``build_schedule(plan).to_csv()`` matches tests/golden/schedules/<case>.csv byte for byte.
+
+Each case is a small hand-made Plan (``CASES`` below): gpipe and 1f1b on 2–4 stages with several
+micro-batch counts, 1f1b with per-stage unequal partitions, uedp with unequal forward and backward
+sizes per stage, replicated stages, and recompute. A golden file holds one CSV row per rank, one
+action per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so a changed schedule shows
+up in review as a diff of the file.
+
+When a schedule changes on purpose, regenerate the files and review the diff::
+
+    .venv/bin/python -m pytest tests/unit/test_golden_schedules.py --update-golden
+    git diff tests/golden/schedules
+
+``--update-golden`` (tests/conftest.py) writes every case's file, and deletes files that no case
+produces any more. To add a case, add it to ``CASES`` and run the same command.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.schedule.generators import build_schedule
+from pipetrain.schedule.schedule import Schedule
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "schedules"
+REGENERATE = "pytest tests/unit/test_golden_schedules.py --update-golden"
+
+
+def chain(method: Method, forward: Sequence[Sequence[int]], backward: Sequence[Sequence[int]] | None = None,
+          *, recompute: bool = False) -> Plan:
+    """One rank per stage; stage ``k`` cuts the batch into ``forward[k]`` (and ``backward[k]``)."""
+    backward = forward if backward is None else backward
+    stages = tuple(StagePlan((f"l{k}",), (k,), tuple(f), tuple(b))
+                   for k, (f, b) in enumerate(zip(forward, backward, strict=True)))
+    return Plan("m", "", sum(forward[0]), method, stages, recompute=recompute)
+
+
+def equal(method: Method, n_stages: int, batch: int, n_micro: int, *, recompute: bool = False) -> Plan:
+    return chain(method, [equal_sizes(batch, n_micro)] * n_stages, recompute=recompute)
+
+
+def replicated(method: Method, replicas: Sequence[int], batch: int, n_micro: int) -> Plan:
+    """Stage ``k`` on ``replicas[k]`` consecutive ranks, every stage with the same equal partition."""
+    sizes = equal_sizes(batch, n_micro)
+    stages, rank = [], 0
+    for k, r in enumerate(replicas):
+        stages.append(StagePlan((f"l{k}",), tuple(range(rank, rank + r)), sizes, sizes))
+        rank += r
+    return Plan("m", "", batch, method, tuple(stages))
+
+
+CASES: dict[str, Callable[[], Plan]] = {
+    # Equal partitions; batch 10 in 7 micro-batches gives sizes (2, 2, 2, 1, 1, 1, 1).
+    **{
+        f"{method.value}-s{n_stages}-m{n_micro}": (lambda m=method, s=n_stages, n=n_micro: equal(m, s, 10, n))
+        for method in (Method.GPIPE, Method.ONE_F_ONE_B)
+        for n_stages in (2, 3, 4)
+        for n_micro in (1, 2, 5, 7)
+    },
+    # 1F1B with a partition per stage (forward = backward on each stage).
+    "1f1b-unequal-s2": lambda: chain(Method.ONE_F_ONE_B, [[2, 2, 2, 2, 2, 2], [6, 6]]),
+    "1f1b-unequal-s3": lambda: chain(Method.ONE_F_ONE_B, [[4, 4, 4], [2, 2, 2, 2, 2, 2], [6, 3, 3]]),
+    "1f1b-unequal-s4": lambda: chain(Method.ONE_F_ONE_B, [[1, 2, 3, 6], [3, 3, 3, 3], [12], [2, 4, 6]]),
+    # uedp: per-stage forward and backward partitions that differ (those stages recompute).
+    "uedp-s2": lambda: chain(Method.UEDP, [[4, 4], [2, 2, 2, 2]], [[8], [3, 5]]),
+    "uedp-s3": lambda: chain(Method.UEDP, [[4, 4, 4], [6, 6], [3, 3, 3, 3]], [[2, 2, 2, 2, 2, 2], [12], [4, 4, 4]]),
+    "uedp-s4": lambda: chain(
+        Method.UEDP, [[3, 3, 3, 3], [4, 4, 4], [6, 6], [2, 2, 2, 2, 2, 2]], [[4, 4, 4], [12], [3, 3, 3, 3], [5, 7]]
+    ),
+    # Replicated stages: micro-batches go round-robin to a stage's ranks.
+    "gpipe-replicated-2x1-m4": lambda: replicated(Method.GPIPE, [2, 1], 8, 4),
+    "gpipe-replicated-1x3-m5": lambda: replicated(Method.GPIPE, [1, 3], 10, 5),
+    "1f1b-replicated-1x2x1-m4": lambda: replicated(Method.ONE_F_ONE_B, [1, 2, 1], 8, 4),
+    "1f1b-replicated-2x2-m6": lambda: replicated(Method.ONE_F_ONE_B, [2, 2], 12, 6),
+    "1f1b-replicated-1x1x2x1-m5": lambda: replicated(Method.ONE_F_ONE_B, [1, 1, 2, 1], 10, 5),
+    # Recompute on every stage: the runtime re-runs forward, the schedule itself is unchanged.
+    "gpipe-recompute-s3-m4": lambda: equal(Method.GPIPE, 3, 8, 4, recompute=True),
+    "1f1b-recompute-s3-m4": lambda: equal(Method.ONE_F_ONE_B, 3, 8, 4, recompute=True),
+}
+
+
+def _cells(text: str) -> list[str]:
+    """One line per action, prefixed by its rank: a readable unit for a diff."""
+    return [f"rank {rank}: {cell}" for rank, row in enumerate(csv.reader(io.StringIO(text))) for cell in row]
+
+
+def _mismatch(name: str, expected: str, got: str) -> str:
+    diff = "\n".join(difflib.unified_diff(_cells(expected), _cells(got), f"golden/{name}.csv", "build_schedule",
+                                          lineterm="", n=2))
+    return (f"schedule {name!r} differs from tests/golden/schedules/{name}.csv:\n{diff}\n\n"
+            f"If the change is intended, regenerate with `{REGENERATE}` and review `git diff tests/golden`.")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_schedule_matches_golden(name: str, update_golden: bool) -> None:
+    schedule = build_schedule(CASES[name]())
+    got = schedule.to_csv()
+    path = GOLDEN / f"{name}.csv"
+    if update_golden:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_bytes() != got.encode():
+            path.write_bytes(got.encode())
+        return
+    if not path.exists():
+        pytest.fail(f"no golden file tests/golden/schedules/{name}.csv; create it with `{REGENERATE}`")
+    expected = path.read_bytes().decode()
+    if got != expected:
+        pytest.fail(_mismatch(name, expected, got), pytrace=False)
+    assert Schedule.from_csv(expected) == schedule
+
+
+def test_no_stale_golden_files(update_golden: bool) -> None:
+    """Every golden file belongs to a case (a renamed case must not leave its old file behind)."""
+    stale = sorted(p for p in GOLDEN.glob("*.csv") if p.stem not in CASES)
+    if update_golden:
+        for p in stale:
+            p.unlink()
+        return
+    assert not stale, f"golden files with no case: {[p.name for p in stale]}; delete them with `{REGENERATE}`"
