@@ -99,10 +99,22 @@ class Layer:
     Attributes:
         name: unique within the graph.
         build: picklable zero-argument factory (a class, a ``functools.partial``, or ``_Copy``).
+        prefix: what turns a name in the built module's ``state_dict`` into the model's own name:
+            None means ``"{name}."`` (a child of a Sequential); ``""`` means the built module
+            already uses the model's names (a layer captured with torch.fx).
     """
 
     name: str
     build: Callable[[], nn.Module]
+    prefix: str | None = None
+
+    def qualified(self, local: str) -> str:
+        """The model's name for ``local``, a key of the built module's ``state_dict``.
+
+        >>> Layer("block0", nn.Linear).qualified("0.weight")
+        'block0.0.weight'
+        """
+        return f"{self.name}.{local}" if self.prefix is None else f"{self.prefix}{local}"
 
 
 @dataclass(frozen=True)
@@ -184,6 +196,10 @@ class LayerGraph:
             return self.names.index(name)
         except ValueError:
             raise UserError(f"model {self.name!r} has no layer {name!r}") from None
+
+    def layers_named(self, names: Sequence[str]) -> tuple[Layer, ...]:
+        """The layers called ``names``, in that order (e.g. a stage's)."""
+        return tuple(self.layers[self.index(name)] for name in names)
 
     def build_layer(self, i: int, device: torch.device | str | None = None) -> nn.Module:
         """Build layer ``i`` with its deterministic initial weights."""

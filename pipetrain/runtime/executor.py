@@ -42,7 +42,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pipetrain.errors import UserError
-from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_sum
+from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec, loss_sum
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.memory import ActivationMeter
@@ -395,14 +395,14 @@ def _check_deterministic(stage: int, module: nn.Module) -> None:
         )
 
 
-def stage_parameters(ctx: RankContext, layer_names: Sequence[str]) -> dict[str, torch.Tensor]:
-    """The stage's parameters on the CPU, keyed ``"{layer_name}.{param_name}"``.
+def stage_parameters(ctx: RankContext, layers: Sequence[Layer]) -> dict[str, torch.Tensor]:
+    """The stage's parameters on the CPU, keyed by the model's own names (:meth:`Layer.qualified`).
 
     Args:
-        layer_names: the stage's layer names, in the order of ``ctx.module``'s children.
+        layers: the stage's layers, in the order of ``ctx.module``'s children.
     """
     out: dict[str, torch.Tensor] = {}
-    for name, child in zip(layer_names, ctx.module.children(), strict=True):
+    for layer, child in zip(layers, ctx.module.children(), strict=True):
         for pname, p in child.named_parameters():
-            out[f"{name}.{pname}"] = p.detach().to("cpu", copy=True)
+            out[layer.qualified(pname)] = p.detach().to("cpu", copy=True)
     return out

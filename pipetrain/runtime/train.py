@@ -129,8 +129,8 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_p
                         f"reference, batch {batch_size}", tuple(times[config.warmup_steps:]))
     parameters = {}
     if return_parameters:
-        for name, layer in zip(graph.names, model.children(), strict=True):
-            for pname, p in layer.named_parameters():
-                parameters[f"{name}.{pname}"] = p.detach().clone()
+        for layer, child in zip(graph.layers, model.children(), strict=True):
+            for pname, p in child.named_parameters():
+                parameters[layer.qualified(pname)] = p.detach().clone()
     return TrainResult(tuple(losses), tuple(times), batch_size / statistics.median(times[config.warmup_steps:]),
                        timeline, parameters)

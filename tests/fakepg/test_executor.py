@@ -67,7 +67,7 @@ def test_fake_group_runs_any_rank(fake_group: int) -> None:
     program = build_schedule(plan).ranks[rank]
     ctx = build_rank_context(graph, plan, rank, Transport(torch.device("cpu")), CONFIG.build_optimizer)
     assert ctx.stage == rank and ctx.is_first == (rank == 0) and ctx.is_last == (rank == 3)
-    assert [n.split(".")[0] for n in stage_parameters(ctx, plan.stages[rank].layers)] == [
+    assert [n.split(".")[0] for n in stage_parameters(ctx, graph.layers_named(plan.stages[rank].layers))] == [
         name for name in plan.stages[rank].layers for _ in range(2)
     ]
     x, y = make_batch(graph, 12, 0, 0, "synthetic")
@@ -183,7 +183,7 @@ def _run_all_ranks(graph: LayerGraph, plan: Plan, steps: int) -> dict[str, torch
             assert progressed, f"deadlock at positions {positions}"
     params: dict[str, torch.Tensor] = {}
     for ctx in contexts:
-        params.update(stage_parameters(ctx, plan.stages[ctx.stage].layers))
+        params.update(stage_parameters(ctx, graph.layers_named(plan.stages[ctx.stage].layers)))
     return params
 
 
