@@ -285,7 +285,9 @@ def _run_job(session: _Session, index: int, job: TrainJob) -> TrainResult | None
             session.reporter.progress(index, step, loss, step_s)
     record = RankRecord(rank, tuple(recorder.steps), ctx.meter.peak_bytes if ctx else 0, tuple(losses),
                         measured_memory(rank, ctx.meter, ctx.module, ctx.optimizer) if ctx else None)
-    params = stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers)) if ctx and job.return_parameters else {}
+    params = {}
+    if ctx is not None and job.return_parameters:
+        params = stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers))
     session.step = None
     gathered = _gather((record, params), rank, session.rdv.world_size)
     return None if gathered is None else _result(job, gathered)
