@@ -19,14 +19,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from pipetrain import api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
+from pipetrain.data import LOSS_NAMES, SOURCE_NAMES, default_source
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.plan.memory import OPTIMIZER_NAMES
@@ -36,6 +39,9 @@ from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
+
+if TYPE_CHECKING:
+    from pipetrain.runtime.config import TrainResult
 
 __all__ = ["main"]
 
@@ -48,6 +54,10 @@ out = Console(highlight=False, soft_wrap=True)
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="gpt-tiny", help="zoo model name (default: gpt-tiny)")
     p.add_argument("--batch", type=int, default=32, help="samples per mini-batch (default: 32)")
+    p.add_argument("--data", help=f"{', '.join(SOURCE_NAMES)} or module.path:callable returning (train, eval) "
+                   "datasets (default: the model's own: digits for mlp-digits, text for gpt-tiny, else synthetic)")
+    p.add_argument("--loss", help=f"{', '.join(LOSS_NAMES)} or module.path:callable (default: cross-entropy for "
+                   "integer targets, mse for float ones)")
 
 
 def _cost_args(p: argparse.ArgumentParser) -> None:
@@ -226,8 +236,10 @@ def cmd_train(args: argparse.Namespace) -> None:
     schedule = _load_schedule(args)
     from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
 
-    config = TrainConfig(steps=args.steps, optimizer=args.optimizer, lr=args.lr, data=args.data,
-                         seed=args.seed, timeout_s=args.timeout, threads_per_rank=args.threads)
+    config = TrainConfig(steps=20 if args.steps is None else args.steps, epochs=args.epochs, optimizer=args.optimizer,
+                         lr=args.lr, data=args.data or default_source(graph), loss=args.loss,
+                         eval_every=args.eval_every, seed=args.seed, timeout_s=args.timeout,
+                         threads_per_rank=args.threads)
     if under_torchrun:
         result = run_worker_from_env(graph, plan, config, schedule=schedule)
         if result is None:  # not rank 0
@@ -235,8 +247,20 @@ def cmd_train(args: argparse.Namespace) -> None:
     else:
         result = train(graph, plan, config, schedule=schedule)
     _write_timeline(args.out, "measured", result.timeline, plan)
-    out.print(f"trained {plan.model} for {args.steps} steps: final loss {result.losses[-1]:.4f}, "
-              f"{result.samples_per_s:.1f} samples/s (median step {result.timeline.iteration_s * 1e3:.1f} ms)")
+    _summarise_training(plan, result)
+
+
+def _summarise_training(plan: Plan, result: TrainResult) -> None:
+    """Two lines: how the loss went and how fast, then the last evaluation."""
+    steps, waits = len(result.losses), result.data_wait_s
+    wait = f"data wait {statistics.median(waits[1:]) * 1e3:.2f} ms/step" if len(waits) > 1 else "data wait"
+    out.print(f"trained {plan.model} for {steps} steps: loss {result.losses[0]:.4f} → {result.losses[-1]:.4f}, "
+              f"{result.samples_per_s:.1f} samples/s (median step {result.timeline.iteration_s * 1e3:.1f} ms), "
+              f"{wait} (first batch {waits[0]:.2f} s, loading the data)")
+    final = result.final_eval
+    if final is not None and final.eval_loss is not None:
+        accuracy = f", accuracy {final.eval_accuracy:.1%}" if final.eval_accuracy is not None else ""
+        out.print(f"eval after step {final.step}: loss {final.eval_loss:.4f}{accuracy}")
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
@@ -360,14 +384,18 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=False)
     _model_args(p)
     _cost_args(p)
-    p.add_argument("--steps", type=int, default=20)
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, help="optimizer steps in total (default: 20)")
+    length.add_argument("--epochs", type=int, help="passes over the train set (instead of --steps)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--data", default="synthetic", choices=["synthetic", "digits"])
+    p.add_argument("--lr", type=float, default=0.01, help="learning rate (default: 0.01)")
+    p.add_argument("--eval-every", type=int, default=0, metavar="K",
+                   help="evaluate on the eval set every K steps (default: only after the last step)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent rank is failed")
-    p.add_argument("--out", type=Path, default=Path("run"))
+    p.add_argument("--out", type=Path, default=Path("run"),
+                   help="folder for metrics.csv, loss.png and the measured timeline (default: run)")
 
 
 def _compare_args(p: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ Sits above ``planners`` and below ``runtime``. Public surface::
     load_datasets(source, graph) -> DatasetPair(train, eval)        # digits, text, module.path:callable
     eval_batches(dataset, batch_size)                                # the eval set in order
     resolve_loss(name | None, target_spec) -> Loss                   # Loss(output, target) -> sum over samples
+    EvalTally().add(loss, output, target); .result() -> EvalResult   # eval loss, accuracy, perplexity
     load_callable("module.path:callable", what)                      # user code, working directory first
     check_source_name(source)                                        # form only; loads nothing
 
@@ -14,10 +15,11 @@ Losses: ``cross-entropy``, ``mse`` (:data:`LOSS_NAMES`) or ``module.path:callabl
 """
 
 from pipetrain.data.callables import is_callable_ref, load_callable
+from pipetrain.data.evaluation import EvalResult, EvalTally
 from pipetrain.data.loader import BatchSource, EpochSampler, StepLoader, epoch_order, eval_batches, gather
-from pipetrain.data.loss import LOSS_NAMES, Loss, default_loss_name, resolve_loss
+from pipetrain.data.loss import LOSS_NAMES, Loss, default_loss_name, model_loss, resolve_loss
 from pipetrain.data.pair import DatasetPair, Sample, check_pair, sample_spec
-from pipetrain.data.sources import SOURCE_NAMES, check_source_name, load_datasets, train_batches
+from pipetrain.data.sources import SOURCE_NAMES, check_source_name, default_source, load_datasets, train_batches
 from pipetrain.data.synthetic import SyntheticBatches
 
 __all__ = [
@@ -26,6 +28,8 @@ __all__ = [
     "BatchSource",
     "DatasetPair",
     "EpochSampler",
+    "EvalResult",
+    "EvalTally",
     "Loss",
     "Sample",
     "StepLoader",
@@ -33,12 +37,14 @@ __all__ = [
     "check_pair",
     "check_source_name",
     "default_loss_name",
+    "default_source",
     "epoch_order",
     "eval_batches",
     "gather",
     "is_callable_ref",
     "load_callable",
     "load_datasets",
+    "model_loss",
     "resolve_loss",
     "sample_spec",
     "train_batches",

@@ -28,7 +28,7 @@ from pipetrain.data.callables import is_callable_ref, load_callable
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LossKind, TensorSpec, loss_sum
 
-__all__ = ["LOSS_NAMES", "Loss", "default_loss_name", "resolve_loss"]
+__all__ = ["LOSS_NAMES", "Loss", "default_loss_name", "model_loss", "resolve_loss"]
 
 LOSS_NAMES = ("cross-entropy", "mse")
 
@@ -54,6 +54,11 @@ class Loss:
             got = f"shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
             raise UserError(f"loss {self.name!r} returned {got}; return a scalar tensor, the sum over samples")
         return value
+
+
+def model_loss(kind: LossKind) -> Loss:
+    """A model's own loss (``LayerGraph.loss``) as a :class:`Loss`."""
+    return Loss("mse" if kind is LossKind.MSE else "cross-entropy", kind)
 
 
 def default_loss_name(target: TensorSpec) -> str:

@@ -25,7 +25,7 @@ from pipetrain.data.synthetic import SyntheticBatches
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 
-__all__ = ["SOURCE_NAMES", "check_source_name", "load_datasets", "train_batches"]
+__all__ = ["SOURCE_NAMES", "check_source_name", "default_source", "load_datasets", "train_batches"]
 
 SOURCE_NAMES = ("digits", "text", "synthetic")
 
@@ -38,6 +38,18 @@ def check_source_name(source: str) -> None:
     """
     if source not in SOURCE_NAMES and not is_callable_ref(source):
         raise UserError(f"data {source!r} is unknown; use {', '.join(SOURCE_NAMES)} or module.path:callable")
+
+
+def default_source(graph: LayerGraph) -> str:
+    """The built-in data a model fits: ``digits`` (64 features in, 10 classes out, e.g. ``mlp-digits``),
+    ``text`` (byte tokens in and out, e.g. ``gpt-tiny``), else ``synthetic``."""
+    for name, check in (("digits", _check_digits_model), ("text", _check_text_model)):
+        try:
+            check(graph)
+        except UserError:
+            continue
+        return name
+    return "synthetic"
 
 
 def load_datasets(source: str, graph: LayerGraph) -> DatasetPair:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -24,7 +25,7 @@ from pipetrain.runtime.memory import MeasuredMemory
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
-__all__ = ["FaultInjection", "InjectedFault", "TrainConfig", "TrainJob", "TrainResult"]
+__all__ = ["FaultInjection", "InjectedFault", "StepMetrics", "TrainConfig", "TrainJob", "TrainResult"]
 
 Backend = Literal["gloo", "nccl"]
 
@@ -63,6 +64,8 @@ class TrainConfig:
 
     Attributes:
         steps: optimizer steps (mini-batches) to run, warm-up included.
+        epochs: when given, overrides ``steps``: ``epochs × (train samples // batch size)`` steps
+            (data with a train set only; :func:`~pipetrain.runtime.worker.check_job` resolves it).
         warmup_steps: first steps left out of timing (the timeline and samples/s).
         optimizer: ``"sgd"``, ``"sgd-momentum"`` or ``"adam"`` (:data:`~pipetrain.plan.memory.OptimizerName`),
             one per stage over the stage's parameters.
@@ -70,6 +73,11 @@ class TrainConfig:
         momentum: SGD momentum (ignored by Adam; ``"sgd-momentum"`` defaults it to 0.9).
         data: ``"synthetic"`` (from the model's tensor specs), ``"digits"`` (scikit-learn), ``"text"``
             (bytes of ``pydoc_data.topics``) or ``"module.path:callable"`` (see :mod:`pipetrain.data`).
+        loss: ``"cross-entropy"``, ``"mse"``, ``"module.path:callable"``, or None for the model's own
+            (see :mod:`pipetrain.data.loss`).
+        eval_every: evaluate on the eval set every this many steps (0: only after the last step);
+            data without an eval set (``synthetic``) is never evaluated.
+        out: a folder for ``metrics.csv`` (one row per step, written as training goes), or None.
         seed: data seed; also seeds torch's global generator on every rank.
         timeout_s: a rank that fails or stops answering makes every rank stop within this time.
         threads_per_rank: ``torch.set_num_threads`` in each rank (and in ``reference_train``).
@@ -82,11 +90,15 @@ class TrainConfig:
     """
 
     steps: int = 10
+    epochs: int | None = None
     warmup_steps: int = 1
     optimizer: OptimizerName = "sgd"
     lr: float = 0.01
     momentum: float = 0.0
     data: DataSource = "synthetic"
+    loss: str | None = None
+    eval_every: int = 0
+    out: Path | None = None
     seed: int = 0
     timeout_s: float = 60.0
     threads_per_rank: int = 1
@@ -104,6 +116,10 @@ class TrainConfig:
         if self.optimizer not in OPTIMIZER_NAMES:
             raise UserError(f"optimizer {self.optimizer!r} is unknown; use one of {', '.join(OPTIMIZER_NAMES)}")
         check_source_name(self.data)
+        if self.epochs is not None and self.epochs < 1:
+            raise UserError(f"epochs={self.epochs}: train for at least 1 epoch")
+        if self.eval_every < 0:
+            raise UserError(f"eval_every={self.eval_every}: give 0 (evaluate at the end) or a step count >= 1")
         if self.backend not in (None, "gloo", "nccl"):
             raise UserError(f"backend {self.backend!r} is unknown; use 'gloo' or 'nccl'")
         if self.lr <= 0 or self.momentum < 0:
@@ -151,6 +167,33 @@ class TrainJob:
 
 
 @dataclass(frozen=True)
+class StepMetrics:
+    """One optimizer step as ``metrics.csv`` records it (the last stage measures it).
+
+    Attributes:
+        step: the optimizer step, from 0.
+        samples_seen: training samples consumed up to and including this step.
+        wall_s: seconds since training started (evaluation time included).
+        lr: the learning rate of this step.
+        loss: the mini-batch loss (mean over samples).
+        eval_loss / eval_accuracy: the evaluation after this step, when one ran (accuracy: None for
+            regression).
+        step_s: this step's wall time on the last stage.
+        data_wait_s: seconds the last stage waited for its batch.
+    """
+
+    step: int
+    samples_seen: int
+    wall_s: float
+    lr: float
+    loss: float
+    eval_loss: float | None = None
+    eval_accuracy: float | None = None
+    step_s: float = 0.0
+    data_wait_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class TrainResult:
     """What a training run measured.
 
@@ -163,6 +206,8 @@ class TrainResult:
             for; otherwise empty.
         memory: per rank of the plan, in rank order, the bytes it held at its peak (weights,
             gradients, optimizer state, activations); compare with ``pipetrain.simulate.memory.stage_memory``.
+        metrics: every step's :class:`StepMetrics` (loss, learning rate, evaluations).
+        data_wait_s: per step, the longest time a rank waited for its batch.
     """
 
     losses: tuple[float, ...]
@@ -171,3 +216,10 @@ class TrainResult:
     timeline: Timeline
     parameters: dict[str, torch.Tensor] = field(default_factory=dict)
     memory: tuple[MeasuredMemory, ...] = ()
+    metrics: tuple[StepMetrics, ...] = ()
+    data_wait_s: tuple[float, ...] = ()
+
+    @property
+    def final_eval(self) -> StepMetrics | None:
+        """The last step that was evaluated, or None."""
+        return next((m for m in reversed(self.metrics) if m.eval_loss is not None), None)

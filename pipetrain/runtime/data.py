@@ -24,7 +24,7 @@ import torch
 from pipetrain.data import BatchSource, train_batches
 from pipetrain.graph.layer_graph import LayerGraph
 
-__all__ = ["DataSource", "TimedBatch", "make_batch", "timed_batch"]
+__all__ = ["DataSource", "TimedBatch", "make_batch", "steps_per_epoch", "timed_batch"]
 
 DataSource = str
 """``"digits"``, ``"text"``, ``"synthetic"`` or ``"module.path:callable"`` (see :mod:`pipetrain.data.sources`)."""
@@ -67,6 +67,11 @@ def make_batch(
     """
     batch = timed_batch(graph, batch_size, step, seed, source)
     return batch.inputs, batch.targets
+
+
+def steps_per_epoch(graph: LayerGraph, batch_size: int, seed: int, source: DataSource) -> int | None:
+    """Optimizer steps per pass over the train set (``N // B``); None for data without epochs."""
+    return _loader(source, graph, batch_size, seed).steps_per_epoch
 
 
 @functools.lru_cache(maxsize=8)

@@ -7,8 +7,9 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
 
     RECV_F  receive input activations [hi-lo, *in]  from peer; store by range
     F       x = stored inputs [lo, hi) (re-chunked); y = layers(x); last stage:
-            y = loss_sum(y, targets[lo:hi]) / B; keep (x, y); store y for SEND_F
-            (recomputing stage: run under no_grad and keep only x, by range)
+            y = loss(y, targets[lo:hi]) / B; keep (x, y); store y for SEND_F
+            (recomputing stage: run under no_grad and keep only x, by range;
+            evaluating: under no_grad, keep nothing; the last stage adds (y, targets) to the tally)
     SEND_F  post a send of the stored outputs [lo, hi) to peer
     RECV_B  receive output gradients [hi-lo, *out] from peer; store by range
     B       backward(y, grad of y) for the F of exactly [lo, hi); store x.grad for SEND_B
@@ -16,7 +17,8 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
             autograd; then the same backward, so [lo, hi) need not match any F range)
     SEND_B  post a send of the stored input gradients [lo, hi) to peer
     STEP    wait for posted sends; on a replicated stage, all-reduce (sum) the gradients and the
-            loss over the stage's ranks; optimizer step; zero gradients
+            loss over the stage's ranks; clip the global gradient norm (if set); optimizer step;
+            zero gradients
     W       not supported yet (split backward)
 
 Gradient weighting (STYLE.md L14): the loss of every micro-batch is the *sum* of its samples' losses
@@ -41,8 +43,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pipetrain.data import EvalTally, Loss, model_loss
 from pipetrain.errors import UserError
-from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec, loss_sum
+from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.memory import ActivationMeter
@@ -78,7 +81,7 @@ class RankContext:
         stage: the stage it runs; ``n_stages`` the stage count.
         module: the stage's layers, in order, on ``transport.device``.
         optimizer: over ``module``'s parameters; None for a stage without parameters.
-        loss: the graph's loss kind (used on the last stage).
+        loss: the loss (used on the last stage): a micro-batch's sum over samples.
         batch_size: samples per mini-batch (the loss divisor).
         input_spec / output_spec: per-sample specs of the tensors entering and leaving the stage.
         transport: sends and receives.
@@ -94,6 +97,9 @@ class RankContext:
         loss_total: the step's loss so far (last stage), a 0-d tensor.
         replicas: the process group of the stage's ranks when it is replicated, else None.
         input_ranges: stage 0's sample ranges on this rank (its micro-batches); None: the whole batch.
+        evaluation: while evaluating, the tally the last stage adds its outputs to (a forward-only
+            program runs; nothing is kept for backward); None while training.
+        clip: clips the gradients before the optimizer step (global norm over all stages), or None.
     """
 
     rank: int
@@ -101,7 +107,7 @@ class RankContext:
     n_stages: int
     module: nn.Module
     optimizer: torch.optim.Optimizer | None
-    loss: LossKind
+    loss: Loss
     batch_size: int
     input_spec: TensorSpec
     output_spec: TensorSpec
@@ -118,6 +124,8 @@ class RankContext:
     loss_total: torch.Tensor | None = None
     replicas: dist.ProcessGroup | None = None
     input_ranges: tuple[Range, ...] | None = None
+    evaluation: EvalTally | None = None
+    clip: Callable[[list[nn.Parameter]], object] | None = None
 
     @property
     def is_first(self) -> bool:
@@ -127,8 +135,12 @@ class RankContext:
     def is_last(self) -> bool:
         return self.stage == self.n_stages - 1
 
-    def begin_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> None:
-        """Load a mini-batch: ``inputs [B, ...]`` on stage 0, ``targets [B, ...]`` on the last."""
+    def begin_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None,
+                   input_ranges: Sequence[Range] | None = None) -> None:
+        """Load a mini-batch: ``inputs [B, ...]`` on stage 0, ``targets [B, ...]`` on the last.
+
+        ``input_ranges``: stage 0's ranges to load (default :attr:`input_ranges`, else the whole batch).
+        """
         for buffer in self.buffers:
             buffer.clear()
         self.saved.clear()
@@ -137,7 +149,8 @@ class RankContext:
         if self.is_first:
             if inputs is None:
                 raise ValueError("stage 0 needs the batch's inputs")
-            for lo, hi in self.input_ranges or ((0, self.batch_size),):
+            chosen = input_ranges if input_ranges is not None else self.input_ranges
+            for lo, hi in chosen if chosen is not None else ((0, inputs.shape[0]),):
                 self.inputs.put(lo, hi, inputs[lo:hi].to(device))
         self.targets = targets.to(device) if self.is_last and targets is not None else None
 
@@ -169,12 +182,15 @@ def _run_layers(ctx: RankContext, x: torch.Tensor, lo: int, hi: int) -> tuple[to
     if ctx.is_last:
         if ctx.targets is None:
             raise ValueError("the last stage has no targets; call begin_step first")
-        y = loss_sum(ctx.loss, y, ctx.targets[lo:hi]) / ctx.batch_size
+        y = ctx.loss(y, ctx.targets[lo:hi]) / ctx.batch_size
     return x, y
 
 
 def _forward(ctx: RankContext, a: Action) -> None:
     x = ctx.inputs.take(a.lo, a.hi)
+    if ctx.evaluation is not None:
+        _evaluate(ctx, ctx.evaluation, x, a)
+        return
     if ctx.recompute:
         with torch.no_grad():
             _, y = _run_layers(ctx, x, a.lo, a.hi)
@@ -189,6 +205,18 @@ def _forward(ctx: RankContext, a: Action) -> None:
         ctx.loss_total = loss if ctx.loss_total is None else ctx.loss_total + loss
     else:
         ctx.outputs.put(a.lo, a.hi, y.detach())
+
+
+def _evaluate(ctx: RankContext, tally: EvalTally, x: torch.Tensor, a: Action) -> None:
+    """Forward without autograd; the last stage tallies, the others store the output for SEND_F."""
+    with torch.no_grad():
+        y = ctx.module(x)
+    if not ctx.is_last:
+        ctx.outputs.put(a.lo, a.hi, y)
+        return
+    if ctx.targets is None:
+        raise ValueError("the last stage has no targets; call begin_step first")
+    tally.add(ctx.loss, y, ctx.targets[a.lo:a.hi])
 
 
 def _recomputed(ctx: RankContext, a: Action) -> tuple[torch.Tensor, torch.Tensor]:
@@ -251,6 +279,8 @@ def _step(ctx: RankContext, a: Action) -> None:
     ctx.transport.wait_sends()
     if ctx.replicas is not None:
         _allreduce_gradients(ctx)
+    if ctx.clip is not None:
+        ctx.clip([p for p in ctx.module.parameters() if p.requires_grad])
     if ctx.optimizer is not None:
         ctx.optimizer.step()
         ctx.optimizer.zero_grad(set_to_none=True)
@@ -341,10 +371,12 @@ def build_rank_context(
     transport: Transport,
     optimizer: OptimizerFactory,
     replicas: dist.ProcessGroup | None = None,
+    loss: Loss | None = None,
 ) -> RankContext:
     """Build ``rank``'s stage (its layers with their deterministic initial weights) and state.
 
-    ``replicas`` is the process group of the stage's ranks when the stage is replicated.
+    ``replicas`` is the process group of the stage's ranks when the stage is replicated; ``loss``
+    the last stage's loss (default: the model's own, ``graph.loss``).
 
     Raises:
         UserError: the rank runs no stage of the plan.
@@ -363,7 +395,7 @@ def build_rank_context(
         n_stages=plan.n_stages,
         module=module,
         optimizer=optimizer(params) if params else None,
-        loss=graph.loss,
+        loss=model_loss(graph.loss) if loss is None else loss,
         batch_size=plan.batch_size,
         input_spec=input_spec,
         output_spec=output_spec,

@@ -37,7 +37,7 @@ from torch.distributed.distributed_c10d import Store
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.config import TrainConfig, TrainJob, TrainResult
+from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.progress import ProgressDisplay, open_display
 from pipetrain.runtime.worker import RankFailure, Rendezvous, check_job, rank_label, run_session, tcp_store
 from pipetrain.schedule.schedule import Schedule
@@ -63,12 +63,10 @@ class _Started:
 
 @dataclass(frozen=True)
 class _Progress:
-    """The last stage finished ``step`` of ``job`` with mini-batch ``loss`` in ``step_s`` seconds."""
+    """The last stage finished a step of ``job``: its ``metrics.csv`` row."""
 
     job: int
-    step: int
-    loss: float
-    step_s: float
+    row: StepMetrics
 
 
 @dataclass(frozen=True)
@@ -116,8 +114,8 @@ class _QueueReporter:
     def started(self, rank: int, job: int) -> None:
         self._put(_Started(rank, job))
 
-    def progress(self, job: int, step: int, loss: float, step_s: float) -> None:
-        self._put(_Progress(job, step, loss, step_s))
+    def progress(self, job: int, row: StepMetrics) -> None:
+        self._put(_Progress(job, row))
 
     def failed(self, rank: int, message: str, secondary: bool, details: str) -> None:
         self._put(_Report(rank, message, secondary, details))
@@ -196,8 +194,7 @@ class _Monitor:
         if isinstance(message, _Started):
             self.job_of_rank[message.rank] = message.job
         elif isinstance(message, _Progress):
-            batch = self.jobs[message.job].plan.batch_size
-            self.display.update(message.job, message.step, message.loss, batch / max(message.step_s, 1e-12))
+            self.display.update(message.job, message.row)
         elif isinstance(message, _Report):
             self.reports.append(message)
         else:
@@ -313,8 +310,9 @@ class _LogReporter:
     def started(self, rank: int, job: int) -> None:
         logger.debug("rank %d: job %d started", rank, job)
 
-    def progress(self, job: int, step: int, loss: float, step_s: float) -> None:
-        logger.info("step %d: loss %.4f, %.3f s", step, loss, step_s)
+    def progress(self, job: int, row: StepMetrics) -> None:
+        evaluation = f", eval loss {row.eval_loss:.4f}" if row.eval_loss is not None else ""
+        logger.info("step %d: loss %.4f%s, %.3f s", row.step, row.loss, evaluation, row.step_s)
 
     def failed(self, rank: int, message: str, secondary: bool, details: str) -> None:
         logger.error("%s", message)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pipetrain.runtime.config import StepMetrics
 from pipetrain.runtime.memory import MeasuredMemory
 from pipetrain.schedule.action import Action
 from pipetrain.simulate.timeline import Event, Timeline
@@ -33,7 +34,8 @@ class RankRecord:
         rank: the rank.
         steps: per step, the rank's events (times relative to that step's ``t0``).
         peak_activation_bytes: peak saved-activation bytes over the run.
-        losses: per step, the loss (last stage only; otherwise empty).
+        metrics: per step, what ``metrics.csv`` records (the last stage's first rank only; otherwise empty).
+        data_wait_s: per step, the seconds the rank waited for its batch.
         memory: what the rank held at its peak (its ``activation_bytes`` is
             ``peak_activation_bytes``); None for a rank that ran no stage.
     """
@@ -41,7 +43,8 @@ class RankRecord:
     rank: int
     steps: tuple[tuple[Event, ...], ...]
     peak_activation_bytes: int
-    losses: tuple[float, ...] = ()
+    metrics: tuple[StepMetrics, ...] = ()
+    data_wait_s: tuple[float, ...] = ()
     memory: MeasuredMemory | None = None
 
 

@@ -3,8 +3,8 @@
     result = train(graph, plan, TrainConfig(steps=10))           # spawns plan.n_ranks processes
     base = reference_train(graph, plan.batch_size, TrainConfig(steps=10))
 
-Both use the same data (:func:`~pipetrain.runtime.data.make_batch`), loss (sum of per-sample
-losses / batch size), optimizer and initial weights, so for the synchronous methods their parameters
+Both use the same data (:func:`~pipetrain.runtime.data.timed_batch`), loss (sum of per-sample
+losses / batch size), evaluations, optimizer and initial weights, so for the synchronous methods their parameters
 agree after any number of steps up to floating-point rounding (DESIGN.md §5.2).
 """
 
@@ -17,11 +17,14 @@ from collections.abc import Sequence
 import torch
 
 from pipetrain.allocator import keep_freed_memory
+from pipetrain.data import EvalResult, Loss
 from pipetrain.errors import UserError
-from pipetrain.graph.layer_graph import LayerGraph, loss_sum
-from pipetrain.plan.plan import Plan
-from pipetrain.runtime.config import FaultInjection, TrainConfig, TrainJob, TrainResult
-from pipetrain.runtime.data import make_batch
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.runtime.config import FaultInjection, StepMetrics, TrainConfig, TrainJob, TrainResult
+from pipetrain.runtime.data import timed_batch
+from pipetrain.runtime.evaluate import eval_dataset, evaluate_module, has_eval_set
+from pipetrain.runtime.job import job_loss
 from pipetrain.runtime.launch import launch_local, run_worker_from_env
 from pipetrain.runtime.memory import ActivationMeter
 from pipetrain.runtime.recorder import median_step
@@ -38,6 +41,7 @@ __all__ = [
     "check_job",
     "reference_train",
     "run_worker_from_env",
+    "single_stage_plan",
     "train",
     "train_many",
 ]
@@ -87,14 +91,17 @@ def reference_train(
 ) -> TrainResult:
     """Single-process, unpipelined training: the baseline the pipeline must reproduce.
 
-    Same data, loss (``loss_sum / batch_size``), optimizer and initial weights
-    (``graph.build_sequential()``) as :func:`train`; runs with ``config.threads_per_rank``
-    threads. Its timeline has one rank with ``F``, ``B`` and ``STEP`` over the whole batch.
+    Same data, loss (``loss / batch_size``), optimizer, initial weights
+    (``graph.build_sequential()``) and evaluations as :func:`train`; runs with
+    ``config.threads_per_rank`` threads. Its timeline has one rank with ``F``, ``B`` and ``STEP``
+    over the whole batch.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads_per_rank)
     if config.keep_freed_memory:
         keep_freed_memory()
+    plan = single_stage_plan(graph, batch_size)
+    config = check_job(TrainJob(graph, plan, config)).config
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
@@ -103,18 +110,28 @@ def reference_train(
         torch.set_num_threads(threads)
 
 
+def single_stage_plan(graph: LayerGraph, batch_size: int) -> Plan:
+    """The one-rank GPipe plan of the whole model in one micro-batch (what :func:`reference_train` runs)."""
+    stage = StagePlan(graph.names, (0,), (batch_size,), (batch_size,))
+    return Plan(graph.name, graph.fingerprint(), batch_size, Method.GPIPE, (stage,))
+
+
+_ACTIONS = (ActionKind.F, ActionKind.B, ActionKind.STEP)
+
+
 def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_parameters: bool) -> TrainResult:
     model = graph.build_sequential()
     optimizer = config.build_optimizer(model.parameters())
+    loss_fn = job_loss(TrainJob(graph, single_stage_plan(graph, batch_size), config))
     meter = ActivationMeter(model.parameters())
-    actions = (Action(ActionKind.F, 0, 0, 0, batch_size), Action(ActionKind.B, 0, 0, 0, batch_size),
-               Action(ActionKind.STEP, 0))
-    losses, times, steps = [], [], []
+    actions = tuple(Action(k, 0, 0, 0, batch_size) if k is not ActionKind.STEP else Action(k, 0) for k in _ACTIONS)
+    rows, times, steps, waits = [], [], [], []
+    start = time.perf_counter()
     for step in range(config.steps):
-        x, y = make_batch(graph, batch_size, step, config.seed, config.data)
+        batch = timed_batch(graph, batch_size, step, config.seed, config.data)
         clock = [time.perf_counter()]
         with meter.track(step):
-            loss = loss_sum(graph.loss, model(x), y) / batch_size
+            loss = loss_fn(model(batch.inputs), batch.targets) / batch_size
         clock.append(time.perf_counter())
         torch.autograd.backward(loss)
         meter.release(step)
@@ -122,9 +139,14 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_p
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         clock.append(time.perf_counter())
-        losses.append(float(loss.detach()))
         times.append(clock[-1] - clock[0])
+        waits.append(batch.wait_s)
         steps.append(tuple(Event(0, a, clock[i] - clock[0], clock[i + 1] - clock[0]) for i, a in enumerate(actions)))
+        evaluation = _reference_eval(model, loss_fn, graph, batch_size, config, step)
+        rows.append(StepMetrics(step, (step + 1) * batch_size, time.perf_counter() - start,
+                                float(optimizer.param_groups[0]["lr"]), float(loss.detach()),
+                                evaluation.loss if evaluation else None, evaluation.accuracy if evaluation else None,
+                                times[-1], batch.wait_s))
     timeline = Timeline(steps[median_step(times, config.warmup_steps)], 1, "measured", (meter.peak_bytes,),
                         f"reference, batch {batch_size}", tuple(times[config.warmup_steps:]))
     parameters = {}
@@ -132,5 +154,15 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_p
         for layer, child in zip(graph.layers, model.children(), strict=True):
             for pname, p in child.named_parameters():
                 parameters[layer.qualified(pname)] = p.detach().clone()
-    return TrainResult(tuple(losses), tuple(times), batch_size / statistics.median(times[config.warmup_steps:]),
-                       timeline, parameters)
+    return TrainResult(tuple(r.loss for r in rows), tuple(times),
+                       batch_size / statistics.median(times[config.warmup_steps:]), timeline, parameters,
+                       metrics=tuple(rows), data_wait_s=tuple(waits))
+
+
+def _reference_eval(model: torch.nn.Module, loss: Loss, graph: LayerGraph, batch_size: int, config: TrainConfig,
+                    step: int) -> EvalResult | None:
+    """The evaluation after ``step`` when one is due (as the pipeline's :mod:`~pipetrain.runtime.job`)."""
+    due = step == config.steps - 1 or (config.eval_every > 0 and (step + 1) % config.eval_every == 0)
+    if not due or not has_eval_set(config.data):
+        return None
+    return evaluate_module(model, loss, eval_dataset(config.data, graph), batch_size)

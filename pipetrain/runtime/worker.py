@@ -5,22 +5,18 @@ queue) and torchrun (ranks started by torchrun, results on rank 0). A session ma
 jobs (plans) one after another in one process group, so tests and benchmarks pay the start-up once;
 a rank that a job's plan does not use runs an empty program but still joins its barriers.
 
-Per step, every rank: builds the mini-batch itself (stage 0 keeps the inputs, the last stage the
-targets), waits at a barrier, takes the step's time origin and runs its program through the
-interpreter with the recorder (and, in tests, a fault) hooked around every action.
+What a job does on a rank, step by step, is :mod:`pipetrain.runtime.job`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
-import statistics
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -29,21 +25,13 @@ from torch.distributed.distributed_c10d import PrefixStore, Store
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.plan.plan import Plan, WeightPolicy
-from pipetrain.runtime.config import FaultInjection, InjectedFault, TrainConfig, TrainJob, TrainResult
-from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.executor import (
-    RankContext,
-    build_rank_context,
-    check_runnable,
-    expected_receives,
-    run_program,
-    stage_parameters,
-)
-from pipetrain.runtime.memory import measured_memory
-from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
+from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
+from pipetrain.runtime.data import steps_per_epoch, timed_batch
+from pipetrain.runtime.evaluate import eval_dataset, has_eval_set
+from pipetrain.runtime.executor import check_runnable
+from pipetrain.runtime.job import job_loss, run_job
 from pipetrain.runtime.transport import Transport, TransportError
 from pipetrain.runtime.watchdog import Watchdog
-from pipetrain.schedule.action import Action
 from pipetrain.schedule.generators import build_schedule
 
 __all__ = ["RankFailure", "Rendezvous", "Reporter", "check_job", "rank_label", "run_session", "tcp_store"]
@@ -79,7 +67,7 @@ class Reporter(Protocol):
 
     def started(self, rank: int, job: int) -> None: ...
 
-    def progress(self, job: int, step: int, loss: float, step_s: float) -> None: ...
+    def progress(self, job: int, row: StepMetrics) -> None: ...
 
     def failed(self, rank: int, message: str, secondary: bool, details: str) -> None: ...
 
@@ -111,7 +99,8 @@ def tcp_store(host: str, port: int, is_master: bool, timeout: timedelta) -> Stor
 
 def check_job(job: TrainJob) -> TrainJob:
     """Everything that can be checked before starting processes; returns the job with its schedule
-    resolved (the plan's own when it has none) and validated against the plan.
+    resolved (the plan's own when it has none) and validated against the plan, and ``epochs``
+    turned into ``steps``.
 
     Raises:
         UserError: naming what to change.
@@ -124,8 +113,18 @@ def check_job(job: TrainJob) -> TrainJob:
     check_runnable(schedule, plan)
     if config.fault is not None and config.fault.rank >= plan.n_ranks:
         raise UserError(f"fault rank {config.fault.rank} is not one of the plan's {plan.n_ranks} ranks")
-    make_batch(graph, plan.batch_size, 0, config.seed, config.data)
-    return replace(job, schedule=schedule)
+    timed_batch(graph, plan.batch_size, 0, config.seed, config.data)
+    job_loss(job)
+    if has_eval_set(config.data):
+        eval_dataset(config.data, graph)
+    if config.epochs is not None:
+        per_epoch = steps_per_epoch(graph, plan.batch_size, config.seed, config.data)
+        if per_epoch is None:
+            raise UserError(f"data {config.data!r} has no epochs; give steps instead")
+        config = replace(config, steps=config.epochs * per_epoch)
+        if config.warmup_steps >= config.steps:
+            config = replace(config, warmup_steps=0)
+    return replace(job, schedule=schedule, config=config)
 
 
 def rank_label(plan: Plan | None, rank: int) -> str:
@@ -133,27 +132,6 @@ def rank_label(plan: Plan | None, rank: int) -> str:
     if plan is not None and rank < plan.n_ranks:
         return f"stage {plan.stage_of_rank(rank)} (rank {rank})"
     return f"rank {rank}"
-
-
-class _FaultHook:
-    """Fires a :class:`FaultInjection` just before the middle action of the chosen step."""
-
-    def __init__(self, fault: FaultInjection | None, rank: int, program_length: int) -> None:
-        armed = fault is not None and fault.rank == rank and program_length > 0
-        self.fault = fault if armed else None
-        self.index = program_length // 2
-        self.step = -1
-
-    def before(self, index: int, action: Action) -> None:
-        fault = self.fault
-        if fault is None or self.step != fault.step or index != self.index:
-            return
-        if fault.kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise InjectedFault(f"injected fault before {action}")
-
-    def after(self, index: int, action: Action) -> None:
-        pass
 
 
 class _Session:
@@ -184,6 +162,17 @@ class _Session:
     @property
     def label(self) -> str:
         return rank_label(self.plan, self.rdv.rank)
+
+    @property
+    def rank(self) -> int:
+        return self.rdv.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.rdv.world_size
+
+    def report(self, job: int, row: StepMetrics) -> None:
+        self.reporter.progress(job, row)
 
     def _trip(self, reason: str) -> None:
         """Watchdog thread: a peer failed or went silent; report and leave at once."""
@@ -239,7 +228,10 @@ def run_session(
     session: _Session | None = None
     try:
         session = _Session(rdv, jobs[0].config, reporter, parent_pid)
-        results = [_run_job(session, index, job) for index, job in enumerate(jobs)]
+        results = []
+        for index, job in enumerate(jobs):
+            reporter.started(rdv.rank, index)
+            results.append(run_job(session, index, job))
         session.close()
     except RankFailure:
         raise
@@ -249,91 +241,3 @@ def run_session(
                               traceback.format_exc()) from e
         raise session.failure(e) from e
     return [r for r in results if r is not None]
-
-
-def _run_job(session: _Session, index: int, job: TrainJob) -> TrainResult | None:
-    rank, config = session.rdv.rank, job.config
-    session.plan, session.step = job.plan, None
-    session.reporter.started(rank, index)
-    torch.manual_seed(config.seed)
-    schedule = job.schedule if job.schedule is not None else build_schedule(job.plan)
-    program = schedule.ranks[rank] if rank < schedule.n_ranks else ()
-    groups = _replica_groups(job.plan)
-    ctx = None
-    if program:
-        stage = job.plan.stage_of_rank(rank)
-        ctx = build_rank_context(job.graph, job.plan, rank, session.transport, config.build_optimizer,
-                                 groups.get(stage))
-    recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
-    fault = _FaultHook(config.fault, rank, len(program))
-    losses: list[float] = []
-    receives = expected_receives(ctx, program) if ctx is not None else []
-    for step in range(config.steps):
-        session.step = fault.step = step
-        if ctx is not None:
-            _load_batch(ctx, job, step)
-            ctx.transport.expect(receives)
-        session.barrier()
-        recorder.start_step()
-        if ctx is not None:
-            run_program(ctx, program, (fault, recorder))
-            ctx.meter.enabled = False  # every step holds the same activations: the first one tells
-        step_s = recorder.end_step()
-        loss = ctx.step_loss() if ctx is not None else None
-        if loss is not None:
-            losses.append(loss)
-            session.reporter.progress(index, step, loss, step_s)
-    record = RankRecord(rank, tuple(recorder.steps), ctx.meter.peak_bytes if ctx else 0, tuple(losses),
-                        measured_memory(rank, ctx.meter, ctx.module, ctx.optimizer) if ctx else None)
-    params = {}
-    if ctx is not None and job.return_parameters:
-        params = stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers))
-    session.step = None
-    gathered = _gather((record, params), rank, session.rdv.world_size)
-    return None if gathered is None else _result(job, gathered)
-
-
-def _replica_groups(plan: Plan) -> dict[int, dist.ProcessGroup]:
-    """A process group per replicated stage; every rank creates every group, in stage order."""
-    return {k: dist.new_group(list(stage.ranks)) for k, stage in enumerate(plan.stages) if len(stage.ranks) > 1}
-
-
-def _load_batch(ctx: RankContext, job: TrainJob, step: int) -> None:
-    if not (ctx.is_first or ctx.is_last):
-        ctx.begin_step(None, None)
-        return
-    inputs, targets = make_batch(job.graph, job.plan.batch_size, step, job.config.seed, job.config.data)
-    ctx.begin_step(inputs, targets)
-
-
-def _gather(obj: Any, rank: int, world_size: int) -> list[Any] | None:
-    """Every rank's ``obj`` on rank 0 (None elsewhere)."""
-    out: list[Any] | None = [None] * world_size if rank == 0 else None
-    dist.gather_object(obj, out, dst=0)
-    return out
-
-
-def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
-    """Rank 0: assemble the job's result from every rank's ``(RankRecord, parameters)``."""
-    plan, config = job.plan, job.config
-    records: list[RankRecord] = [g[0] for g in gathered[: plan.n_ranks]]
-    parameters: dict[str, torch.Tensor] = {}
-    for rank, (_record, params) in enumerate(gathered):
-        for name, value in params.items():
-            if name in parameters and not torch.equal(parameters[name], value):
-                raise RuntimeError(f"the replicas of {rank_label(plan, rank)} hold different values of {name} after "
-                                   "training: their gradient all-reduce failed")
-            parameters[name] = value
-    losses = next((r.losses for r in records if r.losses), ())
-    times = step_times(records)
-    sizes = plan.stages[0].forward_sizes
-    label = f"{plan.method.value}, {plan.n_stages} stages, {len(sizes)} micro-batches of batch {plan.batch_size}"
-    median_s = statistics.median(times[config.warmup_steps:])
-    return TrainResult(
-        losses=losses,
-        step_times_s=tuple(times),
-        samples_per_s=plan.batch_size / median_s if median_s > 0 else 0.0,
-        timeline=assemble_timeline(records, config.warmup_steps, label),
-        parameters=parameters,
-        memory=tuple(r.memory for r in records if r.memory is not None),
-    )

@@ -1,0 +1,211 @@
+"""One job on one rank: train its steps, evaluate when due, report every step, hand in the record.
+
+Per step, every rank of the plan: takes its batch (stage 0 the inputs, the last stage the targets,
+timed as data wait), waits at a barrier, takes the step's time origin and runs its program through
+the interpreter with the recorder (and, in tests, a fault) hooked around every action. When an
+evaluation is due (every ``eval_every`` steps and after the last), every rank runs the eval set
+through the plan's forward-only programs (:mod:`pipetrain.runtime.evaluate`). The last stage's first
+rank turns each step into a :class:`~pipetrain.runtime.config.StepMetrics` row: it reports it (the
+progress bar) and keeps it for the result. At the end every rank's record goes to rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import time
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from pipetrain.data import EvalResult, Loss, model_loss, resolve_loss
+from pipetrain.plan.plan import Plan
+from pipetrain.runtime.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult
+from pipetrain.runtime.data import timed_batch
+from pipetrain.runtime.evaluate import eval_dataset, evaluate_rank, has_eval_set
+from pipetrain.runtime.executor import RankContext, build_rank_context, expected_receives, run_program, stage_parameters
+from pipetrain.runtime.memory import measured_memory
+from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
+from pipetrain.runtime.transport import Transport
+from pipetrain.schedule.action import Action
+
+__all__ = ["JobSession", "job_loss", "run_job"]
+
+
+class JobSession(Protocol):
+    """What a job needs of its rank's session (:class:`~pipetrain.runtime.worker._Session`)."""
+
+    plan: Plan | None
+    step: int | None
+    transport: Transport
+    device: torch.device
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def barrier(self) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+    def report(self, job: int, row: StepMetrics) -> None: ...
+
+
+def job_loss(job: TrainJob) -> Loss:
+    """The job's loss: ``config.loss`` resolved against the model's targets, or the model's own."""
+    name = job.config.loss
+    return model_loss(job.graph.loss) if name is None else resolve_loss(name, job.graph.target)
+
+
+class _FaultHook:
+    """Fires a :class:`FaultInjection` just before the middle action of the chosen step."""
+
+    def __init__(self, fault: FaultInjection | None, rank: int, program_length: int) -> None:
+        armed = fault is not None and fault.rank == rank and program_length > 0
+        self.fault = fault if armed else None
+        self.index = program_length // 2
+        self.step = -1
+
+    def before(self, index: int, action: Action) -> None:
+        fault = self.fault
+        if fault is None or self.step != fault.step or index != self.index:
+            return
+        if fault.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise InjectedFault(f"injected fault before {action}")
+
+    def after(self, index: int, action: Action) -> None:
+        pass
+
+
+class _JobRun:
+    """A job's state on one rank while it trains."""
+
+    def __init__(self, session: JobSession, index: int, job: TrainJob) -> None:
+        self.session, self.index, self.job = session, index, job
+        rank, plan = session.rank, job.plan
+        assert job.schedule is not None, "check_job resolves the schedule"
+        self.program = job.schedule.ranks[rank] if rank < job.schedule.n_ranks else ()
+        groups = {k: dist.new_group(list(s.ranks)) for k, s in enumerate(plan.stages) if len(s.ranks) > 1}
+        self.ctx: RankContext | None = None
+        if self.program:
+            stage = plan.stage_of_rank(rank)
+            self.ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,
+                                          groups.get(stage), loss=job_loss(job))
+        self.receives = expected_receives(self.ctx, self.program) if self.ctx is not None else []
+        self.recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
+        self.fault = _FaultHook(job.config.fault, rank, len(self.program))
+        self.reports = self.ctx is not None and self.ctx.is_last and rank == plan.stages[-1].ranks[0]
+        self.rows: list[StepMetrics] = []
+        self.waits: list[float] = []
+        self.start = time.perf_counter()
+
+    def train_step(self, step: int) -> None:
+        """Run optimizer step ``step`` (and the evaluation after it when one is due)."""
+        self.session.step = self.fault.step = step
+        ctx, config = self.ctx, self.job.config
+        wait = 0.0
+        if ctx is not None:
+            wait = self._load_batch(ctx, step)
+            ctx.transport.expect(self.receives)
+        self.session.barrier()
+        self.recorder.start_step()
+        if ctx is not None:
+            run_program(ctx, self.program, (self.fault, self.recorder))
+            ctx.meter.enabled = False  # every step holds the same activations: the first one tells
+        step_s = self.recorder.end_step()
+        loss = ctx.step_loss() if ctx is not None else None
+        self.waits.append(wait)
+        due = step == config.steps - 1 or (config.eval_every > 0 and (step + 1) % config.eval_every == 0)
+        evaluation = self._evaluate() if due else None
+        if self.reports and ctx is not None and loss is not None:
+            self._report(ctx, step, loss, step_s, wait, evaluation)
+
+    def _load_batch(self, ctx: RankContext, step: int) -> float:
+        """Load step ``step``'s batch; returns the seconds spent waiting for it."""
+        if not (ctx.is_first or ctx.is_last):
+            ctx.begin_step(None, None)
+            return 0.0
+        job = self.job
+        batch = timed_batch(job.graph, job.plan.batch_size, step, job.config.seed, job.config.data)
+        ctx.begin_step(batch.inputs, batch.targets)
+        return batch.wait_s
+
+    def _evaluate(self) -> EvalResult | None:
+        config = self.job.config
+        if self.ctx is None or not has_eval_set(config.data):
+            return None
+        return evaluate_rank(self.ctx, self.job.plan, eval_dataset(config.data, self.job.graph))
+
+    def _report(self, ctx: RankContext, step: int, loss: float, step_s: float, wait: float,
+                evaluation: EvalResult | None) -> None:
+        lr = ctx.optimizer.param_groups[0]["lr"] if ctx.optimizer is not None else self.job.config.lr
+        row = StepMetrics(
+            step=step, samples_seen=(step + 1) * self.job.plan.batch_size, wall_s=time.perf_counter() - self.start,
+            lr=float(lr), loss=loss, eval_loss=evaluation.loss if evaluation else None,
+            eval_accuracy=evaluation.accuracy if evaluation else None, step_s=step_s, data_wait_s=wait,
+        )
+        self.rows.append(row)
+        self.session.report(self.index, row)
+
+    def record(self) -> tuple[RankRecord, dict[str, torch.Tensor]]:
+        """This rank's record of the run, and its final parameters when the job asks for them."""
+        ctx, job = self.ctx, self.job
+        memory = measured_memory(self.session.rank, ctx.meter, ctx.module, ctx.optimizer) if ctx else None
+        record = RankRecord(self.session.rank, tuple(self.recorder.steps), ctx.meter.peak_bytes if ctx else 0,
+                            tuple(self.rows), tuple(self.waits), memory)
+        params = {}
+        if ctx is not None and job.return_parameters:
+            params = stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers))
+        return record, params
+
+
+def run_job(session: JobSession, index: int, job: TrainJob) -> TrainResult | None:
+    """Run ``job`` on this rank; rank 0 returns its result, the other ranks None."""
+    session.plan, session.step = job.plan, None
+    torch.manual_seed(job.config.seed)
+    run = _JobRun(session, index, job)
+    for step in range(job.config.steps):
+        run.train_step(step)
+    session.step = None
+    gathered = _gather(run.record(), session.rank, session.world_size)
+    return None if gathered is None else _result(job, gathered)
+
+
+def _gather(obj: Any, rank: int, world_size: int) -> list[Any] | None:
+    """Every rank's ``obj`` on rank 0 (None elsewhere)."""
+    out: list[Any] | None = [None] * world_size if rank == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
+    """Rank 0: assemble the job's result from every rank's ``(RankRecord, parameters)``."""
+    plan, config = job.plan, job.config
+    records: list[RankRecord] = [g[0] for g in gathered[: plan.n_ranks]]
+    parameters: dict[str, torch.Tensor] = {}
+    for rank, (_record, params) in enumerate(gathered):
+        for name, value in params.items():
+            if name in parameters and not torch.equal(parameters[name], value):
+                raise RuntimeError(f"the replicas of rank {rank}'s stage hold different values of {name} after "
+                                   "training: their gradient all-reduce failed")
+            parameters[name] = value
+    metrics = next((r.metrics for r in records if r.metrics), ())
+    times = step_times(records)
+    sizes = plan.stages[0].forward_sizes
+    label = f"{plan.method.value}, {plan.n_stages} stages, {len(sizes)} micro-batches of batch {plan.batch_size}"
+    median_s = statistics.median(times[config.warmup_steps:])
+    return TrainResult(
+        losses=tuple(m.loss for m in metrics),
+        step_times_s=tuple(times),
+        samples_per_s=plan.batch_size / median_s if median_s > 0 else 0.0,
+        timeline=assemble_timeline(records, config.warmup_steps, label),
+        parameters=parameters,
+        memory=tuple(r.memory for r in records if r.memory is not None),
+        metrics=metrics,
+        data_wait_s=tuple(max(w) for w in zip(*(r.data_wait_s for r in records), strict=True)),
+    )
