@@ -30,7 +30,7 @@ from rich.console import Console
 from pipetrain import api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES, default_source
-from pipetrain.errors import PipelineFailure, UserError
+from pipetrain.errors import Interrupted, PipelineFailure, UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.plan.memory import OPTIMIZER_NAMES
 from pipetrain.plan.plan import Method, Plan
@@ -424,6 +424,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PipelineFailure as e:
         console.print(f"[bold red]pipeline failed:[/bold red] {e}")
         return PipelineFailure.exit_code
+    except Interrupted as e:
+        console.print(f"[bold yellow]stopped:[/bold yellow] {e}")
+        return e.exit_code
+    except KeyboardInterrupt:
+        console.print("[bold yellow]stopped:[/bold yellow] interrupted (Ctrl-C)")
+        return 130
     return 0
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from pipetrain.data import EvalResult, Loss, model_loss, resolve_loss
+from pipetrain.errors import Interrupted
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult
 from pipetrain.runtime.data import timed_batch
@@ -48,7 +49,7 @@ class JobSession(Protocol):
     @property
     def world_size(self) -> int: ...
 
-    def barrier(self) -> None: ...
+    def agree_stop(self) -> int: ...
 
     def synchronize(self) -> None: ...
 
@@ -112,7 +113,9 @@ class _JobRun:
         if ctx is not None:
             wait = self._load_batch(ctx, step)
             ctx.transport.expect(self.receives)
-        self.session.barrier()
+        stop = self.session.agree_stop()  # the step's barrier
+        if stop:
+            raise Interrupted(stop, step)
         self.recorder.start_step()
         if ctx is not None:
             run_program(ctx, self.program, (self.fault, self.recorder))

@@ -34,9 +34,10 @@ import torch
 import torch.multiprocessing as mp
 from torch.distributed.distributed_c10d import Store
 
-from pipetrain.errors import PipelineFailure, UserError
+from pipetrain.errors import Interrupted, PipelineFailure, UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
+from pipetrain.runtime import interrupts
 from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.progress import ProgressDisplay, open_display
 from pipetrain.runtime.worker import RankFailure, Rendezvous, check_job, rank_label, run_session, tcp_store
@@ -88,7 +89,14 @@ class _Result:
     parameters: bytes
 
 
-_Message = _Started | _Progress | _Report | _Result
+@dataclass(frozen=True)
+class _Stopped:
+    """Every rank stopped on a signal at a step boundary (rank 0 tells)."""
+
+    error: Interrupted
+
+
+_Message = _Started | _Progress | _Report | _Result | _Stopped
 
 
 # ---- inside a spawned rank ------------------------------------------------------------------
@@ -120,6 +128,9 @@ class _QueueReporter:
     def failed(self, rank: int, message: str, secondary: bool, details: str) -> None:
         self._put(_Report(rank, message, secondary, details))
 
+    def interrupted(self, error: Interrupted) -> None:
+        self._put(_Stopped(error))
+
     def result(self, job: int, result: TrainResult) -> None:
         self._put(_Result(job, *_to_wire(result)))
 
@@ -149,6 +160,11 @@ def _rank_main(rank: int, world_size: int, port: int, jobs: Sequence[TrainJob], 
     rdv = Rendezvous("127.0.0.1", port, rank, world_size, local_rank=rank)
     try:
         results = run_session(rdv, jobs, reporter, parent_pid=parent_pid)
+    except Interrupted as e:
+        if rank == 0:
+            reporter.interrupted(e)
+        reporter.flush()
+        return
     except RankFailure as e:
         reporter.failed(rank, e.message, e.secondary, e.details)
         reporter.flush()
@@ -171,13 +187,19 @@ class _Monitor:
     results: dict[int, TrainResult] = field(default_factory=dict)
     reports: list[_Report] = field(default_factory=list)
     job_of_rank: dict[int, int] = field(default_factory=dict)
+    stopped: Interrupted | None = None
 
     def run(self) -> list[TrainResult]:
         while True:
             self._drain(_POLL_S)
             if self.reports or any(p.exitcode not in (None, 0) for p in self.procs):
+                if interrupts.requested():  # a signal reached the ranks before they could catch it
+                    raise Interrupted(interrupts.requested(), 0)
                 raise self._failure()
             if all(p.exitcode == 0 for p in self.procs):
+                self._drain(0)
+                if self.stopped is not None:
+                    raise self.stopped
                 return self._collect()
 
     def _drain(self, wait_s: float) -> None:
@@ -197,6 +219,8 @@ class _Monitor:
             self.display.update(message.job, message.row)
         elif isinstance(message, _Report):
             self.reports.append(message)
+        elif isinstance(message, _Stopped):
+            self.stopped = message.error
         else:
             self.results[message.job] = _from_wire(message)
 
@@ -289,12 +313,15 @@ def launch_local(jobs: Sequence[TrainJob], *, progress: bool = False) -> list[Tr
         )
         for rank in range(world_size)
     ]
+    started = lambda: [p.pid for p in procs if p.pid is not None]  # noqa: E731
+    restore_signals = interrupts.install(on_signal=interrupts.forward(started))
     try:
         for proc in procs:
             proc.start()
         with open_display(jobs, enabled=progress) as display:
             return _Monitor(jobs, procs, channel, display).run()
     finally:
+        restore_signals()
         _terminate(procs)
         channel.close()
         channel.cancel_join_thread()

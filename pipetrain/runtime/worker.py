@@ -23,8 +23,9 @@ import torch.distributed as dist
 from torch.distributed.distributed_c10d import PrefixStore, Store
 
 from pipetrain.allocator import keep_freed_memory
-from pipetrain.errors import PipelineFailure, UserError
+from pipetrain.errors import Interrupted, PipelineFailure, UserError
 from pipetrain.plan.plan import Plan, WeightPolicy
+from pipetrain.runtime import interrupts
 from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.data import steps_per_epoch, timed_batch
 from pipetrain.runtime.evaluate import eval_dataset, has_eval_set
@@ -158,6 +159,7 @@ class _Session:
             rank=rdv.rank, world_size=rdv.world_size, timeout=timeout,
         )
         self.transport = Transport(self.device, use_tags=backend == "gloo")
+        self.restore_signals = interrupts.install()
 
     @property
     def label(self) -> str:
@@ -187,6 +189,10 @@ class _Session:
         else:
             dist.barrier()
 
+    def agree_stop(self) -> int:
+        """The step's barrier, which also tells whether any rank received a stop signal (0: no)."""
+        return interrupts.agree(self.device)
+
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
 
@@ -212,6 +218,7 @@ class _Session:
         self.barrier()
         self.watchdog.stop()
         dist.destroy_process_group()
+        self.restore_signals()
 
 
 def run_session(
@@ -233,6 +240,10 @@ def run_session(
             reporter.started(rdv.rank, index)
             results.append(run_job(session, index, job))
         session.close()
+    except Interrupted:
+        if session is not None:
+            session.close()
+        raise
     except RankFailure:
         raise
     except BaseException as e:
