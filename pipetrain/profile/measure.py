@@ -39,7 +39,10 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec, loss_sum
 from pipetrain.profile.table import LayerProfile, Profile
 
-__all__ = ["LayerStats", "layer_stats", "loss_saved_bytes", "measure_profile", "sample_input", "size_grid"]
+__all__ = ["LayerStats", "LossFn", "layer_stats", "loss_saved_bytes", "measure_profile", "model_loss_fn", "sample_input", "size_grid"]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""``loss(output [b, ...], target [b, ...])``: the sum over the ``b`` samples of each one's loss."""
 
 
 def size_grid(batch_size: int, sizes: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -179,16 +182,18 @@ def layer_stats(module: nn.Module, x: torch.Tensor) -> tuple[LayerStats, torch.T
     return stats, out
 
 
-def loss_saved_bytes(graph: LayerGraph, out: torch.Tensor, last_saves_output: bool, generator: torch.Generator) -> int:
+def loss_saved_bytes(graph: LayerGraph, out: torch.Tensor, last_saves_output: bool, generator: torch.Generator,
+                     loss: LossFn | None = None) -> int:
     """Bytes per sample the loss saves for backward on the last layer's output ``out`` (``[b, …]``),
     with its targets: what it adds to the last stage's saved bytes. ``out`` itself counts only when
-    the last layer does not save it already (``last_saves_output``). Works on the meta device."""
+    the last layer does not save it already (``last_saves_output``). Works on the meta device.
+    ``loss``: the training loss (default: the model's own, ``graph.loss``)."""
     b = out.shape[0]
     y = out.detach().requires_grad_(out.is_floating_point())
     targets = sample_input(graph.target, b, out.device, generator)
     saved = _SavedStorages(nn.Module())
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
-        _scaled_loss(graph, y, targets, b)
+        _scaled_loss(loss or model_loss_fn(graph), y, targets, b)
     return (saved.total_bytes - (saved.bytes_of(y) if last_saves_output else 0)) // b
 
 
@@ -324,7 +329,7 @@ def _measure_layer(
 
 
 def _measure_layers(
-    graph: LayerGraph, grid: tuple[int, ...], timer: _Timer, progress: bool
+    graph: LayerGraph, grid: tuple[int, ...], timer: _Timer, progress: bool, loss: LossFn
 ) -> tuple[tuple[LayerProfile, ...], int]:
     """Every layer's profile, each fed the previous layer's output on a seeded random input; and the
     loss's saved bytes per sample (:func:`loss_saved_bytes`)."""
@@ -343,13 +348,13 @@ def _measure_layers(
         for layer, module in zip(graph.layers, modules, strict=True):
             profile, x = _measure_layer(layer.name, module, x, grid, timer, generator, on_size)
             profiles.append(profile)
-        profiles[-1] = _with_loss(profiles[-1], graph, x, timer, generator)
-        loss_bytes = loss_saved_bytes(graph, x, profiles[-1].saved_output_bytes_per_sample > 0, generator)
+        profiles[-1] = _with_loss(profiles[-1], graph, x, timer, generator, loss)
+        loss_bytes = loss_saved_bytes(graph, x, profiles[-1].saved_output_bytes_per_sample > 0, generator, loss)
     return tuple(profiles), loss_bytes
 
 
 def _with_loss(
-    last: LayerProfile, graph: LayerGraph, out: torch.Tensor, timer: _Timer, generator: torch.Generator
+    last: LayerProfile, graph: LayerGraph, out: torch.Tensor, timer: _Timer, generator: torch.Generator, loss_fn: LossFn
 ) -> LayerProfile:
     """The last layer's profile with the loss's forward and backward added (the last stage runs it).
 
@@ -359,7 +364,7 @@ def _with_loss(
     forward, backward = [], []
     for b, f, g in zip(last.sizes, last.forward_s, last.backward_s, strict=True):
         y = out[:b].detach().requires_grad_(out.is_floating_point())
-        loss: Callable[[], torch.Tensor] = functools.partial(_scaled_loss, graph, y, targets[:b], out.shape[0])
+        loss: Callable[[], torch.Tensor] = functools.partial(_scaled_loss, loss_fn, y, targets[:b], out.shape[0])
         forward.append(f + timer.median_s(functools.partial(_identity, loss)))
         if y.requires_grad:
             g += timer.median_s(functools.partial(_backward_of, loss))
@@ -376,8 +381,13 @@ def _backward_of(run: Callable[[], torch.Tensor]) -> Callable[[], object]:
     return functools.partial(torch.autograd.backward, run())
 
 
-def _scaled_loss(graph: LayerGraph, y: torch.Tensor, targets: torch.Tensor, batch: int) -> torch.Tensor:
-    return loss_sum(graph.loss, y, targets) / batch
+def model_loss_fn(graph: LayerGraph) -> LossFn:
+    """The model's own loss (``graph.loss``) as a :data:`LossFn`."""
+    return functools.partial(loss_sum, graph.loss)
+
+
+def _scaled_loss(loss: LossFn, y: torch.Tensor, targets: torch.Tensor, batch: int) -> torch.Tensor:
+    return loss(y, targets) / batch
 
 
 def _warm_heap(modules: Sequence[nn.Module], x: torch.Tensor) -> None:
@@ -405,6 +415,7 @@ def measure_profile(
     threads: int | None = 1,
     device: str = "cpu",
     progress: bool = False,
+    loss: LossFn | None = None,
 ) -> Profile:
     """Time every layer of ``graph`` at every micro-batch size of the grid.
 
@@ -418,6 +429,8 @@ def measure_profile(
             the current setting. One thread matches one rank per core.
         device: a torch device string (``"cpu"``, ``"cuda:0"``).
         progress: show a progress bar over (layer, size) pairs on stderr.
+        loss: the training loss, timed on the last layer: ``loss(output [b, ...], target [b, ...])``
+            is the sum over the ``b`` samples (default: the model's own, ``graph.loss``).
 
     Returns:
         A Profile whose ``device`` is the device type (``"cpu"``, ``"cuda"``).
@@ -434,7 +447,7 @@ def measure_profile(
         )
     timer = _Timer(torch.device(device), warmup, repeats)
     with _torch_threads(threads) as used:
-        layers, loss_bytes = _measure_layers(graph, grid, timer, progress)
+        layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss or model_loss_fn(graph))
     plural = "" if used == 1 else "s"
     return Profile(
         model=graph.name,
