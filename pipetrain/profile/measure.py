@@ -39,7 +39,16 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec, loss_sum
 from pipetrain.profile.table import LayerProfile, Profile
 
-__all__ = ["LayerStats", "LossFn", "layer_stats", "loss_saved_bytes", "measure_profile", "model_loss_fn", "sample_input", "size_grid"]
+__all__ = [
+    "LayerStats",
+    "LossFn",
+    "layer_stats",
+    "loss_saved_bytes",
+    "measure_profile",
+    "model_loss_fn",
+    "sample_input",
+    "size_grid",
+]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``loss(output [b, ...], target [b, ...])``: the sum over the ``b`` samples of each one's loss."""
