@@ -101,6 +101,7 @@ def profile_model(
     estimate: str | None = None,
     progress: bool = False,
     repeats: int = 5,
+    loss: str | None = None,
 ) -> Profile:
     """Measure the model's per-layer costs here, or estimate them for a device model.
 
@@ -110,6 +111,8 @@ def profile_model(
         estimate: a device model name (``"v100"``, ``"h100"``...) to estimate instead of measure.
         progress: show a progress bar while measuring.
         repeats: timed repeats per (layer, size); the median is kept.
+        loss: the training loss timed on the last layer: ``"cross-entropy"``, ``"mse"``,
+            ``"module.path:callable"``, or None for the model's own.
     """
     if estimate is not None:
         from pipetrain.profile.estimate import estimate_profile
@@ -117,7 +120,10 @@ def profile_model(
         return estimate_profile(graph, estimate, batch_size)
     from pipetrain.profile.measure import measure_profile
 
-    return measure_profile(graph, batch_size, repeats=repeats, progress=progress)
+    from pipetrain.data import resolve_loss
+
+    loss_fn = None if loss is None else resolve_loss(loss, graph.target)
+    return measure_profile(graph, batch_size, repeats=repeats, progress=progress, loss=loss_fn)
 
 
 def local_cluster(n_ranks: int, path: str | Path | None = None) -> Cluster:
