@@ -118,9 +118,8 @@ def profile_model(
         from pipetrain.profile.estimate import estimate_profile
 
         return estimate_profile(graph, estimate, batch_size)
-    from pipetrain.profile.measure import measure_profile
-
     from pipetrain.data import resolve_loss
+    from pipetrain.profile.measure import measure_profile
 
     loss_fn = None if loss is None else resolve_loss(loss, graph.target)
     return measure_profile(graph, batch_size, repeats=repeats, progress=progress, loss=loss_fn)
@@ -225,7 +224,7 @@ def plan(
         batch_size: samples per mini-batch.
         planner: ``balanced`` (default), ``pipedream``, ``bapipe``, ``auto``, or a micro-batch planner
             (``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``).
-        optimizer: whose state counts against device memory (``sgd``, ``sgd-momentum``, ``adam``).
+        optimizer: whose state counts against device memory (``sgd``, ``sgd-momentum``, ``adam``, ``adamw``).
         constraints: what to fix (method, stages, micro-batches, base plan, seed, GA budget); a
             planner refuses the ones it does not use.
         progress: show progress on stderr.

@@ -37,6 +37,7 @@ from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners import PlannerSpec
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.profile.table import Profile
+from pipetrain.runtime.optim import LR_SCHEDULES
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
@@ -239,7 +240,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     config = TrainConfig(steps=20 if args.steps is None else args.steps, epochs=args.epochs, optimizer=args.optimizer,
                          lr=args.lr, data=args.data or default_source(graph), loss=args.loss,
                          eval_every=args.eval_every, seed=args.seed, timeout_s=args.timeout,
-                         threads_per_rank=args.threads)
+                         threads_per_rank=args.threads, out=args.out, momentum=args.momentum,
+                         weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
+                         lr_warmup_steps=args.warmup_steps, clip_grad_norm=args.clip_grad_norm)
     if under_torchrun:
         result = run_worker_from_env(graph, plan, config, schedule=schedule)
         if result is None:  # not rank 0
@@ -248,6 +251,19 @@ def cmd_train(args: argparse.Namespace) -> None:
         result = train(graph, plan, config, schedule=schedule)
     _write_timeline(args.out, "measured", result.timeline, plan)
     _summarise_training(plan, result)
+    _plot_losses(args.out, result, f"{plan.model} on {config.data}")
+
+
+def _plot_losses(folder: Path, result: TrainResult, title: str) -> None:
+    """``loss.png`` from ``metrics.csv`` (a resumed run's earlier steps included), else from the result
+    (under torchrun the last stage may have written the CSV on another node)."""
+    from pipetrain.runtime.metrics import METRICS_FILE, read_metrics
+    from pipetrain.viz.curves import save_loss_plot
+
+    csv_path = folder / METRICS_FILE
+    rows = read_metrics(csv_path) if csv_path.exists() else result.metrics
+    save_loss_plot(rows, folder / "loss.png", title=title)
+    console.print(f"[dim]wrote {csv_path} and {folder}/loss.png (train and eval curves)[/dim]")
 
 
 def _summarise_training(plan: Plan, result: TrainResult) -> None:
@@ -388,7 +404,13 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     length.add_argument("--steps", type=int, help="optimizer steps in total (default: 20)")
     length.add_argument("--epochs", type=int, help="passes over the train set (instead of --steps)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES)
-    p.add_argument("--lr", type=float, default=0.01, help="learning rate (default: 0.01)")
+    p.add_argument("--lr", type=float, default=0.01, help="learning rate, the peak of a schedule (default: 0.01)")
+    p.add_argument("--momentum", type=float, help="SGD momentum (default: 0.9 for sgd-momentum, else 0)")
+    p.add_argument("--weight-decay", type=float, help="weight decay (default: 0.01 for adamw, else 0)")
+    p.add_argument("--lr-schedule", default="constant", choices=LR_SCHEDULES, help="(default: constant)")
+    p.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up steps of warmup-cosine")
+    p.add_argument("--clip-grad-norm", type=float, metavar="X",
+                   help="clip the gradient's global norm over all stages to X (default: no clipping)")
     p.add_argument("--eval-every", type=int, default=0, metavar="K",
                    help="evaluate on the eval set every K steps (default: only after the last step)")
     p.add_argument("--seed", type=int, default=0)

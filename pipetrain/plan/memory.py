@@ -17,10 +17,10 @@ from pipetrain.errors import UserError
 __all__ = ["OPTIMIZER_NAMES", "OPTIMIZER_STATE_COPIES", "OptimizerName", "StageMemory", "check_optimizer",
            "parameter_copies"]
 
-OptimizerName = Literal["sgd", "sgd-momentum", "adam"]
+OptimizerName = Literal["sgd", "sgd-momentum", "adam", "adamw"]
 
-OPTIMIZER_STATE_COPIES: Final[dict[OptimizerName, int]] = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
-"""Optimizer state per parameter byte: SGD none, SGD with momentum its buffer, Adam two moments."""
+OPTIMIZER_STATE_COPIES: Final[dict[OptimizerName, int]] = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}
+"""Optimizer state per parameter byte: SGD none, SGD with momentum its buffer, Adam and AdamW two moments."""
 
 OPTIMIZER_NAMES: Final[tuple[OptimizerName, ...]] = get_args(OptimizerName)
 
@@ -34,7 +34,7 @@ def check_optimizer(optimizer: str) -> OptimizerName:
 
 def parameter_copies(optimizer: OptimizerName = "sgd") -> int:
     """Parameter-sized buffers a stage holds per parameter byte: the weights, their gradients and the
-    optimizer's state (:data:`OPTIMIZER_STATE_COPIES`): SGD 2, SGD with momentum 3, Adam 4."""
+    optimizer's state (:data:`OPTIMIZER_STATE_COPIES`): SGD 2, SGD with momentum 3, Adam and AdamW 4."""
     return 2 + OPTIMIZER_STATE_COPIES[check_optimizer(optimizer)]
 
 

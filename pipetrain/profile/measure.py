@@ -432,17 +432,14 @@ def measure_profile(
         graph: the model.
         batch_size: the mini-batch size B; the default grid is 1, 2, 4, … below B, and B.
         sizes: an explicit grid of micro-batch sizes instead.
-        warmup: untimed runs before each measurement.
-        repeats: timed runs; the profile keeps their median.
-        threads: torch intra-op threads while measuring (restored afterwards); ``None`` keeps
-            the current setting. One thread matches one rank per core.
+        warmup, repeats: untimed runs before each measurement, then timed runs (median kept).
+        threads: torch intra-op threads while measuring (restored after; None: keep). One thread
+            matches one rank per core.
         device: a torch device string (``"cpu"``, ``"cuda:0"``).
         progress: show a progress bar over (layer, size) pairs on stderr.
-        loss: the training loss, timed on the last layer: ``loss(output [b, ...], target [b, ...])``
-            is the sum over the ``b`` samples (default: the model's own, ``graph.loss``).
+        loss: the training loss timed on the last layer (:data:`LossFn`; default ``graph.loss``).
 
-    Returns:
-        A Profile whose ``device`` is the device type (``"cpu"``, ``"cuda"``).
+    Returns a Profile whose ``device`` is the device type (``"cpu"``, ``"cuda"``).
 
     Raises:
         UserError: a non-positive batch size, size, repeat count or thread count.

@@ -22,6 +22,7 @@ from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.data import DataSource
 from pipetrain.runtime.memory import MeasuredMemory
+from pipetrain.runtime.optim import LRSchedule, OptimizerSettings, build_optimizer, check_lr_schedule, lr_at
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
@@ -67,10 +68,16 @@ class TrainConfig:
         epochs: when given, overrides ``steps``: ``epochs × (train samples // batch size)`` steps
             (data with a train set only; :func:`~pipetrain.runtime.worker.check_job` resolves it).
         warmup_steps: first steps left out of timing (the timeline and samples/s).
-        optimizer: ``"sgd"``, ``"sgd-momentum"`` or ``"adam"`` (:data:`~pipetrain.plan.memory.OptimizerName`),
-            one per stage over the stage's parameters.
+        optimizer: ``"sgd"``, ``"sgd-momentum"``, ``"adam"`` or ``"adamw"``
+            (:data:`~pipetrain.plan.memory.OptimizerName`), one per stage over the stage's parameters.
         lr: learning rate.
-        momentum: SGD momentum (ignored by Adam; ``"sgd-momentum"`` defaults it to 0.9).
+        momentum: SGD momentum; None: 0.9 for ``"sgd-momentum"``, 0 for ``"sgd"`` (Adam takes none).
+        weight_decay: None: 0.01 for ``"adamw"`` (decoupled), 0 for the others (an L2 term).
+        lr_schedule: ``"constant"``, ``"cosine"`` or ``"warmup-cosine"`` over the steps
+            (:func:`~pipetrain.runtime.optim.lr_at`); ``lr`` is the peak.
+        lr_warmup_steps: linear warm-up steps of ``"warmup-cosine"``.
+        clip_grad_norm: clip the gradient's global norm over all stages to this (as
+            ``torch.nn.utils.clip_grad_norm_`` on the whole model), or None.
         data: ``"synthetic"`` (from the model's tensor specs), ``"digits"`` (scikit-learn), ``"text"``
             (bytes of ``pydoc_data.topics``) or ``"module.path:callable"`` (see :mod:`pipetrain.data`).
         loss: ``"cross-entropy"``, ``"mse"``, ``"module.path:callable"``, or None for the model's own
@@ -94,7 +101,11 @@ class TrainConfig:
     warmup_steps: int = 1
     optimizer: OptimizerName = "sgd"
     lr: float = 0.01
-    momentum: float = 0.0
+    momentum: float | None = None
+    weight_decay: float | None = None
+    lr_schedule: LRSchedule = "constant"
+    lr_warmup_steps: int = 0
+    clip_grad_norm: float | None = None
     data: DataSource = "synthetic"
     loss: str | None = None
     eval_every: int = 0
@@ -122,8 +133,11 @@ class TrainConfig:
             raise UserError(f"eval_every={self.eval_every}: give 0 (evaluate at the end) or a step count >= 1")
         if self.backend not in (None, "gloo", "nccl"):
             raise UserError(f"backend {self.backend!r} is unknown; use 'gloo' or 'nccl'")
-        if self.lr <= 0 or self.momentum < 0:
-            raise UserError("lr must be > 0 and momentum >= 0")
+        _ = self.optimizer_settings  # validates optimizer, lr, momentum, weight decay
+        if self.epochs is None:  # else check_job checks it once the epochs are steps
+            check_lr_schedule(self.lr_schedule, self.lr_warmup_steps, self.steps)
+        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
+            raise UserError(f"--clip-grad-norm {self.clip_grad_norm}: give a norm > 0")
         if self.timeout_s <= 0 or self.threads_per_rank < 1:
             raise UserError("timeout_s must be > 0 and threads_per_rank >= 1")
         if self.fault is not None and self.fault.step >= self.steps:
@@ -136,17 +150,23 @@ class TrainConfig:
         return "nccl" if torch.cuda.is_available() else "gloo"
 
     @property
+    def optimizer_settings(self) -> OptimizerSettings:
+        """The optimizer and its hyper-parameters (validated)."""
+        return OptimizerSettings(self.optimizer, self.lr, self.momentum, self.weight_decay)
+
+    @property
     def optimizer_state(self) -> OptimizerName:
-        """The optimizer as the memory model counts its state: ``"sgd"`` with ``momentum > 0`` keeps a
+        """The optimizer as the memory model counts its state: ``"sgd"`` with momentum keeps a
         momentum buffer, like ``"sgd-momentum"``."""
-        return "sgd-momentum" if self.optimizer == "sgd" and self.momentum > 0 else self.optimizer
+        return self.optimizer_settings.state_name
 
     def build_optimizer(self, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-        """The configured optimizer over ``parameters`` (``"sgd-momentum"``: ``momentum``, 0.9 if unset)."""
-        if self.optimizer == "adam":
-            return torch.optim.Adam(parameters, lr=self.lr)
-        momentum = self.momentum or (0.9 if self.optimizer == "sgd-momentum" else 0.0)
-        return torch.optim.SGD(parameters, lr=self.lr, momentum=momentum)
+        """The configured optimizer over ``parameters`` (at the base learning rate)."""
+        return build_optimizer(self.optimizer_settings, parameters)
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step ``step`` under the schedule."""
+        return lr_at(step, self.steps, self.lr, self.lr_schedule, self.lr_warmup_steps)
 
 
 @dataclass(frozen=True)

@@ -6,19 +6,23 @@ the interpreter with the recorder (and, in tests, a fault) hooked around every a
 evaluation is due (every ``eval_every`` steps and after the last), every rank runs the eval set
 through the plan's forward-only programs (:mod:`pipetrain.runtime.evaluate`). The last stage's first
 rank turns each step into a :class:`~pipetrain.runtime.config.StepMetrics` row: it reports it (the
-progress bar) and keeps it for the result. At the end every rank's record goes to rank 0.
+progress bar), appends it to ``<out>/metrics.csv`` (flushed, so a killed run keeps its rows) and
+keeps it for the result. At the end every rank's record goes to rank 0.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from pipetrain.data import EvalResult, Loss, model_loss, resolve_loss
 from pipetrain.errors import Interrupted
@@ -28,6 +32,8 @@ from pipetrain.runtime.data import timed_batch
 from pipetrain.runtime.evaluate import eval_dataset, evaluate_rank, has_eval_set
 from pipetrain.runtime.executor import RankContext, build_rank_context, expected_receives, run_program, stage_parameters
 from pipetrain.runtime.memory import measured_memory
+from pipetrain.runtime.metrics import MetricsLog
+from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
 from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
 from pipetrain.runtime.transport import Transport
 from pipetrain.schedule.action import Action
@@ -92,16 +98,21 @@ class _JobRun:
         assert job.schedule is not None, "check_job resolves the schedule"
         self.program = job.schedule.ranks[rank] if rank < job.schedule.n_ranks else ()
         groups = {k: dist.new_group(list(s.ranks)) for k, s in enumerate(plan.stages) if len(s.ranks) > 1}
+        # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
+        self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
         self.ctx: RankContext | None = None
         if self.program:
             stage = plan.stage_of_rank(rank)
             self.ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,
                                           groups.get(stage), loss=job_loss(job))
+            self.ctx.clip = self._clipper(len(plan.stages[stage].ranks))
         self.receives = expected_receives(self.ctx, self.program) if self.ctx is not None else []
         self.recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
         self.fault = _FaultHook(job.config.fault, rank, len(self.program))
         self.reports = self.ctx is not None and self.ctx.is_last and rank == plan.stages[-1].ranks[0]
         self.rows: list[StepMetrics] = []
+        out = job.config.out
+        self.log = MetricsLog.open(out) if self.reports and out is not None else None
         self.waits: list[float] = []
         self.start = time.perf_counter()
 
@@ -113,6 +124,8 @@ class _JobRun:
         if ctx is not None:
             wait = self._load_batch(ctx, step)
             ctx.transport.expect(self.receives)
+            if ctx.optimizer is not None:
+                set_lr(ctx.optimizer, config.lr_at(step))
         stop = self.session.agree_stop()  # the step's barrier
         if stop:
             raise Interrupted(stop, step)
@@ -127,6 +140,15 @@ class _JobRun:
         evaluation = self._evaluate() if due else None
         if self.reports and ctx is not None and loss is not None:
             self._report(ctx, step, loss, step_s, wait, evaluation)
+
+    def _clipper(self, replicas: int) -> Callable[[list[nn.Parameter]], object] | None:
+        """STEP's global-norm clipping over the plan's ranks, or None when not asked for."""
+        max_norm = self.job.config.clip_grad_norm
+        if max_norm is None:
+            return None
+        world = self.group if self.group is not None else dist.group.WORLD
+        return functools.partial(clip_grad_norm_global, max_norm=max_norm, world=world, replicas=replicas,
+                                 device=self.session.device)
 
     def _load_batch(self, ctx: RankContext, step: int) -> float:
         """Load step ``step``'s batch; returns the seconds spent waiting for it."""
@@ -153,6 +175,8 @@ class _JobRun:
             eval_accuracy=evaluation.accuracy if evaluation else None, step_s=step_s, data_wait_s=wait,
         )
         self.rows.append(row)
+        if self.log is not None:
+            self.log.append(row)
         self.session.report(self.index, row)
 
     def record(self) -> tuple[RankRecord, dict[str, torch.Tensor]]:
@@ -172,8 +196,12 @@ def run_job(session: JobSession, index: int, job: TrainJob) -> TrainResult | Non
     session.plan, session.step = job.plan, None
     torch.manual_seed(job.config.seed)
     run = _JobRun(session, index, job)
-    for step in range(job.config.steps):
-        run.train_step(step)
+    try:
+        for step in range(job.config.steps):
+            run.train_step(step)
+    finally:
+        if run.log is not None:
+            run.log.close()
     session.step = None
     gathered = _gather(run.record(), session.rank, session.world_size)
     return None if gathered is None else _result(job, gathered)

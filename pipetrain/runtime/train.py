@@ -27,6 +27,7 @@ from pipetrain.runtime.evaluate import eval_dataset, evaluate_module, has_eval_s
 from pipetrain.runtime.job import job_loss
 from pipetrain.runtime.launch import launch_local, run_worker_from_env
 from pipetrain.runtime.memory import ActivationMeter
+from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
 from pipetrain.runtime.recorder import median_step
 from pipetrain.runtime.worker import check_job
 from pipetrain.schedule.action import Action, ActionKind
@@ -129,6 +130,7 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_p
     start = time.perf_counter()
     for step in range(config.steps):
         batch = timed_batch(graph, batch_size, step, config.seed, config.data)
+        set_lr(optimizer, config.lr_at(step))
         clock = [time.perf_counter()]
         with meter.track(step):
             loss = loss_fn(model(batch.inputs), batch.targets) / batch_size
@@ -136,6 +138,8 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_p
         torch.autograd.backward(loss)
         meter.release(step)
         clock.append(time.perf_counter())
+        if config.clip_grad_norm is not None:
+            clip_grad_norm_global(list(model.parameters()), config.clip_grad_norm, world=None)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         clock.append(time.perf_counter())

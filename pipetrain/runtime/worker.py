@@ -31,6 +31,7 @@ from pipetrain.runtime.data import steps_per_epoch, timed_batch
 from pipetrain.runtime.evaluate import eval_dataset, has_eval_set
 from pipetrain.runtime.executor import check_runnable
 from pipetrain.runtime.job import job_loss, run_job
+from pipetrain.runtime.optim import check_lr_schedule
 from pipetrain.runtime.transport import Transport, TransportError
 from pipetrain.runtime.watchdog import Watchdog
 from pipetrain.schedule.generators import build_schedule
@@ -125,6 +126,7 @@ def check_job(job: TrainJob) -> TrainJob:
         config = replace(config, steps=config.epochs * per_epoch)
         if config.warmup_steps >= config.steps:
             config = replace(config, warmup_steps=0)
+        check_lr_schedule(config.lr_schedule, config.lr_warmup_steps, config.steps)
     return replace(job, schedule=schedule, config=config)
 
 

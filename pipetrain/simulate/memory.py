@@ -121,7 +121,8 @@ def stage_memory(
         plan: the stages (layers, ranks) and micro-batches.
         cost: the profile's bytes.
         schedule: the schedule whose order sets the activations; default the plan's own.
-        optimizer: ``"sgd"``, ``"sgd-momentum"`` or ``"adam"`` (:data:`~pipetrain.plan.memory.OPTIMIZER_STATE_COPIES`).
+        optimizer: ``"sgd"``, ``"sgd-momentum"``, ``"adam"`` or ``"adamw"``
+            (:data:`~pipetrain.plan.memory.OPTIMIZER_STATE_COPIES`).
 
     Raises:
         UserError: an unknown optimizer name.

@@ -1,0 +1,59 @@
+"""The README's multi-node launch: two torchrun "nodes" on this machine (one process each, c10d
+rendezvous on localhost) train a 2-stage plan to the same weights as the local launcher.
+
+Each node runs ``torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint
+127.0.0.1:PORT --rdzv-id ID torchrun_script.py OUT``; the script calls ``run_worker_from_env``, as
+``-m pipetrain train --plan plan.json`` does, and rank 0 saves the losses and final parameters
+(the CLI's ``train`` writes no weights to compare).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipetrain.runtime import TrainConfig, train
+
+from .models import chain_plan, mlp_graph
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+
+SCRIPT = Path(__file__).with_name("torchrun_script.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _node_command(port: int, out: Path) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"pipetrain-{port}",
+            str(SCRIPT), str(out)]
+
+
+def test_two_torchrun_nodes_match_local_spawn(tmp_path: Path) -> None:
+    out, port = tmp_path / "result.pt", _free_port()
+    nodes = [subprocess.Popen(_node_command(port, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    try:
+        logs = [node.communicate(timeout=120)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(logs)
+    result = torch.load(out)
+    graph = mlp_graph()  # as torchrun_script.py trains it
+    local = train(graph, chain_plan(graph, 2, 12, 3), TrainConfig(steps=3, progress=False, timeout_s=5.0),
+                  return_parameters=True)
+    assert result["losses"] == pytest.approx(local.losses, abs=1e-6)
+    assert set(result["parameters"]) == set(local.parameters)
+    for key, value in local.parameters.items():
+        torch.testing.assert_close(result["parameters"][key], value, atol=1e-6, rtol=0)
