@@ -295,9 +295,9 @@ def _show_comparison(plan: Plan, predicted: Timeline, measured: Timeline, pictur
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from pipetrain.demo import run_demo
+    from pipetrain.demo import DemoSettings, run_demo
 
-    run_demo(args.model, args.batch, args.ranks, args.steps, args.out, out, console)
+    run_demo(DemoSettings(args.model, args.batch, args.ranks, args.steps, args.out), out, console)
 
 
 def _load_schedule(args: argparse.Namespace) -> Schedule | None:
@@ -428,10 +428,11 @@ def _compare_args(p: argparse.ArgumentParser) -> None:
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="mlp", help="zoo model (default: mlp)")
-    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--model", default="gpt-tiny",
+                   help="zoo model; trains on the built-in data it fits (default: gpt-tiny on text)")
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--steps", type=int, default=300)
     p.add_argument("--out", type=Path, default=Path("out/demo"))
 
 

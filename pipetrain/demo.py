@@ -1,71 +1,144 @@
-"""``pipetrain demo``: the whole loop on a built-in model, on this machine.
+"""``pipetrain demo``: the whole loop on a built-in model and real data, on this machine.
 
     profile here → probe the link → plan (method, micro-batches, stages) → simulate → train on
-    local ranks → predicted beside measured (table and picture) → speed vs single-process training
+    local ranks on real data, evaluating as it goes → predicted beside measured → speed against
+    single-process training
 
-Every artefact lands in the output folder, so each step can be re-run on its own with the CLI.
+By default ``gpt-tiny`` learns character-level language modelling on the ``text`` corpus that ships
+with Python (:mod:`pipetrain.data.text`) with AdamW and a warm-up + cosine schedule, so the loss
+visibly falls in about 300 steps. Every artefact lands in the output folder (profile, cluster, plan,
+schedule, timelines, ``metrics.csv``, ``loss.png``), so each step can be re-run with the CLI.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
 from pipetrain import api
 from pipetrain.cluster import Cluster
+from pipetrain.data import default_source
 from pipetrain.fileio import write_atomic
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.plan import Plan
+from pipetrain.runtime.config import TrainConfig, TrainResult
+from pipetrain.simulate.timeline import Timeline
 
-__all__ = ["run_demo"]
+__all__ = ["DemoSettings", "run_demo"]
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """What the demo trains.
+
+    Attributes:
+        model: a zoo model; its data is the built-in set it fits (``digits``, ``text``) or synthetic.
+        batch: samples per mini-batch.
+        ranks: local ranks (pipeline stages).
+        steps: optimizer steps of the training run.
+        folder: where the artefacts go.
+    """
+
+    model: str = "gpt-tiny"
+    batch: int = 32
+    ranks: int = 2
+    steps: int = 300
+    folder: Path = Path("out/demo")
 
 
 def _probe(n_ranks: int, console: Console) -> Cluster:
     from pipetrain.profile.link import probe_cluster
 
-    console.print("[bold]2/6[/bold] probing the link and the contention between two local ranks")
+    console.print("[bold]2/7[/bold] probing the link and the contention between two local ranks")
     return probe_cluster(n_ranks)
 
 
-def run_demo(model: str, batch: int, ranks: int, steps: int, folder: Path, out: Console, console: Console) -> None:
-    """Run the demo and print its story; artefacts go to ``folder``."""
-    from pipetrain.runtime.train import TrainConfig, reference_train, train
-    from pipetrain.viz.files import save_comparison, save_timeline
-    from pipetrain.viz.plan_tables import candidates_table, plan_table
-    from pipetrain.viz.tables import compare_table, timeline_table
+def run_demo(settings: DemoSettings, out: Console, console: Console) -> None:
+    """Run the demo and print its story; artefacts go to ``settings.folder``."""
+    graph = api.resolve_model(settings.model)
+    plan, predicted = _plan(graph, settings, out, console)
+    data = default_source(graph)
+    console.print(f"[bold]5/7[/bold] training {graph.name} on {data} on {plan.n_ranks} local ranks for "
+                  f"{settings.steps} steps, evaluating every {max(1, settings.steps // 4)}")
+    result = _train(graph, plan, settings, data)
+    _report_learning(result, settings, out)
+    _compare(graph, plan, predicted, result, settings, data, out, console)
 
-    graph = api.resolve_model(model)
-    console.print(f"[bold]1/6[/bold] profiling {graph.name} ({len(graph)} layers) for micro-batches up to {batch}")
+
+def _plan(graph: LayerGraph, settings: DemoSettings, out: Console, console: Console) -> tuple[Plan, Timeline]:
+    from pipetrain.viz.files import save_timeline
+    from pipetrain.viz.plan_tables import candidates_table, plan_table
+    from pipetrain.viz.tables import timeline_table
+
+    folder, batch = settings.folder, settings.batch
+    console.print(f"[bold]1/7[/bold] profiling {graph.name} ({len(graph)} layers) for micro-batches up to {batch}")
     profile = api.profile_model(graph, batch, progress=True)
     write_atomic(folder / "profile.json", profile.to_json())
-    cluster = _probe(ranks, console)
+    cluster = _probe(settings.ranks, console)
     write_atomic(folder / "cluster.json", cluster.to_json())
-
-    console.print("[bold]3/6[/bold] planning: every method × micro-batch count, simulated")
+    console.print("[bold]3/7[/bold] planning: every method × micro-batch count, simulated")
     plan, candidates = api.plan_pipeline(graph, profile, cluster, batch_size=batch)
     write_atomic(folder / "plan.json", plan.to_json())
     out.print(plan_table(plan))
     out.print(candidates_table(candidates, top=6))
-
-    console.print("[bold]4/6[/bold] predicted timeline")
+    console.print("[bold]4/7[/bold] predicted timeline")
     schedule, predicted = api.predict(plan, profile, cluster)
     write_atomic(folder / "schedule.csv", schedule.to_csv())
     save_timeline(folder, "predicted", predicted, plan.rank_stages)
     out.print(schedule.grid(max_steps=12))
     out.print(timeline_table(predicted, plan.rank_stages))
+    return plan, predicted
 
-    console.print(f"[bold]5/6[/bold] training on {plan.n_ranks} local ranks for {steps} steps")
-    config = TrainConfig(steps=steps, warmup_steps=2)
-    result = train(graph, plan, config)
+
+def _config(settings: DemoSettings, data: str, steps: int, *, evaluate: bool) -> TrainConfig:
+    """AdamW with a warm-up and cosine decay: what makes gpt-tiny learn in a few hundred steps."""
+    return TrainConfig(steps=steps, warmup_steps=2, data=data, optimizer="adamw", lr=3e-3,
+                       lr_schedule="warmup-cosine", lr_warmup_steps=max(1, steps // 20), clip_grad_norm=1.0,
+                       eval_every=max(1, steps // 4) if evaluate else 0, out=settings.folder if evaluate else None)
+
+
+def _train(graph: LayerGraph, plan: Plan, settings: DemoSettings, data: str) -> TrainResult:
+    from pipetrain.runtime.train import train
+    from pipetrain.viz.curves import save_loss_plot
+
+    result = train(graph, plan, _config(settings, data, settings.steps, evaluate=True))
+    save_loss_plot(result.metrics, settings.folder / "loss.png", title=f"{graph.name} on {data}")
+    return result
+
+
+def _report_learning(result: TrainResult, settings: DemoSettings, out: Console) -> None:
+    """One line: the train loss from first to last step, and the last held-out evaluation."""
+    learned = f"train loss {result.losses[0]:.3f} → {result.losses[-1]:.3f}"
+    final = result.final_eval
+    if final is not None and final.eval_loss is not None:
+        accuracy = f", accuracy {final.eval_accuracy:.1%}" if final.eval_accuracy is not None else ""
+        learned += f"; held-out loss {final.eval_loss:.3f}{accuracy} after {final.samples_seen:,} samples"
+    folder = settings.folder
+    out.print(f"learned: {learned} (curves in {folder / 'loss.png'}, rows in {folder / 'metrics.csv'})")
+
+
+def _compare(graph: LayerGraph, plan: Plan, predicted: Timeline, result: TrainResult, settings: DemoSettings,
+             data: str, out: Console, console: Console) -> None:
+    from pipetrain.runtime.train import reference_train
+    from pipetrain.viz.files import save_comparison, save_timeline
+    from pipetrain.viz.tables import compare_table
+
+    folder = settings.folder
     save_timeline(folder, "measured", result.timeline, plan.rank_stages)
-
-    console.print("[bold]6/6[/bold] predicted beside measured, and single-process training for reference")
+    console.print("[bold]6/7[/bold] predicted beside measured")
     out.print(compare_table(predicted, result.timeline, plan.rank_stages))
     picture = folder / "predicted_vs_measured.png"
     save_comparison(picture, predicted, result.timeline, plan.rank_stages)
-    reference = reference_train(graph, batch, TrainConfig(steps=max(4, steps // 2), warmup_steps=1))
-    out.print(
-        f"pipelined: {result.samples_per_s:.1f} samples/s on {plan.n_ranks} ranks; single process: "
-        f"{reference.samples_per_s:.1f} samples/s → {result.samples_per_s / reference.samples_per_s:.2f}×. "
-        f"Loss {result.losses[0]:.3f} → {result.losses[-1]:.3f}."
-    )
-    out.print(f"artefacts in {folder}/ (open {picture} for the picture, *_trace.json in https://ui.perfetto.dev)")
+    console.print("[bold]7/7[/bold] single-process training, for speed (same model, batch and threads per rank)")
+    config = _config(settings, data, min(settings.steps, 20), evaluate=False)
+    reference = reference_train(graph, plan.batch_size, config, return_parameters=False)
+    ratio = result.samples_per_s / reference.samples_per_s
+    out.print(f"pipelined: {result.samples_per_s:.1f} samples/s on {plan.n_ranks} ranks; single process: "
+              f"{reference.samples_per_s:.1f} samples/s → {ratio:.2f}×")
+    if ratio < 1.2:
+        out.print("[dim]why not more: each rank runs one thread; two ranks on one machine share its memory bandwidth "
+                  "and caches, and small micro-batches run below a core's peak. On separate devices the stages "
+                  "run side by side (see BENCHMARKS.md).[/dim]")
+    out.print(f"artefacts in {folder}/ (open {picture} and loss.png, *_trace.json in https://ui.perfetto.dev)")
