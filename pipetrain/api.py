@@ -15,16 +15,20 @@ Each step is also a ``pipetrain`` sub-command; the CLI is a thin layer over thes
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from torch import nn
+
+from pipetrain.callables import is_callable_ref
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cluster_spec import ClusterSpec, load_cluster_spec
 from pipetrain.cost import CostModel
+from pipetrain.data import data_specs, resolve_loss
 from pipetrain.errors import UserError
+from pipetrain.graph.capture import capture
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.graph.zoo import build_model
+from pipetrain.graph.load import default_loss_kind, leaf_classes, load_model
 from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners import (
@@ -80,16 +84,58 @@ PLANNABLE_METHODS = BALANCED_METHODS
 """The methods :func:`plan_pipeline` searches; ``uedp`` is :func:`plan_microbatches` on top of one."""
 
 
-def resolve_model(model: str | LayerGraph, **overrides: Any) -> LayerGraph:
-    """A LayerGraph from a zoo name (with size overrides) or as given."""
+def resolve_model(
+    model: str | LayerGraph | nn.Module,
+    *,
+    data: str | None = None,
+    loss: str | None = None,
+    name: str | None = None,
+    leaf_modules: Sequence[type[nn.Module] | str] = (),
+) -> LayerGraph:
+    """The LayerGraph of ``model``: as given, from the zoo, or the user's module captured with torch.fx.
+
+    Args:
+        model: a LayerGraph; a zoo name (the other arguments are then ignored); ``module.path:callable``
+            returning an ``nn.Module``; or an ``nn.Module``. The last two are captured
+            (:func:`~pipetrain.graph.capture.capture`) with the per-sample input and target specs
+            of ``data``.
+        data: what a user's module trains on: ``"digits"`` or ``"module.path:callable"``.
+        loss: the training loss (:func:`~pipetrain.data.resolve_loss`): the graph's ``loss`` is its
+            kind, or for a user's callable loss, which the runtime takes separately, the targets' default.
+        name: the graph's name for an ``nn.Module`` (default: its class name); a reference is its
+            graph's name, so that plans can rebuild it.
+        leaf_modules: module classes (or ``module.path:Class``) to keep whole in one layer.
+
+    Raises:
+        UserError: an unknown name, no ``data`` (or ``synthetic``/``text``) for a user's module, a
+            loss that does not fit the data, a module that cannot be captured.
+    """
     if isinstance(model, LayerGraph):
         return model
-    return build_model(model, **overrides)
+    if isinstance(model, str) and not is_callable_ref(model):
+        return load_model(model, input=None, target=None, loss=None)
+    label = model if isinstance(model, str) else name or type(model).__name__
+    if data is None:
+        raise UserError(f"model {label!r} is your own module, whose input and target shapes come from the data; "
+                        "pass data (--data) digits or module.path:callable")
+    input, target = data_specs(data, label)
+    kind = resolve_loss(loss, target).kind or default_loss_kind(target)
+    if isinstance(model, str):
+        return load_model(model, input=input, target=target, loss=kind, leaf_modules=leaf_modules)
+    return capture(model, input=input, target=target, loss=kind, name=label, leaf_modules=leaf_classes(leaf_modules))
 
 
-def graph_for_plan(plan: Plan, graph: LayerGraph | None = None) -> LayerGraph:
-    """The model a plan was made for, checked against the plan (layers and fingerprint)."""
-    graph = graph or resolve_model(plan.model)
+def graph_for_plan(
+    plan: Plan,
+    graph: LayerGraph | None = None,
+    *,
+    data: str | None = None,
+    leaf_modules: Sequence[type[nn.Module] | str] = (),
+) -> LayerGraph:
+    """The model a plan was made for, checked against the plan (layers and fingerprint): ``graph``,
+    else rebuilt from ``plan.model``, a zoo name or ``module.path:callable`` (captured with the
+    specs of ``data`` and ``leaf_modules``, as :func:`resolve_model`)."""
+    graph = graph or resolve_model(plan.model, data=data, leaf_modules=leaf_modules)
     plan.validate(graph.names, graph.fingerprint())
     return graph
 

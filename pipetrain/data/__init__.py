@@ -7,19 +7,27 @@ Sits above ``planners`` and below ``runtime``. Public surface::
     eval_batches(dataset, batch_size)                                # the eval set in order
     resolve_loss(name | None, target_spec) -> Loss                   # Loss(output, target) -> sum over samples
     EvalTally().add(loss, output, target); .result() -> EvalResult   # eval loss, accuracy, perplexity
-    load_callable("module.path:callable", what)                      # user code, working directory first
+    load_callable("module.path:callable", what)                      # pipetrain.callables: user code, cwd first
     check_source_name(source)                                        # form only; loads nothing
+    data_specs(source, model) -> (input, target) TensorSpecs         # for a user's nn.Module
 
 Sources: ``digits``, ``text``, ``synthetic`` (:data:`SOURCE_NAMES`) or ``module.path:callable``.
 Losses: ``cross-entropy``, ``mse`` (:data:`LOSS_NAMES`) or ``module.path:callable``.
 """
 
-from pipetrain.data.callables import is_callable_ref, load_callable
+from pipetrain.callables import is_callable_ref, load_callable
 from pipetrain.data.evaluation import EvalResult, EvalTally
 from pipetrain.data.loader import BatchSource, EpochSampler, StepLoader, epoch_order, eval_batches, gather
 from pipetrain.data.loss import LOSS_NAMES, Loss, default_loss_name, model_loss, resolve_loss
 from pipetrain.data.pair import DatasetPair, Sample, check_pair, sample_spec
-from pipetrain.data.sources import SOURCE_NAMES, check_source_name, default_source, load_datasets, train_batches
+from pipetrain.data.sources import (
+    SOURCE_NAMES,
+    check_source_name,
+    data_specs,
+    default_source,
+    load_datasets,
+    train_batches,
+)
 from pipetrain.data.synthetic import SyntheticBatches
 
 __all__ = [
@@ -36,6 +44,7 @@ __all__ = [
     "SyntheticBatches",
     "check_pair",
     "check_source_name",
+    "data_specs",
     "default_loss_name",
     "default_source",
     "epoch_order",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pipetrain.data.callables import is_callable_ref, load_callable
+from pipetrain.callables import is_callable_ref, load_callable
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LossKind, TensorSpec, loss_sum
 

@@ -42,11 +42,11 @@ def tensor_pairs(inputs: torch.Tensor, targets: torch.Tensor) -> Dataset[Sample]
     return cast("Dataset[Sample]", TensorDataset(inputs, targets))
 
 
-def check_pair(pair: object, source: str, model: str, input_spec: TensorSpec) -> DatasetPair:
+def check_pair(pair: object, source: str, model: str, input_spec: TensorSpec | None) -> DatasetPair:
     """``pair`` as a :class:`DatasetPair`, after checking its shape against the model.
 
     Accepts a ``DatasetPair`` or a ``(train, eval)`` tuple; each dataset must have a length >= 1 and
-    yield ``(input, target)`` tensors whose input matches ``input_spec`` (shape and dtype).
+    yield ``(input, target)`` tensors whose input matches ``input_spec`` (shape and dtype; None: any).
 
     Raises:
         UserError: one line naming the source, what it returned and what the model expects.
@@ -69,7 +69,7 @@ def sample_spec(dataset: Dataset[Sample]) -> tuple[TensorSpec, TensorSpec]:
     return TensorSpec.of(x.unsqueeze(0)), TensorSpec.of(y.unsqueeze(0))
 
 
-def _check_dataset(dataset: object, where: str, model: str, input_spec: TensorSpec) -> None:
+def _check_dataset(dataset: object, where: str, model: str, input_spec: TensorSpec | None) -> None:
     if not (isinstance(dataset, Sized) and hasattr(dataset, "__getitem__")):
         raise UserError(f"{where} is a {type(dataset).__name__}; give a map-style torch Dataset (len and [i])")
     if len(dataset) < 1:
@@ -78,7 +78,7 @@ def _check_dataset(dataset: object, where: str, model: str, input_spec: TensorSp
     if not (isinstance(item, tuple | list) and len(item) == 2 and all(isinstance(t, torch.Tensor) for t in item)):
         raise UserError(f"{where} yields {_describe(item)}; make dataset[i] return an (input, target) pair of tensors")
     x = item[0]
-    if tuple(x.shape) != input_spec.shape or x.dtype != input_spec.torch_dtype:
+    if input_spec is not None and (tuple(x.shape) != input_spec.shape or x.dtype != input_spec.torch_dtype):
         raise UserError(
             f"{where} yields inputs of shape {tuple(x.shape)} {_dtype(x.dtype)}, but model {model!r} takes "
             f"{input_spec.shape} {input_spec.dtype} per sample; make the data match the model or choose another model"

@@ -16,16 +16,17 @@ are materialised once per process.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
+from pipetrain.callables import is_callable_ref, load_callable
 from pipetrain.data import digits, text
-from pipetrain.data.callables import is_callable_ref, load_callable
 from pipetrain.data.loader import BatchSource, StepLoader
-from pipetrain.data.pair import DatasetPair, check_pair
+from pipetrain.data.pair import DatasetPair, check_pair, sample_spec
 from pipetrain.data.synthetic import SyntheticBatches
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 
-__all__ = ["SOURCE_NAMES", "check_source_name", "default_source", "load_datasets", "train_batches"]
+__all__ = ["SOURCE_NAMES", "check_source_name", "data_specs", "default_source", "load_datasets", "train_batches"]
 
 SOURCE_NAMES = ("digits", "text", "synthetic")
 
@@ -69,6 +70,37 @@ def load_datasets(source: str, graph: LayerGraph) -> DatasetPair:
         _check_text_model(graph)
         return text.text_pair(graph.input.shape[0])
     return check_pair(_call_factory(source), source, graph.name, graph.input)
+
+
+def data_specs(source: str, model: str) -> tuple[TensorSpec, TensorSpec]:
+    """Per-sample ``(input, target)`` specs of ``source``'s train samples, for a model that takes its
+    shapes from the data (a user's ``nn.Module``, named ``model`` in errors).
+
+    An integer spec's ``high`` is 1 + the largest value among the first 1,024 samples.
+
+    Raises:
+        UserError: ``synthetic`` or ``text``, whose shapes come from the model, a factory that
+            fails, or samples of a dtype models do not take.
+    """
+    check_source_name(source)
+    if source in ("synthetic", "text"):
+        raise UserError(f"model {model!r} takes its input and target shapes from the data, but the {source} data "
+                        "takes them from the model; pass --data digits or --data module.path:callable")
+    pair = digits.digits_pair() if source == "digits" else check_pair(_call_factory(source), source, model, None)
+    items = [pair.train[i] for i in range(min(_SCANNED, len(pair.train)))]  # type: ignore[arg-type]
+    specs = []
+    for j, spec in enumerate(sample_spec(pair.train)):
+        if spec.dtype not in _DTYPES:
+            raise UserError(f"data {source!r} yields {('inputs', 'targets')[j]} of dtype {spec.dtype}; make them one "
+                            f"of {', '.join(_DTYPES)}")
+        if not spec.torch_dtype.is_floating_point:
+            spec = replace(spec, high=1 + int(max(int(item[j].max()) for item in items)))
+        specs.append(spec)
+    return specs[0], specs[1]
+
+
+_SCANNED = 1024
+_DTYPES = ("float32", "float16", "bfloat16", "int64")
 
 
 def train_batches(source: str, graph: LayerGraph, batch_size: int, seed: int) -> BatchSource:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -129,6 +130,8 @@ class LayerGraph:
         loss: the loss kind.
         seed: base seed for layer initialisation.
         edges: ``(src, dst)`` layer-name pairs; empty means the chain ``layers[0] -> layers[1] ...``.
+        module: for a model captured from an ``nn.Module`` (:func:`pipetrain.graph.capture.capture`),
+            a picklable factory of a copy of it; see :meth:`build_module`.
     """
 
     name: str
@@ -138,6 +141,7 @@ class LayerGraph:
     loss: LossKind = LossKind.CROSS_ENTROPY
     seed: int = 0
     edges: tuple[tuple[str, str], ...] = field(default=())
+    module: Callable[[], nn.Module] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -217,6 +221,23 @@ class LayerGraph:
         chosen = range(len(self)) if indices is None else indices
         return nn.Sequential(*(self.build_layer(i) for i in chosen))
 
+    def build_module(self) -> nn.Module:
+        """The whole model as one module whose ``state_dict`` keys are the pipeline's names
+        (:meth:`Layer.qualified`) and whose forward is the chain's: a copy of the captured module,
+        else ``nn.Sequential`` of the layers by name. Checkpoints load into it with ``strict=True``.
+
+        Raises:
+            UserError: a layer name with a dot, or a layer with its own prefix, in a graph that
+                was not captured (no module keeps those names).
+        """
+        if self.module is not None:
+            return self.module()
+        odd = [layer.name for layer in self.layers if "." in layer.name or layer.prefix is not None]
+        if odd:
+            raise UserError(f"model {self.name!r} cannot be built as one module: layer names {odd} have dots or "
+                            "their own prefix; rename the layers, or capture the model from its nn.Module")
+        return nn.Sequential(OrderedDict((layer.name, self.build_layer(i)) for i, layer in enumerate(self.layers)))
+
     def output_specs(self) -> tuple[TensorSpec, ...]:
         """Per-sample output spec of every layer, found by a forward pass on the meta device."""
         x = torch.empty((1, *self.input.shape), dtype=self.input.torch_dtype, device="meta")
@@ -228,10 +249,15 @@ class LayerGraph:
         return tuple(specs)
 
     def fingerprint(self) -> str:
-        """A short hash of layer names and parameter shapes; plans record it."""
-        digest = hashlib.sha256(self.name.encode())
+        """A short hash of the input spec, layer names and parameters (model's names, shapes); plans
+        and profiles record it.
+
+        The name is left out: the same layers built under another name (a zoo name, a
+        ``module:callable`` reference, a label) are the same model to a plan.
+        """
+        digest = hashlib.sha256(f"{self.input.shape}{self.input.dtype}".encode())
         for i, layer in enumerate(self.layers):
             digest.update(layer.name.encode())
             for pname, p in self.build_layer(i, device="meta").named_parameters():
-                digest.update(f"{pname}{tuple(p.shape)}".encode())
+                digest.update(f"{layer.qualified(pname)}{tuple(p.shape)}".encode())
         return digest.hexdigest()[:16]

@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from pipetrain.callables import load_callable
 from pipetrain.data import (
     DatasetPair,
     EpochSampler,
     Sample,
     StepLoader,
     eval_batches,
-    load_callable,
     load_datasets,
     resolve_loss,
     train_batches,

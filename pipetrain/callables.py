@@ -1,7 +1,7 @@
 """User code named on a command line: ``module.path:callable``.
 
-Data factories (``--data my_data:make``), losses (``--loss my_losses:focal``) and, later, models
-name a callable this way. :func:`load_callable` imports the module from the current working
+Models (``--model my_model:build``), data factories (``--data my_data:make``) and losses
+(``--loss my_losses:focal``) name a callable this way. :func:`load_callable` imports the module from the current working
 directory first, then from ``sys.path``, so a file ``./my_data.py`` is found without installing it::
 
     >>> make = load_callable("my_data:make", "data factory")   # doctest: +SKIP

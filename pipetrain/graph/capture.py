@@ -1,0 +1,322 @@
+"""Capture any ``nn.Module`` as a LayerGraph with ``torch.fx`` (issue 12 §1).
+
+:func:`capture` traces the module's ``forward`` into one fx graph and cuts it into layers:
+
+* **Owner.** Every node belongs to a module: a ``call_module`` node to the module it calls, any
+  other node to the module whose ``forward`` created it. The owner is that module's qualified
+  name cut down to the first module below the root that is not a container (``ModuleList``,
+  ``ModuleDict``, ``Sequential``): ``blocks.0.attn.out_proj`` → ``blocks.0``. For an
+  ``nn.Sequential`` root the owners are its children ``0``, ``1``, … as in
+  :meth:`LayerGraph.from_sequential`. Code in the root's own ``forward`` (``x = x + self.block(x)``)
+  and stateless attributes of the root (``self.act = nn.ReLU()``) run with the node before them;
+  ``get_attr`` nodes are copied into every layer that reads them.
+* **Layer.** A maximal run of consecutive nodes with one owner, named after it.
+* **Cut.** The tensors made before a cut and used after it cross it. One tensor crosses as is;
+  several (a residual stream beside a block's output) are *packed*: each ``[b, *shape]`` part
+  flattened to ``[b, n]`` and concatenated into ``[b, Σn]``, which the next layer splits back by the
+  recorded per-sample shapes. So every layer boundary stays one tensor, and the runtime, profiler
+  and cost model are unchanged.
+
+Each layer is a :class:`CapturedLayer` whose ``state_dict`` keys are the model's own names
+(``blocks.0.attn.in_proj_weight``): the layers' state dicts together are the module's, key for key
+(state that ``forward`` never reads goes to the layer whose name prefixes it, else the first). A
+parameter or persistent buffer that two layers would share (tied weights) is an error; a
+non-persistent buffer or a constant is copied into each layer that reads it.
+
+    >>> graph = capture(model, input=TensorSpec((64,)), target=TensorSpec((), "int64", high=10),
+    ...                 loss=LossKind.CROSS_ENTROPY, name="my-model")   # doctest: +SKIP
+    >>> graph.names                                                     # doctest: +SKIP
+    ('stem', 'blocks.0', 'blocks.1', 'head')
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from pipetrain.errors import UserError
+from pipetrain.graph.fx_trace import Part, innermost_module, sample_parts, trace
+from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec, _Copy
+
+__all__ = ["CapturedLayer", "capture"]
+
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+_LEAF = "mark the module that {} a leaf (leaf_modules=[...] / --leaf module.path:Class)"
+
+
+def capture(
+    module: nn.Module,
+    *,
+    input: TensorSpec,
+    target: TensorSpec,
+    loss: LossKind,
+    name: str,
+    leaf_modules: Sequence[type[nn.Module]] = (),
+    seed: int = 0,
+) -> LayerGraph:
+    """``module`` as a chain of layers, each holding a copy of the module's current weights.
+
+    Args:
+        module: any module whose ``forward`` takes one tensor ``[b, *input.shape]`` (other
+            parameters must have defaults) and returns one tensor ``[b, ...]``.
+        input, target: per-sample specs of the input and the target.
+        loss: the loss kind.
+        name: the graph's name.
+        leaf_modules: module classes to keep whole (not traced into): each runs inside one layer.
+            Modules of ``torch.nn`` other than containers are always kept whole.
+        seed: ``LayerGraph.seed``.
+
+    Raises:
+        UserError: the module cannot be traced, runs a module at two separate places, shares a
+            parameter between layers, or passes across a cut tensors that cannot be packed.
+    """
+    root = copy.deepcopy(module)  # a snapshot: later changes to the user's module do not leak in
+    traced = trace(root, leaf_modules, name)
+    runs = _runs(root, traced.graph, name)
+    cuts = _cuts(runs, traced.graph)
+    parts = sample_parts(traced, input, name)
+    for k in range(1, len(cuts)):
+        _check_cut(name, runs, k, cuts[k], parts)
+    model = _Model(root, frozenset(root.state_dict()))
+    layers = [_build_layer(model, nodes, cuts[k], cuts[k + 1], parts) for k, (_, nodes) in enumerate(runs)]
+    owners = [owner for owner, _ in runs]
+    _check_shared_state(name, layers, owners)
+    _attach_unused_state(model, layers, owners)
+    built = tuple(Layer(owner, _Copy(layer), prefix="") for owner, layer in zip(owners, layers, strict=True))
+    return LayerGraph(name, built, input, target, loss, seed, module=_Copy(root))
+
+
+# ---- grouping nodes into layers --------------------------------------------------------------
+
+
+class _Owners:
+    """Maps a module path to the layer that owns it (see the module docstring), memoised."""
+
+    def __init__(self, root: nn.Module) -> None:
+        self.root = root
+        self.cache: dict[str, str | None] = {}
+
+    def __call__(self, path: str) -> str | None:
+        """The owner of the module at ``path``; None for a stateless attribute of the root."""
+        if path not in self.cache:
+            self.cache[path] = self._owner(path.split("."))
+        return self.cache[path]
+
+    def _owner(self, parts: list[str]) -> str | None:
+        module, depth = self.root, 0
+        while depth < len(parts):
+            module = module.get_submodule(parts[depth])
+            depth += 1
+            if isinstance(self.root, nn.Sequential) or not isinstance(module, _CONTAINERS):
+                break
+        if depth == 1 and not isinstance(self.root, _CONTAINERS) and not module.state_dict():
+            return None
+        return ".".join(parts[:depth])
+
+
+def _runs(root: nn.Module, graph: fx.Graph, name: str) -> list[tuple[str, list[fx.Node]]]:
+    """``(owner, nodes)`` per layer, in graph order; the placeholder, output and get_attr nodes in none.
+
+    Raises:
+        UserError: a module that runs at two separate places (its weights would sit in two layers).
+    """
+    owners = _Owners(root)
+    found: list[tuple[fx.Node, str | None]] = []
+    for node in graph.nodes:
+        if node.op in ("placeholder", "output", "get_attr"):
+            continue
+        module = innermost_module(node.meta.get("nn_module_stack") or {})
+        path = str(node.target) if node.op == "call_module" else module and module[0]
+        found.append((node, owners(path) if path else None))
+    current = next((owner for _, owner in found if owner is not None), "model")
+    runs: list[tuple[str, list[fx.Node]]] = []
+    for node, owner in found:
+        current = owner or current
+        if runs and runs[-1][0] == current:
+            runs[-1][1].append(node)
+        else:
+            runs.append((current, [node]))
+    seen = [owner for owner, _ in runs]
+    for k, owner in enumerate(seen):
+        if owner in seen[:k]:
+            raise UserError(
+                f"module {owner!r} of {name!r} runs at two separate places in forward (before and after "
+                f"{seen[k - 1]!r}), so it cannot be one layer; give each call its own module, or "
+                + _LEAF.format("makes both calls")
+            )
+    return runs
+
+
+def _cuts(runs: list[tuple[str, list[fx.Node]]], graph: fx.Graph) -> list[list[fx.Node]]:
+    """``cuts[k]``: the nodes whose values layer ``k`` receives, in graph order; ``cuts[0]`` is the
+    input placeholder and ``cuts[len(runs)]`` the model's output."""
+    n = len(runs)
+    layer_of = {node: k for k, (_, nodes) in enumerate(runs) for node in nodes}
+    produced = [node for node in graph.nodes if node.op == "placeholder"] + list(layer_of)
+    made = {node: layer_of.get(node, -1) for node in produced}
+    last = {node: max((layer_of.get(user, n) for user in node.users), default=-1) for node in produced}
+    cuts = [[node for node in produced if made[node] < k <= last[node]] for k in range(n + 1)]
+    cuts[0] = produced[:1]
+    return cuts
+
+
+def _check_cut(name: str, runs: list[tuple[str, list[fx.Node]]], k: int, crossing: list[fx.Node],
+               parts: dict[fx.Node, Part | str]) -> None:
+    """Check that the values crossing cut ``k`` (before layer ``k``; ``len(runs)``: the model's
+    output) can travel as one tensor.
+
+    Raises:
+        UserError: naming the cut, the values and their shapes, and the fix.
+    """
+    found = [parts[node] for node in crossing]
+    values = ", ".join(f"{node.name!r} ({part})" for node, part in zip(crossing, found, strict=True))
+    tensors = [part for part in found if isinstance(part, Part)]
+    if k == len(runs):
+        if not tensors:
+            raise UserError(f"{name!r} returns {values}; return one tensor, batched along dim 0, for the loss")
+        return
+    dtypes = {part.dtype for part in tensors}
+    if len(tensors) == len(found) and (len(found) == 1 or (len(dtypes) == 1 and dtypes.pop().is_floating_point)):
+        return
+    hint = "compute sizes where they are used (x.shape[0] in the later code), " if "not a tensor" in found else ""
+    raise UserError(
+        f"cannot cut {name!r} between layers {runs[k - 1][0]!r} and {runs[k][0]!r}: what crosses it, "
+        f"{values or 'nothing'}, cannot travel as one tensor (several values must all be floating-point tensors "
+        f"of one dtype, batched along dim 0); {hint}{_LEAF.format('spans this cut')}, or pass an nn.Sequential"
+    )
+
+
+# ---- layers ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Model:
+    """The traced copy of the user's module and its ``state_dict`` keys (persistent state)."""
+
+    root: nn.Module
+    state_names: frozenset[str]
+
+
+def _build_layer(model: _Model, nodes: list[fx.Node], inputs: list[fx.Node], outputs: list[fx.Node],
+                 parts: dict[fx.Node, Part | str]) -> CapturedLayer:
+    """Layer of ``nodes``: takes the values of ``inputs`` (packed if several), gives those of ``outputs``."""
+    graph = fx.Graph()
+    env = {node: graph.placeholder(node.name) for node in inputs}
+
+    def lookup(node: fx.Node) -> fx.Node:
+        if node not in env:  # a get_attr: each layer that reads it gets its own
+            env[node] = graph.node_copy(node, lookup)
+        return env[node]
+
+    for node in nodes:
+        env[node] = graph.node_copy(node, lookup)
+    graph.output(env[outputs[0]] if len(outputs) == 1 else tuple(env[node] for node in outputs))
+    shapes = None if len(inputs) == 1 else tuple(_shape(parts[node]) for node in inputs)
+    return CapturedLayer(model, graph, shapes, packs=len(outputs) > 1)
+
+
+def _shape(part: Part | str) -> tuple[int, ...]:
+    assert isinstance(part, Part), "checked by _check_cut"
+    return part.shape
+
+
+class CapturedLayer(nn.Module):
+    """One layer of a captured model: ``x`` → unpack → the model's own nodes → pack.
+
+    With one input, ``x`` is that value as is; with several, ``x [b, Σ nᵢ]`` holds each part
+    ``[b, *shapeᵢ]`` flattened to ``[b, nᵢ]``, side by side, and is split back by ``shapes``.
+    Outputs likewise: several are packed into one ``[b, Σ mⱼ]``. The modules and tensors the nodes
+    use sit at the model's own paths, so ``state_dict`` keys are the model's names
+    (``blocks.0.fc.weight``). The code is an fx GraphModule's generated ``forward``, run with this
+    module as ``self``; the GraphModule is kept outside the module tree (no state of its own).
+    """
+
+    _code: fx.GraphModule
+
+    def __init__(self, model: _Model, graph: fx.Graph, shapes: tuple[tuple[int, ...], ...] | None,
+                 packs: bool) -> None:
+        super().__init__()
+        self._unpack_shapes = shapes
+        self._packs = packs
+        targets = {str(node.target) for node in graph.nodes if node.op in ("call_module", "get_attr")}
+        for target in sorted(targets, key=lambda t: t.count(".")):  # a module before what it holds
+            _attach(self, model, target)
+        object.__setattr__(self, "_code", fx.GraphModule(self, graph, class_name="CapturedCode"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [b, ...]`` (packed ``[b, Σ nᵢ]`` if several inputs) → ``[b, ...]`` (packed if several outputs)."""
+        parts = (x,) if self._unpack_shapes is None else _unpack(x, self._unpack_shapes)
+        code: Callable[..., Any] = type(self._code).forward
+        out = code(self, *parts)
+        if self._packs:
+            return torch.cat([t.reshape(t.shape[0], -1) for t in out], dim=1)
+        return out  # type: ignore[no-any-return]
+
+    def extra_repr(self) -> str:
+        return f"unpacks={self._unpack_shapes}, packs={self._packs}"
+
+
+def _unpack(x: torch.Tensor, shapes: tuple[tuple[int, ...], ...]) -> tuple[torch.Tensor, ...]:
+    """``x [b, Σ nᵢ]`` → one ``[b, *shapeᵢ]`` per shape, ``nᵢ`` = the shape's element count."""
+    chunks = torch.split(x, [math.prod(shape) for shape in shapes], dim=1)
+    return tuple(c.reshape(x.shape[0], *shape) for c, shape in zip(chunks, shapes, strict=True))
+
+
+def _attach(holder: nn.Module, model: _Model, target: str) -> None:
+    """Put the module or tensor at ``target`` of the model at the same path of ``holder``, with
+    plain ``nn.Module`` s on the way; a buffer keeps its persistence, a plain tensor stays plain."""
+    *path, field = target.split(".")
+    source, dest = model.root, holder
+    for part in path:
+        source = getattr(source, part)
+        existing = getattr(dest, part, None)
+        if existing is source:  # the whole module is already there
+            return
+        if existing is None:
+            existing = nn.Module()
+            dest.add_module(part, existing)
+        dest = existing
+    value = getattr(source, field)
+    if hasattr(dest, field):
+        return
+    if isinstance(value, torch.Tensor) and field in dict(source.named_buffers(recurse=False)):
+        dest.register_buffer(field, value, persistent=target in model.state_names)
+    else:
+        setattr(dest, field, value)  # a module, a parameter, or a plain tensor attribute
+
+
+def _check_shared_state(name: str, layers: list[CapturedLayer], owners: list[str]) -> None:
+    """Raises UserError when two layers hold one parameter or persistent buffer (tied weights)."""
+    seen: dict[int, tuple[str, int]] = {}
+    for k, layer in enumerate(layers):
+        for key, tensor in layer.state_dict(keep_vars=True).items():
+            first_key, first = seen.setdefault(id(tensor), (key, k))
+            if first == k:
+                continue
+            shared = f"{key!r}" if key == first_key else f"{first_key!r} (also {key!r})"
+            raise UserError(
+                f"{shared} of {name!r} is used by two layers, {owners[first]!r} and {owners[k]!r} (shared or tied "
+                "weights); untie it (give each user its own copy), or " + _LEAF.format("holds both users")
+            )
+
+
+def _attach_unused_state(model: _Model, layers: list[CapturedLayer], owners: list[str]) -> None:
+    """Give every state entry that forward never reads to a layer, so that the layers' state dicts
+    together are the model's: the layer holding the same tensor, else the one whose name prefixes
+    it, else the first."""
+    holder: dict[int, int] = {}
+    keys: set[str] = set()
+    for k, layer in enumerate(layers):
+        for key, tensor in layer.state_dict(keep_vars=True).items():
+            holder[id(tensor)] = k
+            keys.add(key)
+    for key, tensor in model.root.state_dict(keep_vars=True).items():
+        if key not in keys:
+            prefixed = (k for k, owner in enumerate(owners) if key.startswith(f"{owner}."))
+            _attach(layers[holder.get(id(tensor), next(prefixed, 0))], model, key)
