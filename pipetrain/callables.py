@@ -22,7 +22,7 @@ from typing import Any
 
 from pipetrain.errors import UserError
 
-__all__ = ["is_callable_ref", "load_callable"]
+__all__ = ["cwd_first", "is_callable_ref", "load_callable"]
 
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 _REF = re.compile(rf"({_IDENTIFIER}(?:\.{_IDENTIFIER})*):({_IDENTIFIER}(?:\.{_IDENTIFIER})*)")
@@ -66,7 +66,7 @@ def load_callable(ref: str, what: str) -> Callable[..., Any]:
 def _import(module_name: str, ref: str, what: str) -> Any:
     """The module, imported with the working directory searched first."""
     try:
-        with _cwd_first():
+        with cwd_first():
             return importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         if error.name is not None and module_name.startswith(error.name):
@@ -80,8 +80,9 @@ def _import(module_name: str, ref: str, what: str) -> Any:
 
 
 @contextmanager
-def _cwd_first() -> Iterator[None]:
-    """Put the working directory at the front of ``sys.path`` while importing."""
+def cwd_first() -> Iterator[None]:
+    """Put the working directory at the front of ``sys.path`` meanwhile (while importing, or while
+    starting processes, which copy ``sys.path``, so that they find the same user modules)."""
     cwd = os.getcwd()
     sys.path.insert(0, cwd)
     importlib.invalidate_caches()

@@ -32,6 +32,7 @@ from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES, default_source
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
 from pipetrain.fileio import write_atomic
+from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OPTIMIZER_NAMES
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners import PlannerSpec
@@ -53,8 +54,15 @@ out = Console(highlight=False, soft_wrap=True)
 # ---- shared argument groups ---------------------------------------------------------------------
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="gpt-tiny", help="zoo model name (default: gpt-tiny)")
+    p.add_argument("--model", default="gpt-tiny",
+                   help="zoo model name, or module.path:callable returning your nn.Module (default: gpt-tiny)")
     p.add_argument("--batch", type=int, default=32, help="samples per mini-batch (default: 32)")
+    _data_args(p)
+
+
+def _data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--leaf", action="append", metavar="module.path:Class",
+                   help="keep this module class whole inside one layer when tracing your model (repeatable)")
     p.add_argument("--data", help=f"{', '.join(SOURCE_NAMES)} or module.path:callable returning (train, eval) "
                    "datasets (default: the model's own: digits for mlp-digits, text for gpt-tiny, else synthetic)")
     p.add_argument("--loss", help=f"{', '.join(LOSS_NAMES)} or module.path:callable (default: cross-entropy for "
@@ -70,17 +78,21 @@ def _cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, help="number of ranks (default: the plan's, a spec's devices, or 2)")
 
 
-def _load_profile(args: argparse.Namespace, graph_name: str, batch: int) -> Profile:
+def _graph(args: argparse.Namespace) -> LayerGraph:
+    """The model ``--model`` names; a user's module is captured with ``--data``'s shapes."""
+    return api.resolve_model(args.model, data=args.data, loss=args.loss, leaf_modules=args.leaf or ())
+
+
+def _load_profile(args: argparse.Namespace, graph: LayerGraph, batch: int) -> Profile:
     if args.profile is not None:
         return Profile.load(args.profile)
-    graph = api.resolve_model(graph_name)
     if args.estimate is None:
         console.print(f"[dim]profiling {graph.name} here (pass --profile to reuse a saved one)[/dim]")
-    return api.profile_model(graph, batch, estimate=args.estimate, progress=True)
+    return api.profile_model(graph, batch, estimate=args.estimate, progress=True, loss=args.loss)
 
 
 def _cluster_and_profiles(
-    args: argparse.Namespace, graph_name: str, batch: int, n_ranks: int
+    args: argparse.Namespace, graph: LayerGraph, batch: int, n_ranks: int
 ) -> tuple[Cluster, api.Profiles]:
     """The cluster (``--cluster``: a YAML spec, a probe or plan-cluster JSON; default: this machine
     with ``n_ranks`` ranks) and its profiles (one per device kind for mixed clusters)."""
@@ -89,11 +101,11 @@ def _cluster_and_profiles(
             raise UserError("--estimate: a cluster spec names each group's device model (and profile); drop --estimate")
         spec = api.load_cluster_spec(args.cluster, args.ranks)
         given = Profile.load(args.profile) if args.profile is not None else None
-        return spec.cluster, api.cluster_profiles(api.resolve_model(graph_name), spec, batch, profile=given)
+        return spec.cluster, api.cluster_profiles(graph, spec, batch, profile=given)
     cluster = api.local_cluster(n_ranks, args.cluster)
     if {d.kind for d in cluster.devices} == {"cpu"} or args.profile is not None or args.estimate is not None:
-        return cluster, _load_profile(args, graph_name, batch)
-    return cluster, api.cluster_profiles(api.resolve_model(graph_name), cluster, batch)
+        return cluster, _load_profile(args, graph, batch)
+    return cluster, api.cluster_profiles(graph, cluster, batch)
 
 
 def _save(path: Path, text: str, what: str) -> None:
@@ -104,8 +116,9 @@ def _save(path: Path, text: str, what: str) -> None:
 # ---- commands -----------------------------------------------------------------------------------
 
 def cmd_profile(args: argparse.Namespace) -> None:
-    graph = api.resolve_model(args.model)
-    profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats)
+    graph = _graph(args)
+    profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats,
+                                loss=args.loss)
     _save(args.out, profile.to_json(), "profile")
     from pipetrain.viz.plan_tables import profile_table
 
@@ -170,9 +183,9 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
 def cmd_plan(args: argparse.Namespace) -> None:
     spec = api.get_planner(_planner_name(args))
     constraints = _plan_constraints(args, spec)
-    graph = api.resolve_model(args.model)
+    graph = _graph(args)
     api.check_stage_count(graph, args.stages or args.ranks or 2)
-    cluster, profile = _cluster_and_profiles(args, args.model, args.batch, args.ranks or 2)
+    cluster, profile = _cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=spec.name, optimizer=args.optimizer,
                       constraints=constraints, progress=True)
     _save(args.out, result.plan.to_json(), "plan")
@@ -190,7 +203,8 @@ def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Cluster, api.Profile
     n_ranks = args.ranks or plan.n_ranks
     if n_ranks < plan.n_ranks:
         raise UserError(f"the plan uses {plan.n_ranks} ranks but --ranks is {n_ranks}; pass --ranks {plan.n_ranks}")
-    cluster, profile = _cluster_and_profiles(args, plan.model, plan.batch_size, n_ranks)
+    graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
+    cluster, profile = _cluster_and_profiles(args, graph, plan.batch_size, n_ranks)
     schedule, predicted = api.predict(plan, profile, cluster, schedule=_load_schedule(args))
     if getattr(args, "out", None) is not None:
         _save(args.out / "schedule.csv", schedule.to_csv(), "schedule")
@@ -228,12 +242,11 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
     if args.plan is not None:
         plan = Plan.from_json(_read(args.plan))
+        graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
     else:
-        plan, _ = api.plan_pipeline(
-            api.resolve_model(args.model), _load_profile(args, args.model, args.batch),
-            api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch,
-        )
-    graph = api.graph_for_plan(plan)
+        graph = _graph(args)
+        plan, _ = api.plan_pipeline(graph, _load_profile(args, graph, args.batch),
+                                    api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch)
     schedule = _load_schedule(args)
     from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
 
@@ -391,6 +404,7 @@ def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) 
 def _simulate_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=True)
     _cost_args(p)
+    _data_args(p)
     p.add_argument("--out", type=Path, default=Path("sim"))
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state the memory table counts (default: sgd)")

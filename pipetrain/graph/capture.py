@@ -245,7 +245,7 @@ class CapturedLayer(nn.Module):
         self._unpack_shapes = shapes
         self._packs = packs
         targets = {str(node.target) for node in graph.nodes if node.op in ("call_module", "get_attr")}
-        for target in sorted(targets, key=lambda t: t.count(".")):  # a module before what it holds
+        for target in sorted(targets, key=_tree_order(model.root)):  # the model's order: deterministic names
             _attach(self, model, target)
         object.__setattr__(self, "_code", fx.GraphModule(self, graph, class_name="CapturedCode"))
 
@@ -260,6 +260,23 @@ class CapturedLayer(nn.Module):
 
     def extra_repr(self) -> str:
         return f"unpacks={self._unpack_shapes}, packs={self._packs}"
+
+
+def _tree_order(root: nn.Module) -> Callable[[str], tuple[int, int, str]]:
+    """A sort key putting module paths and attributes in the order of ``root.named_modules()``
+    (a module before what it holds), so a layer's parameters are registered, named and hashed in
+    the same order in every process."""
+    index = {name: i for i, (name, _) in enumerate(root.named_modules())}
+
+    def key(target: str) -> tuple[int, int, str]:
+        parts = target.split(".")
+        for depth in range(len(parts), 0, -1):
+            owner = ".".join(parts[:depth])
+            if owner in index:
+                return index[owner], len(parts) - depth, target
+        return -1, len(parts), target
+
+    return key
 
 
 def _unpack(x: torch.Tensor, shapes: tuple[tuple[int, ...], ...]) -> tuple[torch.Tensor, ...]:

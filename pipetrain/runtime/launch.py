@@ -34,6 +34,7 @@ import torch
 import torch.multiprocessing as mp
 from torch.distributed.distributed_c10d import Store
 
+from pipetrain.callables import cwd_first
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
@@ -316,8 +317,9 @@ def launch_local(jobs: Sequence[TrainJob], *, progress: bool = False) -> list[Tr
     started = lambda: [p.pid for p in procs if p.pid is not None]  # noqa: E731
     restore_signals = interrupts.install(on_signal=interrupts.forward(started))
     try:
-        for proc in procs:
-            proc.start()
+        with cwd_first():  # spawned ranks unpickle the user's modules and data factories from here too
+            for proc in procs:
+                proc.start()
         with open_display(jobs, enabled=progress) as display:
             return _Monitor(jobs, procs, channel, display).run()
     finally:

@@ -441,3 +441,22 @@ def test_graph_for_plan_rebuilds_a_user_model(user_dir: Path) -> None:
     plan = Plan(graph.name, graph.fingerprint(), 8, Method.GPIPE, stages)
     rebuilt = api.graph_for_plan(Plan.from_json(plan.to_json()), data="digits", leaf_modules=["pt_user_model:Gate"])
     assert rebuilt.names == graph.names and rebuilt.fingerprint() == graph.fingerprint()
+
+
+def test_captured_layers_are_the_same_in_every_process() -> None:
+    """Parameter order (and so the fingerprint a plan records) must not depend on hash seeds."""
+    import subprocess
+    import sys
+
+    script = (
+        "from examples.custom_model import build\n"
+        "from pipetrain import api\n"
+        "g = api.resolve_model(build(), data='examples.custom_model:digits_data')\n"
+        "print(g.fingerprint(), [n for n, _ in g.build_layer(1).named_parameters()])\n"
+    )
+    outputs = {
+        subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
+                       env={**__import__("os").environ, "PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(outputs) == 1, outputs
