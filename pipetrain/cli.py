@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 
-from pipetrain import api
+from pipetrain import __version__, api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES, default_source
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners import PlannerSpec
@@ -51,12 +53,37 @@ console = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 
+DEFAULT_MODEL = "gpt-tiny"
+
 # ---- shared argument groups ---------------------------------------------------------------------
 
+def _count(text: str) -> int:
+    """An argparse type: an integer >= 1 (a count of ranks, samples, steps...)."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a count; give an integer of at least 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="gpt-tiny",
-                   help="zoo model name, or module.path:callable returning your nn.Module (default: gpt-tiny)")
-    p.add_argument("--batch", type=int, default=32, help="samples per mini-batch (default: 32)")
+    p.add_argument("--model", help=f"zoo model ({', '.join(MODEL_NAMES)}), or module.path:callable returning "
+                   f"your nn.Module (default: {DEFAULT_MODEL})")
+    p.add_argument("--batch", type=_count, default=32, help="samples per mini-batch (default: 32)")
     _data_args(p)
 
 
@@ -75,12 +102,13 @@ def _cost_args(p: argparse.ArgumentParser) -> None:
                    help="estimate the profile for a device model (cpu, v100, a100, h100, fpga)")
     p.add_argument("--cluster", type=Path, help="cluster spec YAML (see examples/clusters/) or JSON from `pipetrain "
                    "probe` (default: this machine)")
-    p.add_argument("--ranks", type=int, help="number of ranks (default: the plan's, a spec's devices, or 2)")
+    p.add_argument("--ranks", type=_count, help="number of ranks (default: the plan's, a spec's devices, or 2)")
 
 
 def _graph(args: argparse.Namespace) -> LayerGraph:
     """The model ``--model`` names; a user's module is captured with ``--data``'s shapes."""
-    return api.resolve_model(args.model, data=args.data, loss=args.loss, leaf_modules=args.leaf or ())
+    model = args.model or DEFAULT_MODEL
+    return api.resolve_model(model, data=args.data, loss=args.loss, leaf_modules=args.leaf or ())
 
 
 def _load_profile(args: argparse.Namespace, graph: LayerGraph, batch: int) -> Profile:
@@ -242,6 +270,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
     if args.plan is not None:
         plan = Plan.from_json(_read(args.plan))
+        if args.model is not None and args.model != plan.model:
+            raise UserError(f"--model {args.model} but {args.plan} was made for {plan.model}; drop --model to train "
+                            f"the plan's model, or plan anew with --model {args.model}")
         graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
     else:
         graph = _graph(args)
@@ -295,6 +326,10 @@ def _summarise_training(plan: Plan, result: TrainResult) -> None:
 def cmd_compare(args: argparse.Namespace) -> None:
     plan = Plan.from_json(_read(args.plan))
     predicted, measured = Timeline.load(args.predicted), Timeline.load(args.measured)
+    for flag, timeline, kind in (("--predicted", predicted, "predicted"), ("--measured", measured, "measured")):
+        if timeline.kind != kind:
+            raise UserError(f"{flag} is a {timeline.kind} timeline; pass the {kind} one (`pipetrain "
+                            f"{'simulate' if kind == 'predicted' else 'train'} --out` writes {kind}.json)")
     _show_comparison(plan, predicted, measured, args.out)
 
 
@@ -337,6 +372,7 @@ def _read(path: Path) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pipetrain", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"pipetrain {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     Command = tuple[Callable[[argparse.Namespace], None], str, Callable[[argparse.ArgumentParser], None]]
     commands: dict[str, Command] = {
@@ -358,13 +394,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _profile_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model instead of measuring")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats per point (median kept)")
+    p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point (median kept)")
     p.add_argument("--out", type=Path, default=Path("profile.json"))
 
 
 def _probe_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ranks", type=int, default=2, help="ranks of the local cluster (default 2)")
-    p.add_argument("--probes", type=int, default=3, help="probes to take the median of (default 3)")
+    p.add_argument("--ranks", type=_count, default=2, help="ranks of the local cluster (default 2)")
+    p.add_argument("--probes", type=_count, default=3, help="probes to take the median of (default 3)")
     p.add_argument("--overhead", type=float, default=CPU_ACTION_OVERHEAD_S, help="seconds per F/B action")
     p.add_argument("--out", type=Path, default=Path("cluster.json"))
 
@@ -381,17 +417,17 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
                         "stages, micro-batches and device order (mixed devices); auto: every planner, the "
                         "fastest plan that fits; with --method uedp, a micro-batch planner (default tidgap)")
-    p.add_argument("--seed", type=int, help="GA seed for --method uedp, bapipe and auto (default: 0)")
+    p.add_argument("--seed", type=_non_negative, help="GA seed for --method uedp, bapipe and auto (default: 0)")
     defaults = GAConfig()
-    p.add_argument("--population", type=int, help=f"GA population (default: {defaults.population})")
-    p.add_argument("--generations", type=int, help=f"GA generations (default: {defaults.generations})")
+    p.add_argument("--population", type=_count, help=f"GA population (default: {defaults.population})")
+    p.add_argument("--generations", type=_count, help=f"GA generations (default: {defaults.generations})")
     p.add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
                    help="--method uedp: keep each stage's micro-batches within its device memory (default: on)")
-    p.add_argument("--stages", type=int, help="pipeline stages (default: one per rank)")
-    p.add_argument("--micro", type=int, help="fix the number of micro-batches (default: search)")
+    p.add_argument("--stages", type=_count, help="pipeline stages (default: one per rank)")
+    p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")
-    p.add_argument("--top", type=int, default=8, help="candidates to list")
+    p.add_argument("--top", type=_count, default=8, help="candidates to list")
     p.add_argument("--out", type=Path, default=Path("plan.json"))
 
 
@@ -415,20 +451,20 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     _cost_args(p)
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=int, help="optimizer steps in total (default: 20)")
-    length.add_argument("--epochs", type=int, help="passes over the train set (instead of --steps)")
+    length.add_argument("--steps", type=_count, help="optimizer steps in total (default: 20)")
+    length.add_argument("--epochs", type=_count, help="passes over the train set (instead of --steps)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES)
     p.add_argument("--lr", type=float, default=0.01, help="learning rate, the peak of a schedule (default: 0.01)")
     p.add_argument("--momentum", type=float, help="SGD momentum (default: 0.9 for sgd-momentum, else 0)")
     p.add_argument("--weight-decay", type=float, help="weight decay (default: 0.01 for adamw, else 0)")
     p.add_argument("--lr-schedule", default="constant", choices=LR_SCHEDULES, help="(default: constant)")
-    p.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up steps of warmup-cosine")
+    p.add_argument("--warmup-steps", type=_non_negative, default=0, help="linear warm-up steps of warmup-cosine")
     p.add_argument("--clip-grad-norm", type=float, metavar="X",
                    help="clip the gradient's global norm over all stages to X (default: no clipping)")
-    p.add_argument("--eval-every", type=int, default=0, metavar="K",
+    p.add_argument("--eval-every", type=_non_negative, default=0, metavar="K",
                    help="evaluate on the eval set every K steps (default: only after the last step)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--seed", type=_non_negative, default=0)
+    p.add_argument("--threads", type=_count, default=1, help="torch threads per rank")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent rank is failed")
     p.add_argument("--out", type=Path, default=Path("run"),
                    help="folder for metrics.csv, loss.png and the measured timeline (default: run)")
@@ -444,9 +480,9 @@ def _compare_args(p: argparse.ArgumentParser) -> None:
 def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="gpt-tiny",
                    help="zoo model; trains on the built-in data it fits (default: gpt-tiny on text)")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch", type=_count, default=32)
+    p.add_argument("--ranks", type=_count, default=2)
+    p.add_argument("--steps", type=_count, default=300)
     p.add_argument("--out", type=Path, default=Path("out/demo"))
 
 
@@ -456,13 +492,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args.func(args)
     except UserError as e:
-        console.print(f"[bold red]error:[/bold red] {e}")
+        console.print(f"[bold red]error:[/bold red] {escape(str(e))}")
         return UserError.exit_code
     except PipelineFailure as e:
-        console.print(f"[bold red]pipeline failed:[/bold red] {e}")
+        console.print(f"[bold red]pipeline failed:[/bold red] {escape(str(e))}")
         return PipelineFailure.exit_code
     except Interrupted as e:
-        console.print(f"[bold yellow]stopped:[/bold yellow] {e}")
+        console.print(f"[bold yellow]stopped:[/bold yellow] {escape(str(e))}")
         return e.exit_code
     except KeyboardInterrupt:
         console.print("[bold yellow]stopped:[/bold yellow] interrupted (Ctrl-C)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -50,10 +51,15 @@ def test_plan_simulate_compare(tmp_path: Path, tiny_profile: Path, capsys: pytes
     timeline = Timeline.load(sim / "predicted.json")
     assert timeline.n_ranks == 2 and timeline.iteration_s > 0
     picture = tmp_path / "cmp.png"
+    measured = tmp_path / "measured.json"
+    dataclasses.replace(timeline, kind="measured").save(measured)
     code, text = run(capsys, "compare", "--plan", str(plan), "--predicted", str(sim / "predicted.json"),
-                     "--measured", str(sim / "predicted.json"), "--out", str(picture))
+                     "--measured", str(measured), "--out", str(picture))
     assert code == 0, text
     assert picture.stat().st_size > 5000
+    code, text = run(capsys, "compare", "--plan", str(plan), "--predicted", str(measured),
+                     "--measured", str(sim / "predicted.json"), "--out", str(picture))
+    assert code == 2 and "--predicted is a measured timeline" in text
 
 
 def write_plan(tmp_path: Path, **changes: object) -> Path:
