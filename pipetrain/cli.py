@@ -497,6 +497,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PipelineFailure as e:
         console.print(f"[bold red]pipeline failed:[/bold red] {escape(str(e))}")
         return PipelineFailure.exit_code
+    except OSError as e:  # a file or folder that cannot be read or written: --out, --plan, --profile ...
+        where = f": {e.filename}" if e.filename else ""
+        console.print(f"[bold red]error:[/bold red] {escape(e.strerror or str(e))}{escape(str(where))}; check the path "
+                      "(an --out folder must not be an existing file, and its parent must be writable)")
+        return UserError.exit_code
     except Interrupted as e:
         console.print(f"[bold yellow]stopped:[/bold yellow] {escape(str(e))}")
         return e.exit_code

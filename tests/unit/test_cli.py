@@ -86,12 +86,17 @@ def write_plan(tmp_path: Path, **changes: object) -> Path:
          "3 stages need 3 ranks"),
         (["simulate", "--plan", "{tmp}/missing.json", "--profile", "{profile}"], "no file at"),
         (["plan", "--model", "gpt-tiny", "--profile", "{tmp}/missing.json"], "no profile at"),
+        (["simulate", "--plan", "{plan}", "--profile", "{profile}", "--out", "{plan}"], "File exists"),
+        (["simulate", "--plan", "{plan}", "--profile", "{profile}", "--out", "/proc/pipetrain-out"],
+         "No such file or directory"),
+        (["train", "--plan", "{plan}", "--model", "mlp"], "drop --model"),
     ],
 )
 def test_user_mistakes_exit_2(
     argv: list[str], message: str, tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = [a.format(profile=tiny_profile, tmp=tmp_path) for a in argv]
+    plan = write_plan(tmp_path)
+    args = [a.format(profile=tiny_profile, tmp=tmp_path, plan=plan) for a in argv]
     code, text = run(capsys, *args)
     assert code == 2
     assert message in text
