@@ -14,6 +14,7 @@ Each step is also a ``pipetrain`` sub-command; the CLI is a thin layer over thes
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from pathlib import Path
 from torch import nn
 
 from pipetrain.callables import is_callable_ref
-from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster, Link, device_model
 from pipetrain.cluster_spec import ClusterSpec, load_cluster_spec
 from pipetrain.cost import CostModel
 from pipetrain.data import data_specs, resolve_loss
@@ -65,6 +66,7 @@ __all__ = [
     "PlanningResult",
     "check_stage_count",
     "cluster_profiles",
+    "estimated_cluster",
     "get_planner",
     "graph_for_plan",
     "load_cluster",
@@ -178,6 +180,34 @@ def local_cluster(n_ranks: int, path: str | Path | None = None) -> Cluster:
         cluster = Cluster.load(path)
         return cluster if cluster.n_devices == n_ranks else cluster.with_ranks(n_ranks)
     return Cluster.local(n_ranks, action_overhead_s=CPU_ACTION_OVERHEAD_S)
+
+
+# Links assumed for a cluster of estimated devices when none is given (--estimate without --cluster):
+# (servers hold up to 8; intra-server link, inter-server link) per device model.
+_ASSUMED_LINKS: dict[str, tuple[Link, Link, str]] = {
+    "v100": (Link(10e-6, 45e9), Link(20e-6, 25e9 / 8), "NVLink 2 (45 GB/s) in a server, 25 Gb/s Ethernet across"),
+    "a100": (Link(8e-6, 150e9), Link(10e-6, 200e9 / 8), "NVLink 3 (150 GB/s) in a server, 200 Gb/s across"),
+    "h100": (Link(8e-6, 225e9), Link(10e-6, 400e9 / 8), "NVLink 4 (225 GB/s) in a server, 400 Gb/s across"),
+    "fpga": (Link(10e-6, 12e9), Link(20e-6, 100e9 / 8), "PCIe 3 x16 (12 GB/s) in a server, 100 Gb/s across"),
+}
+
+
+def estimated_cluster(device: str, n_ranks: int) -> tuple[Cluster, str]:
+    """``n_ranks`` devices of model ``device`` (8 per server) with assumed links, and a line saying
+    what was assumed; ``"cpu"`` is this machine (:func:`local_cluster`).
+
+    Raises:
+        UserError: an unknown device model.
+    """
+    model = device_model(device).name
+    if model == "cpu":
+        return local_cluster(n_ranks), f"{n_ranks} local CPU ranks (loopback link)"
+    intra, inter, described = _ASSUMED_LINKS[model]
+    per_node = min(n_ranks, 8)
+    n_nodes = -(-n_ranks // per_node)
+    full = Cluster.homogeneous(model, n_nodes, per_node, intra, inter)
+    cluster = dataclasses.replace(full, devices=full.devices[:n_ranks], name=f"{n_ranks}x{model}-assumed")
+    return cluster, f"{n_ranks} × {model}, {per_node} per server, assumed links: {described}; pass --cluster for yours"
 
 
 def load_cluster(path: str | Path, n_ranks: int | None = None) -> Cluster:

@@ -130,6 +130,10 @@ def _cluster_and_profiles(
         spec = api.load_cluster_spec(args.cluster, args.ranks)
         given = Profile.load(args.profile) if args.profile is not None else None
         return spec.cluster, api.cluster_profiles(graph, spec, batch, profile=given)
+    if args.cluster is None and args.estimate is not None:
+        cluster, assumed = api.estimated_cluster(args.estimate, n_ranks)
+        console.print(f"[dim]cluster: {escape(assumed)}[/dim]")
+        return cluster, _load_profile(args, graph, batch)
     cluster = api.local_cluster(n_ranks, args.cluster)
     if {d.kind for d in cluster.devices} == {"cpu"} or args.profile is not None or args.estimate is not None:
         return cluster, _load_profile(args, graph, batch)

@@ -121,16 +121,22 @@ def _versus(iteration_s: float, label: str, baseline: Plan) -> str:
 def candidates_table(
     candidates: Sequence[Candidate], *, top: int = 8, title: str = "planner candidates", width: int = 110
 ) -> str:
-    """The ``top`` fastest candidates the planner simulated, with their slowdown vs the best."""
+    """The ``top`` best candidates the planner simulated (in its order: fastest first, ties to three
+    significant digits going to less activation memory, then fewer micro-batches), with their time
+    relative to the chosen one and their peak activation memory."""
     best = candidates[0].iteration_s
     unit, scale = time_unit(best)
-    table = Table(title=f"{title} (best {top} of {len(candidates)})", box=box.ROUNDED)
-    for name in ("#", "method", "micro-batches", "stage layers (×replicas)", f"predicted ({unit})", "vs best"):
+    table = Table(title=f"{title} (best {top} of {len(candidates)})", box=box.ROUNDED,
+                  caption="order: fastest first; times equal to 3 digits: less activation memory, then fewer "
+                  "micro-batches")
+    for name in ("#", "method", "micro-batches", "stage layers (×replicas)", f"predicted ({unit})", "vs #1",
+                 "peak act. MiB"):
         table.add_column(name, justify="right" if name != "method" else "left")
     for i, c in enumerate(candidates[:top]):
+        peak = max(c.plan.prediction.peak_memory_bytes, default=0) if c.plan.prediction else 0
         table.add_row(str(i + 1), c.plan.method.value, sizes_text(c.plan.stages[0].forward_sizes),
-                      "/".join(s.label for s in c.plan.stages), _num(c.iteration_s * scale),
-                      f"{c.iteration_s / best:.3f}×")
+                      "/".join(s.label for s in c.plan.stages), f"{c.iteration_s * scale:.1f}",
+                      f"{c.iteration_s / best:.3f}×", f"{peak / _MIB:.1f}")
     return _render(table, width)
 
 

@@ -242,3 +242,15 @@ def test_cluster_profiles_given_profile_replaces_estimates() -> None:
     with pytest.raises(UserError, match=r"the given profile is a profile of 'mlp' \(fingerprint \w+\), "
                                         r"not of this 'mlp' \(\w+\): another model"):
         api.cluster_profiles(mlp(), homogeneous, 8, profile=other)
+
+
+def test_estimating_a_device_plans_for_a_cluster_of_that_device() -> None:
+    from pipetrain import api
+
+    cluster, assumed = api.estimated_cluster("v100", 12)
+    assert {d.kind for d in cluster.devices} == {"v100"} and cluster.n_devices == 12
+    assert [d.node for d in cluster.devices] == [0] * 8 + [1] * 4
+    assert cluster.link(0, 1).bandwidth_bytes_per_s == 45e9 and cluster.link(0, 8).bandwidth_bytes_per_s < 45e9
+    assert "assumed links" in assumed and "--cluster" in assumed
+    local, _ = api.estimated_cluster("cpu", 2)
+    assert {d.kind for d in local.devices} == {"cpu"}
