@@ -40,11 +40,14 @@ class UnequalReport:
             the best equal partition that fits (recomputing, within the caps).
         base_candidates: the balanced planner's candidates the base was chosen from (empty when the
             base was given).
+        kept_baseline: when the micro-batch planner found nothing faster than the baseline that
+            fits, a line saying so: the result is then that baseline; else None.
     """
 
     caps: tuple[int | None, ...] | None
     baselines: tuple[tuple[str, Plan], ...]
     base_candidates: tuple[Candidate, ...]
+    kept_baseline: str | None = None
 
 
 def _base(problem: PlanningProblem) -> tuple[Plan, tuple[Candidate, ...]]:
@@ -88,7 +91,23 @@ def plan_unequal(problem: PlanningProblem, planner: PlannerName) -> PlanningResu
         fitting = plan_uedp(start, problem.cost, planner="equal", caps=caps)
         baselines = ((f"best equal plan, over memory on stage {over[0][0]}", base),
                      ("best equal plan within memory", fitting))
+    described = f"{planner} (seed {c.seed})" if planner in GA_PLANNERS else planner
+    plan, kept = _better(plan, described, baselines[-1])
     assert plan.prediction is not None
     candidate = Candidate(plan, plan.prediction.iteration_s, problem.cost.cluster, planner)
+    if kept is not None:
+        baselines = baselines[:-1]
     return PlanningResult(planner, plan, problem.cost.cluster, (candidate,),
-                          UnequalReport(caps, baselines, base_candidates))
+                          UnequalReport(caps, baselines, base_candidates, kept))
+
+
+def _better(plan: Plan, planner: str, baseline: tuple[str, Plan]) -> tuple[Plan, str | None]:
+    """The planner's plan, or the baseline (that fits) when the planner's is not faster, with a line
+    saying so."""
+    label, other = baseline
+    mine, theirs = plan.prediction, other.prediction
+    if mine is None or theirs is None or mine.iteration_s <= theirs.iteration_s:
+        return plan, None
+    ratio = theirs.iteration_s / mine.iteration_s
+    return other, (f"{planner} found nothing faster than the {label} (its best: {ratio:.3f}×): kept the "
+                   f"{label} ({other.method.value}), which is what was saved")

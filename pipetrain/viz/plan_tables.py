@@ -70,8 +70,8 @@ def plan_table(
         baselines: ``(label, plan)`` pairs to compare with, e.g. ``("best equal plan", base)`` for
             the plan a ``uedp`` plan was made from: the caption gives each one's predicted time and
             the speedup over it.
-        caps: per stage, the largest micro-batch memory allows (None: no cap), shown beside the
-            largest micro-batch of ``uedp`` plans.
+        caps: per stage, the largest micro-batch memory allows (None: no cap, shown "none"),
+            shown beside the largest micro-batch of ``uedp`` plans.
 
     Plans with per-stage partitions (``uedp``, unequal ``1f1b``) also show each stage's forward and backward
     micro-batch counts, its largest micro-batch (and cap) and whether it recomputes forward in
@@ -100,7 +100,7 @@ def plan_table(
         if per_stage:
             largest = str(max(*stage.forward_sizes, *stage.backward_sizes))
             if caps is not None:
-                largest += f"/{'-' if caps[k] is None else caps[k]}"
+                largest += f"/{'none' if caps[k] is None else caps[k]}"
             row += [f"{len(stage.forward_sizes)}/{len(stage.backward_sizes)}", largest,
                     "yes" if plan.recomputes(k) else "no"]
         table.add_row(*row)
@@ -220,6 +220,8 @@ def _report_tables(report: object, result: PlanningResult, top: int) -> list[str
 @_report_tables.register
 def _(report: UnequalReport, result: PlanningResult, top: int) -> list[str]:
     tables = [plan_table(result.plan, baselines=report.baselines, caps=report.caps)]
+    if report.kept_baseline is not None:
+        tables.append(report.kept_baseline)
     if report.base_candidates:
         tables.append(candidates_table(list(report.base_candidates), top=top,
                                        title="equal-micro-batch candidates (the baseline)"))

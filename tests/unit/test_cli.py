@@ -165,9 +165,10 @@ def test_plan_uedp_each_planner(
     graph = build_model("gpt-tiny")
     plan.validate(graph.names, graph.fingerprint())
     expected = Method.ONE_F_ONE_B if planner == "1f1b-ga" else Method.UEDP  # unequal 1F1B: pipetrain's extension
-    assert plan.method is expected and plan.prediction is not None
+    kept = "found nothing faster than the best equal plan" in text  # then the equal plan is what was saved
+    assert (plan.method is expected) != kept and plan.prediction is not None
     assert [s.layers for s in plan.stages] == [s.layers for s in gpipe_plan.stages]
-    assert "speedup" in text and "count F/B" in text
+    assert ("speedup" in text and "count F/B" in text) or kept
     if planner in ("equal", "dgap", "tidgap", "single"):  # seeded with the equal flush-order plans: never slower
         assert gpipe_plan.prediction is not None
         assert plan.prediction.iteration_s <= gpipe_plan.prediction.iteration_s * (1 + 1e-12)
