@@ -80,6 +80,21 @@ def ranges(sizes: Sequence[int]) -> tuple[tuple[int, int], ...]:
     return tuple(zip((0, *ends[:-1]), ends, strict=True))
 
 
+def _layer_difference(planned: list[str], model: list[str]) -> str:
+    """What differs, e.g. ``"missing 'block2'"``, ``"'x' is not a layer of the model"``,
+    ``"'block1' twice"`` or ``"at position 3 the plan has 'block3' where the model has 'block2'"``."""
+    missing = [n for n in model if n not in planned]
+    unknown = [n for n in planned if n not in model]
+    repeated = sorted({n for n in planned if planned.count(n) > 1})
+    parts = ([f"missing {', '.join(map(repr, missing[:5]))}"] if missing else []) + (
+        [f"{', '.join(map(repr, unknown[:5]))} not in the model"] if unknown else []) + (
+        [f"{', '.join(map(repr, repeated[:5]))} more than once"] if repeated else [])
+    if parts:
+        return "; ".join(parts)
+    i = next(i for i, (a, b) in enumerate(zip(planned, model, strict=True)) if a != b)
+    return f"at position {i} the plan has {planned[i]!r} where the model has {model[i]!r}"
+
+
 @dataclass(frozen=True)
 class StagePlan:
     """One stage.
@@ -216,11 +231,8 @@ class Plan:
         if layer_names is not None:
             planned = [name for s in self.stages for name in s.layers]
             if planned != list(layer_names):
-                raise UserError(
-                    f"the plan's stages cover layers {planned[:4]}... but the model has "
-                    f"{list(layer_names)[:4]}... ({len(layer_names)} layers); every layer must "
-                    "appear once, in order; re-plan for this model"
-                )
+                raise UserError(f"the plan's stages do not cover the model's {len(layer_names)} layers once, in order: "
+                                f"{_layer_difference(planned, list(layer_names))}; re-plan for this model")
 
     def _validate_stage(self, k: int, stage: StagePlan) -> None:
         if not stage.layers:

@@ -77,7 +77,7 @@ def test_check_job_rejects_before_launch() -> None:
         check_job(TrainJob(graph, plan, TrainConfig(fault=FaultInjection(5, 0))))
     with pytest.raises(UserError, match="64 features"):
         check_job(TrainJob(graph, plan, TrainConfig(data="digits")))
-    with pytest.raises(UserError, match="every layer must"):
+    with pytest.raises(UserError, match="not in the model"):
         train(mlp_graph(n_blocks=3), plan, TrainConfig(progress=False))
 
 

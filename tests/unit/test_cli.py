@@ -132,7 +132,7 @@ def test_plan_layers_do_not_match_model(tmp_path: Path, capsys: pytest.CaptureFi
         {"layers": ["head"], "ranks": [1], "forward_sizes": [8]},
     ])
     code, text = run(capsys, "train", "--plan", str(plan), "--steps", "1")
-    assert code == 2 and "every layer must appear once" in text
+    assert code == 2 and "missing 'block1'" in text
 
 
 # ---- plan --method uedp ---------------------------------------------------------------------------
