@@ -331,6 +331,9 @@ def cmd_compare(args: argparse.Namespace) -> None:
     plan = Plan.from_json(_read(args.plan))
     predicted, measured = Timeline.load(args.predicted), Timeline.load(args.measured)
     for flag, timeline, kind in (("--predicted", predicted, "predicted"), ("--measured", measured, "measured")):
+        if timeline.n_ranks != plan.n_ranks:
+            raise UserError(f"{flag} has {timeline.n_ranks} ranks but the plan {plan.n_ranks}; compare the timelines "
+                            "of this plan (`pipetrain simulate` and `train` with --plan)")
         if timeline.kind != kind:
             raise UserError(f"{flag} is a {timeline.kind} timeline; pass the {kind} one (`pipetrain "
                             f"{'simulate' if kind == 'predicted' else 'train'} --out` writes {kind}.json)")

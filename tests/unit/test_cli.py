@@ -60,6 +60,10 @@ def test_plan_simulate_compare(tmp_path: Path, tiny_profile: Path, capsys: pytes
     code, text = run(capsys, "compare", "--plan", str(plan), "--predicted", str(measured),
                      "--measured", str(sim / "predicted.json"), "--out", str(picture))
     assert code == 2 and "--predicted is a measured timeline" in text
+    dataclasses.replace(timeline, kind="measured", n_ranks=3).save(measured)
+    code, text = run(capsys, "compare", "--plan", str(plan), "--predicted", str(sim / "predicted.json"),
+                     "--measured", str(measured), "--out", str(picture))
+    assert code == 2 and "--measured has 3 ranks but the plan 2" in text
 
 
 def write_plan(tmp_path: Path, **changes: object) -> Path:
