@@ -17,6 +17,7 @@ A user's mistake prints one line naming the fix and exits with code 2 (DESIGN.md
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import statistics
@@ -393,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     }
     for name, (func, text, add_args) in commands.items():
         command = sub.add_parser(name, help=text, description=text)
-        command.set_defaults(func=func)
+        command.set_defaults(func=func, parser=command)
         add_args(command)
     return parser
 
@@ -493,8 +494,21 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("out/demo"))
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse the command line; an unknown flag gets one line naming the nearest known one."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command: argparse.ArgumentParser = args.parser
+        known = [o for action in command._actions for o in action.option_strings]
+        close = difflib.get_close_matches(extra[0].partition("=")[0], known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else f"; see `pipetrain {args.command} --help`"
+        command.error(f"unrecognized argument {extra[0]}{hint}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
     try:
         args.func(args)

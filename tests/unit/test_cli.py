@@ -221,3 +221,16 @@ def test_plan_uedp_options_need_uedp(
     code, text = run(capsys, "plan", "--model", "gpt-tiny", "--profile", str(tiny_profile), *extra)
     assert code == 2, text
     assert message in text and text.strip().startswith("error:")
+
+
+def test_unknown_flag_suggests_the_near_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--stpes", "3"])
+    assert exit_info.value.code == 2
+    assert "unrecognized argument --stpes; did you mean --steps?" in capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.startswith("pipetrain ")
