@@ -320,7 +320,8 @@ def _summarise_training(plan: Plan, result: TrainResult) -> None:
     steps, waits = len(result.losses), result.data_wait_s
     wait = f"data wait {statistics.median(waits[1:]) * 1e3:.2f} ms/step" if len(waits) > 1 else "data wait"
     out.print(f"trained {plan.model} for {steps} steps: loss {result.losses[0]:.4f} → {result.losses[-1]:.4f}, "
-              f"{result.samples_per_s:.1f} samples/s (median step {result.timeline.iteration_s * 1e3:.1f} ms), "
+              f"{result.samples_per_s:.1f} samples/s (median step, slowest rank: "
+              f"{result.timeline.iteration_s * 1e3:.1f} ms), "
               f"{wait} (first batch {waits[0]:.2f} s, loading the data)")
     final = result.final_eval
     if final is not None and final.eval_loss is not None:

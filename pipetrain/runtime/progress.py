@@ -73,7 +73,7 @@ def open_display(jobs: Sequence[TrainJob], *, enabled: bool) -> Iterator[Progres
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("steps  loss {task.fields[loss]}{task.fields[eval]}  {task.fields[rate]} samples/s"),
+        TextColumn("steps  loss {task.fields[loss]}{task.fields[eval]}  {task.fields[rate]} samples/s (last stage)"),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
