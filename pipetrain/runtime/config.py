@@ -85,6 +85,12 @@ class TrainConfig:
         eval_every: evaluate on the eval set every this many steps (0: only after the last step);
             data without an eval set (``synthetic``) is never evaluated.
         out: a folder for ``metrics.csv`` (one row per step, written as training goes), or None.
+        checkpoint_dir: where checkpoints go (:mod:`pipetrain.runtime.checkpoint`), or None: after
+            the last step, every ``checkpoint_every`` steps, and when a stop signal arrives.
+        checkpoint_every: steps between checkpoints (0: only after the last step).
+        keep: how many whole checkpoints to keep, newest first (None: all).
+        resume: continue from the newest whole checkpoint in this folder, up to ``steps``; the
+            plan may differ from the one that wrote it (the checkpoint is resharded).
         seed: data seed; also seeds torch's global generator on every rank.
         timeout_s: a rank that fails or stops answering makes every rank stop within this time.
         threads_per_rank: ``torch.set_num_threads`` in each rank (and in ``reference_train``).
@@ -110,6 +116,10 @@ class TrainConfig:
     loss: str | None = None
     eval_every: int = 0
     out: Path | None = None
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int = 0
+    keep: int | None = None
+    resume: Path | None = None
     seed: int = 0
     timeout_s: float = 60.0
     threads_per_rank: int = 1
@@ -129,6 +139,8 @@ class TrainConfig:
         check_source_name(self.data)
         if self.epochs is not None and self.epochs < 1:
             raise UserError(f"epochs={self.epochs}: train for at least 1 epoch")
+        if self.checkpoint_every < 0 or (self.keep is not None and self.keep < 1):
+            raise UserError("--checkpoint-every must be >= 0 and --keep >= 1")
         if self.eval_every < 0:
             raise UserError(f"eval_every={self.eval_every}: give 0 (evaluate at the end) or a step count >= 1")
         if self.backend not in (None, "gloo", "nccl"):

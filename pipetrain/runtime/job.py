@@ -18,6 +18,7 @@ import signal
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -27,6 +28,7 @@ from torch import nn
 from pipetrain.data import EvalResult, Loss, model_loss, resolve_loss
 from pipetrain.errors import Interrupted
 from pipetrain.plan.plan import Plan
+from pipetrain.runtime import job_checkpoint
 from pipetrain.runtime.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult
 from pipetrain.runtime.data import timed_batch
 from pipetrain.runtime.evaluate import eval_dataset, evaluate_rank, has_eval_set
@@ -111,8 +113,9 @@ class _JobRun:
         self.fault = _FaultHook(job.config.fault, rank, len(self.program))
         self.reports = self.ctx is not None and self.ctx.is_last and rank == plan.stages[-1].ranks[0]
         self.rows: list[StepMetrics] = []
+        self.first_step = job_checkpoint.resume(job, self.ctx, rank)
         out = job.config.out
-        self.log = MetricsLog.open(out) if self.reports and out is not None else None
+        self.log = MetricsLog.open(out, self.first_step or None) if self.reports and out is not None else None
         self.waits: list[float] = []
         self.start = time.perf_counter()
 
@@ -128,7 +131,8 @@ class _JobRun:
                 set_lr(ctx.optimizer, config.lr_at(step))
         stop = self.session.agree_stop()  # the step's barrier
         if stop:
-            raise Interrupted(stop, step)
+            saved = self._save(step) if config.checkpoint_dir is not None and step > self.first_step else None
+            raise Interrupted(stop, step, saved)
         self.recorder.start_step()
         if ctx is not None:
             run_program(ctx, self.program, (self.fault, self.recorder))
@@ -140,6 +144,11 @@ class _JobRun:
         evaluation = self._evaluate() if due else None
         if self.reports and ctx is not None and loss is not None:
             self._report(ctx, step, loss, step_s, wait, evaluation)
+        if job_checkpoint.checkpoint_due(self.job, step + 1):
+            self._save(step + 1)
+
+    def _save(self, done: int) -> Path:
+        return job_checkpoint.save(self.job, self.ctx, self.session.rank, self.session.world_size, done)
 
     def _clipper(self, replicas: int) -> Callable[[list[nn.Parameter]], object] | None:
         """STEP's global-norm clipping over the plan's ranks, or None when not asked for."""
@@ -197,7 +206,7 @@ def run_job(session: JobSession, index: int, job: TrainJob) -> TrainResult | Non
     torch.manual_seed(job.config.seed)
     run = _JobRun(session, index, job)
     try:
-        for step in range(job.config.steps):
+        for step in range(run.first_step, job.config.steps):
             run.train_step(step)
     finally:
         if run.log is not None:

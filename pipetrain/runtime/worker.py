@@ -31,6 +31,7 @@ from pipetrain.runtime.data import steps_per_epoch, timed_batch
 from pipetrain.runtime.evaluate import eval_dataset, has_eval_set
 from pipetrain.runtime.executor import check_runnable
 from pipetrain.runtime.job import job_loss, run_job
+from pipetrain.runtime.job_checkpoint import find_resume
 from pipetrain.runtime.optim import check_lr_schedule
 from pipetrain.runtime.transport import Transport, TransportError
 from pipetrain.runtime.watchdog import Watchdog
@@ -119,6 +120,7 @@ def check_job(job: TrainJob) -> TrainJob:
     job_loss(job)
     if has_eval_set(config.data):
         eval_dataset(config.data, graph)
+    find_resume(replace(job, config=config))
     if config.epochs is not None:
         per_epoch = steps_per_epoch(graph, plan.batch_size, config.seed, config.data)
         if per_epoch is None:

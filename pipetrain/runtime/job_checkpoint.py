@@ -1,0 +1,122 @@
+"""A job's checkpoints on one rank: when to save, what each rank writes, how a run resumes.
+
+Saving is collective: every rank of the launch writes its shard (:func:`stage_state`, only the
+first rank of a stage writes the stage's tensors), then the shards' descriptions go to rank 0, which
+writes the manifest last (:func:`~pipetrain.runtime.checkpoint.write_manifest`). Resuming: every rank
+reads the newest whole checkpoint's manifest and the shards holding its layers; with the plan's
+layout unchanged it also takes back its RNG state, so the resumed run equals an unbroken one bit
+for bit; with another layout the tensors are resharded by name and the RNG states start afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from pipetrain.errors import UserError
+from pipetrain.runtime.checkpoint import (
+    Checkpoint,
+    newest_checkpoint,
+    plan_layout,
+    restore_stage,
+    stage_state,
+    step_folder,
+    write_manifest,
+    write_shard,
+)
+from pipetrain.runtime.config import TrainJob
+from pipetrain.runtime.executor import RankContext
+
+__all__ = ["checkpoint_due", "find_resume", "resume", "save"]
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_due(job: TrainJob, done: int) -> bool:
+    """Whether to checkpoint after ``done`` steps: after the last, and every ``checkpoint_every``."""
+    config = job.config
+    if config.checkpoint_dir is None:
+        return False
+    return done == config.steps or (config.checkpoint_every > 0 and done % config.checkpoint_every == 0)
+
+
+def find_resume(job: TrainJob) -> Checkpoint | None:
+    """The checkpoint ``config.resume`` names, checked against the job before any rank starts.
+
+    Raises:
+        UserError: no whole checkpoint there, one of another model, or one already at ``steps``.
+    """
+    folder = job.config.resume
+    if folder is None:
+        return None
+    checkpoint = newest_checkpoint(folder)
+    if checkpoint is None:
+        raise UserError(f"--resume {folder}: no whole checkpoint there (a folder with {folder}/step-*/manifest.json); "
+                        "check the path, or train without --resume")
+    checkpoint.check_model(job.graph)
+    if checkpoint.step >= job.config.steps:
+        raise UserError(f"--resume {folder}: its newest checkpoint is at step {checkpoint.step}, not before the "
+                        f"{job.config.steps} steps asked for; ask for more steps (or epochs)")
+    return checkpoint
+
+
+def save(job: TrainJob, ctx: RankContext | None, rank: int, world_size: int, done: int) -> Path:
+    """Every rank: write this rank's shard of the checkpoint after ``done`` steps; rank 0 then writes
+    the manifest. Returns the checkpoint's folder."""
+    config, plan = job.config, job.plan
+    assert config.checkpoint_dir is not None
+    entry = None
+    if ctx is not None:
+        owner = rank == plan.stages[ctx.stage].ranks[0]
+        layers = job.graph.layers_named(plan.stages[ctx.stage].layers)
+        entry = write_shard(config.checkpoint_dir, done, rank, stage_state(ctx.module, layers, ctx.optimizer,
+                                                                          owner=owner))
+    entries: list[Any] | None = [None] * world_size if rank == 0 else None
+    dist.gather_object(entry, entries, dst=0)
+    if entries is not None:
+        write_manifest(config.checkpoint_dir, done, [e for e in entries if e is not None], _fields(job, done),
+                       config.keep)
+    return step_folder(config.checkpoint_dir, done)
+
+
+def _fields(job: TrainJob, done: int) -> dict[str, Any]:
+    graph, plan, config = job.graph, job.plan, job.config
+    return {"samples_seen": done * plan.batch_size, "model": graph.name, "fingerprint": graph.fingerprint(),
+            "layers": list(graph.names), "layout": plan_layout(plan), "batch_size": plan.batch_size,
+            "optimizer": config.optimizer, "data": config.data, "seed": config.seed,
+            "state_keys": _state_keys(job)}
+
+
+def _state_keys(job: TrainJob) -> list[str]:
+    """The model's state names in layer order (the order an export writes them in)."""
+    keys = []
+    for i, layer in enumerate(job.graph.layers):
+        keys += [layer.qualified(k) for k in job.graph.build_layer(i, device="meta").state_dict()]
+    return keys
+
+
+def resume(job: TrainJob, ctx: RankContext | None, rank: int) -> int:
+    """Load this rank's stage from the checkpoint ``config.resume`` names; returns its step (0 when
+    not resuming)."""
+    checkpoint = find_resume(job)
+    if checkpoint is None:
+        return 0
+    same = checkpoint.manifest.get("layout") == plan_layout(job.plan)
+    if not same and rank == 0:
+        log.warning("resuming %s with another plan layout: tensors resharded by name, RNG states start afresh",
+                    checkpoint.folder)
+    if ctx is not None:
+        layers = job.graph.layers_named(job.plan.stages[ctx.stage].layers)
+        keys = [layer.qualified(k) for layer, child in zip(layers, ctx.module.children(), strict=True)
+                for k in child.state_dict()]
+        state = checkpoint.load(keys, rank=rank if same else None)
+        if checkpoint.manifest.get("optimizer") != job.config.optimizer:
+            state["optimizer"] = {}
+            if rank == 0:
+                log.warning("the checkpoint's optimizer is %s: its state is not restored",
+                            checkpoint.manifest.get("optimizer"))
+        restore_stage(state, ctx.module, layers, ctx.optimizer)
+    return checkpoint.step
