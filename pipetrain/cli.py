@@ -1,4 +1,4 @@
-"""The ``pipetrain`` command: profile | probe | plan | simulate | train | compare | demo.
+"""The ``pipetrain`` command: profile | probe | plan | simulate | train | export | compare | demo.
 
     pipetrain demo                                   # the whole loop on a built-in model
     pipetrain profile --model mlp --batch 128 --out profile.json
@@ -8,6 +8,7 @@
     pipetrain plan --model gpt1-14 --batch 64 --cluster examples/clusters/2h100-2v100.yaml --planner auto
     pipetrain simulate --plan plan.json --profile profile.json --out sim/
     pipetrain train --plan plan.json --steps 20 --out run/
+    pipetrain export --checkpoint ckpt/ --out model.pt      # the newest checkpoint's state_dict
     pipetrain compare --plan plan.json --predicted sim/predicted.json --measured run/measured.json
     torchrun --nproc-per-node 2 -m pipetrain train --plan plan.json
 
@@ -291,7 +292,9 @@ def cmd_train(args: argparse.Namespace) -> None:
                          eval_every=args.eval_every, seed=args.seed, timeout_s=args.timeout,
                          threads_per_rank=args.threads, out=args.out, momentum=args.momentum,
                          weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
-                         lr_warmup_steps=args.warmup_steps, clip_grad_norm=args.clip_grad_norm)
+                         lr_warmup_steps=args.warmup_steps, clip_grad_norm=args.clip_grad_norm,
+                         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, keep=args.keep,
+                         resume=args.resume)
     if under_torchrun:
         result = run_worker_from_env(graph, plan, config, schedule=schedule)
         if result is None:  # not rank 0
@@ -351,6 +354,15 @@ def _show_comparison(plan: Plan, predicted: Timeline, measured: Timeline, pictur
     console.print(f"[dim]wrote predicted-vs-measured Gantt: {picture}[/dim]")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from pipetrain.runtime.checkpoint import export_checkpoint
+
+    checkpoint, tensors, size = export_checkpoint(args.checkpoint, args.out)
+    model = escape(str(checkpoint.manifest.get("model")))
+    out.print(f"exported {model} after step {checkpoint.step} ({escape(str(checkpoint.folder))}): {tensors} tensors, "
+              f"{size:,} bytes of tensors → {escape(str(args.out))}")
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from pipetrain.demo import DemoSettings, run_demo
 
@@ -391,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate": (cmd_simulate, "predict a plan's timeline: table, Chrome trace, Gantt PNG", _simulate_args),
         "train": (cmd_train, "train with a plan on local ranks (or under torchrun)", _train_args),
         "compare": (cmd_compare, "show predicted beside measured: table and one picture", _compare_args),
+        "export": (cmd_export, "write the newest checkpoint's model state_dict (for load_state_dict)", _export_args),
         "demo": (cmd_demo, "profile → plan → simulate → train → compare on a built-in model", _demo_args),
     }
     for name, (func, text, add_args) in commands.items():
@@ -477,6 +490,20 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent rank is failed")
     p.add_argument("--out", type=Path, default=Path("run"),
                    help="folder for metrics.csv, loss.png and the measured timeline (default: run)")
+    p.add_argument("--checkpoint-dir", type=Path, metavar="D",
+                   help="write checkpoints to D: after the last step, every --checkpoint-every steps, and on Ctrl-C")
+    p.add_argument("--checkpoint-every", type=_non_negative, default=0, metavar="K",
+                   help="steps between checkpoints (default: only after the last step)")
+    p.add_argument("--keep", type=_count, metavar="N", help="keep the newest N checkpoints (default: all)")
+    p.add_argument("--resume", type=Path, metavar="D",
+                   help="continue from the newest whole checkpoint in D up to --steps/--epochs (any plan)")
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", type=Path, required=True, metavar="D",
+                   help="a train --checkpoint-dir: its newest whole checkpoint is exported")
+    p.add_argument("--out", type=Path, default=Path("model.pt"),
+                   help="torch.save'd state_dict under the model's own names (default: model.pt)")
 
 
 def _compare_args(p: argparse.ArgumentParser) -> None:
