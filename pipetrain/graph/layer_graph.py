@@ -239,8 +239,9 @@ class LayerGraph:
         return nn.Sequential(OrderedDict((layer.name, self.build_layer(i)) for i, layer in enumerate(self.layers)))
 
     def output_specs(self) -> tuple[TensorSpec, ...]:
-        """Per-sample output spec of every layer, found by a forward pass on the meta device."""
-        x = torch.empty((1, *self.input.shape), dtype=self.input.torch_dtype, device="meta")
+        """Per-sample output spec of every layer, found by a forward pass on the meta device (of 2
+        samples: batch normalisation refuses 1 in training mode)."""
+        x = torch.empty((2, *self.input.shape), dtype=self.input.torch_dtype, device="meta")
         specs = []
         for i in range(len(self)):
             with torch.no_grad():

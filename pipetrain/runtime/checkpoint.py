@@ -48,6 +48,7 @@ __all__ = [
     "ShardEntry",
     "export_checkpoint",
     "newest_checkpoint",
+    "open_checkpoint",
     "restore_stage",
     "stage_state",
     "write_manifest",
@@ -147,7 +148,11 @@ def write_manifest(directory: Path, step: int, shards: Sequence[ShardEntry], fie
     write_atomic(folder / MANIFEST, json.dumps(manifest, indent=1))
     if keep is not None:
         for old in _whole_folders(Path(directory))[keep:]:
+            (old / MANIFEST).unlink()  # no longer whole, even if the rest cannot be removed
             shutil.rmtree(old, ignore_errors=True)
+        for unfinished in Path(directory).glob("step-*"):  # saves that never got their manifest
+            if unfinished.name < folder.name and not (unfinished / MANIFEST).exists():
+                shutil.rmtree(unfinished, ignore_errors=True)
     return folder
 
 
@@ -205,11 +210,20 @@ class Checkpoint:
                             f"{sorted(missing)[0]!r}); resume with the model it was trained with")
         return state
 
-    def _read(self, shard: ShardEntry) -> dict[str, dict[str, torch.Tensor]]:
+    def verify(self) -> None:
+        """Raises UserError unless every shard the manifest lists is there with its size and SHA-256."""
+        for shard in self.shards:
+            self._check(shard)
+
+    def _check(self, shard: ShardEntry) -> None:
         path = self.folder / shard.file
         if not path.is_file() or path.stat().st_size != shard.bytes or _sha256(path) != shard.sha256:
             raise UserError(f"checkpoint shard {path} is missing, truncated or altered (its size or SHA-256 differs "
                             "from the manifest); resume from another checkpoint (delete this folder)")
+
+    def _read(self, shard: ShardEntry) -> dict[str, dict[str, torch.Tensor]]:
+        path = self.folder / shard.file
+        self._check(shard)
         try:
             data: dict[str, dict[str, torch.Tensor]] = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:
@@ -225,18 +239,33 @@ def _whole_folders(directory: Path) -> list[Path]:
     return sorted((p for p in directory.glob("step-*") if (p / MANIFEST).is_file()), reverse=True)
 
 
+def open_checkpoint(folder: str | Path) -> Checkpoint:
+    """The checkpoint in its ``step-…`` folder, as its manifest describes it; each shard is checked
+    when it is read (:meth:`Checkpoint.load`). For a folder :func:`newest_checkpoint` chose."""
+    folder = Path(folder)
+    try:
+        return Checkpoint(folder, json.loads((folder / MANIFEST).read_text()))
+    except (OSError, ValueError) as error:
+        raise UserError(f"checkpoint {folder} cannot be read ({error}); resume from another checkpoint") from None
+
+
 def newest_checkpoint(directory: str | Path) -> Checkpoint | None:
-    """The newest whole checkpoint in ``directory`` (folders without a manifest, or whose manifest
-    does not parse, are skipped with a log line), or None."""
+    """The newest whole checkpoint in ``directory`` (or ``directory`` itself when it is a checkpoint's
+    ``step-…`` folder), or None. Folders without a manifest, with one that does not parse, or with a
+    shard missing, truncated or altered (size or SHA-256; every shard is read) are skipped with a log
+    line saying why, so an older checkpoint is used instead."""
     directory = Path(directory)
-    for folder in _whole_folders(directory):
+    folders = [directory] if (directory / MANIFEST).is_file() else _whole_folders(directory)
+    for folder in folders:
         try:
             manifest = json.loads((folder / MANIFEST).read_text())
             if manifest.get("format") != _FORMAT:
                 raise ValueError(f"format {manifest.get('format')}")
-            return Checkpoint(folder, manifest)
-        except (ValueError, OSError) as error:
-            log.warning("skipping checkpoint %s: unreadable manifest (%s)", folder, error)
+            checkpoint = Checkpoint(folder, manifest)
+            checkpoint.verify()  # a UserError is a ValueError
+            return checkpoint
+        except (ValueError, OSError, KeyError, TypeError) as error:
+            log.warning("skipping checkpoint %s: %s", folder, error)
     return None
 
 

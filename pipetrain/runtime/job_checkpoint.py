@@ -18,8 +18,10 @@ import torch.distributed as dist
 
 from pipetrain.errors import UserError
 from pipetrain.runtime.checkpoint import (
+    MANIFEST,
     Checkpoint,
     newest_checkpoint,
+    open_checkpoint,
     plan_layout,
     restore_stage,
     stage_state,
@@ -99,11 +101,13 @@ def _state_keys(job: TrainJob) -> list[str]:
 
 
 def resume(job: TrainJob, ctx: RankContext | None, rank: int) -> int:
-    """Load this rank's stage from the checkpoint ``config.resume`` names; returns its step (0 when
-    not resuming)."""
-    checkpoint = find_resume(job)
-    if checkpoint is None:
+    """Load this rank's stage from the checkpoint folder ``config.resume`` names (the one
+    :func:`find_resume` chose before launch); returns its step (0 when not resuming)."""
+    folder = job.config.resume
+    if folder is None:
         return 0
+    checkpoint = open_checkpoint(folder) if (folder / MANIFEST).is_file() else find_resume(job)
+    assert checkpoint is not None
     same = checkpoint.manifest.get("layout") == plan_layout(job.plan)
     if not same and rank == 0:
         log.warning("resuming %s with another plan layout: tensors resharded by name, RNG states start afresh",

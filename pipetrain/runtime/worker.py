@@ -120,7 +120,9 @@ def check_job(job: TrainJob) -> TrainJob:
     job_loss(job)
     if has_eval_set(config.data):
         eval_dataset(config.data, graph)
-    find_resume(replace(job, config=config))
+    resumed = find_resume(replace(job, config=config))
+    if resumed is not None:  # every rank then reads this very checkpoint
+        config = replace(config, resume=resumed.folder)
     if config.epochs is not None:
         per_epoch = steps_per_epoch(graph, plan.batch_size, config.seed, config.data)
         if per_epoch is None:

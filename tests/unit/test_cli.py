@@ -234,3 +234,21 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.startswith("pipetrain ")
+
+
+def test_export_writes_the_newest_checkpoints_state_dict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from pipetrain.runtime.checkpoint import stage_state, write_manifest, write_shard
+
+    graph = build_model("mlp")
+    module = graph.build_sequential()
+    entry = write_shard(tmp_path / "ckpt", 5, 0, stage_state(module, graph.layers, None, owner=True))
+    write_manifest(tmp_path / "ckpt", 5, [entry], {"model": graph.name}, None)
+    code, text = run(capsys, "export", "--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "model.pt"))
+    assert code == 0, text
+    state = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert f"exported {graph.name} after step 5" in text and f"{len(state)} tensors" in text
+    graph.build_module().load_state_dict(state, strict=True)
+    code, text = run(capsys, "export", "--checkpoint", str(tmp_path / "none"))
+    assert code == 2 and "no whole checkpoint in" in text

@@ -72,7 +72,7 @@ def test_validate_messages() -> None:
     plan.validate(["a", "b", "c"], "abc123")
     with pytest.raises(UserError, match="made for another model"):
         plan.validate(fingerprint="other")
-    with pytest.raises(UserError, match="missing .d."):
+    with pytest.raises(UserError, match=r"missing 'd'"):
         plan.validate(["a", "b", "c", "d"])
     bad = two_stage_plan(sizes=(4, 3))
     with pytest.raises(UserError, match=r"stage 0: forward micro-batch sizes \[4, 3\] sum to 7 but the batch has 8"):
