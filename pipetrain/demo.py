@@ -7,7 +7,8 @@
 By default ``gpt-tiny`` learns character-level language modelling on the ``text`` corpus that ships
 with Python (:mod:`pipetrain.data.text`) with AdamW and a warm-up + cosine schedule, so the loss
 visibly falls in about 300 steps. Every artefact lands in the output folder (profile, cluster, plan,
-schedule, timelines, ``metrics.csv``, ``loss.png``), so each step can be re-run with the CLI.
+schedule, timelines, ``metrics.csv``, ``loss.png``, a checkpoint), so each step can be re-run with
+the CLI.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ def _config(settings: DemoSettings, data: str, steps: int, *, evaluate: bool) ->
     """AdamW with a warm-up and cosine decay: what makes gpt-tiny learn in a few hundred steps."""
     return TrainConfig(steps=steps, warmup_steps=2, data=data, optimizer="adamw", lr=3e-3,
                        lr_schedule="warmup-cosine", lr_warmup_steps=max(1, steps // 20), clip_grad_norm=1.0,
-                       eval_every=max(1, steps // 4) if evaluate else 0, out=settings.folder if evaluate else None)
+                       eval_every=max(1, steps // 4) if evaluate else 0, out=settings.folder if evaluate else None,
+                       checkpoint_dir=settings.folder / "checkpoints" if evaluate else None, keep=1)
 
 
 def _train(graph: LayerGraph, plan: Plan, settings: DemoSettings, data: str) -> TrainResult:
@@ -117,6 +119,8 @@ def _report_learning(result: TrainResult, settings: DemoSettings, out: Console) 
         learned += f"; held-out loss {final.eval_loss:.3f}{accuracy} after {final.samples_seen:,} samples"
     folder = settings.folder
     out.print(f"learned: {learned} (curves in {folder / 'loss.png'}, rows in {folder / 'metrics.csv'})")
+    out.print(f"weights: a checkpoint in {folder / 'checkpoints'} (as one state_dict: `pipetrain export "
+              f"--checkpoint {folder / 'checkpoints'} --out model.pt`)")
 
 
 def _compare(graph: LayerGraph, plan: Plan, predicted: Timeline, result: TrainResult, settings: DemoSettings,
