@@ -120,9 +120,6 @@ def check_job(job: TrainJob) -> TrainJob:
     job_loss(job)
     if has_eval_set(config.data):
         eval_dataset(config.data, graph)
-    resumed = find_resume(replace(job, config=config))
-    if resumed is not None:  # every rank then reads this very checkpoint
-        config = replace(config, resume=resumed.folder)
     if config.epochs is not None:
         per_epoch = steps_per_epoch(graph, plan.batch_size, config.seed, config.data)
         if per_epoch is None:
@@ -131,6 +128,9 @@ def check_job(job: TrainJob) -> TrainJob:
         if config.warmup_steps >= config.steps:
             config = replace(config, warmup_steps=0)
         check_lr_schedule(config.lr_schedule, config.lr_warmup_steps, config.steps)
+    resumed = find_resume(replace(job, config=config))
+    if resumed is not None:  # every rank then reads this very checkpoint
+        config = replace(config, resume=resumed.folder)
     return replace(job, schedule=schedule, config=config)
 
 
