@@ -22,6 +22,7 @@ from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.data import DataSource
 from pipetrain.runtime.memory import MeasuredMemory
+from pipetrain.runtime.metrics import MetricsRow
 from pipetrain.runtime.optim import LRSchedule, OptimizerSettings, build_optimizer, check_lr_schedule, lr_at
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
@@ -199,28 +200,15 @@ class TrainJob:
 
 
 @dataclass(frozen=True)
-class StepMetrics:
-    """One optimizer step as ``metrics.csv`` records it (the last stage measures it).
+class StepMetrics(MetricsRow):
+    """One optimizer step as the last stage measures it: a ``metrics.csv`` row (its ``wall_s``
+    counts evaluation time too), and what the CSV leaves out.
 
     Attributes:
-        step: the optimizer step, from 0.
-        samples_seen: training samples consumed up to and including this step.
-        wall_s: seconds since training started (evaluation time included).
-        lr: the learning rate of this step.
-        loss: the mini-batch loss (mean over samples).
-        eval_loss / eval_accuracy: the evaluation after this step, when one ran (accuracy: None for
-            regression).
         step_s: this step's wall time on the last stage.
         data_wait_s: seconds the last stage waited for its batch.
     """
 
-    step: int
-    samples_seen: int
-    wall_s: float
-    lr: float
-    loss: float
-    eval_loss: float | None = None
-    eval_accuracy: float | None = None
     step_s: float = 0.0
     data_wait_s: float = 0.0
 

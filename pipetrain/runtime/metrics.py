@@ -21,45 +21,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Protocol, TextIO
+from typing import Final, TextIO
 
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 
-__all__ = ["METRICS_FILE", "METRICS_HEADER", "MetricsLog", "MetricsRow", "MetricsRowLike", "read_metrics"]
+__all__ = ["METRICS_FILE", "METRICS_HEADER", "MetricsLog", "MetricsRow", "read_metrics"]
 
 METRICS_FILE: Final = "metrics.csv"
 METRICS_HEADER: Final = ("step", "samples_seen", "wall_s", "lr", "loss", "eval_loss", "eval_accuracy")
 
 
-class MetricsRowLike(Protocol):
-    """What a row needs: :class:`MetricsRow` and :class:`~pipetrain.runtime.config.StepMetrics` both are."""
-
-    @property
-    def step(self) -> int: ...
-
-    @property
-    def samples_seen(self) -> int: ...
-
-    @property
-    def wall_s(self) -> float: ...
-
-    @property
-    def lr(self) -> float: ...
-
-    @property
-    def loss(self) -> float: ...
-
-    @property
-    def eval_loss(self) -> float | None: ...
-
-    @property
-    def eval_accuracy(self) -> float | None: ...
-
-
 @dataclass(frozen=True)
 class MetricsRow:
-    """One row of ``metrics.csv``.
+    """One row of ``metrics.csv`` (:class:`~pipetrain.runtime.config.StepMetrics` adds what the CSV
+    leaves out).
 
     Attributes:
         step: the optimizer step, from 0.
@@ -80,7 +56,7 @@ class MetricsRow:
     eval_accuracy: float | None = None
 
 
-def _format_row(row: MetricsRowLike) -> str:
+def _format_row(row: MetricsRow) -> str:
     """One CSV line (with its newline) for ``row``; None becomes an empty cell."""
     cells = [row.step, row.samples_seen, row.wall_s, row.lr, row.loss, row.eval_loss, row.eval_accuracy]
     return ",".join("" if c is None else repr(float(c)) if isinstance(c, float) else str(c) for c in cells) + "\n"
@@ -114,7 +90,7 @@ class MetricsLog:
         write_atomic(path, ",".join(METRICS_HEADER) + "\n" + "".join(_format_row(r) for r in kept))
         return cls(path, path.open("a", encoding="utf-8", newline=""))
 
-    def append(self, row: MetricsRowLike) -> None:
+    def append(self, row: MetricsRow) -> None:
         """Write ``row`` as one line and flush it to the OS."""
         self._file.write(_format_row(row))
         self._file.flush()

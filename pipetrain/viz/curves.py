@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from pipetrain.fileio import write_atomic
-from pipetrain.runtime.metrics import MetricsRowLike
+from pipetrain.runtime.metrics import MetricsRow
 
 __all__ = ["loss_figure", "save_loss_plot", "smoothed"]
 
@@ -46,7 +46,7 @@ def smoothed(values: Sequence[float], window: float) -> list[float]:
     return out
 
 
-def loss_figure(rows: Sequence[MetricsRowLike], title: str = "training", *, width_in: float = 9.0,
+def loss_figure(rows: Sequence[MetricsRow], title: str = "training", *, width_in: float = 9.0,
                 dpi: float = 100.0) -> Figure:
     """The loss curve (and eval accuracy, when evaluated) of ``rows``, on an Agg canvas.
 
@@ -76,7 +76,7 @@ def loss_figure(rows: Sequence[MetricsRowLike], title: str = "training", *, widt
     return fig
 
 
-def save_loss_plot(rows: Sequence[MetricsRowLike], path: str | Path, title: str = "training", *,
+def save_loss_plot(rows: Sequence[MetricsRow], path: str | Path, title: str = "training", *,
                    dpi: float = 100.0) -> None:
     """Render :func:`loss_figure` to a PNG at ``path`` (atomically)."""
     buffer = io.BytesIO()
@@ -84,7 +84,7 @@ def save_loss_plot(rows: Sequence[MetricsRowLike], path: str | Path, title: str 
     write_atomic(path, buffer.getvalue())
 
 
-def _draw_losses(ax: Axes, rows: Sequence[MetricsRowLike], eval_losses: Sequence[tuple[int, float]]) -> None:
+def _draw_losses(ax: Axes, rows: Sequence[MetricsRow], eval_losses: Sequence[tuple[int, float]]) -> None:
     """Train loss (raw, light; smoothed, solid) and eval loss (markers, ``(samples seen, loss)``)."""
     x = [r.samples_seen for r in rows]
     losses = [r.loss for r in rows]
@@ -116,7 +116,7 @@ def _draw_accuracy(ax: Axes, accuracies: Sequence[tuple[int, float]]) -> None:
     ax.legend(loc="lower right")
 
 
-def _add_step_axis(ax: Axes, rows: Sequence[MetricsRowLike]) -> None:
+def _add_step_axis(ax: Axes, rows: Sequence[MetricsRow]) -> None:
     """A top axis counting optimizer steps (``samples_seen / batch``) when every step had one batch size."""
     batch = rows[0].samples_seen / (rows[0].step + 1)
     if batch <= 0 or any(r.samples_seen != round(batch * (r.step + 1)) for r in rows):
