@@ -1,0 +1,257 @@
+"""The sub-commands: each reads its options, calls :mod:`pipetrain.api` (or the runtime) and prints."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
+
+from pipetrain import api
+from pipetrain.cli.common import (
+    cluster_and_profiles,
+    console,
+    graph_of,
+    load_profile,
+    load_schedule,
+    out,
+    read_text,
+    save_text,
+)
+from pipetrain.cluster import Cluster
+from pipetrain.data import default_source
+from pipetrain.errors import UserError
+from pipetrain.plan.plan import Method, Plan
+from pipetrain.planners import PlannerSpec
+from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
+from pipetrain.simulate.timeline import Timeline
+
+if TYPE_CHECKING:
+    from pipetrain.runtime.config import TrainResult
+
+__all__ = ["cmd_compare", "cmd_demo", "cmd_export", "cmd_plan", "cmd_probe", "cmd_profile", "cmd_simulate", "cmd_train"]
+
+
+def cmd_profile(args: argparse.Namespace) -> None:
+    graph = graph_of(args)
+    profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats,
+                                loss=args.loss)
+    save_text(args.out, profile.to_json(), "profile")
+    from pipetrain.viz.plan_tables import profile_table
+
+    out.print(profile_table(profile))
+
+
+def cmd_probe(args: argparse.Namespace) -> None:
+    from pipetrain.profile.link import probe_cluster
+
+    cluster = probe_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead)
+    save_text(args.out, cluster.to_json(), "cluster")
+    link = cluster.intra_node
+    out.print(
+        f"link: latency {link.latency_s * 1e6:.0f} µs, bandwidth {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s; "
+        f"two ranks computing at once each run at {cluster.concurrency_speed(2):.2f}× their speed alone "
+        f"(median of {args.probes} probes)"
+    )
+
+
+_CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
+                     "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
+                     "base": "--base"}
+
+
+def _planner_name(args: argparse.Namespace) -> str:
+    """The registry name `plan`'s --method and --planner select; a UserError for combinations that
+    do not go together (checked before any profiling)."""
+    uedp = args.method == Method.UEDP.value
+    flags = ("planner", "seed", "population", "generations")
+    given = [f"--{name}" for name in flags if getattr(args, name) is not None]
+    if not uedp and given and (args.planner is None or args.planner in api.MICROBATCH_PLANNERS):
+        raise UserError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for UMPIPE's unequal "
+                        f"micro-batches: add --method uedp (--method is {args.method})")
+    if not uedp:
+        return str(args.planner or "balanced")
+    if args.planner in api.STAGE_PLANNERS:
+        raise UserError("--method uedp plans micro-batches with a micro-batch planner (tidgap, 1f1b-ga...); "
+                        "--planner auto already tries them; drop --method uedp or choose a micro-batch planner")
+    return str(args.planner or "tidgap")
+
+
+def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constraints:
+    """`plan`'s flags as the planner's constraints; a UserError naming the flags it does not take."""
+    overrides = {name: getattr(args, name) for name in ("population", "generations") if getattr(args, name) is not None}
+    try:
+        ga = GAConfig(**overrides) if overrides else None
+    except ValueError as e:
+        raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
+    fixed = args.method if args.method in (m.value for m in api.PLANNABLE_METHODS) else None
+    constraints = api.Constraints(method=None if fixed is None else Method(fixed), n_stages=args.stages,
+                                  n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga)
+    ignored = [_CONSTRAINT_FLAGS[name] for name in spec.ignored(constraints)]
+    if ignored and spec.kind == "microbatch":
+        raise UserError(f"{', '.join(ignored)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), not "
+                        f"--planner {spec.name}; drop them or choose a GA planner")
+    if ignored:
+        raise UserError(f"--planner {spec.name} chooses {', '.join(ignored)} itself or does not use "
+                        f"{'it' if len(ignored) == 1 else 'them'}; drop {', '.join(ignored)}")
+    return constraints
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    spec = api.get_planner(_planner_name(args))
+    constraints = _plan_constraints(args, spec)
+    graph = graph_of(args)
+    api.check_stage_count(graph, args.stages or args.ranks or 2)
+    cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
+    result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=spec.name, optimizer=args.optimizer,
+                      constraints=constraints, progress=True)
+    save_text(args.out, result.plan.to_json(), "plan")
+    if result.cluster.n_devices != cluster.n_devices:
+        used = args.out.with_suffix(".cluster.json")
+        save_text(used, result.cluster.to_json(), f"the {result.cluster.n_devices} devices the plan uses")
+        console.print(f"[dim]the plan leaves devices idle; pass --cluster {used} to simulate it[/dim]")
+    from pipetrain.viz.plan_tables import result_tables
+
+    for table in result_tables(result, top=args.top):
+        out.print(table)
+
+
+def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Cluster, api.Profiles, Timeline]:
+    n_ranks = args.ranks or plan.n_ranks
+    if n_ranks < plan.n_ranks:
+        raise UserError(f"the plan uses {plan.n_ranks} ranks but --ranks is {n_ranks}; pass --ranks {plan.n_ranks}")
+    graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
+    cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, n_ranks)
+    schedule, predicted = api.predict(plan, profile, cluster, schedule=load_schedule(args))
+    if getattr(args, "out", None) is not None:
+        save_text(args.out / "schedule.csv", schedule.to_csv(), "schedule")
+    return cluster, profile, predicted
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    plan = Plan.from_json(read_text(args.plan))
+    cluster, profile, predicted = _predict(args, plan)
+    _write_timeline(args.out, "predicted", predicted, plan)
+    from pipetrain.cost import CostModel
+    from pipetrain.simulate.memory import device_memory, stage_memory
+    from pipetrain.viz.tables import memory_table, timeline_table
+
+    out.print(timeline_table(predicted, plan.rank_stages))
+    cost = CostModel(profile, cluster)
+    memories = stage_memory(plan, cost, optimizer=args.optimizer)
+    out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer))
+
+
+def _write_timeline(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:
+    from pipetrain.viz.files import save_timeline
+
+    save_timeline(folder, name, timeline, plan.rank_stages)
+    console.print(f"[dim]wrote {name} timeline, Chrome trace (open in https://ui.perfetto.dev) and Gantt: "
+                  f"{folder}/{name}.json, {folder}/{name}_trace.json, {folder}/{name}.png[/dim]")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if under_torchrun and args.plan is None:
+        raise UserError("under torchrun every rank must use the same plan: make one with `pipetrain plan`, "
+                        "then pass --plan plan.json")
+    if args.schedule is not None and args.plan is None:
+        raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
+    if args.plan is not None:
+        plan = Plan.from_json(read_text(args.plan))
+        if args.model is not None and args.model != plan.model:
+            raise UserError(f"--model {args.model} but {args.plan} was made for {plan.model}; drop --model to train "
+                            f"the plan's model, or plan anew with --model {args.model}")
+        graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
+    else:
+        graph = graph_of(args)
+        plan, _ = api.plan_pipeline(graph, load_profile(args, graph, args.batch),
+                                    api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch)
+    schedule = load_schedule(args)
+    from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
+
+    config = TrainConfig(steps=20 if args.steps is None else args.steps, epochs=args.epochs, optimizer=args.optimizer,
+                         lr=args.lr, data=args.data or default_source(graph), loss=args.loss,
+                         eval_every=args.eval_every, seed=args.seed, timeout_s=args.timeout,
+                         threads_per_rank=args.threads, out=args.out, momentum=args.momentum,
+                         weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
+                         lr_warmup_steps=args.warmup_steps, clip_grad_norm=args.clip_grad_norm,
+                         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, keep=args.keep,
+                         resume=args.resume)
+    if under_torchrun:
+        result = run_worker_from_env(graph, plan, config, schedule=schedule)
+        if result is None:  # not rank 0
+            return
+    else:
+        result = train(graph, plan, config, schedule=schedule)
+    _write_timeline(args.out, "measured", result.timeline, plan)
+    _summarise_training(plan, result)
+    _plot_losses(args.out, result, f"{plan.model} on {config.data}")
+
+
+def _plot_losses(folder: Path, result: TrainResult, title: str) -> None:
+    """``loss.png`` from ``metrics.csv`` (a resumed run's earlier steps included), else from the result
+    (under torchrun the last stage may have written the CSV on another node)."""
+    from pipetrain.runtime.metrics import METRICS_FILE, read_metrics
+    from pipetrain.viz.curves import save_loss_plot
+
+    csv_path = folder / METRICS_FILE
+    rows = read_metrics(csv_path) if csv_path.exists() else result.metrics
+    save_loss_plot(rows, folder / "loss.png", title=title)
+    console.print(f"[dim]wrote {csv_path} and {folder}/loss.png (train and eval curves)[/dim]")
+
+
+def _summarise_training(plan: Plan, result: TrainResult) -> None:
+    """Two lines: how the loss went and how fast, then the last evaluation."""
+    steps, waits = len(result.losses), result.data_wait_s
+    wait = f"data wait {statistics.median(waits[1:]) * 1e3:.2f} ms/step" if len(waits) > 1 else "data wait"
+    out.print(f"trained {plan.model} for {steps} steps: loss {result.losses[0]:.4f} → {result.losses[-1]:.4f}, "
+              f"{result.samples_per_s:.1f} samples/s (median step, slowest rank: "
+              f"{result.timeline.iteration_s * 1e3:.1f} ms), "
+              f"{wait} (first batch {waits[0]:.2f} s, loading the data)")
+    final = result.final_eval
+    if final is not None and final.eval_loss is not None:
+        accuracy = f", accuracy {final.eval_accuracy:.1%}" if final.eval_accuracy is not None else ""
+        out.print(f"eval after step {final.step}: loss {final.eval_loss:.4f}{accuracy}")
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    plan = Plan.from_json(read_text(args.plan))
+    predicted, measured = Timeline.load(args.predicted), Timeline.load(args.measured)
+    for flag, timeline, kind in (("--predicted", predicted, "predicted"), ("--measured", measured, "measured")):
+        if timeline.n_ranks != plan.n_ranks:
+            raise UserError(f"{flag} has {timeline.n_ranks} ranks but the plan {plan.n_ranks}; compare the timelines "
+                            "of this plan (`pipetrain simulate` and `train` with --plan)")
+        if timeline.kind != kind:
+            raise UserError(f"{flag} is a {timeline.kind} timeline; pass the {kind} one (`pipetrain "
+                            f"{'simulate' if kind == 'predicted' else 'train'} --out` writes {kind}.json)")
+    _show_comparison(plan, predicted, measured, args.out)
+
+
+def _show_comparison(plan: Plan, predicted: Timeline, measured: Timeline, picture: Path) -> None:
+    from pipetrain.viz.files import save_comparison
+    from pipetrain.viz.tables import compare_table
+
+    out.print(compare_table(predicted, measured, plan.rank_stages))
+    save_comparison(picture, predicted, measured, plan.rank_stages)
+    console.print(f"[dim]wrote predicted-vs-measured Gantt: {picture}[/dim]")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from pipetrain.runtime.checkpoint import export_checkpoint
+
+    checkpoint, tensors, size = export_checkpoint(args.checkpoint, args.out)
+    model = escape(str(checkpoint.manifest.get("model")))
+    out.print(f"exported {model} after step {checkpoint.step} ({escape(str(checkpoint.folder))}): {tensors} tensors, "
+              f"{size:,} bytes of tensors → {escape(str(args.out))}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from pipetrain.demo import DemoSettings, run_demo
+
+    run_demo(DemoSettings(args.model, args.batch, args.ranks, args.steps, args.out), out, console)
+
+

@@ -1,0 +1,186 @@
+"""Every sub-command's options: the shared groups (model and data, costs) and one function per command."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipetrain import api
+from pipetrain.cli.common import DEFAULT_MODEL
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S
+from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
+from pipetrain.graph.zoo import MODEL_NAMES
+from pipetrain.plan.memory import OPTIMIZER_NAMES
+from pipetrain.plan.plan import Method
+from pipetrain.planners.microbatch import GAConfig
+from pipetrain.runtime.optim import LR_SCHEDULES
+
+__all__ = [
+    "compare_args",
+    "demo_args",
+    "export_args",
+    "plan_args",
+    "probe_args",
+    "profile_args",
+    "simulate_args",
+    "train_args",
+]
+
+
+def _count(text: str) -> int:
+    """An argparse type: an integer >= 1 (a count of ranks, samples, steps...)."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a count; give an integer of at least 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help=f"zoo model ({', '.join(MODEL_NAMES)}), or module.path:callable returning "
+                   f"your nn.Module (default: {DEFAULT_MODEL})")
+    p.add_argument("--batch", type=_count, default=32, help="samples per mini-batch (default: 32)")
+    _data_args(p)
+
+
+def _data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--leaf", action="append", metavar="module.path:Class",
+                   help="keep this module class whole inside one layer when tracing your model (repeatable)")
+    p.add_argument("--data", help=f"{', '.join(SOURCE_NAMES)} or module.path:callable returning (train, eval) "
+                   "datasets (default: the model's own: digits for mlp-digits, text for gpt-tiny, else synthetic)")
+    p.add_argument("--loss", help=f"{', '.join(LOSS_NAMES)} or module.path:callable (default: cross-entropy for "
+                   "integer targets, mse for float ones)")
+
+
+def _cost_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", type=Path, help="profile JSON (default: measure the model now)")
+    p.add_argument("--estimate", metavar="DEVICE",
+                   help="estimate the profile for a device model (cpu, v100, a100, h100, fpga)")
+    p.add_argument("--cluster", type=Path, help="cluster spec YAML (see examples/clusters/) or JSON from `pipetrain "
+                   "probe` (default: this machine)")
+    p.add_argument("--ranks", type=_count, help="number of ranks (default: the plan's, a spec's devices, or 2)")
+
+
+def profile_args(p: argparse.ArgumentParser) -> None:
+    _model_args(p)
+    p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model instead of measuring")
+    p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point (median kept)")
+    p.add_argument("--out", type=Path, default=Path("profile.json"))
+
+
+def probe_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=_count, default=2, help="ranks of the local cluster (default 2)")
+    p.add_argument("--probes", type=_count, default=3, help="probes to take the median of (default 3)")
+    p.add_argument("--overhead", type=float, default=CPU_ACTION_OVERHEAD_S, help="seconds per F/B action")
+    p.add_argument("--out", type=Path, default=Path("cluster.json"))
+
+
+def plan_args(p: argparse.ArgumentParser) -> None:
+    _model_args(p)
+    _cost_args(p)
+    p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
+                                                         Method.UEDP.value],
+                   help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
+                        "per stage on the best equal plan's stages")
+    p.add_argument("--planner", choices=list(api.PLANNERS),
+                   help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
+                        "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
+                        "stages, micro-batches and device order (mixed devices); auto: every planner, the "
+                        "fastest plan that fits; with --method uedp, a micro-batch planner (default tidgap)")
+    p.add_argument("--seed", type=_non_negative, help="GA seed for --method uedp, bapipe and auto (default: 0)")
+    defaults = GAConfig()
+    p.add_argument("--population", type=_count, help=f"GA population (default: {defaults.population})")
+    p.add_argument("--generations", type=_count, help=f"GA generations (default: {defaults.generations})")
+    p.add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
+                   help="--method uedp: keep each stage's micro-batches within its device memory (default: on)")
+    p.add_argument("--stages", type=_count, help="pipeline stages (default: one per rank)")
+    p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
+                   help="optimizer whose state counts against device memory (default: sgd)")
+    p.add_argument("--top", type=_count, default=8, help="candidates to list")
+    p.add_argument("--out", type=Path, default=Path("plan.json"))
+
+
+def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) -> None:
+    p.add_argument("--plan", type=Path, required=plan_required, help="plan JSON")
+    p.add_argument("--schedule", type=Path, help="schedule CSV to run instead of the plan's own (one row per rank, "
+                   "e.g. simulate's schedule.csv, edited); validated against the plan")
+
+
+def simulate_args(p: argparse.ArgumentParser) -> None:
+    _plan_and_schedule_args(p, plan_required=True)
+    _cost_args(p)
+    _data_args(p)
+    p.add_argument("--out", type=Path, default=Path("sim"))
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
+                   help="optimizer whose state the memory table counts (default: sgd)")
+
+
+def train_args(p: argparse.ArgumentParser) -> None:
+    _plan_and_schedule_args(p, plan_required=False)
+    _model_args(p)
+    _cost_args(p)
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=_count, help="optimizer steps in total (default: 20)")
+    length.add_argument("--epochs", type=_count, help="passes over the train set (instead of --steps)")
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES)
+    p.add_argument("--lr", type=float, default=0.01, help="learning rate, the peak of a schedule (default: 0.01)")
+    p.add_argument("--momentum", type=float, help="SGD momentum (default: 0.9 for sgd-momentum, else 0)")
+    p.add_argument("--weight-decay", type=float, help="weight decay (default: 0.01 for adamw, else 0)")
+    p.add_argument("--lr-schedule", default="constant", choices=LR_SCHEDULES, help="(default: constant)")
+    p.add_argument("--warmup-steps", type=_non_negative, default=0, help="linear warm-up steps of warmup-cosine")
+    p.add_argument("--clip-grad-norm", type=float, metavar="X",
+                   help="clip the gradient's global norm over all stages to X (default: no clipping)")
+    p.add_argument("--eval-every", type=_non_negative, default=0, metavar="K",
+                   help="evaluate on the eval set every K steps (default: only after the last step)")
+    p.add_argument("--seed", type=_non_negative, default=0)
+    p.add_argument("--threads", type=_count, default=1, help="torch threads per rank")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent rank is failed")
+    p.add_argument("--out", type=Path, default=Path("run"),
+                   help="folder for metrics.csv, loss.png and the measured timeline (default: run)")
+    p.add_argument("--checkpoint-dir", type=Path, metavar="D",
+                   help="write checkpoints to D: after the last step, every --checkpoint-every steps, and on Ctrl-C")
+    p.add_argument("--checkpoint-every", type=_non_negative, default=0, metavar="K",
+                   help="steps between checkpoints (default: only after the last step)")
+    p.add_argument("--keep", type=_count, metavar="N", help="keep the newest N checkpoints (default: all)")
+    p.add_argument("--resume", type=Path, metavar="D",
+                   help="continue from the newest whole checkpoint in D up to --steps/--epochs (any plan)")
+
+
+def export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", type=Path, required=True, metavar="D",
+                   help="a train --checkpoint-dir: its newest whole checkpoint is exported")
+    p.add_argument("--out", type=Path, default=Path("model.pt"),
+                   help="torch.save'd state_dict under the model's own names (default: model.pt)")
+
+
+def compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", type=Path, required=True, help="plan JSON")
+    p.add_argument("--predicted", type=Path, required=True)
+    p.add_argument("--measured", type=Path, required=True)
+    p.add_argument("--out", type=Path, default=Path("compare.png"))
+
+
+def demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="gpt-tiny",
+                   help="zoo model; trains on the built-in data it fits (default: gpt-tiny on text)")
+    p.add_argument("--batch", type=_count, default=32)
+    p.add_argument("--ranks", type=_count, default=2)
+    p.add_argument("--steps", type=_count, default=300)
+    p.add_argument("--out", type=Path, default=Path("out/demo"))
+
+
