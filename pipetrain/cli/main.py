@@ -37,8 +37,8 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pipetrain", description="Pipeline-parallel training for PyTorch, planned "
-                                     "automatically: profile | probe | plan | simulate | train | export | compare | demo.")
+    parser = argparse.ArgumentParser(
+        prog="pipetrain", description="Pipeline-parallel training for PyTorch, planned automatically.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"pipetrain {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
