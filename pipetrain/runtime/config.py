@@ -228,6 +228,8 @@ class TrainResult:
             gradients, optimizer state, activations); compare with ``pipetrain.simulate.memory.stage_memory``.
         metrics: every step's :class:`StepMetrics` (loss, learning rate, evaluations).
         data_wait_s: per step, the longest time a rank waited for its batch.
+        checkpoint_s: per checkpoint written, the longest time a rank spent on it (writing its
+            shard, and for rank 0 the manifest).
     """
 
     losses: tuple[float, ...]
@@ -238,6 +240,7 @@ class TrainResult:
     memory: tuple[MeasuredMemory, ...] = ()
     metrics: tuple[StepMetrics, ...] = ()
     data_wait_s: tuple[float, ...] = ()
+    checkpoint_s: tuple[float, ...] = ()
 
     @property
     def final_eval(self) -> StepMetrics | None:

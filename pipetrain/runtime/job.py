@@ -117,6 +117,8 @@ class _JobRun:
         out = job.config.out
         self.log = MetricsLog.open(out, self.first_step or None) if self.reports and out is not None else None
         self.waits: list[float] = []
+        self.saves: list[float] = []
+        self.manifest_fields: dict[str, Any] | None = None
         self.start = time.perf_counter()
 
     def train_step(self, step: int) -> None:
@@ -148,7 +150,13 @@ class _JobRun:
             self._save(step + 1)
 
     def _save(self, done: int) -> Path:
-        return job_checkpoint.save(self.job, self.ctx, self.session.rank, self.session.world_size, done)
+        start = time.perf_counter()
+        if self.manifest_fields is None and self.session.rank == 0:
+            self.manifest_fields = job_checkpoint.manifest_fields(self.job)
+        folder = job_checkpoint.save(self.job, self.ctx, self.session.rank, self.session.world_size, done,
+                                     self.manifest_fields)
+        self.saves.append(time.perf_counter() - start)
+        return folder
 
     def _clipper(self, replicas: int) -> Callable[[list[nn.Parameter]], object] | None:
         """STEP's global-norm clipping over the plan's ranks, or None when not asked for."""
@@ -193,7 +201,7 @@ class _JobRun:
         ctx, job = self.ctx, self.job
         memory = measured_memory(self.session.rank, ctx.meter, ctx.module, ctx.optimizer) if ctx else None
         record = RankRecord(self.session.rank, tuple(self.recorder.steps), ctx.meter.peak_bytes if ctx else 0,
-                            tuple(self.rows), tuple(self.waits), memory)
+                            tuple(self.rows), tuple(self.waits), tuple(self.saves), memory)
         params = {}
         if ctx is not None and job.return_parameters:
             params = stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers))
@@ -248,4 +256,5 @@ def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
         memory=tuple(r.memory for r in records if r.memory is not None),
         metrics=metrics,
         data_wait_s=tuple(max(w) for w in zip(*(r.data_wait_s for r in records), strict=True)),
+        checkpoint_s=tuple(max(s) for s in zip(*(r.checkpoint_s for r in records), strict=True)),
     )

@@ -32,7 +32,7 @@ from pipetrain.runtime.checkpoint import (
 from pipetrain.runtime.config import TrainJob
 from pipetrain.runtime.executor import RankContext
 
-__all__ = ["checkpoint_due", "find_resume", "resume", "save"]
+__all__ = ["checkpoint_due", "find_resume", "manifest_fields", "resume", "save"]
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,11 @@ def find_resume(job: TrainJob) -> Checkpoint | None:
     return checkpoint
 
 
-def save(job: TrainJob, ctx: RankContext | None, rank: int, world_size: int, done: int) -> Path:
+def save(job: TrainJob, ctx: RankContext | None, rank: int, world_size: int, done: int,
+         fields: dict[str, Any] | None = None) -> Path:
     """Every rank: write this rank's shard of the checkpoint after ``done`` steps; rank 0 then writes
-    the manifest. Returns the checkpoint's folder."""
+    the manifest (with ``fields``, :func:`manifest_fields` of the job, computed once per job by the
+    caller; None computes them now). Returns the checkpoint's folder."""
     config, plan = job.config, job.plan
     assert config.checkpoint_dir is not None
     entry = None
@@ -79,14 +81,15 @@ def save(job: TrainJob, ctx: RankContext | None, rank: int, world_size: int, don
     entries: list[Any] | None = [None] * world_size if rank == 0 else None
     dist.gather_object(entry, entries, dst=0)
     if entries is not None:
-        write_manifest(config.checkpoint_dir, done, [e for e in entries if e is not None], _fields(job, done),
-                       config.keep)
+        fields = {**(fields or manifest_fields(job)), "samples_seen": done * plan.batch_size}
+        write_manifest(config.checkpoint_dir, done, [e for e in entries if e is not None], fields, config.keep)
     return step_folder(config.checkpoint_dir, done)
 
 
-def _fields(job: TrainJob, done: int) -> dict[str, Any]:
+def manifest_fields(job: TrainJob) -> dict[str, Any]:
+    """What every checkpoint of ``job`` records about the run (the model, the plan's layout, ...)."""
     graph, plan, config = job.graph, job.plan, job.config
-    return {"samples_seen": done * plan.batch_size, "model": graph.name, "fingerprint": graph.fingerprint(),
+    return {"model": graph.name, "fingerprint": graph.fingerprint(),
             "layers": list(graph.names), "layout": plan_layout(plan), "batch_size": plan.batch_size,
             "optimizer": config.optimizer, "data": config.data, "seed": config.seed,
             "state_keys": _state_keys(job)}

@@ -36,6 +36,7 @@ class RankRecord:
         peak_activation_bytes: peak saved-activation bytes over the run.
         metrics: per step, what ``metrics.csv`` records (the last stage's first rank only; otherwise empty).
         data_wait_s: per step, the seconds the rank waited for its batch.
+        checkpoint_s: per checkpoint written, the seconds the rank spent on it.
         memory: what the rank held at its peak (its ``activation_bytes`` is
             ``peak_activation_bytes``); None for a rank that ran no stage.
     """
@@ -45,6 +46,7 @@ class RankRecord:
     peak_activation_bytes: int
     metrics: tuple[StepMetrics, ...] = ()
     data_wait_s: tuple[float, ...] = ()
+    checkpoint_s: tuple[float, ...] = ()
     memory: MeasuredMemory | None = None
 
 
