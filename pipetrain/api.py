@@ -226,7 +226,7 @@ def load_cluster(path: str | Path, n_ranks: int | None = None) -> Cluster:
 def cluster_profiles(
     graph: LayerGraph, cluster: Cluster | ClusterSpec, batch_size: int, *, profile: Profile | None = None
 ) -> dict[str, Profile]:
-    """One Profile per device kind of ``cluster``, for ``CostModel(profiles, cluster)`` (PAPERS.md §4.4).
+    """One Profile per device kind of ``cluster``, for ``CostModel(profiles, cluster)`` (docs/algorithms.md §4.3).
 
     For each kind, the first of these that exists:
 
@@ -374,7 +374,7 @@ def plan_microbatches(
             (:mod:`pipetrain.planners.microbatch`).
         seed: GA seed; the same arguments give the same plan.
         ga: GA hyperparameters (:class:`GAConfig`: population, generations...); GA planners only.
-        memory_cap: keep every stage within its device's memory (PAPERS.md §1.12): micro-batches
+        memory_cap: keep every stage within its device's memory (docs/algorithms.md §2.6): micro-batches
             no larger than :func:`~pipetrain.planners.microbatch.microbatch_caps`, and when some stage
             cannot hold all ``B`` samples' activations, the plan's ``recompute`` flag on.
         progress: show a progress bar over the GA's generations on stderr.

@@ -1,4 +1,4 @@
-"""Cluster: the devices a plan runs on and the links between them (DESIGN.md §2).
+"""Cluster: the devices a plan runs on and the links between them (docs/architecture.md §2).
 
 Devices are grouped into nodes; a link's latency and bandwidth depend only on whether the two
 devices share a node (a two-level hierarchy, as in PipeDream's topology). Device *models* give the
@@ -49,7 +49,7 @@ class DeviceModel:
 # Sustained (not datasheet) figures: about 60-70% of the datasheet's mixed-precision peak for the
 # GPUs (tensor cores, fp16/bf16 matmuls), and a single core's worth for "cpu" (one thread of a
 # recent x86 core: float32 GEMMs measured at 1.0-1.3e11 FLOP/s, streaming reads at 2-3e10 B/s).
-# "fpga" is an Alveo U280-class card, for BaPipe's simulated FPGA clusters (PAPERS.md §4): about 40% of
+# "fpga" is an Alveo U280-class card, for BaPipe's simulated FPGA clusters (docs/algorithms.md §4): about 40% of
 # the U280 data sheet's 24.5 INT8 TOPS, as a low-precision systolic design sustains it; its 8 GiB of
 # HBM2 at the 4.25e11 B/s (of 460 GB/s nominal) that Shuhai measured on a U280 (Wang et al., FCCM 2020);
 # and a dataflow pipeline that is full at small work (low saturation) with little per-kernel overhead.

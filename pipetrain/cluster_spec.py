@@ -1,12 +1,12 @@
-"""Cluster spec files: device groups and links by hierarchy level, in YAML (DESIGN.md §2).
+"""Cluster spec files: device groups and links by hierarchy level, in YAML (docs/architecture.md §2).
 
     spec = load_cluster_spec("examples/clusters/2h100-2v100.yaml")
     spec.cluster.n_devices                  # 4: ranks 0-1 are H100s (node 0), ranks 2-3 V100s (node 1)
     spec.profiles["v100"]                   # ProfileSource(device_model='v100', path=None): estimate it
 
 A spec lists *groups* of identical devices, in rank order, and the two links of a two-level
-topology (PipeDream's hierarchy, PAPERS.md §2.3). Groups of different device models make the
-heterogeneous clusters that BaPipe explores (PAPERS.md §4.4), each kind with its own Profile::
+topology (PipeDream's hierarchy, docs/algorithms.md §3.3). Groups of different device models make the
+heterogeneous clusters that BaPipe explores (docs/algorithms.md §4.3), each kind with its own Profile::
 
     name: 2h100-2v100              # optional label; default: the file's name without its suffix
     groups:                        # ranks are numbered group by group, in this order

@@ -4,7 +4,7 @@ A stage's time on ``b`` samples is the sum of its layers' profiled times at ``b`
 device's relative speed, plus a fixed per-action overhead (the runtime's own bookkeeping per
 micro-batch). Transfers cost ``latency + bytes / bandwidth`` on the link between the two ranks. A replicated stage
 all-reduces its gradients with a ring over its ranks (Patarasuk and Yuan 2009; the data-parallel
-sync of PipeDream, PAPERS.md §2.2): ``2 (r - 1)`` steps, each moving ``bytes / r`` over the ring's
+sync of PipeDream, docs/algorithms.md §3.2): ``2 (r - 1)`` steps, each moving ``bytes / r`` over the ring's
 slowest link, so ``2 (r - 1) · latency + 2 (r - 1) / r · bytes / bandwidth``.
 """
 

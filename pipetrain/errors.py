@@ -1,7 +1,7 @@
 """Errors that pipetrain reports to users.
 
 A :class:`UserError` is a mistake the user can fix (a bad plan, an unknown model, sizes that do not
-sum to the batch). The CLI prints its one-line message and exits with code 2 (DESIGN.md §5.4).
+sum to the batch). The CLI prints its one-line message and exits with code 2 (docs/architecture.md §5.5).
 """
 
 from __future__ import annotations

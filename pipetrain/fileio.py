@@ -1,4 +1,4 @@
-"""Atomic file writes (DESIGN.md §5.4): readers never see a half-written plan or profile."""
+"""Atomic file writes (docs/architecture.md §5.4): readers never see a half-written plan or profile."""
 
 from __future__ import annotations
 

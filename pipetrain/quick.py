@@ -104,8 +104,10 @@ def train(
         The measured run: ``losses``, ``metrics`` (evaluations included), ``samples_per_s``, the
         measured ``timeline`` and ``parameters``, the trained weights under the module's own names.
     """
+    from pipetrain.runtime.launch import refuse_rerun_of_main
     from pipetrain.runtime.train import train as run
 
+    refuse_rerun_of_main()  # before capturing and profiling: a script without the __main__ guard
     graph = api.resolve_model(model, data=data, loss=loss, leaf_modules=leaf_modules)
     chosen = plan or _plan(graph, batch_size, ranks, loss, "balanced", settings.get("optimizer", "sgd"),
                            settings.get("progress", True))

@@ -12,7 +12,7 @@
     pipetrain compare --plan plan.json --predicted sim/predicted.json --measured run/measured.json
     torchrun --nproc-per-node 2 -m pipetrain train --plan plan.json
 
-A user's mistake prints one line naming the fix and exits with code 2 (DESIGN.md §5.5).
+A user's mistake prints one line naming the fix and exits with code 2 (docs/architecture.md §5.5).
 """
 
 from pipetrain.cli.main import build_parser, main

@@ -1,4 +1,4 @@
-"""Data: datasets, seeded step-indexed sampling and losses (DESIGN.md §3).
+"""Data: datasets, seeded step-indexed sampling and losses (docs/architecture.md §3).
 
 Sits above ``planners`` and below ``runtime``. Public surface::
 

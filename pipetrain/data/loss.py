@@ -2,7 +2,7 @@
 
 A loss maps a micro-batch's ``(output [b, ...], target [b, ...])`` to the **sum over its samples**
 of each sample's loss, a scalar tensor. The runtime divides by the batch size ``B`` once, so the
-gradients equal single-process training whatever the micro-batching (DESIGN.md §5.2). A user's
+gradients equal single-process training whatever the micro-batching (docs/architecture.md §5.2). A user's
 callable must keep that convention: return ``per_sample_losses.sum()``, not the mean::
 
     def focal(output: Tensor, target: Tensor) -> Tensor:    # output [b, C], target [b] int64

@@ -1,9 +1,9 @@
-"""LayerGraph: a model as named layers and the tensors between them (DESIGN.md §2).
+"""LayerGraph: a model as named layers and the tensors between them (docs/architecture.md §2).
 
 A layer is a *picklable factory* that builds its module, so every rank can build exactly the layers
 of its own stage with the same initial weights as an unpipelined reference: layer ``i`` is always
-built under the seed ``graph.seed * 100_003 + i``. Sequential models form a chain; the ``edges``
-field leaves room for DAGs (GraphPipe).
+built under the seed ``graph.seed * 100_003 + i``. Models form a chain; the ``edges`` field leaves
+room for DAGs (GraphPipe) and, until DAG stages exist, may only list the chain itself.
 
 Shapes are per sample: an input spec ``(3, 32, 32)`` means tensors of shape ``[b, 3, 32, 32]`` for a
 micro-batch of ``b`` samples.
@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import pairwise
 
 import torch
 from torch import nn
@@ -70,7 +71,7 @@ def loss_sum(kind: LossKind, output: torch.Tensor, target: torch.Tensor) -> torc
     """Sum over samples of each sample's loss (the runtime divides by the batch size once).
 
     Summing rather than averaging per micro-batch is what makes pipelined gradients equal the
-    unpipelined ones for any micro-batching, equal or not (PAPERS.md §1.12, DESIGN.md §5.2).
+    unpipelined ones for any micro-batching, equal or not (docs/algorithms.md §2.6, docs/architecture.md §5.2).
     """
     if kind is LossKind.CROSS_ENTROPY:
         return nn.functional.cross_entropy(output, target, reduction="sum")
@@ -129,7 +130,8 @@ class LayerGraph:
         target: spec of one target sample (for the loss at the last layer).
         loss: the loss kind.
         seed: base seed for layer initialisation.
-        edges: ``(src, dst)`` layer-name pairs; empty means the chain ``layers[0] -> layers[1] ...``.
+        edges: ``(src, dst)`` layer-name pairs; empty means the chain ``layers[0] -> layers[1] ...``,
+            the only shape supported yet (other edges are refused).
         module: for a model captured from an ``nn.Module`` (:func:`pipetrain.graph.capture.capture`),
             a picklable factory of a copy of it; see :meth:`build_module`.
     """
@@ -149,6 +151,14 @@ class LayerGraph:
         names = [layer.name for layer in self.layers]
         if len(set(names)) != len(names):
             raise UserError(f"model {self.name!r} has duplicate layer names; make them unique")
+        edges = [tuple(edge) for edge in self.edges]
+        chain = list(pairwise(names))
+        if edges and sorted(edges) != sorted(chain):
+            shown = [edge for edge in edges if edge not in chain] or edges
+            raise UserError(f"model {self.name!r}: edges {shown} are not the chain of its layers "
+                            f"({' -> '.join(names[:3])}{' -> ...' if len(names) > 3 else ''}) and DAG stages are not "
+                            "supported yet; express the model as a chain (or pass the nn.Module itself: its torch.fx "
+                            "capture carries skip tensors across cuts)")
 
     # ---- builders ----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Plan: how a model is cut into stages, placed on ranks and fed micro-batches (DESIGN.md §2).
+"""Plan: how a model is cut into stages, placed on ranks and fed micro-batches (docs/architecture.md §2).
 
 A plan is a saved, hand-editable JSON artefact; a planner's output and a hand-written plan have the
 same type and go through the same :func:`Plan.validate` (STYLE.md L7).
@@ -9,7 +9,7 @@ GPipe uses one vector everywhere; 1F1B lets each stage have its own vector, used
 backward alike (unequal micro-batches under a 1F1B order, :func:`~pipetrain.schedule.generators.
 one_f_one_b_orders`); UMPIPE's ``uedp`` gives each stage its own forward and backward vectors.
 
-Recompute (PAPERS.md §1.12): a stage whose backward sizes differ from its forward sizes cannot
+Recompute (docs/algorithms.md §2.6): a stage whose backward sizes differ from its forward sizes cannot
 back-propagate part of a forward micro-batch's autograd graph, so it keeps only its *inputs* during
 forward and re-runs forward per backward micro-batch. :meth:`Plan.recomputes` says which stages do:
 those, and every stage when the plan's ``recompute`` flag is set. The simulator, the vectorised
@@ -39,7 +39,7 @@ __all__ = [
 
 
 class Method(str, Enum):
-    """The methods of DESIGN.md §4."""
+    """The methods of docs/architecture.md §4."""
 
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
@@ -180,7 +180,7 @@ class Plan:
 
     def replica_rank(self, stage: int, microbatch: int) -> int:
         """The rank that runs ``microbatch`` of ``stage``: replicas take micro-batches round-robin,
-        ``ranks[microbatch % len(ranks)]`` (PipeDream's 1F1B-RR, PAPERS.md §2.5, on a flush schedule)."""
+        ``ranks[microbatch % len(ranks)]`` (PipeDream's 1F1B-RR, docs/algorithms.md §3.4, on a flush schedule)."""
         ranks = self.stages[stage].ranks
         return ranks[microbatch % len(ranks)]
 

@@ -1,4 +1,4 @@
-"""``--planner auto``: run every planner, keep the fastest plan that fits (DESIGN.md §4).
+"""``--planner auto``: run every planner, keep the fastest plan that fits (docs/architecture.md §4).
 
     result = plan_auto(PlanningProblem(ModelRef.of(graph), cost, batch_size=64))
     result.plan, result.cluster          # the winner and the cluster its ranks index
@@ -8,11 +8,11 @@ The planners, each simulated by the event simulator on the same cost model:
 
 * ``balanced``: GPipe and 1F1B with an exact min–max layer split and equal micro-batches
   (:func:`~pipetrain.planners.balanced.plan_balanced`), one stage per device;
-* ``tidgap`` and ``1f1b-ga``: UMPIPE's unequal micro-batches (PAPERS.md §1) on the balanced plan's
+* ``tidgap`` and ``1f1b-ga``: UMPIPE's unequal micro-batches (docs/algorithms.md §2) on the balanced plan's
   stages, under memory caps (:func:`~pipetrain.planners.unequal.plan_unequal`);
-* ``pipedream``: PipeDream's DP over layers, machines and replication (PAPERS.md §2,
+* ``pipedream``: PipeDream's DP over layers, machines and replication (docs/algorithms.md §3,
   :func:`~pipetrain.planners.pipedream.plan_pipedream`);
-* ``bapipe``: BaPipe's exploration of method × stages × micro-batches × device order (PAPERS.md §4,
+* ``bapipe``: BaPipe's exploration of method × stages × micro-batches × device order (docs/algorithms.md §4,
   :func:`~pipetrain.planners.bapipe.explore`).
 
 A plan is feasible when every stage's predicted memory under the problem's optimizer

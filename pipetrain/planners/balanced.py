@@ -5,7 +5,7 @@
 
 For each method and candidate micro-batch count ``m`` the planner cuts the layers into stages by an
 exact min–max partition of per-layer forward + backward time *at that micro-batch size* (a stage's
-cost curve depends on the size, PAPERS.md §1.3), builds the schedule, simulates it
+cost curve depends on the size, docs/algorithms.md §2.2), builds the schedule, simulates it
 (:func:`~pipetrain.planners.score.score`) and keeps the fastest. Candidates: every ``m`` up to 64
 plus powers of two up to the batch (:func:`~pipetrain.planners.counts.candidate_counts`). Ties go
 to less activation memory, then fewer micro-batches (:func:`~pipetrain.planners.contract.rank_key`).

@@ -19,7 +19,7 @@ def candidate_counts(batch_size: int, limit: int = 64) -> list[int]:
 def thinned_counts(batch_size: int) -> list[int]:
     """:func:`candidate_counts`, keeping for each largest micro-batch size ``ceil(B / m)`` only the
     smallest ``m``: more micro-batches of the same largest size only add per-action overhead, and
-    under BaPipe's ``(m + S - 1) · max_k`` (PAPERS.md §4.2) they are never faster."""
+    under BaPipe's ``(m + S - 1) · max_k`` (docs/algorithms.md §4.2) they are never faster."""
     smallest: dict[int, int] = {}
     for m in candidate_counts(batch_size):
         smallest.setdefault(-(-batch_size // m), m)

@@ -1,6 +1,6 @@
 """Device orders for heterogeneous pipelines: which devices run the stages, in which order.
 
-PAPERS.md §4.4: the heterogeneous balanced partition depends on the order of the devices along the
+docs/algorithms.md §4.3: the heterogeneous balanced partition depends on the order of the devices along the
 pipeline, and identical devices are interchangeable, so orders are enumerated over device *types*
 (same kind, memory and speed), not devices. For ``S`` stages on a cluster with ``c_t`` devices of
 type ``t``, the candidates are every sub-multiset ``{k_t <= c_t, Σ k_t = S}`` (types with the most

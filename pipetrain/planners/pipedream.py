@@ -1,6 +1,6 @@
 """PipeDream planner: the hierarchical DP's stages and replicas as a synchronous plan, simulated.
 
-PAPERS.md §2.3–2.4 (Narayanan et al., SOSP'19)::
+docs/algorithms.md §3.3 (Narayanan et al., SOSP'19)::
 
     cost = CostModel(profile, Cluster.homogeneous("v100", 4, 4, nvlink, ethernet))
     result = plan_pipedream(PlanningProblem(ModelRef.of(graph), cost, batch_size=64))

@@ -10,7 +10,7 @@ Two kinds of planner:
   ``balanced``, ``pipedream``, ``bapipe``, ``auto``;
 * **micro-batch planners** keep a base plan's stages (``constraints.base``, default the ``balanced``
   planner's best plan) and choose each stage's forward and backward micro-batch sizes (UMPIPE,
-  PAPERS.md §1): ``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``.
+  docs/algorithms.md §2): ``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``.
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ def _auto(problem: PlanningProblem) -> PlanningResult:
 _STAGE_SPECS = (
     PlannerSpec("balanced", "stages", "gpipe or 1f1b, an exact min-max layer split, one stage per device",
                 frozenset({"method", "n_stages", "n_micro"}), plan_balanced),
-    PlannerSpec("pipedream", "stages", "PipeDream's DP over layers, machines and replication (PAPERS.md §2)",
+    PlannerSpec("pipedream", "stages", "PipeDream's DP over layers, machines and replication (docs/algorithms.md §3)",
                 frozenset(), plan_pipedream),
     PlannerSpec("bapipe", "stages", "BaPipe's exploration of method, stages, micro-batches and device order "
-                "(PAPERS.md §4)", frozenset({"n_stages", "seed", "ga"}), plan_bapipe),
+                "(docs/algorithms.md §4)", frozenset({"n_stages", "seed", "ga"}), plan_bapipe),
     PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed"}), _auto),
 )
 

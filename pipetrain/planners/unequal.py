@@ -1,4 +1,4 @@
-"""Micro-batch planners on a base plan's stages: UMPIPE's unequal micro-batches (PAPERS.md §1).
+"""Micro-batch planners on a base plan's stages: UMPIPE's unequal micro-batches (docs/algorithms.md §2).
 
     result = plan_unequal(problem, "tidgap")     # base: constraints.base, or the balanced planner's best
     result.plan                                  # method uedp (1f1b for '1f1b-ga'), per-stage sizes

@@ -15,7 +15,7 @@ costs (a per-kernel roofline, after Williams, Waterman and Patterson, "Roofline"
 
 and a layer's forward (backward) time is the sum over its forward (backward) kernels. The floor
 ``max(f, s)`` models under-use: a matmul too small to fill the device runs no faster than one of
-``s`` FLOPs, which gives the α + β·max(b, s) shape of PAPERS.md §1.3. Backward kernels are traced,
+``s`` FLOPs, which gives the α + β·max(b, s) shape of docs/algorithms.md §2.2. Backward kernels are traced,
 not guessed: their FLOPs come out near 2× the forward's (input and weight gradients), more for
 attention, which recomputes its scores.
 

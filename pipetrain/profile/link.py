@@ -9,7 +9,7 @@ group over TCP on 127.0.0.1 and
 1. ping-pong a ``uint8`` tensor of each size (64 B to 16 MiB by default): the one-way time is half
    the round trip, the median of ``repeats`` after a short warm-up; then :func:`fit_link` fits
    ``time_s = latency_s + bytes / bandwidth_bytes_per_s`` (the link model of ``cluster.Link``,
-   PAPERS.md §1.3's ``c(b)``);
+   the communication cost of docs/algorithms.md §2.2);
 2. time a compute loop (forward and backward of one ``mlp`` zoo block, 1024 → 4096 → 1024, on 32
    samples) on rank 0 alone, then on both ranks at once. ``contention_speed`` is the ratio of the
    two speeds, ``t_alone / t_together``: ranks sharing a machine share its caches and memory

@@ -1,9 +1,9 @@
-"""Measured profiles: time every layer of a LayerGraph on a real device (DESIGN.md §2).
+"""Measured profiles: time every layer of a LayerGraph on a real device (docs/architecture.md §2).
 
     profile = measure_profile(build_model("gpt-tiny"), batch_size=32)
 
 For each layer and each micro-batch size ``b`` of the grid (by default the powers of two below the
-batch, and the batch) this records, as PAPERS.md §1.12 asks of UMPIPE's profiler and §2.2 of
+batch, and the batch) this records, as docs/algorithms.md §2.6 asks of UMPIPE's profiler and §3.2 of
 PipeDream's:
 
 * forward seconds: ``module(x)`` with autograd recording, as in training;

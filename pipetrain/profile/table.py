@@ -1,4 +1,4 @@
-"""Profile: per-layer costs as a function of micro-batch size (DESIGN.md §2).
+"""Profile: per-layer costs as a function of micro-batch size (docs/architecture.md §2).
 
 Forward and backward seconds are stored on a grid of micro-batch sizes (powers of two up to the
 batch, plus the batch) and interpolated piecewise-linearly in between; beyond the grid they are

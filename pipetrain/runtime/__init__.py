@@ -1,4 +1,4 @@
-"""The runtime: runs a plan's schedule on real ranks and measures it (DESIGN.md §3).
+"""The runtime: runs a plan's schedule on real ranks and measures it (docs/architecture.md §6).
 
 Public surface::
 

@@ -27,7 +27,7 @@ the whole batch for any micro-batching, equal or not. Nothing else scales gradie
 of a replicated stage each hold the sum over their own micro-batches, so summing them over the
 stage's group at STEP gives the whole batch's gradient (no averaging, no learning-rate scaling).
 
-Recompute (PAPERS.md §1.12) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes` says: a
+Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes` says: a
 stage whose backward partition differs from its forward one cannot back-propagate part of a forward
 micro-batch's graph, so it re-runs forward per backward micro-batch. The re-run must compute what
 the first run did, so such a stage may not hold modules that draw random numbers (dropout).

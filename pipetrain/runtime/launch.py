@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import logging
+import multiprocessing
 import os
 import queue as queue_module
 import signal
@@ -44,12 +45,16 @@ from pipetrain.runtime.progress import ProgressDisplay, open_display
 from pipetrain.runtime.worker import RankFailure, Rendezvous, check_job, rank_label, run_session, tcp_store
 from pipetrain.schedule.schedule import Schedule
 
-__all__ = ["launch_local", "run_worker_from_env"]
+__all__ = ["launch_local", "refuse_rerun_of_main", "run_worker_from_env"]
 
 logger = logging.getLogger(__name__)
 
 _GRACE_S = 2.0  # after a first failure, how long to wait for the ranks' own reports
 _POLL_S = 0.05
+_RANK_NAME = "pipetrain-rank"  # a spawned rank's process name, followed by its rank
+_RERUN_EXIT_CODE = 4  # a spawned rank found itself training again while importing the user's script
+_RERUN_ADVICE = ("the ranks are spawned processes that import your script, and its top level starts training again "
+                 "in each of them; put the training call under 'if __name__ == \"__main__\":'")
 
 
 # ---- messages from the ranks to the parent ---------------------------------------------------
@@ -194,6 +199,8 @@ class _Monitor:
         while True:
             self._drain(_POLL_S)
             if self.reports or any(p.exitcode not in (None, 0) for p in self.procs):
+                if any(p.exitcode == _RERUN_EXIT_CODE for p in self.procs):
+                    raise UserError(_RERUN_ADVICE)
                 if interrupts.requested():  # a signal reached the ranks before they could catch it
                     raise Interrupted(interrupts.requested(), 0)
                 raise self._failure()
@@ -293,6 +300,26 @@ def _terminate(procs: Sequence[Any]) -> None:
             proc.join(timeout=2.0)
 
 
+def refuse_rerun_of_main() -> None:
+    """Stop a spawned process that reached training while importing the user's script.
+
+    A spawned process imports the parent's main module before it runs (multiprocessing's
+    bootstrapping phase), so a script that trains at its top level, without the
+    ``if __name__ == "__main__":`` guard, would start training again in every rank. A rank of ours
+    exits at once, silently, with :data:`_RERUN_EXIT_CODE`, which its parent turns into one line
+    (:meth:`_Monitor.run`); any other process gets the line itself.
+
+    Raises:
+        UserError: a process that is not one of our ranks is bootstrapping.
+    """
+    process = multiprocessing.current_process()
+    if not getattr(process, "_inheriting", False):  # multiprocessing's own flag for that phase
+        return
+    if process.name.startswith(_RANK_NAME):
+        os._exit(_RERUN_EXIT_CODE)
+    raise UserError(_RERUN_ADVICE)
+
+
 def launch_local(jobs: Sequence[TrainJob], *, progress: bool = False) -> list[TrainResult]:
     """Run the jobs, in order, on locally spawned ranks (one process group for all of them).
 
@@ -300,8 +327,10 @@ def launch_local(jobs: Sequence[TrainJob], *, progress: bool = False) -> list[Tr
     timeout and threads per rank (callers check that every job agrees).
 
     Raises:
+        UserError: the calling script trains at its top level without the ``__main__`` guard.
         PipelineFailure: a rank failed or died; the message names the stage and rank.
     """
+    refuse_rerun_of_main()
     config = jobs[0].config
     world_size = max(job.plan.n_ranks for job in jobs)
     store = tcp_store("127.0.0.1", 0, True, timedelta(seconds=config.timeout_s))
@@ -310,7 +339,7 @@ def launch_local(jobs: Sequence[TrainJob], *, progress: bool = False) -> list[Tr
     procs = [
         context.Process(
             target=_rank_main, args=(rank, world_size, _port(store), list(jobs), channel, os.getpid()),
-            name=f"pipetrain-rank{rank}", daemon=True,
+            name=f"{_RANK_NAME}{rank}", daemon=True,
         )
         for rank in range(world_size)
     ]

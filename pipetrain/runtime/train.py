@@ -5,7 +5,7 @@
 
 Both use the same data (:func:`~pipetrain.runtime.data.timed_batch`), loss (sum of per-sample
 losses / batch size), evaluations, optimizer and initial weights, so for the synchronous methods their parameters
-agree after any number of steps up to floating-point rounding (DESIGN.md §5.2).
+agree after any number of steps up to floating-point rounding (docs/architecture.md §5.2).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every action names the sample range ``[lo, hi)`` of the mini-batch it covers, so unequal
 micro-batches, re-chunking between stages with different partitions, replicated stages and DAG edges
-all use the same record (DESIGN.md §2).
+all use the same record (docs/architecture.md §2).
 
 Text form (extends torch's ``2F0``; ``str`` and :meth:`Action.parse` are exact inverses)::
 

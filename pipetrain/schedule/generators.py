@@ -9,7 +9,7 @@ GPipe (Huang et al. 2019), fill-drain with a flush, ``m`` micro-batches on stage
 
     F0 F1 ... F(m-1) B0 B1 ... B(m-1) STEP
 
-Backward runs in forward sample order, the order π of PAPERS.md §1.4, so every stage consumes
+Backward runs in forward sample order, as in the timing model of docs/algorithms.md §2.3, so every stage consumes
 gradients in the order its successor produces them.
 
 1F1B with a flush (PipeDream-Flush, Narayanan et al. 2021), ``K`` stages, stage ``k``: ``w =
@@ -128,7 +128,7 @@ def replicated_in_flight(stages: Sequence[StagePlan]) -> list[int]:
     """Per stage, the 1F1B in-flight bound counted over all its replicas.
 
     Each replica of stage ``k`` (on ``r_k`` ranks, with ``before_k`` ranks upstream, ``R`` in all) keeps
-    ``(R - 1 - before_k) // r_k + 1`` micro-batches in flight, PipeDream's warm-up rule (PAPERS.md §2.5):
+    ``(R - 1 - before_k) // r_k + 1`` micro-batches in flight, PipeDream's warm-up rule (docs/algorithms.md §3.4):
     enough to keep the downstream ranks busy; ``K - k`` when no stage is replicated.
     """
     total = sum(len(s.ranks) for s in stages)

@@ -3,7 +3,7 @@
 The max-plus closed form of :mod:`pipetrain.simulate.vectorised` needs the flush order (all
 forwards, then all backwards), where the two passes are independent. A 1F1B order interleaves them,
 so a stage's forward may wait for a gradient and the other way round; :func:`order_time` instead
-plays the orders out, one action at a time, with the same model (PAPERS.md §1.4):
+plays the orders out, one action at a time, with the same model (docs/algorithms.md §2.3):
 
 * an action starts when its stage is free and the message holding its last sample has arrived
   (forward: from ``k - 1``; backward: from ``k + 1``); it takes ``f[k](b)`` or ``g[k](b)`` seconds

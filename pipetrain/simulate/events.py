@@ -1,6 +1,6 @@
 """Event simulator: the predicted Timeline of any lowered Schedule on a CostModel.
 
-Model (the assumptions of PAPERS.md §1.4, extended to any action order and to shared nodes):
+Model (the assumptions of docs/algorithms.md §2.3, extended to any action order and to shared nodes):
 
 * each rank computes one action at a time, in its program's order; F, B and STEP take the cost
   model's time for the stage's layers and the action's sample count;

@@ -19,18 +19,18 @@ For ``m`` equal micro-batches of ``b = B/m`` samples on stage ``k`` of ``K`` (``
 replay reproduces these closed forms (checked on a grid by the unit tests)::
 
     GPipe (fill-drain)            m · A(b) = A(B)            all micro-batches in flight
-    1F1B with a flush             min(m, K − k) · A(b)       the in-flight count (PAPERS.md §0, §2.8)
+    1F1B with a flush             min(m, K − k) · A(b)       the in-flight count (docs/algorithms.md §1, §3.4)
     GPipe, recompute              m · I(b) + A(b)            stage inputs + one micro-batch re-run
     1F1B, recompute               min(m, K − k) · I(b) + A(b)
 
 and the stage's total is ``(2 + c) · W + activations``. These are BaPipe's per-stage memories
-(PAPERS.md §4.2, reconstruction; ``S`` stages numbered ``1..S`` there)::
+(docs/algorithms.md §4.2, reconstruction; ``S`` stages numbered ``1..S`` there)::
 
     Mem_k(GPipe) = W_k · c_opt + m · A_k(b)
     Mem_k(1F1B)  = W_k · c_opt + (S − k + 1) · A_k(b)
 
 with ``c_opt = 2 + c``; the replay adds the ``min`` with ``m`` (fewer micro-batches than stages
-keep all ``m`` in flight) and the recompute forms of PAPERS.md §1.12 and §2.8. Unequal micro-batches
+keep all ``m`` in flight) and the recompute forms of docs/algorithms.md §2.6. Unequal micro-batches
 (UMPIPE's ``uedp``, 1F1B with per-stage partitions) have no closed form; the replay covers them as
 well.
 

@@ -2,7 +2,7 @@
 
 The model is UMPIPE's flush schedule with unequal micro-batches (Zhou, Tian, Buyya, Wu, IEEE TPDS
 2025, doi:10.1109/TPDS.2024.3515804). Only the paper's abstract is public; the recurrence and its
-closed form below are **pipetrain's reconstruction** (PAPERS.md §1.4–§1.5), not the paper's text.
+closed form below are **pipetrain's reconstruction** (docs/algorithms.md §2.3), not the paper's text.
 
 Notation (stage ``k`` of ``K``, a batch of ``B`` samples). Forward micro-batch ``j`` of stage ``k``
 covers samples ``(X[k, j-1], X[k, j]]`` of size ``x[k, j]``; backward micro-batch ``j`` covers
@@ -27,7 +27,7 @@ Each chain ``E_j = max(E_{j-1}, r_j) + d_j`` has the max-plus closed form
 which is one ``cumsum`` and one running maximum. :func:`iteration_times` evaluates it for ``P``
 plans at once (TiDGAP's two levels: individuals and micro-batches), looping only over the
 ``2K`` compute passes and ``2K - 2`` link passes. Plans arrive as per-sample cut masks ``[P, K, B]``
-(True where a micro-batch ends, PAPERS.md §1.7); each stage's micro-batches are packed to the left
+(True where a micro-batch ends, docs/algorithms.md §2.4); each stage's micro-batches are packed to the left
 of a ``[P, W]`` grid, ``W`` being the most micro-batches any plan has there, and cells past a plan's
 last micro-batch carry ``r = -inf`` and ``d = 0`` so they change nothing. A downstream micro-batch
 is ready when the upstream message holding its last sample has arrived (one ``searchsorted``).
@@ -35,7 +35,7 @@ is ready when the upstream message holding its last sample has arrived (one ``se
 one-individual-at-a-time evaluation) with the same floating-point operations in the same order, so
 the two return bit-identical times.
 
-Recompute (PAPERS.md §1.12): a stage whose backward partition differs from its forward one re-runs
+Recompute (docs/algorithms.md §2.6): a stage whose backward partition differs from its forward one re-runs
 forward per backward micro-batch, so its ``g`` is ``StageTables.backward_recompute_s`` (``f + g``)
 instead of ``backward_s``; both evaluators choose per plan and stage, exactly as
 :meth:`pipetrain.plan.plan.Plan.recomputes` does for the simulator and the runtime.

@@ -141,7 +141,7 @@ def candidates_table(
 
 
 def bapipe_table(result: BapipeResult, *, top: int = 8, infeasible: int = 3, width: int = 120) -> str:
-    """BaPipe's exploration (PAPERS.md §4): the ``top`` fastest feasible candidates and the first
+    """BaPipe's exploration (docs/algorithms.md §4): the ``top`` fastest feasible candidates and the first
     ``infeasible`` ones that did not fit, each with its method, stage count, micro-batches, device
     order, layers per stage, predicted time and peak memory per stage (% of its device's); the
     chosen plan's prediction and memory in the caption."""

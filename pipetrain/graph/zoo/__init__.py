@@ -21,7 +21,7 @@ Presets (sizes are overridable by keyword; each family's module documents its se
 | ``synthetic``   | synthetic | 8      | variant 0: 256 features, 10 classes, mixed cost curves        |
 
 The image models (VGG-16, ResNet-50) and GNMT are the benchmark models of PipeDream and BaPipe
-(PAPERS.md §2, §4). ResNet's BatchNorm makes pipelined training differ slightly from unpipelined
+(docs/algorithms.md §3, §4). ResNet's BatchNorm makes pipelined training differ slightly from unpipelined
 training (statistics are per micro-batch); the others compute the same numbers either way. GNMT is
 reduced to a chain whose layers pass ``[b, T, 2H]`` tensors; ``gnmt.py`` says what is GNMT's and
 what is ours.

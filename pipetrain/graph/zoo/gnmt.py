@@ -2,7 +2,7 @@
 
 After Wu et al., "Google's Neural Machine Translation System: Bridging the Gap between Human and
 Machine Translation" (arXiv:1609.08144, 2016), the translation model of the PipeDream and BaPipe
-benchmarks (PAPERS.md §2, §4). What is GNMT's here:
+benchmarks (docs/algorithms.md §3, §4). What is GNMT's here:
 
 * 8 encoder and 8 decoder LSTM layers of 1024 units (§3); the bottom encoder layer is
   bidirectional, its two 1024-unit directions concatenated into the second layer's 2048 inputs

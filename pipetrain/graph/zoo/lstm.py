@@ -13,7 +13,7 @@ Schmidhuber and Cummins 2000), zero initial state, gates in the order i, f, g, o
 bidirectional layer); outputs stay in time order.
 
 Why not ``torch.nn.LSTM``: on the meta device, where ``pipetrain.profile.estimate`` traces layers
-(PAPERS.md §2.2, §4.2: per-layer forward and backward costs), ``nn.LSTM`` runs its unfused
+(docs/algorithms.md §3.2, §4.2: per-layer forward and backward costs), ``nn.LSTM`` runs its unfused
 per-step loop, 13 kernels per step forward and 24 backward. For one 1024-unit layer over 50
 steps, estimating it on ``v100`` at batch 8 takes 3 s (about 50 s for the ``gnmt`` preset), and
 with a launch charged to each of those small kernels it comes out at 6.0 ms forward and 17.7 ms

@@ -1,7 +1,7 @@
 """ResNet-50: a stem, 16 bottleneck blocks and a classifier head, one pipeline layer each.
 
 After He, Zhang, Ren and Sun, "Deep Residual Learning for Image Recognition" (CVPR 2016), Table 1,
-the 50-layer column, one of the image models of the PipeDream and BaPipe benchmarks (PAPERS.md §2,
+the 50-layer column, one of the image models of the PipeDream and BaPipe benchmarks (docs/algorithms.md §3,
 §4). The residual connections stay inside their block, so the graph is a chain of 18 layers, with
 ``w`` the width multiplier and ``r`` the stem's stride::
 
@@ -30,7 +30,7 @@ shallower ones. Channel counts are ``max(1, round(c·w))`` (the 4× expansion is
 
 BatchNorm (training mode) normalises over each micro-batch, so unlike VGG-16 a pipelined run does
 not compute exactly the numbers of unpipelined training, and unequal micro-batches change the
-statistics too (PAPERS.md §1.12). Every BatchNorm sees at least 2×2 values per channel (the image
+statistics too (docs/algorithms.md §2.6). Every BatchNorm sees at least 2×2 values per channel (the image
 size is checked), so micro-batches of one sample work. Weights: He-normal (fan-out) convolutions,
 BN scale 1 and shift 0, the classifier with torch's default initialisation.
 """

@@ -1,7 +1,7 @@
 """Synthetic networks: seeded chains whose layers have very different cost curves.
 
 The UMPIPE paper reports its largest gains (≥ 170 %) on "simulation networks" whose construction
-it does not publish. PAPERS.md §1.3 explains where such gains come from: a stage's forward time is
+it does not publish. docs/algorithms.md §2.2 explains where such gains come from: a stage's forward time is
 roughly ``f_k(b) ≈ α_k + β_k · max(b, s_k)``, and unequal micro-batches pay off when the
 per-micro-batch overhead α_k and the saturation point s_k differ a lot between stages. This family
 is pipetrain's own construction of networks with exactly that property, reproducible from one
@@ -40,7 +40,7 @@ m/W)``; on the ``v100`` model o = 6 µs, s/P = 2.5 µs and P/W = 100 FLOP/byte):
   does only about d/(2T) FLOP per byte, so these kernels are memory-bound.)
 * **flat** layers read 4 to 16 MiB of float32 weights per matmul whatever b is, which costs more
   than the matmul's FLOPs until b ≈ 2P/W (≈ 200 on ``v100``, ≈ 385 on ``h100``): a large α from
-  weight reads and a large s, the "FC layer with big weights" of §1.3.
+  weight reads and a large s, the "FC layer with big weights" of §2.2.
 * **overhead** layers launch 20 to 60 kernels per forward, each moving 1 to 2 KiB per sample, so
   memory time reaches o only at thousands of samples, and their rank-r matmuls sit on the
   saturation floor s/P until b·2dr > s, tens of thousands: α is many launch overheads, β is tiny,

@@ -17,7 +17,7 @@ convolution before them, so the graph has exactly 16 layers::
 ``vgg16`` is the paper's ImageNet model (S = 224, F = 4096, 1000 classes, 138.4 M parameters);
 ``vgg16-32`` is the common CIFAR-10 adaptation (S = 32, F = 512, 10 classes). Channel counts and F
 are multiplied by ``width`` (rounded, at least 1) so tests can use a thin network. There is no
-BatchNorm, so micro-batching does not change the mathematics (PAPERS.md §1.12), and no dropout.
+BatchNorm, so micro-batching does not change the mathematics (docs/algorithms.md §2.6), and no dropout.
 Weights: He-normal (fan-out) convolutions and N(0, 0.01) linear layers, zero biases.
 """
 

@@ -1,4 +1,4 @@
-"""BaPipe (PAPERS.md §4): explore method × stage count × micro-batches × device order × balanced
+"""BaPipe (docs/algorithms.md §4): explore method × stage count × micro-batches × device order × balanced
 partition on (heterogeneous) clusters. :func:`explore` is the search; :func:`plan_bapipe` the
 registry's planner."""
 

@@ -1,6 +1,6 @@
 """BaPipe: explore method × stage count × micro-batches × device order × balanced partition.
 
-PAPERS.md §4 (BaPipe, Zhao et al. 2020, arXiv 2012.12544; §4.2–4.4 are pipetrain's reconstruction)::
+docs/algorithms.md §4 (BaPipe, Zhao et al. 2020, arXiv 2012.12544; §4.2–4.3 are pipetrain's reconstruction)::
 
     cost = CostModel({"h100": estimate_profile(graph, "h100", 64),
                       "v100": estimate_profile(graph, "v100", 64)}, cluster)
@@ -8,7 +8,7 @@ PAPERS.md §4 (BaPipe, Zhao et al. 2020, arXiv 2012.12544; §4.2–4.4 are pipet
     print(bapipe_table(result))          # pipetrain.viz.plan_tables
 
 For every method (``gpipe``, ``1f1b``), stage count ``S`` in ``1..min(devices, layers)``,
-micro-batch count ``m`` and device order, the heterogeneity-aware DP of §4.4
+micro-batch count ``m`` and device order, the heterogeneity-aware DP of §4.3
 (:func:`~pipetrain.planners.partition.hetero.hetero_partition`) cuts the layers so that the
 bottleneck ``max_k (F_k + B_k + C_k)`` is smallest and every stage fits its device: GPipe keeps all
 ``B`` samples' activations, 1F1B the first ``min(m, S - k)`` micro-batches on stage ``k`` (0-based);

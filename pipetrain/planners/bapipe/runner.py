@@ -67,7 +67,7 @@ class Runner:
         return self._checked(s.method, s.n_micro, s.placement, s.analytic_s, plan)
 
     def uedp(self, base: BapipeCandidate, ga: GAConfig, seed: int) -> BapipeCandidate:
-        """UMPIPE's ``tidgap`` on a feasible equal plan's stages, under memory caps (PAPERS.md §1.12)."""
+        """UMPIPE's ``tidgap`` on a feasible equal plan's stages, under memory caps (docs/algorithms.md §2.6)."""
         cost = self.cost_of(base.placement)
         start = replace(base.plan, prediction=None)
         optimizer = self.problem.optimizer

@@ -1,6 +1,6 @@
 """BaPipe's per-layer arrays for the heterogeneity-aware DP, and the error when nothing fits.
 
-Built once per exploration from one CostModel (PAPERS.md §4.2–4.4, pipetrain's reconstruction);
+Built once per exploration from one CostModel (docs/algorithms.md §4.2–4.3, pipetrain's reconstruction);
 :mod:`pipetrain.planners.bapipe.explore` scores every (method, stage count, micro-batch count,
 device order) with :meth:`LayerTables.partition`.
 """
@@ -68,7 +68,7 @@ class LayerTables:
     def partition(
         self, method: Method, placement: Placement, sizes: tuple[int, ...], overlap: bool
     ) -> tuple[float, tuple[int, ...]] | None:
-        """The §4.4 DP cut and its analytic ``T_iter`` (§4.2; ``overlap``: transfers beside compute);
+        """The §4.3 DP cut and its analytic ``T_iter`` (§4.2; ``overlap``: transfers beside compute);
         None when nothing fits memory."""
         b, d = max(sizes), placement.devices
         costs = np.stack([self.layer_s(b, dev) for dev in d])

@@ -1,4 +1,4 @@
-"""Micro-batch planners: how each stage splits the batch (UMPIPE's UEDP, PAPERS.md §1).
+"""Micro-batch planners: how each stage splits the batch (UMPIPE's UEDP, docs/algorithms.md §2).
 
 Planners take :class:`~pipetrain.simulate.vectorised.StageTables` (per-stage cost by micro-batch
 size) and return a :class:`MicrobatchPlan`; :func:`plan_uedp` turns one into a ``uedp`` Plan.
@@ -12,7 +12,7 @@ size) and return a :class:`MicrobatchPlan`; :func:`plan_uedp` turns one into a `
 ``single``  :func:`single_chromosome`: the GA with backward partition = forward
 ==========  ==================================================================
 
-:func:`microbatch_caps` bounds each stage's micro-batch by its device's memory (PAPERS.md §1.12).
+:func:`microbatch_caps` bounds each stage's micro-batch by its device's memory (docs/algorithms.md §2.6).
 """
 
 from pipetrain.planners.microbatch.caps import fits_without_recompute, microbatch_caps

@@ -1,6 +1,6 @@
 """Memory caps: per stage, the largest micro-batch whose activations fit the stage's device.
 
-PAPERS.md §1.12 (Memory). A ``uedp`` plan runs in flush (GPipe) order: every forward of a
+docs/algorithms.md §2.6 (Memory). A ``uedp`` plan runs in flush (GPipe) order: every forward of a
 mini-batch runs before its backwards, so a stage that keeps its autograd activations holds all
 ``B`` samples' of them at once, whatever its partition: its peak is
 

@@ -2,7 +2,7 @@
 
 UMPIPE (Zhou et al., IEEE TPDS 2025, doi:10.1109/TPDS.2024.3515804) compares TiDGAP with "the global
 greedy-based dynamic programming"; its definition is not public, so this is **pipetrain's
-reconstruction** (PAPERS.md §1.11). Stage by stage in pipeline order (forward: 1..K, backward:
+reconstruction** (docs/algorithms.md §2.5). Stage by stage in pipeline order (forward: 1..K, backward:
 K..1), given the arrival time ``A(i)`` at the stage of the message holding sample ``i``, choose the
 partition that finishes the stage's own work first:
 

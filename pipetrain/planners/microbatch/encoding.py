@@ -1,6 +1,6 @@
 """Cut masks ↔ size vectors: the dual-chromosome encoding of UMPIPE's DGAP.
 
-Reconstruction (PAPERS.md §1.7) of Zhou et al., IEEE TPDS 2025, doi:10.1109/TPDS.2024.3515804. A
+Reconstruction (docs/algorithms.md §2.4) of Zhou et al., IEEE TPDS 2025, doi:10.1109/TPDS.2024.3515804. A
 stage's partition of ``B`` samples is a boolean row ``[B]`` whose entry ``i`` is True where a
 micro-batch ends at sample ``i`` (0-based); the last entry is always True. Every such row is a valid
 composition of ``B``, so crossover and mutation need no repair. A plan is two masks ``[K, B]``

@@ -4,7 +4,7 @@ UMPIPE (Zhou, Tian, Buyya, Wu, IEEE TPDS 2025, doi:10.1109/TPDS.2024.3515804) se
 with DGAP, a GA whose individuals carry one chromosome for forward and one for backward partitions,
 and TiDGAP, the same search with a fitness that times many individuals and micro-batches at once.
 Only the abstract is public; the operators and hyperparameters here are **pipetrain's
-reconstruction** (PAPERS.md §1.7–§1.8):
+reconstruction** (docs/algorithms.md §2.4):
 
 * individual: forward and backward cut masks ``[K, B]`` (:mod:`.encoding`); population ``[P, K, B]``;
 * init: the fastest equal (GPipe) plans, up to half the population, so the result is never worse

@@ -2,7 +2,7 @@
 
 UMPIPE (Zhou et al., IEEE TPDS 2025, doi:10.1109/TPDS.2024.3515804) compares TiDGAP with "the local
 greedy algorithm"; its definition is not public, so this is **pipetrain's reconstruction**
-(PAPERS.md §1.11). Stage ``k`` chooses
+(docs/algorithms.md §2.5). Stage ``k`` chooses
 
     b*_k = argmin_{1 <= b <= bound_k} t_k(b) / b          (t = f for forward, g for backward)
 

@@ -97,7 +97,7 @@ def plan_uedp(
         on_generation: GA progress callback ``(generation, best_s)``.
 
     Note:
-        A stage whose backward sizes differ from its forward sizes recomputes (PAPERS.md §1.12,
+        A stage whose backward sizes differ from its forward sizes recomputes (docs/algorithms.md §2.6,
         :meth:`Plan.recomputes`); the tables cost that wherever a planner chooses it, and every
         stage's backward as recompute when the base plan's ``recompute`` flag is on.
     """

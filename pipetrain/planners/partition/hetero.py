@@ -1,6 +1,6 @@
 """Heterogeneity-aware balanced partition: BaPipe's min–max cut over a given device order.
 
-PAPERS.md §4.4 (pipetrain's reconstruction of BaPipe, arXiv 2012.12544). The devices are fixed in
+docs/algorithms.md §4.3 (pipetrain's reconstruction of BaPipe, arXiv 2012.12544). The devices are fixed in
 pipeline order ``d_1..d_S``, each with its own per-layer costs; stage ``s`` takes the layers
 ``j+1..l`` and pays, besides its compute, the transfer of the activation over the cut ``j`` from
 ``d_{s-1}`` and of its gradient back. The partition minimises the bottleneck ``max_s (F_s + B_s +
@@ -81,7 +81,7 @@ def hetero_partition(
             gradient. None: free communication.
         memory: per-stage memory feasibility; None: no limit.
         overlap: communication runs on its own link, beside compute (as pipetrain's simulator and
-            runtime send): a stage's term is ``max(F_s + B_s, C_s)`` instead of §4.4's sum.
+            runtime send): a stage's term is ``max(F_s + B_s, C_s)`` instead of §4.3's sum.
 
     Returns:
         ``S`` counts (each >= 1, summing to ``L``) and the bottleneck seconds; None when no

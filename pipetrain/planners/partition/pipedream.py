@@ -1,4 +1,4 @@
-"""PipeDream's partitioner: a hierarchical DP over layers, machines and replication (PAPERS.md §2.3-§2.4).
+"""PipeDream's partitioner: a hierarchical DP over layers, machines and replication (docs/algorithms.md §3.3).
 
     >>> conv, fc = 8, 2  # VGG-like: heavy compute and activations, then huge weights (1 GB/s links)
     >>> pipedream_partition([1.0] * conv + [0.2] * fc, [1e6] * conv + [1e4] * fc,
@@ -7,7 +7,7 @@
 
 A chain of ``L`` layers is cut into contiguous stages; a stage runs on ``r`` replicas (data parallel
 inside the stage) and the objective is the *seconds per item of the slowest stage or link*, the
-steady-state bottleneck of PipeDream's 1F1B pipeline. We follow the public code (PAPERS.md §2.4):
+steady-state bottleneck of PipeDream's 1F1B pipeline. We follow the public code (docs/algorithms.md §3.3):
 
 * **Stage** ``[i, j)`` on ``r`` components of level ``k``: compute plus weight sync, a SUM as in the
   code (the paper overlaps them with a max)::
@@ -348,7 +348,7 @@ def _tables(
     sync_scale: float, synchronous: bool, memory: DeviceMemoryLimit | None, straight: bool,
 ) -> list[list[_Costs]]:
     """Every level's costs, bottom-up, one per stash grid point; each level's compute is the level
-    below's best time over every span (PAPERS.md §2.4, hierarchy)."""
+    below's best time over every span (docs/algorithms.md §3.3, hierarchy)."""
     n = compute_s.size
     cut_by_level = []
     for link in levels:
@@ -418,7 +418,7 @@ def pipedream_partition(
     straight: bool = False,
     memory: DeviceMemoryLimit | None = None,
 ) -> DPResult:
-    """PipeDream's hierarchical partition of a layer chain (module docstring; PAPERS.md §2.3-§2.4).
+    """PipeDream's hierarchical partition of a layer chain (module docstring; docs/algorithms.md §3.3).
 
     Args:
         compute_s: per layer ``[L]``, forward + backward seconds of one item on one device.

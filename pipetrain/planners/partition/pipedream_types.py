@@ -97,5 +97,5 @@ class DPResult:
 
     @property
     def noam(self) -> int:
-        """Items admitted at start-up, ``ceil(devices / replicas of the input stage)`` (PAPERS.md §2.3)."""
+        """Items admitted at start-up, ``ceil(devices / replicas of the input stage)`` (docs/algorithms.md §3.3)."""
         return -(-self.devices // self.stages[0].replicas)
