@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,34 @@ def test_two_torchrun_nodes_match_local_spawn(tmp_path: Path) -> None:
     assert set(result["parameters"]) == set(local.parameters)
     for key, value in local.parameters.items():
         torch.testing.assert_close(result["parameters"][key], value, atol=1e-6, rtol=0)
+
+
+def test_readme_multinode_command_trains_what_the_local_launcher_trains(tmp_path: Path) -> None:
+    """Literally ``torchrun --nnodes 2 --nproc-per-node 1 ... -m pipetrain train --plan plan.json``;
+    the weights come back through a checkpoint, compared with the local launcher's."""
+    from pipetrain.graph.zoo import build_model
+    from pipetrain.plan.plan import Method
+    from pipetrain.runtime.checkpoint import export_checkpoint
+
+    graph = build_model("mlp-digits")
+    plan = replace(chain_plan(graph, 2, 32, 4, Method.ONE_F_ONE_B), model_fingerprint=graph.fingerprint())
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    port = _free_port()
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"readme-{port}",
+               "-m", "pipetrain", "train", "--plan", "plan.json", "--data", "digits", "--steps", "5",
+               "--optimizer", "adam", "--lr", "0.003", "--checkpoint-dir", "ckpt", "--out", "run"]
+    nodes = [subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    try:
+        logs = [node.communicate(timeout=120)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(logs)
+    export_checkpoint(tmp_path / "ckpt", tmp_path / "model.pt")
+    weights = torch.load(tmp_path / "model.pt", weights_only=True)
+    local = train(graph, plan, TrainConfig(steps=5, data="digits", optimizer="adam", lr=0.003, progress=False),
+                  return_parameters=True)
+    for key, value in local.parameters.items():
+        torch.testing.assert_close(weights[key], value, atol=1e-6, rtol=0)
