@@ -40,9 +40,9 @@ def _node_command(port: int, out: Path) -> list[str]:
             str(SCRIPT), str(out)]
 
 
-def test_two_torchrun_nodes_match_local_spawn(tmp_path: Path) -> None:
-    out, port = tmp_path / "result.pt", _free_port()
-    nodes = [subprocess.Popen(_node_command(port, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _run_two_nodes(command: list[str], cwd: Path) -> None:
+    """Start ``command`` twice at once (two torchrun nodes of one rendezvous); both must succeed."""
+    nodes = [subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
     try:
         logs = [node.communicate(timeout=120)[0] for node in nodes]
@@ -50,6 +50,11 @@ def test_two_torchrun_nodes_match_local_spawn(tmp_path: Path) -> None:
         for node in nodes:
             node.kill()
     assert [node.returncode for node in nodes] == [0, 0], "\n".join(logs)
+
+
+def test_two_torchrun_nodes_match_local_spawn(tmp_path: Path) -> None:
+    out, port = tmp_path / "result.pt", _free_port()
+    _run_two_nodes(_node_command(port, out), tmp_path)
     result = torch.load(out)
     graph = mlp_graph()  # as torchrun_script.py trains it
     local = train(graph, chain_plan(graph, 2, 12, 3), TrainConfig(steps=3, progress=False, timeout_s=5.0),
@@ -75,14 +80,7 @@ def test_readme_multinode_command_trains_what_the_local_launcher_trains(tmp_path
                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"readme-{port}",
                "-m", "pipetrain", "train", "--plan", "plan.json", "--data", "digits", "--steps", "5",
                "--optimizer", "adam", "--lr", "0.003", "--checkpoint-dir", "ckpt", "--out", "run"]
-    nodes = [subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(2)]
-    try:
-        logs = [node.communicate(timeout=120)[0] for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill()
-    assert [node.returncode for node in nodes] == [0, 0], "\n".join(logs)
+    _run_two_nodes(command, tmp_path)
     export_checkpoint(tmp_path / "ckpt", tmp_path / "model.pt")
     weights = torch.load(tmp_path / "model.pt", weights_only=True)
     local = train(graph, plan, TrainConfig(steps=5, data="digits", optimizer="adam", lr=0.003, progress=False),
