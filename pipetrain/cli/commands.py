@@ -228,7 +228,11 @@ def cmd_compare(args: argparse.Namespace) -> None:
         if timeline.kind != kind:
             raise UserError(f"{flag} is a {timeline.kind} timeline; pass the {kind} one (`pipetrain "
                             f"{'simulate' if kind == 'predicted' else 'train'} --out` writes {kind}.json)")
-    _show_comparison(plan, predicted, measured, args.out)
+    picture = args.out if args.out.suffix else args.out.with_suffix(".png")
+    if picture.suffix.lower() != ".png":
+        raise UserError(f"--out {args.out}: compare writes a PNG picture; give a name ending in .png "
+                        f"(e.g. --out {args.out.with_suffix('.png')})")
+    _show_comparison(plan, predicted, measured, picture)
 
 
 def _show_comparison(plan: Plan, predicted: Timeline, measured: Timeline, picture: Path) -> None:

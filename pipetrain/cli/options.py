@@ -11,7 +11,7 @@ from pipetrain.cluster import CPU_ACTION_OVERHEAD_S
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
-from pipetrain.plan.plan import Method
+from pipetrain.plan.plan import MAX_BATCH_SIZE, Method
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.runtime.optim import LR_SCHEDULES
 
@@ -35,6 +35,15 @@ def _count(text: str) -> int:
     return value
 
 
+def _batch_size(text: str) -> int:
+    """An argparse type: samples per mini-batch, 1 to MAX_BATCH_SIZE."""
+    value = _count(text)
+    if value > MAX_BATCH_SIZE:
+        raise argparse.ArgumentTypeError(f"{value} samples is more than a mini-batch may have; give at most "
+                                         f"{MAX_BATCH_SIZE}")
+    return value
+
+
 def _non_negative(text: str) -> int:
     """An argparse type: an integer >= 0."""
     value = _integer(text)
@@ -50,16 +59,28 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a duration; give a number of seconds > 0")
+    return value
+
+
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help=f"zoo model ({', '.join(MODEL_NAMES)}), or module.path:callable returning "
                    f"your nn.Module (default: {DEFAULT_MODEL})")
-    p.add_argument("--batch", type=_count, default=32, help="samples per mini-batch (default: 32)")
+    p.add_argument("--batch", type=_batch_size, default=32, help="samples per mini-batch (default: 32)")
     _data_args(p)
 
 
 def _data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--leaf", action="append", metavar="module.path:Class",
-                   help="keep this module class whole inside one layer when tracing your model (repeatable)")
+                   help="keep this module class whole inside one layer when tracing your model (repeatable; "
+                        "default: none)")
     p.add_argument("--data", help=f"{', '.join(SOURCE_NAMES)} or module.path:callable returning (train, eval) "
                    "datasets (default: the model's own: digits for mlp-digits, text for gpt-tiny, else synthetic)")
     p.add_argument("--loss", help=f"{', '.join(LOSS_NAMES)} or module.path:callable (default: cross-entropy for "
@@ -69,7 +90,8 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 def _cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=Path, help="profile JSON (default: measure the model now)")
     p.add_argument("--estimate", metavar="DEVICE",
-                   help="estimate the profile for a device model (cpu, v100, a100, h100, fpga)")
+                   help="estimate the profile for a device model (cpu, v100, a100, h100, fpga) instead of "
+                        "measuring it (default: measure, or read --profile)")
     p.add_argument("--cluster", type=Path, help="cluster spec YAML (see examples/clusters/) or JSON from `pipetrain "
                    "probe` (default: this machine)")
     p.add_argument("--ranks", type=_count, help="number of ranks (default: the plan's, a spec's devices, or 2)")
@@ -77,16 +99,20 @@ def _cost_args(p: argparse.ArgumentParser) -> None:
 
 def profile_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
-    p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model instead of measuring")
-    p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point (median kept)")
-    p.add_argument("--out", type=Path, default=Path("profile.json"))
+    p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model (cpu, v100, a100, h100, "
+                   "fpga) instead of measuring (default: measure here)")
+    p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point, the median kept (default: 5)")
+    p.add_argument("--out", type=Path, default=Path("profile.json"), help="profile JSON to write "
+                   "(default: profile.json)")
 
 
 def probe_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ranks", type=_count, default=2, help="ranks of the local cluster (default 2)")
-    p.add_argument("--probes", type=_count, default=3, help="probes to take the median of (default 3)")
-    p.add_argument("--overhead", type=float, default=CPU_ACTION_OVERHEAD_S, help="seconds per F/B action")
-    p.add_argument("--out", type=Path, default=Path("cluster.json"))
+    p.add_argument("--ranks", type=_count, default=2, help="ranks of the local cluster (default: 2)")
+    p.add_argument("--probes", type=_count, default=3, help="probes to take the median of (default: 3)")
+    p.add_argument("--overhead", type=_seconds, default=CPU_ACTION_OVERHEAD_S,
+                   help=f"the runtime's seconds per forward or backward action (default: {CPU_ACTION_OVERHEAD_S})")
+    p.add_argument("--out", type=Path, default=Path("cluster.json"), help="cluster JSON to write "
+                   "(default: cluster.json)")
 
 
 def plan_args(p: argparse.ArgumentParser) -> None:
@@ -95,7 +121,7 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
                                                          Method.UEDP.value],
                    help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
-                        "per stage on the best equal plan's stages")
+                        "per stage on the best equal plan's stages (default: auto)")
     p.add_argument("--planner", choices=list(api.PLANNERS),
                    help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
                         "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
@@ -111,21 +137,24 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")
-    p.add_argument("--top", type=_count, default=8, help="candidates to list")
-    p.add_argument("--out", type=Path, default=Path("plan.json"))
+    p.add_argument("--top", type=_count, default=8, help="candidates to list (default: 8)")
+    p.add_argument("--out", type=Path, default=Path("plan.json"), help="plan JSON to write (default: plan.json)")
 
 
 def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) -> None:
-    p.add_argument("--plan", type=Path, required=plan_required, help="plan JSON")
+    p.add_argument("--plan", type=Path, required=plan_required,
+                   help="plan JSON from `pipetrain plan`" + ("" if plan_required else
+                                                            " (default: plan here for --model and --ranks)"))
     p.add_argument("--schedule", type=Path, help="schedule CSV to run instead of the plan's own (one row per rank, "
-                   "e.g. simulate's schedule.csv, edited); validated against the plan")
+                   "e.g. simulate's schedule.csv, edited); validated against the plan (default: the plan's own)")
 
 
 def simulate_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=True)
     _cost_args(p)
     _data_args(p)
-    p.add_argument("--out", type=Path, default=Path("sim"))
+    p.add_argument("--out", type=Path, default=Path("sim"), help="folder for predicted.json, the Chrome trace, "
+                   "the Gantt PNG and schedule.csv (default: sim)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state the memory table counts (default: sgd)")
 
@@ -136,29 +165,36 @@ def train_args(p: argparse.ArgumentParser) -> None:
     _cost_args(p)
     length = p.add_mutually_exclusive_group()
     length.add_argument("--steps", type=_count, help="optimizer steps in total (default: 20)")
-    length.add_argument("--epochs", type=_count, help="passes over the train set (instead of --steps)")
-    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES)
+    length.add_argument("--epochs", type=_count, help="passes over the train set, instead of --steps (default: "
+                        "use --steps)")
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
+                   help="optimizer of every stage's parameters (default: sgd)")
     p.add_argument("--lr", type=float, default=0.01, help="learning rate, the peak of a schedule (default: 0.01)")
     p.add_argument("--momentum", type=float, help="SGD momentum (default: 0.9 for sgd-momentum, else 0)")
     p.add_argument("--weight-decay", type=float, help="weight decay (default: 0.01 for adamw, else 0)")
-    p.add_argument("--lr-schedule", default="constant", choices=LR_SCHEDULES, help="(default: constant)")
-    p.add_argument("--warmup-steps", type=_non_negative, default=0, help="linear warm-up steps of warmup-cosine")
+    p.add_argument("--lr-schedule", default="constant", choices=LR_SCHEDULES,
+                   help="learning rate over the steps, --lr its peak (default: constant)")
+    p.add_argument("--warmup-steps", type=_non_negative, default=0,
+                   help="linear warm-up steps of warmup-cosine (default: 0)")
     p.add_argument("--clip-grad-norm", type=float, metavar="X",
                    help="clip the gradient's global norm over all stages to X (default: no clipping)")
     p.add_argument("--eval-every", type=_non_negative, default=0, metavar="K",
                    help="evaluate on the eval set every K steps (default: only after the last step)")
-    p.add_argument("--seed", type=_non_negative, default=0)
-    p.add_argument("--threads", type=_count, default=1, help="torch threads per rank")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds before a silent rank is failed")
+    p.add_argument("--seed", type=_non_negative, default=0, help="data and weight-initialisation seed (default: 0)")
+    p.add_argument("--threads", type=_count, default=1, help="torch threads per rank (default: 1)")
+    p.add_argument("--timeout", type=_seconds, default=60.0,
+                   help="seconds before a silent rank is failed (default: 60)")
     p.add_argument("--out", type=Path, default=Path("run"),
                    help="folder for metrics.csv, loss.png and the measured timeline (default: run)")
     p.add_argument("--checkpoint-dir", type=Path, metavar="D",
-                   help="write checkpoints to D: after the last step, every --checkpoint-every steps, and on Ctrl-C")
+                   help="write checkpoints to D: after the last step, every --checkpoint-every steps, and on Ctrl-C "
+                        "(default: no checkpoints)")
     p.add_argument("--checkpoint-every", type=_non_negative, default=0, metavar="K",
                    help="steps between checkpoints (default: only after the last step)")
     p.add_argument("--keep", type=_count, metavar="N", help="keep the newest N checkpoints (default: all)")
     p.add_argument("--resume", type=Path, metavar="D",
-                   help="continue from the newest whole checkpoint in D up to --steps/--epochs (any plan)")
+                   help="continue from the newest whole checkpoint in D up to --steps/--epochs (any plan) "
+                        "(default: start afresh)")
 
 
 def export_args(p: argparse.ArgumentParser) -> None:
@@ -169,18 +205,22 @@ def export_args(p: argparse.ArgumentParser) -> None:
 
 
 def compare_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--plan", type=Path, required=True, help="plan JSON")
-    p.add_argument("--predicted", type=Path, required=True)
-    p.add_argument("--measured", type=Path, required=True)
-    p.add_argument("--out", type=Path, default=Path("compare.png"))
+    p.add_argument("--plan", type=Path, required=True, help="plan JSON the timelines are of (required)")
+    p.add_argument("--predicted", type=Path, required=True,
+                   help="predicted timeline: `pipetrain simulate --out`'s predicted.json (required)")
+    p.add_argument("--measured", type=Path, required=True,
+                   help="measured timeline: `pipetrain train --out`'s measured.json (required)")
+    p.add_argument("--out", type=Path, default=Path("compare.png"),
+                   help="PNG of both Gantt charts; .png is added to a name without a suffix (default: compare.png)")
 
 
 def demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="gpt-tiny",
                    help="zoo model; trains on the built-in data it fits (default: gpt-tiny on text)")
-    p.add_argument("--batch", type=_count, default=32)
-    p.add_argument("--ranks", type=_count, default=2)
-    p.add_argument("--steps", type=_count, default=300)
-    p.add_argument("--out", type=Path, default=Path("out/demo"))
+    p.add_argument("--batch", type=_batch_size, default=32, help="samples per mini-batch (default: 32)")
+    p.add_argument("--ranks", type=_count, default=2, help="local ranks to train on (default: 2)")
+    p.add_argument("--steps", type=_count, default=300, help="optimizer steps to train (default: 300)")
+    p.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for every file the demo writes "
+                   "(default: out/demo)")
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from pipetrain.errors import UserError
 
 __all__ = [
+    "MAX_BATCH_SIZE",
     "Method",
     "Plan",
     "Prediction",
@@ -36,6 +37,10 @@ __all__ = [
     "equal_sizes",
     "ranges",
 ]
+
+
+MAX_BATCH_SIZE = 1 << 20
+"""The most samples a mini-batch may have: schedules are checked sample by sample."""
 
 
 class Method(str, Enum):
@@ -206,8 +211,8 @@ class Plan:
         Raises:
             UserError: naming the stage and what to change.
         """
-        if self.batch_size < 1:
-            raise UserError(f"batch_size is {self.batch_size}; it must be at least 1")
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise UserError(f"batch_size is {self.batch_size}; it must be between 1 and {MAX_BATCH_SIZE}")
         if not self.stages:
             raise UserError("the plan has no stages; give at least one")
         for k, stage in enumerate(self.stages):
