@@ -57,7 +57,7 @@ def test_two_torchrun_nodes_match_local_spawn(tmp_path: Path) -> None:
     _run_two_nodes(_node_command(port, out), tmp_path)
     result = torch.load(out)
     graph = mlp_graph()  # as torchrun_script.py trains it
-    local = train(graph, chain_plan(graph, 2, 12, 3), TrainConfig(steps=3, progress=False, timeout_s=5.0),
+    local = train(graph, chain_plan(graph, 2, 12, 3), TrainConfig(steps=3, progress=False, timeout_s=60.0),
                   return_parameters=True)
     assert result["losses"] == pytest.approx(local.losses, abs=1e-6)
     assert set(result["parameters"]) == set(local.parameters)
