@@ -8,6 +8,7 @@ peak numbers that the estimator turns into a Profile for hardware we do not have
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -100,6 +101,25 @@ class Device:
     node: int = 0
 
 
+def _check_cluster(cluster: Cluster) -> None:
+    """A cluster file's numbers: memory and speeds > 0, node numbers >= 0, finite latencies >= 0 and bandwidths > 0."""
+    finite = math.isfinite
+    for i, d in enumerate(cluster.devices):
+        if not (d.memory_bytes > 0 and 0 < d.speed and finite(d.speed) and d.node >= 0):
+            raise UserError(f"cluster JSON devices[{i}]: memory_bytes {d.memory_bytes}, speed {d.speed}, node "
+                            f"{d.node}: need memory_bytes > 0, a finite speed > 0 and node >= 0; re-create it with "
+                            "`pipetrain probe`")
+    for name, link in (("intra_node", cluster.intra_node), ("inter_node", cluster.inter_node)):
+        if not (0 <= link.latency_s and finite(link.latency_s) and 0 < link.bandwidth_bytes_per_s
+                and finite(link.bandwidth_bytes_per_s)):
+            raise UserError(f"cluster JSON {name}: latency_s {link.latency_s}, bandwidth_bytes_per_s "
+                            f"{link.bandwidth_bytes_per_s}: need a finite latency >= 0 and bandwidth > 0")
+    if not (0 <= cluster.action_overhead_s and finite(cluster.action_overhead_s)):
+        raise UserError(f"cluster JSON: action_overhead_s is {cluster.action_overhead_s}; give finite seconds >= 0")
+    if not all(0 < x and finite(x) for x in cluster.shared_speed):
+        raise UserError(f"cluster JSON: shared_speed {list(cluster.shared_speed)} must be finite speeds > 0")
+
+
 @dataclass(frozen=True)
 class Cluster:
     """Devices and links.
@@ -180,7 +200,7 @@ class Cluster:
         """Parse :meth:`to_json` output; malformed input raises UserError naming the problem."""
         try:
             data = json.loads(text)
-            return cls(
+            cluster = cls(
                 devices=tuple(Device(str(d["kind"]), int(d["memory_bytes"]), float(d.get("speed", 1.0)),
                                      int(d.get("node", 0))) for d in data["devices"]),
                 intra_node=Link(float(data["intra_node"]["latency_s"]),
@@ -191,7 +211,9 @@ class Cluster:
                 action_overhead_s=float(data.get("action_overhead_s", 0.0)),
                 shared_speed=tuple(float(x) for x in data.get("shared_speed", ())),
             )
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            _check_cluster(cluster)
+            return cluster
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
             raise UserError(f"malformed cluster JSON ({e!r}); re-create it with `pipetrain probe`") from None
 
     def save(self, path: str | Path) -> None:
@@ -203,6 +225,8 @@ class Cluster:
             return cls.from_json(Path(path).read_text())
         except FileNotFoundError:
             raise UserError(f"no cluster file at {path}; create one with `pipetrain probe`") from None
+        except UserError as e:
+            raise UserError(f"{path}: {e}") from None
 
     @classmethod
     def homogeneous(

@@ -15,10 +15,10 @@ from pipetrain.cli.common import (
     cluster_and_profiles,
     console,
     graph_of,
+    load_plan,
     load_profile,
     load_schedule,
     out,
-    read_text,
     save_text,
 )
 from pipetrain.cluster import Cluster
@@ -132,7 +132,7 @@ def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Cluster, api.Profile
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
-    plan = Plan.from_json(read_text(args.plan))
+    plan = load_plan(args.plan)
     cluster, profile, predicted = _predict(args, plan)
     _write_timeline(args.out, "predicted", predicted, plan)
     from pipetrain.cost import CostModel
@@ -161,7 +161,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.schedule is not None and args.plan is None:
         raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
     if args.plan is not None:
-        plan = Plan.from_json(read_text(args.plan))
+        plan = load_plan(args.plan)
         if args.model is not None and args.model != plan.model:
             raise UserError(f"--model {args.model} but {args.plan} was made for {plan.model}; drop --model to train "
                             f"the plan's model, or plan anew with --model {args.model}")
@@ -219,7 +219,7 @@ def _summarise_training(plan: Plan, result: TrainResult) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    plan = Plan.from_json(read_text(args.plan))
+    plan = load_plan(args.plan)
     predicted, measured = Timeline.load(args.predicted), Timeline.load(args.measured)
     for flag, timeline, kind in (("--predicted", predicted, "predicted"), ("--measured", measured, "measured")):
         if timeline.n_ranks != plan.n_ranks:

@@ -14,11 +14,12 @@ from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.plan import Plan
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.schedule import Schedule
 
-__all__ = ["DEFAULT_MODEL", "cluster_and_profiles", "console", "graph_of", "load_profile", "load_schedule", "out",
-           "read_text", "save_text"]
+__all__ = ["DEFAULT_MODEL", "cluster_and_profiles", "console", "graph_of", "load_plan", "load_profile",
+           "load_schedule", "out", "read_text", "save_text"]
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 """Progress and notes (stderr)."""
@@ -78,6 +79,15 @@ def load_schedule(args: argparse.Namespace) -> Schedule | None:
     except (ValueError, UserError) as e:
         raise UserError(f"{args.schedule} is not a schedule CSV ({e}); write one row per rank of actions such as "
                         "0F0[0:16], 0SEND_F0[0:16]>1 (see `pipetrain simulate --out`'s schedule.csv)") from None
+
+
+def load_plan(path: Path) -> Plan:
+    """A plan file (``--plan``); a malformed one is a UserError naming the file and the field."""
+    text = read_text(path)
+    try:
+        return Plan.from_json(text)
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
 
 
 def read_text(path: Path) -> str:

@@ -44,6 +44,18 @@ def _batch_size(text: str) -> int:
     return value
 
 
+MAX_RANKS = 1 << 16
+"""The most ranks a command accepts (a cluster is built with one device per rank)."""
+
+
+def _ranks(text: str) -> int:
+    """An argparse type: a number of ranks, 1 to MAX_RANKS."""
+    value = _count(text)
+    if value > MAX_RANKS:
+        raise argparse.ArgumentTypeError(f"{value} ranks is more than pipetrain plans for; give at most {MAX_RANKS}")
+    return value
+
+
 def _non_negative(text: str) -> int:
     """An argparse type: an integer >= 0."""
     value = _integer(text)
@@ -94,7 +106,7 @@ def _cost_args(p: argparse.ArgumentParser) -> None:
                         "measuring it (default: measure, or read --profile)")
     p.add_argument("--cluster", type=Path, help="cluster spec YAML (see examples/clusters/) or JSON from `pipetrain "
                    "probe` (default: this machine)")
-    p.add_argument("--ranks", type=_count, help="number of ranks (default: the plan's, a spec's devices, or 2)")
+    p.add_argument("--ranks", type=_ranks, help="number of ranks (default: the plan's, a spec's devices, or 2)")
 
 
 def profile_args(p: argparse.ArgumentParser) -> None:
@@ -107,7 +119,7 @@ def profile_args(p: argparse.ArgumentParser) -> None:
 
 
 def probe_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ranks", type=_count, default=2, help="ranks of the local cluster (default: 2)")
+    p.add_argument("--ranks", type=_ranks, default=2, help="ranks of the local cluster (default: 2)")
     p.add_argument("--probes", type=_count, default=3, help="probes to take the median of (default: 3)")
     p.add_argument("--overhead", type=_seconds, default=CPU_ACTION_OVERHEAD_S,
                    help=f"the runtime's seconds per forward or backward action (default: {CPU_ACTION_OVERHEAD_S})")
@@ -218,7 +230,7 @@ def demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="gpt-tiny",
                    help="zoo model; trains on the built-in data it fits (default: gpt-tiny on text)")
     p.add_argument("--batch", type=_batch_size, default=32, help="samples per mini-batch (default: 32)")
-    p.add_argument("--ranks", type=_count, default=2, help="local ranks to train on (default: 2)")
+    p.add_argument("--ranks", type=_ranks, default=2, help="local ranks to train on (default: 2)")
     p.add_argument("--steps", type=_count, default=300, help="optimizer steps to train (default: 300)")
     p.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for every file the demo writes "
                    "(default: out/demo)")

@@ -333,5 +333,5 @@ class Plan:
             )
         except KeyError as e:
             raise UserError(f"plan JSON lacks the field {e.args[0]!r}; add it or re-create the plan") from None
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError, AttributeError) as e:
             raise UserError(f"plan JSON has a malformed field ({e}); fix it or re-create the plan") from None

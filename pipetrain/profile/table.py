@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import pairwise
@@ -33,6 +34,26 @@ def interpolate(sizes: tuple[int, ...], values: tuple[float, ...], b: float) -> 
     i = min(max(i, 1), len(sizes) - 1)
     x0, x1, y0, y1 = sizes[i - 1], sizes[i], values[i - 1], values[i]
     return max(0.0, y0 + (y1 - y0) * (b - x0) / (x1 - x0))
+
+
+def _check_layer(i: int, layer: LayerProfile) -> None:
+    """A profile file's layer: a grid of increasing sizes >= 1, one finite time >= 0 per size, bytes >= 0."""
+    where = f"layers[{i}] ({layer.name!r})"
+    sizes = layer.sizes
+    if not sizes or sizes[0] < 1 or any(a >= b for a, b in pairwise(sizes)):
+        raise UserError(f"profile JSON {where}: sizes {list(sizes)} must be increasing micro-batch sizes >= 1; "
+                        "re-create it with `pipetrain profile`")
+    for field in ("forward_s", "backward_s"):
+        values = getattr(layer, field)
+        if len(values) != len(sizes) or not all(0 <= v < math.inf for v in values):
+            raise UserError(f"profile JSON {where}: {field} needs one finite number of seconds >= 0 per size "
+                            f"({len(sizes)}), got {list(values)}; re-create it with `pipetrain profile`")
+    for field in ("output_bytes_per_sample", "saved_bytes_per_sample", "parameter_bytes",
+                  "saved_input_bytes_per_sample", "saved_output_bytes_per_sample"):
+        if getattr(layer, field) < 0:
+            raise UserError(f"profile JSON {where}: {field} is {getattr(layer, field)}; give 0 or more bytes")
+    if not 0 <= layer.flops_per_sample < math.inf or (layer.step_s is not None and not 0 <= layer.step_s < math.inf):
+        raise UserError(f"profile JSON {where}: flops_per_sample and step_s must be finite and >= 0")
 
 
 @dataclass(frozen=True)
@@ -140,6 +161,11 @@ class Profile:
                 )
                 for x in data["layers"]
             )
+            for i, layer in enumerate(layers):
+                _check_layer(i, layer)
+            for field in ("input_bytes_per_sample", "loss_saved_bytes_per_sample"):
+                if int(data.get(field, 0)) < 0:
+                    raise UserError(f"profile JSON: {field} is {data[field]}; give 0 or more bytes")
             return cls(
                 model=str(data["model"]),
                 fingerprint=str(data["fingerprint"]),
@@ -149,7 +175,7 @@ class Profile:
                 layers=layers,
                 loss_saved_bytes_per_sample=int(data.get("loss_saved_bytes_per_sample", 0)),
             )
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
             raise UserError(f"malformed profile JSON ({e!r}); re-create it with `pipetrain profile`") from None
 
     def save(self, path: str | Path) -> None:
@@ -161,3 +187,5 @@ class Profile:
             return cls.from_json(Path(path).read_text())
         except FileNotFoundError:
             raise UserError(f"no profile at {path}; create one with `pipetrain profile`") from None
+        except UserError as e:
+            raise UserError(f"{path}: {e}") from None

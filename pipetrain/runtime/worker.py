@@ -219,10 +219,15 @@ class _Session:
         return RankFailure(message, secondary, traceback.format_exc())
 
     def close(self) -> None:
-        """Leave after a successful run (peers may exit first, so stop judging them)."""
+        """Leave after a successful run (peers may exit first, so stop judging them).
+
+        Two barriers: after the second, no rank's watchdog touches the store any more, so a rank
+        that hosts the store (or whose launcher does) can exit without failing a slower peer.
+        """
         self.watchdog.quiet()
         self.barrier()
         self.watchdog.stop()
+        self.barrier()
         dist.destroy_process_group()
         self.restore_signals()
 

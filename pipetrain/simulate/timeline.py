@@ -10,6 +10,7 @@ on the link (simulated) or the call that posted it (measured); for a RECV, the t
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,16 @@ class Timeline:
         try:
             data = json.loads(text)
             events = tuple(Event(int(r), Action.parse(a), float(s), float(e)) for r, a, s, e in data["events"])
+            n_ranks = int(data["n_ranks"])
+            if n_ranks < 1:
+                raise UserError(f"timeline JSON: n_ranks is {n_ranks}; it must be at least 1")
+            for i, event in enumerate(events):
+                if not 0 <= event.rank < n_ranks or not 0 <= event.start_s <= event.end_s < math.inf:
+                    raise UserError(f"timeline JSON events[{i}] ({event.action}, rank {event.rank}, "
+                                    f"{event.start_s} to {event.end_s} s): need a rank in 0..{n_ranks - 1} and "
+                                    "finite times 0 <= start <= end")
+            if not all(0 < x < math.inf for x in data.get("iterations_s", ())):
+                raise UserError("timeline JSON: iterations_s must be finite times > 0")
             return cls(
                 events=events,
                 n_ranks=int(data["n_ranks"]),
@@ -131,7 +142,7 @@ class Timeline:
                 label=str(data.get("label", "")),
                 iterations_s=tuple(float(x) for x in data.get("iterations_s", ())),
             )
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
             raise UserError(
                 f"malformed timeline JSON ({e!r}); re-create it with `pipetrain simulate` or `pipetrain train`"
             ) from None
@@ -145,3 +156,5 @@ class Timeline:
             return cls.from_json(Path(path).read_text())
         except FileNotFoundError:
             raise UserError(f"no timeline at {path}") from None
+        except UserError as e:
+            raise UserError(f"{path}: {e}") from None

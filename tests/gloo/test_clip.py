@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -55,12 +56,15 @@ def _rank(rank: int, world_size: int, port: int, cases: list[str], results: Any)
         for max_norm in MAX_NORMS:
             params = [p for i, p in enumerate(_model().parameters()) if i in indices]
             norm = clip_grad_norm_global(params, max_norm, world=dist.group.WORLD, replicas=replicas)
-            results.put((case, max_norm, rank, norm, {i: p.grad for i, p in zip(indices, params, strict=True)}))
+            # numpy pickles by value: a tensor would be shared through a file descriptor that
+            # vanishes when this rank exits before the parent reads the queue
+            grads = {i: p.grad.numpy().copy() for i, p in zip(indices, params, strict=True) if p.grad is not None}
+            results.put((case, max_norm, rank, norm, grads))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _run(world_size: int, cases: list[str]) -> list[tuple[str, float, int, float, dict[int, torch.Tensor]]]:
+def _run(world_size: int, cases: list[str]) -> list[tuple[str, float, int, float, dict[int, np.ndarray]]]:
     store = dist.TCPStore("127.0.0.1", 0, world_size + 1, True, wait_for_workers=False)  # type: ignore[attr-defined]
     context = mp.get_context("spawn")
     results = context.Queue()
@@ -84,7 +88,8 @@ def test_clip_over_ranks_equals_single_process(world_size: int, cases: list[str]
         torch_norm, torch_grads = references[max_norm]
         assert norm == pytest.approx(torch_norm, rel=1e-6, abs=1e-6), (case, rank)
         for i, grad in grads.items():
-            torch.testing.assert_close(grad, torch_grads[i], atol=1e-6, rtol=0, msg=f"{case}, rank {rank}, p{i}")
+            torch.testing.assert_close(torch.from_numpy(grad), torch_grads[i], atol=1e-6, rtol=0,
+                                       msg=f"{case}, rank {rank}, p{i}")
     covered: dict[tuple[str, float], set[int]] = {(c, m): set() for c in cases for m in MAX_NORMS}
     for case, max_norm, _, _, grads in reports:
         covered[(case, max_norm)] |= set(grads)

@@ -40,8 +40,8 @@ def _node_command(port: int, out: Path) -> list[str]:
             str(SCRIPT), str(out)]
 
 
-def _run_two_nodes(command: list[str], cwd: Path) -> None:
-    """Start ``command`` twice at once (two torchrun nodes of one rendezvous); both must succeed."""
+def _start_two_nodes(command: list[str], cwd: Path) -> tuple[list[int | None], str]:
+    """Start ``command`` twice at once (two torchrun nodes of one rendezvous); exit codes and logs."""
     nodes = [subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
     try:
@@ -49,7 +49,17 @@ def _run_two_nodes(command: list[str], cwd: Path) -> None:
     finally:
         for node in nodes:
             node.kill()
-    assert [node.returncode for node in nodes] == [0, 0], "\n".join(logs)
+    return [node.returncode for node in nodes], "\n".join(logs)
+
+
+def _run_two_nodes(command: list[str], cwd: Path) -> None:
+    """Both nodes must succeed. One retry when torchrun's elastic agent, not pipetrain, stopped the
+    run: on a loaded 2-core machine its rendezvous heartbeats can lapse, and the agent then
+    restarts or stops the workers (seen once in CI: a worker SIGTERMed, its peer's store gone)."""
+    codes, log = _start_two_nodes(command, cwd)
+    if codes != [0, 0] and "PipelineFailure" not in log and "UserError" not in log:
+        codes, log = _start_two_nodes(command, cwd)
+    assert codes == [0, 0], log
 
 
 def test_two_torchrun_nodes_match_local_spawn(tmp_path: Path) -> None:
