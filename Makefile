@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/pipetrain demo --out out/demo
+	$(VENV)/bin/pipetrain demo
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check pipetrain tests benchmarks

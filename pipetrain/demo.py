@@ -120,7 +120,7 @@ def _report_learning(result: TrainResult, settings: DemoSettings, out: Console) 
     folder = settings.folder
     out.print(f"learned: {learned} (curves in {folder / 'loss.png'}, rows in {folder / 'metrics.csv'})")
     out.print(f"weights: a checkpoint in {folder / 'checkpoints'} (as one state_dict: `pipetrain export "
-              f"--checkpoint {folder / 'checkpoints'} --out model.pt`)")
+              f"--checkpoint {folder / 'checkpoints'} --out {folder / 'model.pt'}`)")
 
 
 def _compare(graph: LayerGraph, plan: Plan, predicted: Timeline, result: TrainResult, settings: DemoSettings,

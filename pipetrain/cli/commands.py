@@ -126,15 +126,15 @@ def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Cluster, api.Profile
     graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
     cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, n_ranks)
     schedule, predicted = api.predict(plan, profile, cluster, schedule=load_schedule(args))
-    if getattr(args, "out", None) is not None:
-        save_text(args.out / "schedule.csv", schedule.to_csv(), "schedule")
+    if getattr(args, "out_dir", None) is not None:
+        save_text(args.out_dir / "schedule.csv", schedule.to_csv(), "schedule")
     return cluster, profile, predicted
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
     plan = load_plan(args.plan)
     cluster, profile, predicted = _predict(args, plan)
-    _write_timeline(args.out, "predicted", predicted, plan)
+    _write_timeline(args.out_dir, "predicted", predicted, plan)
     from pipetrain.cost import CostModel
     from pipetrain.simulate.memory import device_memory, stage_memory
     from pipetrain.viz.tables import memory_table, timeline_table
@@ -176,7 +176,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     config = TrainConfig(steps=20 if args.steps is None else args.steps, epochs=args.epochs, optimizer=args.optimizer,
                          lr=args.lr, data=args.data or default_source(graph), loss=args.loss,
                          eval_every=args.eval_every, seed=args.seed, timeout_s=args.timeout,
-                         threads_per_rank=args.threads, out=args.out, momentum=args.momentum,
+                         threads_per_rank=args.threads, out=args.out_dir, momentum=args.momentum,
                          weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
                          lr_warmup_steps=args.warmup_steps, clip_grad_norm=args.clip_grad_norm,
                          checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, keep=args.keep,
@@ -187,9 +187,9 @@ def cmd_train(args: argparse.Namespace) -> None:
             return
     else:
         result = train(graph, plan, config, schedule=schedule)
-    _write_timeline(args.out, "measured", result.timeline, plan)
+    _write_timeline(args.out_dir, "measured", result.timeline, plan)
     _summarise_training(plan, result)
-    _plot_losses(args.out, result, f"{plan.model} on {config.data}")
+    _plot_losses(args.out_dir, result, f"{plan.model} on {config.data}")
 
 
 def _plot_losses(folder: Path, result: TrainResult, title: str) -> None:
@@ -256,6 +256,6 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from pipetrain.demo import DemoSettings, run_demo
 
-    run_demo(DemoSettings(args.model, args.batch, args.ranks, args.steps, args.out), out, console)
+    run_demo(DemoSettings(args.model, args.batch, args.ranks, args.steps, args.out_dir), out, console)
 
 

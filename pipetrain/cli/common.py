@@ -70,7 +70,7 @@ def save_text(path: Path, text: str, what: str) -> None:
 
 
 def load_schedule(args: argparse.Namespace) -> Schedule | None:
-    """``--schedule``: a schedule CSV (one row per rank, e.g. `simulate --out`'s schedule.csv, edited)."""
+    """``--schedule``: a schedule CSV (one row per rank, e.g. `simulate --out-dir`'s schedule.csv, edited)."""
     if args.schedule is None:
         return None
     text = read_text(args.schedule)
@@ -78,7 +78,7 @@ def load_schedule(args: argparse.Namespace) -> Schedule | None:
         return Schedule.from_csv(text)
     except (ValueError, UserError) as e:
         raise UserError(f"{args.schedule} is not a schedule CSV ({e}); write one row per rank of actions such as "
-                        "0F0[0:16], 0SEND_F0[0:16]>1 (see `pipetrain simulate --out`'s schedule.csv)") from None
+                        "0F0[0:16], 0SEND_F0[0:16]>1 (see `pipetrain simulate --out-dir`'s schedule.csv)") from None
 
 
 def load_plan(path: Path) -> Plan:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import logging
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from rich.markup import escape
 
@@ -21,6 +23,7 @@ from pipetrain.cli.commands import (
     cmd_train,
 )
 from pipetrain.cli.common import console
+from pipetrain.cli.config_file import add_config_args, config_text, expand_config
 from pipetrain.cli.options import (
     compare_args,
     demo_args,
@@ -57,15 +60,22 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=text, description=text)
         command.set_defaults(func=func, parser=command)
         add_args(command)
+        add_config_args(command)
     return parser
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse the command line; an unknown flag gets one line naming the nearest known one."""
+    """Parse the command line (after a ``--config`` file's options); an unknown flag gets one line
+    naming the nearest known one."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(words)
+    command: argparse.ArgumentParser = args.parser
+    if args.config is not None:
+        at = words.index(args.command) + 1
+        words[at:at] = _config_words(args.config, command, words[at:])
+        args, extra = parser.parse_known_args(words)
     if extra:
-        command: argparse.ArgumentParser = args.parser
         known = [o for action in command._actions for o in action.option_strings]
         close = difflib.get_close_matches(extra[0].partition("=")[0], known, n=1)
         hint = f"; did you mean {close[0]}?" if close else f"; see `pipetrain {args.command} --help`"
@@ -73,9 +83,20 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _config_words(path: Path, command: argparse.ArgumentParser, given: Sequence[str]) -> list[str]:
+    """A config file's options as words; its mistakes end as one argparse error line."""
+    try:
+        return expand_config(path, command, given)
+    except UserError as e:
+        command.error(str(e))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
+    if args.print_config:
+        print(config_text(args, args.parser), end="")
+        return 0
     try:
         args.func(args)
     except UserError as e:

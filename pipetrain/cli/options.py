@@ -109,13 +109,33 @@ def _cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=_ranks, help="number of ranks (default: the plan's, a spec's devices, or 2)")
 
 
+def _out_file(p: argparse.ArgumentParser, default: str, what: str) -> None:
+    """``--out FILE``: the one file a command writes (profile, probe, plan, export, compare)."""
+    p.add_argument("--out", type=Path, default=Path(default), metavar="FILE", help=f"{what} (default: {default})")
+
+
+class _OutIsAFile(argparse.Action):
+    """``--out`` given to a command that writes a folder: one line naming ``--out-dir``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        parser.error(f"--out names the one file of profile, probe, plan, export and compare; this command "
+                     f"writes several files into a folder: use --out-dir {values}")
+
+
+def _out_dir(p: argparse.ArgumentParser, default: str, what: str) -> None:
+    """``--out-dir DIR``: the folder of a command that writes several files (simulate, train, demo)."""
+    p.add_argument("--out-dir", type=Path, default=Path(default), metavar="DIR",
+                   help=f"folder for {what} (default: {default})")
+    p.add_argument("--out", action=_OutIsAFile, help=argparse.SUPPRESS)
+
+
 def profile_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model (cpu, v100, a100, h100, "
                    "fpga) instead of measuring (default: measure here)")
     p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point, the median kept (default: 5)")
-    p.add_argument("--out", type=Path, default=Path("profile.json"), help="profile JSON to write "
-                   "(default: profile.json)")
+    _out_file(p, "out/profile.json", "profile JSON to write")
 
 
 def probe_args(p: argparse.ArgumentParser) -> None:
@@ -123,8 +143,7 @@ def probe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probes", type=_count, default=3, help="probes to take the median of (default: 3)")
     p.add_argument("--overhead", type=_seconds, default=CPU_ACTION_OVERHEAD_S,
                    help=f"the runtime's seconds per forward or backward action (default: {CPU_ACTION_OVERHEAD_S})")
-    p.add_argument("--out", type=Path, default=Path("cluster.json"), help="cluster JSON to write "
-                   "(default: cluster.json)")
+    _out_file(p, "out/cluster.json", "cluster JSON to write")
 
 
 def plan_args(p: argparse.ArgumentParser) -> None:
@@ -150,7 +169,7 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")
     p.add_argument("--top", type=_count, default=8, help="candidates to list (default: 8)")
-    p.add_argument("--out", type=Path, default=Path("plan.json"), help="plan JSON to write (default: plan.json)")
+    _out_file(p, "out/plan.json", "plan JSON to write (and PLAN.cluster.json beside it for a sub-cluster)")
 
 
 def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) -> None:
@@ -165,8 +184,7 @@ def simulate_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=True)
     _cost_args(p)
     _data_args(p)
-    p.add_argument("--out", type=Path, default=Path("sim"), help="folder for predicted.json, the Chrome trace, "
-                   "the Gantt PNG and schedule.csv (default: sim)")
+    _out_dir(p, "out/sim", "predicted.json, the Chrome trace, the Gantt PNG and schedule.csv")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state the memory table counts (default: sgd)")
 
@@ -196,8 +214,7 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=_count, default=1, help="torch threads per rank (default: 1)")
     p.add_argument("--timeout", type=_seconds, default=60.0,
                    help="seconds before a silent rank is failed (default: 60)")
-    p.add_argument("--out", type=Path, default=Path("run"),
-                   help="folder for metrics.csv, loss.png and the measured timeline (default: run)")
+    _out_dir(p, "out/run", "metrics.csv, loss.png and the measured timeline")
     p.add_argument("--checkpoint-dir", type=Path, metavar="D",
                    help="write checkpoints to D: after the last step, every --checkpoint-every steps, and on Ctrl-C "
                         "(default: no checkpoints)")
@@ -212,18 +229,16 @@ def train_args(p: argparse.ArgumentParser) -> None:
 def export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", type=Path, required=True, metavar="D",
                    help="a train --checkpoint-dir: its newest whole checkpoint is exported")
-    p.add_argument("--out", type=Path, default=Path("model.pt"),
-                   help="torch.save'd state_dict under the model's own names (default: model.pt)")
+    _out_file(p, "out/model.pt", "torch.save'd state_dict under the model's own names")
 
 
 def compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", type=Path, required=True, help="plan JSON the timelines are of (required)")
     p.add_argument("--predicted", type=Path, required=True,
-                   help="predicted timeline: `pipetrain simulate --out`'s predicted.json (required)")
+                   help="predicted timeline: `pipetrain simulate --out-dir`'s predicted.json (required)")
     p.add_argument("--measured", type=Path, required=True,
-                   help="measured timeline: `pipetrain train --out`'s measured.json (required)")
-    p.add_argument("--out", type=Path, default=Path("compare.png"),
-                   help="PNG of both Gantt charts; .png is added to a name without a suffix (default: compare.png)")
+                   help="measured timeline: `pipetrain train --out-dir`'s measured.json (required)")
+    _out_file(p, "out/compare.png", "PNG of both Gantt charts; .png is added to a name without a suffix")
 
 
 def demo_args(p: argparse.ArgumentParser) -> None:
@@ -232,7 +247,6 @@ def demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=_batch_size, default=32, help="samples per mini-batch (default: 32)")
     p.add_argument("--ranks", type=_ranks, default=2, help="local ranks to train on (default: 2)")
     p.add_argument("--steps", type=_count, default=300, help="optimizer steps to train (default: 300)")
-    p.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for every file the demo writes "
-                   "(default: out/demo)")
+    _out_dir(p, "out/demo", "every file the demo writes")
 
 

@@ -149,12 +149,12 @@ class _Simulator:
 
     def finish_until(self, t: float, rates: dict[int, float]) -> None:
         """Move the clock to ``t``: busy ranks progress, and those whose work is done finish."""
-        dt = t - self.now
-        self.now = t
+        start, self.now = self.now, t
         for rank, b in list(self.busy.items()):
-            left = b.remaining_s - dt * rates[rank]
-            if left > 1e-12 * max(1.0, b.remaining_s) and t < math.inf:
-                b.remaining_s = left
+            # the very expression next_event_s took the minimum of, so the action that set ``t``
+            # always ends here, even where ``t`` is so large that ``t + remaining`` rounds to ``t``
+            if start + b.remaining_s / rates[rank] > t:
+                b.remaining_s -= (t - start) * rates[rank]
                 continue
             del self.busy[rank]
             self.events.append(Event(rank, b.action, b.start_s, t))

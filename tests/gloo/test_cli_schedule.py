@@ -43,12 +43,12 @@ def test_simulated_schedule_is_the_one_trained(
     edited.write_text(build_schedule(Plan.from_json(gpipe_plan.read_text().replace('"gpipe"', '"1f1b"'))).to_csv())
     sim = tmp_path / "sim"
     code, text = run(capsys, "simulate", "--plan", str(gpipe_plan), "--schedule", str(edited), "--estimate", "cpu",
-                     "--out", str(sim))
+                     "--out-dir", str(sim))
     assert code == 0, text
     assert (sim / "schedule.csv").read_text() == edited.read_text()
     out = tmp_path / "run"
     code, text = run(capsys, "train", "--plan", str(gpipe_plan), "--schedule", str(edited), "--steps", "3",
-                     "--out", str(out))
+                     "--out-dir", str(out))
     assert code == 0, text
     measured = Timeline.load(out / "measured.json")
     predicted = Timeline.load(sim / "predicted.json")
@@ -84,5 +84,5 @@ def test_plan_with_dag_edges_is_refused(tmp_path: Path, gpipe_plan: Path, capsys
     data = json.loads(gpipe_plan.read_text())
     data["edges"] = [[1, 0]]
     gpipe_plan.write_text(json.dumps(data))
-    code, text = run(capsys, "simulate", "--plan", str(gpipe_plan), "--estimate", "cpu", "--out", str(tmp_path))
+    code, text = run(capsys, "simulate", "--plan", str(gpipe_plan), "--estimate", "cpu", "--out-dir", str(tmp_path))
     assert code == 2 and "form a graph, not the chain" in text

@@ -30,7 +30,7 @@ def test_user_model_from_the_working_directory(tmp_path: Path) -> None:
                          "--out", "plan.json")
     assert planned.returncode == 0, planned.stderr
     trained = _pipetrain(tmp_path, "train", "--plan", "plan.json", "--data", "mymodel:digits_data", "--epochs", "2",
-                         "--lr", "0.05", "--out", "run")
+                         "--lr", "0.05", "--out-dir", "run")
     assert trained.returncode == 0, trained.stderr
     rows = read_metrics(tmp_path / "run" / "metrics.csv")
     assert len(rows) == 2 * (1437 // 64)

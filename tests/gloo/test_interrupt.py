@@ -41,7 +41,7 @@ def _wait_for_rows(csv: Path, rows: int, deadline_s: float = 90.0) -> None:
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_stops_every_rank_with_one_line(tmp_path: Path, signum: int, code: int) -> None:
-    run = _start(tmp_path, "--steps", "100000", "--out", "run", "--checkpoint-dir", "ckpt")
+    run = _start(tmp_path, "--steps", "100000", "--out-dir", "run", "--checkpoint-dir", "ckpt")
     _wait_for_rows(tmp_path / "run" / "metrics.csv", 5)
     run.send_signal(signum)
     stdout, stderr = run.communicate(timeout=60)
@@ -52,7 +52,7 @@ def test_signal_stops_every_rank_with_one_line(tmp_path: Path, signum: int, code
     checkpoint = newest_checkpoint(tmp_path / "ckpt")
     assert checkpoint is not None and checkpoint.step >= 5
     resumed = subprocess.run([a.format(profile=tmp_path / "profile.json") for a in TRAIN]
-                             + ["--steps", str(checkpoint.step + 3), "--out", "run", "--resume", "ckpt",
+                             + ["--steps", str(checkpoint.step + 3), "--out-dir", "run", "--resume", "ckpt",
                                 "--checkpoint-dir", "ckpt"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     steps = [row.step for row in read_metrics(tmp_path / "run" / "metrics.csv")]

@@ -89,7 +89,7 @@ def test_readme_multinode_command_trains_what_the_local_launcher_trains(tmp_path
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"readme-{port}",
                "-m", "pipetrain", "train", "--plan", "plan.json", "--data", "digits", "--steps", "5",
-               "--optimizer", "adam", "--lr", "0.003", "--checkpoint-dir", "ckpt", "--out", "run"]
+               "--optimizer", "adam", "--lr", "0.003", "--checkpoint-dir", "ckpt", "--out-dir", "run"]
     _run_two_nodes(command, tmp_path)
     export_checkpoint(tmp_path / "ckpt", tmp_path / "model.pt")
     weights = torch.load(tmp_path / "model.pt", weights_only=True)

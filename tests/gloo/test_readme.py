@@ -1,9 +1,9 @@
 """Every code block of README.md, and every script in examples/, runs as written.
 
-Each block runs in a fresh temporary folder (files it writes, such as ``out="run"`` or
-``--out plan.json``, stay out of the tree) that links ``examples/`` from the repository, with the
+Each block runs in a fresh temporary folder that links ``examples/`` from the repository, with the
 repository on ``PYTHONPATH`` and this interpreter's ``bin/`` first on ``PATH`` (so ``python`` and
-``pipetrain`` are this checkout's). The kinds of block:
+``pipetrain`` are this checkout's). It may write only under ``out/`` there: run from the
+repository's root, as a reader would, it leaves nothing git does not ignore. The kinds of block:
 
 - ``python``: saved as a script and run with ``python``; it must exit 0.
 - ``bash``: each command in turn (one folder for the block, as a reader would type them), except
@@ -110,11 +110,13 @@ class Job:
 
 @dataclass(frozen=True)
 class Outcome:
-    """The command that failed (or the last one) and its result; ``ran`` commands in all."""
+    """The command that failed (or the last one) and its result; ``ran`` commands in all; ``left``
+    what the job wrote in its folder outside ``out/`` (a reader's tree would keep it)."""
 
     command: str
     result: subprocess.CompletedProcess[str] | None
     ran: int
+    left: tuple[str, ...] = ()
 
 
 SCRIPT = "readme_block.py"
@@ -153,7 +155,8 @@ def perform(job: Job, folder: Path) -> Outcome:
         outcome = Outcome(command, run(command, folder), outcome.ran + 1)
         if outcome.result is not None and outcome.result.returncode != 0:
             break
-    return outcome
+    left = tuple(sorted(p.name for p in folder.iterdir() if p.name not in ("examples", "out", SCRIPT)))
+    return Outcome(outcome.command, outcome.result, outcome.ran, left)
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +182,7 @@ def assert_ran(outcome: Outcome, what: str) -> None:
     assert outcome.result is not None
     code, output = outcome.result.returncode, (outcome.result.stdout + outcome.result.stderr)[-4000:]
     assert code == 0, f"{what}: {outcome.command!r} exited with {code}:\n{output}"
+    assert not outcome.left, f"{what} left {list(outcome.left)} in the tree: write under out/ (git ignores it)"
 
 
 # ---- tests ------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def test_plan_simulate_compare(tmp_path: Path, tiny_profile: Path, capsys: pytes
     assert code == 0, text
     assert "planner candidates" in text and plan.exists()
     sim = tmp_path / "sim"
-    code, text = run(capsys, "simulate", "--plan", str(plan), "--profile", str(tiny_profile), "--out", str(sim))
+    code, text = run(capsys, "simulate", "--plan", str(plan), "--profile", str(tiny_profile), "--out-dir", str(sim))
     assert code == 0, text
     for name in ("predicted.json", "predicted_trace.json", "predicted.png", "schedule.csv"):
         assert (sim / name).stat().st_size > 0, name
@@ -90,8 +90,8 @@ def write_plan(tmp_path: Path, **changes: object) -> Path:
          "3 stages need 3 ranks"),
         (["simulate", "--plan", "{tmp}/missing.json", "--profile", "{profile}"], "no file at"),
         (["plan", "--model", "gpt-tiny", "--profile", "{tmp}/missing.json"], "no profile at"),
-        (["simulate", "--plan", "{plan}", "--profile", "{profile}", "--out", "{plan}"], "File exists"),
-        (["simulate", "--plan", "{plan}", "--profile", "{profile}", "--out", "/proc/pipetrain-out"],
+        (["simulate", "--plan", "{plan}", "--profile", "{profile}", "--out-dir", "{plan}"], "File exists"),
+        (["simulate", "--plan", "{plan}", "--profile", "{profile}", "--out-dir", "/proc/pipetrain-out"],
          "No such file or directory"),
         (["train", "--plan", "{plan}", "--model", "mlp"], "drop --model"),
     ],
@@ -105,6 +105,16 @@ def test_user_mistakes_exit_2(
     assert code == 2
     assert message in text
     assert text.strip().startswith("error:")
+
+
+@pytest.mark.parametrize("command", ["simulate", "train", "demo"])
+def test_out_of_a_folder_command_names_out_dir(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out is always one file; the commands that write several files take --out-dir (one error line)."""
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--out", "sim"])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith("writes several files into a folder: use --out-dir sim"), error
 
 
 def test_malformed_plan_json(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:

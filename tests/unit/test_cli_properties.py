@@ -8,6 +8,7 @@ makes before starting ranks and then counts as a success.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
@@ -102,7 +103,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     plan, sim = folder / "plan.json", folder / "sim"
     assert main(["plan", "--model", "gpt-tiny", "--batch", "8", "--ranks", "2", "--method", "gpipe",
                  "--profile", str(profile), "--out", str(plan)]) == 0
-    assert main(["simulate", "--plan", str(plan), "--profile", str(profile), "--out", str(sim)]) == 0
+    assert main(["simulate", "--plan", str(plan), "--profile", str(profile), "--out-dir", str(sim)]) == 0
     predicted = sim / "predicted.json"
     measured = folder / "measured.json"
     data = json.loads(predicted.read_text())
@@ -175,7 +176,7 @@ def test_train_numeric_options(
     files: Files, capsys: pytest.CaptureFixture[str], no_launch: None, option: str, value: str, schedule: str
 ) -> None:
     argv = ["train", "--plan", str(files.plan), "--data", "synthetic", "--lr-schedule", schedule,
-            "--out", str(files.folder / "run"), f"{option}={value}"]
+            "--out-dir", str(files.folder / "run"), f"{option}={value}"]
     assert_clean(*outcome(capsys, argv), argv)
 
 
@@ -199,10 +200,10 @@ def test_profile_numeric_options(files: Files, capsys: pytest.CaptureFixture[str
 @given(option=st.sampled_from(["--ranks", "--estimate"]), value=numbers())
 def test_simulate_numeric_options(files: Files, capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
     if option == "--estimate":
-        argv = ["simulate", "--plan", str(files.plan), "--out", str(files.folder / "sim-n"), f"--estimate={value}"]
+        argv = ["simulate", "--plan", str(files.plan), "--out-dir", str(files.folder / "sim-n"), f"--estimate={value}"]
     else:
         argv = ["simulate", "--plan", str(files.plan), "--profile", str(files.profile),
-                "--out", str(files.folder / "sim-n"), f"{option}={value}"]
+                "--out-dir", str(files.folder / "sim-n"), f"{option}={value}"]
     assert_clean(*outcome(capsys, argv), argv)
 
 
@@ -282,7 +283,7 @@ def test_mutated_plan(
     bad = files.folder / "bad-plan.json"
     argv = {
         "simulate": ["simulate", "--plan", str(bad), "--profile", str(files.profile),
-                     "--out", str(files.folder / "sim-p")],
+                     "--out-dir", str(files.folder / "sim-p")],
         "train": ["train", "--plan", str(bad), "--steps", "2", "--data", "synthetic"],
         "compare": ["compare", "--plan", str(bad), "--predicted", str(files.predicted),
                     "--measured", str(files.measured), "--out", str(files.folder / "cmp-p.png")],
@@ -299,7 +300,7 @@ def test_mutated_profile(files: Files, capsys: pytest.CaptureFixture[str], data:
         "plan": ["plan", "--model", "gpt-tiny", "--batch", "8", "--ranks", "2", "--profile", str(bad),
                  "--out", str(files.folder / "p-prof.json")],
         "simulate": ["simulate", "--plan", str(files.plan), "--profile", str(bad),
-                     "--out", str(files.folder / "sim-prof")],
+                     "--out-dir", str(files.folder / "sim-prof")],
     }[command]
     check_file(capsys, bad, text, argv)
 
@@ -315,9 +316,26 @@ def test_mutated_cluster_json(
         "plan": ["plan", "--model", "gpt-tiny", "--batch", "8", "--profile", str(files.profile),
                  "--cluster", str(bad), "--out", str(files.folder / "p-cj.json")],
         "simulate": ["simulate", "--plan", str(files.plan), "--profile", str(files.profile), "--cluster", str(bad),
-                     "--out", str(files.folder / "sim-cj")],
+                     "--out-dir", str(files.folder / "sim-cj")],
     }[command]
     check_file(capsys, bad, text, argv)
+
+
+@pytest.mark.parametrize("field", ["speed", "latency_s", "shared_speed"])
+def test_extreme_cluster_numbers_still_finish(files: Files, capsys: pytest.CaptureFixture[str], field: str) -> None:
+    """Found by test_mutated_cluster_json: a device speed of 1e-300 drove the simulator's clock so far
+    that ``now + an action's seconds`` rounded to ``now``, and it never finished."""
+    data = json.loads(files.cluster_json.read_text())
+    if field == "speed":
+        data["devices"][0]["speed"] = 1e-300
+    elif field == "latency_s":
+        data["intra_node"]["latency_s"] = 1e300
+    else:
+        data["shared_speed"] = [1e-300] * 2
+    bad = files.folder / f"extreme-{field}.json"
+    argv = ["simulate", "--plan", str(files.plan), "--profile", str(files.profile), "--cluster", str(bad),
+            "--out-dir", str(files.folder / "sim-x")]
+    check_file(capsys, bad, json.dumps(data), argv)
 
 
 @SETTINGS
@@ -334,7 +352,7 @@ def test_mutated_cluster_yaml(
         "plan": ["plan", "--model", "gpt-tiny", "--batch", "8", "--cluster", str(bad),
                  "--out", str(files.folder / "p-cy.json")],
         "simulate": ["simulate", "--plan", str(files.plan), "--cluster", str(bad),
-                     "--out", str(files.folder / "sim-cy")],
+                     "--out-dir", str(files.folder / "sim-cy")],
     }[command]
     check_file(capsys, bad, text, argv)
 
@@ -363,8 +381,8 @@ def test_every_option_has_help_with_its_default() -> None:
     missing = []
     for name, command in {"": parser, **commands}.items():
         for action in command._actions:
-            if not action.option_strings or action.dest in ("help", "version"):
-                continue
+            if not action.option_strings or action.dest in ("help", "version") or action.help == argparse.SUPPRESS:
+                continue  # hidden: e.g. --out on a command that writes a folder, which only points to --out-dir
             text = action.help or ""
             flag = f"{name} {action.option_strings[-1]}".strip()
             if not text:

@@ -245,7 +245,7 @@ def test_simulate_prints_the_memory_table(tmp_path: Path, capsys: pytest.Capture
     (tmp_path / "plan.json").write_text(Plan(graph.name, graph.fingerprint(), 8, Method.ONE_F_ONE_B, stages).to_json())
     (tmp_path / "cluster.json").write_text(Cluster.local(2, memory_bytes=200 * 1024).to_json())
     args = ["simulate", "--plan", str(tmp_path / "plan.json"), "--profile", str(tmp_path / "profile.json"),
-            "--cluster", str(tmp_path / "cluster.json"), "--out", str(tmp_path / "sim"), "--optimizer", "adam"]
+            "--cluster", str(tmp_path / "cluster.json"), "--out-dir", str(tmp_path / "sim"), "--optimizer", "adam"]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "predicted memory per stage (adam)" in text
