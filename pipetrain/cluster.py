@@ -101,14 +101,18 @@ class Device:
     node: int = 0
 
 
+MAX_DEVICES = 1 << 16
+"""The most devices (ranks) a cluster may have: more is a typo, and would not fit in memory."""
+
+
 def _check_cluster(cluster: Cluster) -> None:
     """A cluster file's numbers: memory and speeds > 0, node numbers >= 0, finite latencies >= 0 and bandwidths > 0."""
     finite = math.isfinite
     for i, d in enumerate(cluster.devices):
-        if not (d.memory_bytes > 0 and 0 < d.speed and finite(d.speed) and d.node >= 0):
+        if not (d.memory_bytes > 0 and 0 < d.speed and finite(d.speed) and 0 <= d.node < MAX_DEVICES):
             raise UserError(f"cluster JSON devices[{i}]: memory_bytes {d.memory_bytes}, speed {d.speed}, node "
-                            f"{d.node}: need memory_bytes > 0, a finite speed > 0 and node >= 0; re-create it with "
-                            "`pipetrain probe`")
+                            f"{d.node}: need memory_bytes > 0, a finite speed > 0 and a node in 0..{MAX_DEVICES - 1}; "
+                            "re-create it with `pipetrain probe`")
     for name, link in (("intra_node", cluster.intra_node), ("inter_node", cluster.inter_node)):
         if not (0 <= link.latency_s and finite(link.latency_s) and 0 < link.bandwidth_bytes_per_s
                 and finite(link.bandwidth_bytes_per_s)):

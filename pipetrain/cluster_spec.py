@@ -53,7 +53,7 @@ from typing import Any
 
 import yaml
 
-from pipetrain.cluster import DEVICE_MODELS, Cluster, Device, DeviceModel, GiB, Link
+from pipetrain.cluster import DEVICE_MODELS, MAX_DEVICES, Cluster, Device, DeviceModel, GiB, Link
 from pipetrain.errors import UserError
 
 __all__ = ["ClusterSpec", "ProfileSource", "load_cluster_spec", "parse_cluster_spec"]
@@ -209,6 +209,9 @@ def _groups(value: object, base_dir: Path) -> list[_Group]:
     if not isinstance(value, list) or not value:
         raise UserError(f"groups must be {_TOP_KEYS['groups']}, got {value!r}")
     groups = [_group(item, f"groups[{i}]", base_dir) for i, item in enumerate(value)]
+    total = sum(g.count for g in groups)
+    if total > MAX_DEVICES:
+        raise UserError(f"the groups hold {total} devices, more than pipetrain plans for; give at most {MAX_DEVICES}")
     _check_kinds(groups)
     return groups
 

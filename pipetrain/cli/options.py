@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pipetrain import api
 from pipetrain.cli.common import DEFAULT_MODEL
-from pipetrain.cluster import CPU_ACTION_OVERHEAD_S
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, MAX_DEVICES
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
@@ -44,15 +44,13 @@ def _batch_size(text: str) -> int:
     return value
 
 
-MAX_RANKS = 1 << 16
-"""The most ranks a command accepts (a cluster is built with one device per rank)."""
 
 
 def _ranks(text: str) -> int:
-    """An argparse type: a number of ranks, 1 to MAX_RANKS."""
+    """An argparse type: a number of ranks, 1 to MAX_DEVICES."""
     value = _count(text)
-    if value > MAX_RANKS:
-        raise argparse.ArgumentTypeError(f"{value} ranks is more than pipetrain plans for; give at most {MAX_RANKS}")
+    if value > MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"{value} ranks is more than pipetrain plans for; give at most {MAX_DEVICES}")
     return value
 
 

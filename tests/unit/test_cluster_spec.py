@@ -254,3 +254,12 @@ def test_estimating_a_device_plans_for_a_cluster_of_that_device() -> None:
     assert "assumed links" in assumed and "--cluster" in assumed
     local, _ = api.estimated_cluster("cpu", 2)
     assert {d.kind for d in local.devices} == {"cpu"}
+
+
+def test_a_huge_device_count_is_refused_before_building_it() -> None:
+    """Found by the CLI property tests: `count: 10000000000` built ten billion devices (16 GB and rising)."""
+    text = ("groups:\n  - {device: v100, count: 10000000000}\n"
+            "links:\n  intra_node: {latency_us: 10, bandwidth_gb_per_s: 45}\n"
+            "  inter_node: {latency_us: 20, bandwidth_gbit_per_s: 25}\n")
+    with pytest.raises(UserError, match="10000000000 devices, more than pipetrain plans for; give at most 65536"):
+        parse_cluster_spec(text)
