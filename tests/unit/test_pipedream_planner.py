@@ -74,7 +74,7 @@ def test_cli_plans_on_a_cluster_spec(tmp_path: Path, capsys: pytest.CaptureFixtu
     if plan.n_ranks < 8:  # idle devices: the sub-cluster is saved beside the plan and simulates the plan
         cluster_file = out.with_suffix(".cluster.json")
         assert cli.main(["simulate", "--plan", str(out), "--cluster", str(cluster_file), "--estimate", "v100",
-                         "--out", str(tmp_path / "sim")]) == 0
+                         "--out-dir", str(tmp_path / "sim")]) == 0
 
 
 def test_cli_refuses_a_method_with_a_cluster_planner(capsys: pytest.CaptureFixture[str]) -> None:
