@@ -8,12 +8,15 @@ pipeline's evaluation (the main path, no heads) must agree with the emulator's t
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
+import torch
 
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Method, Plan, WeightPolicy, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
+from pipetrain.runtime.checkpoint import export_checkpoint
 from pipetrain.runtime.local_emulator import LocalRun, emulate_local
 
 from .models import chain_plan, uneven_plan
@@ -92,3 +95,26 @@ def test_local_learning_learns_the_digits(runs: dict[str, tuple[TrainResult, Loc
     """20 steps of 16 samples: far above chance (0.1) on the main path alone."""
     final = runs["mlp-2stages-linear"][0].final_eval
     assert final is not None and final.eval_accuracy is not None and final.eval_accuracy > 0.5
+
+
+def test_checkpoints_carry_the_heads_and_export_leaves_them_out(tmp_path: Path) -> None:
+    """6 steps straight = 3 steps, a checkpoint, 3 resumed steps (heads and Adam state included);
+    the export is the main network under the model's names (cnn-digits has no buffers), equal to the
+    trained one; --with-heads adds the heads."""
+    case = Case("resume", "cnn-digits", 2, "dgl", replace(SGD, optimizer="adam", lr=1e-3, steps=6))
+    graph, plan = build_model(case.model), local_plan(case)
+    half = replace(case.config, steps=3, checkpoint_dir=tmp_path / "ck")
+    straight, first = train_many([TrainJob(graph, plan, case.config, return_parameters=True),
+                                  TrainJob(graph, plan, half)])
+    resumed = replace(case.config, checkpoint_dir=tmp_path / "ck", resume=tmp_path / "ck")
+    second = train_many([TrainJob(graph, plan, resumed, return_parameters=True)])[0]
+    assert set(second.parameters) == set(straight.parameters)
+    assert any(k.startswith("aux0.") for k in straight.parameters)
+    assert max((second.parameters[k] - v).abs().max().item() for k, v in straight.parameters.items()) <= TOL
+    _, main, _ = export_checkpoint(tmp_path / "ck", tmp_path / "main.pt")
+    state = torch.load(tmp_path / "main.pt")
+    assert set(state) == {k for k in straight.parameters if not k.startswith("aux")}
+    assert max((v - straight.parameters[k]).abs().max().item() for k, v in state.items()) <= TOL  # step 6
+    _, everything, _ = export_checkpoint(tmp_path / "ck", tmp_path / "all.pt", with_heads=True)
+    heads = {k for k in torch.load(tmp_path / "all.pt") if k.startswith("aux0.")}
+    assert heads and everything == main + len(heads) and len(first.losses) == 3
