@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from torch import nn
@@ -27,11 +28,12 @@ from pipetrain.cluster_spec import ClusterSpec, load_cluster_spec
 from pipetrain.cost import CostModel
 from pipetrain.data import data_specs, resolve_loss
 from pipetrain.errors import UserError
+from pipetrain.graph.aux_heads import check_aux, default_aux
 from pipetrain.graph.capture import capture
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.load import default_loss_kind, leaf_classes, load_model
 from pipetrain.plan.memory import OptimizerName
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, Method, Plan, WeightPolicy
 from pipetrain.planners import (
     MICROBATCH_PLANNERS,
     PLANNERS,
@@ -72,6 +74,7 @@ __all__ = [
     "load_cluster",
     "load_cluster_spec",
     "local_cluster",
+    "local_plan",
     "plan",
     "plan_microbatches",
     "plan_pipeline",
@@ -413,3 +416,21 @@ def predict(
     else:
         validate_for_plan(schedule, plan)
     return schedule, simulate(schedule, plan, CostModel(profile, cluster))
+
+
+def local_plan(plan: Plan, graph: LayerGraph, *, aux: str | None = None,
+               queue_depth: int = DEFAULT_QUEUE_DEPTH) -> Plan:
+    """``plan``'s stages and micro-batches trained by local learning (method ``local``, PPLL,
+    docs/algorithms.md §6): every stage but the last through an auxiliary head ``aux`` (None: the
+    model's default, :func:`~pipetrain.graph.aux_heads.default_aux`), queues of ``queue_depth``.
+
+    Raises:
+        UserError: a model without one class per sample, an unknown head, a depth below 1, or stages
+            with different forward and backward micro-batches.
+    """
+    kind = check_aux(graph, aux if aux is not None else default_aux(graph))
+    local = replace(plan, method=Method.LOCAL, weights=WeightPolicy.LOCAL, aux=kind, queue_depth=queue_depth,
+                    prediction=None)
+    local.validate()
+    build_schedule(local)
+    return local

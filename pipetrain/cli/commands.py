@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 from pathlib import Path
@@ -24,7 +25,7 @@ from pipetrain.cli.common import (
 from pipetrain.cluster import Cluster
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, Method, Plan
 from pipetrain.planners import PlannerSpec
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.simulate.timeline import Timeline
@@ -100,7 +101,18 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
     return constraints
 
 
+def _local_args(args: argparse.Namespace) -> argparse.Namespace:
+    """`plan --method local` plans 1f1b stages (then trained locally); --aux/--queue-depth need it."""
+    if args.method != Method.LOCAL.value:
+        if args.aux is not None or args.queue_depth is not None:
+            raise UserError("--aux and --queue-depth are for local learning: add --method local")
+        return args
+    return argparse.Namespace(**{**vars(args), "method": Method.ONE_F_ONE_B.value})
+
+
 def cmd_plan(args: argparse.Namespace) -> None:
+    local = args.method == Method.LOCAL.value
+    args = _local_args(args)
     spec = api.get_planner(_planner_name(args))
     constraints = _plan_constraints(args, spec)
     graph = graph_of(args)
@@ -108,6 +120,12 @@ def cmd_plan(args: argparse.Namespace) -> None:
     cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=spec.name, optimizer=args.optimizer,
                       constraints=constraints, progress=True)
+    if local:
+        plan = api.local_plan(result.plan, graph, aux=args.aux, queue_depth=args.queue_depth or DEFAULT_QUEUE_DEPTH)
+        _, timeline = api.predict(plan, profile, result.cluster)
+        out.print(f"local learning ({plan.aux} heads, queues of {plan.queue_depth}) on the 1f1b plan's stages: "
+                  f"predicted {timeline.iteration_s * 1e3:.2f} ms per iteration (auxiliary heads not counted)")
+        result = dataclasses.replace(result, plan=plan)
     save_text(args.out, result.plan.to_json(), "plan")
     if result.cluster.n_devices != cluster.n_devices:
         used = args.out.with_suffix(".cluster.json")
@@ -247,7 +265,7 @@ def _show_comparison(plan: Plan, predicted: Timeline, measured: Timeline, pictur
 def cmd_export(args: argparse.Namespace) -> None:
     from pipetrain.runtime.checkpoint import export_checkpoint
 
-    checkpoint, tensors, size = export_checkpoint(args.checkpoint, args.out)
+    checkpoint, tensors, size = export_checkpoint(args.checkpoint, args.out, with_heads=args.with_heads)
     model = escape(str(checkpoint.manifest.get("model")))
     out.print(f"exported {model} after step {checkpoint.step} ({escape(str(checkpoint.folder))}): {tensors} tensors, "
               f"{size:,} bytes of tensors → {escape(str(args.out))}")

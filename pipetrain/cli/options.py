@@ -9,9 +9,10 @@ from pipetrain import api
 from pipetrain.cli.common import DEFAULT_MODEL
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, MAX_DEVICES
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
+from pipetrain.graph.aux_heads import AUX_KINDS
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
-from pipetrain.plan.plan import MAX_BATCH_SIZE, Method
+from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, MAX_BATCH_SIZE, Method
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.runtime.optim import LR_SCHEDULES
 
@@ -148,9 +149,15 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     _cost_args(p)
     p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
-                                                         Method.UEDP.value],
+                                                         Method.UEDP.value, Method.LOCAL.value],
                    help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
-                        "per stage on the best equal plan's stages (default: auto)")
+                        "per stage on the best equal plan's stages; local: PPLL's local learning on the "
+                        "best 1f1b plan's stages (default: auto)")
+    p.add_argument("--aux", choices=AUX_KINDS,
+                   help="--method local: auxiliary heads (default: linear for MLPs, dgl for conv nets and ViTs)")
+    p.add_argument("--queue-depth", type=_count,
+                   help=f"--method local: messages between two stages before the sender waits "
+                        f"(default: {DEFAULT_QUEUE_DEPTH})")
     p.add_argument("--planner", choices=list(api.PLANNERS),
                    help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
                         "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
@@ -228,6 +235,8 @@ def export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", type=Path, required=True, metavar="D",
                    help="a train --checkpoint-dir: its newest whole checkpoint is exported")
     _out_file(p, "out/model.pt", "torch.save'd state_dict under the model's own names")
+    p.add_argument("--with-heads", action="store_true",
+                   help="method local: keep the auxiliary heads (aux<k>.*) too (default: the main network only)")
 
 
 def compare_args(p: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ A fixed split, the same for every training seed: a permutation seeded by :data:`
 part's mean and standard deviation (constant features are left centred). Samples::
 
     input  [64] float32   standardised pixel intensities
+           [1, 8, 8]      the same, as an image (for the conv nets and the ViT of the zoo)
     target []   int64     the digit, in [0, 10)
 """
 
@@ -17,17 +18,19 @@ import torch
 
 from pipetrain.data.pair import DatasetPair, tensor_pairs
 
-__all__ = ["CLASSES", "FEATURES", "SPLIT_SEED", "TRAIN_FRACTION", "digits_pair"]
+__all__ = ["CLASSES", "FEATURES", "IMAGE", "SPLIT_SEED", "TRAIN_FRACTION", "digits_pair"]
 
 FEATURES = 64
+IMAGE = (1, 8, 8)
 CLASSES = 10
 SPLIT_SEED = 0
 TRAIN_FRACTION = 0.8
 
 
-@functools.lru_cache(maxsize=1)
-def digits_pair() -> DatasetPair:
-    """The train and eval ``TensorDataset`` s (materialised once per process)."""
+@functools.lru_cache(maxsize=2)
+def digits_pair(images: bool = False) -> DatasetPair:
+    """The train and eval ``TensorDataset`` s (materialised once per process); inputs ``[64]``, or
+    ``[1, 8, 8]`` with ``images``."""
     from sklearn.datasets import load_digits
 
     data = load_digits()
@@ -38,6 +41,7 @@ def digits_pair() -> DatasetPair:
     mean, std = x[order[:n_train]].mean(axis=0), x[order[:n_train]].std(axis=0)
     x = (x - mean) / np.where(std > 0, std, 1.0)
     features = torch.from_numpy(x.astype(np.float32))
+    features = features.view(-1, *IMAGE) if images else features
     labels = torch.from_numpy(y)
     train, held_out = torch.from_numpy(order[:n_train]), torch.from_numpy(order[n_train:])
     return DatasetPair(

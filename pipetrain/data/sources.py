@@ -65,7 +65,7 @@ def load_datasets(source: str, graph: LayerGraph) -> DatasetPair:
         raise UserError("the synthetic data is drawn per step and has no datasets; choose digits, text or your own")
     if source == "digits":
         _check_digits_model(graph)
-        return digits.digits_pair()
+        return digits.digits_pair(images=graph.input.shape == digits.IMAGE)
     if source == "text":
         _check_text_model(graph)
         return text.text_pair(graph.input.shape[0])
@@ -117,12 +117,12 @@ def train_batches(source: str, graph: LayerGraph, batch_size: int, seed: int) ->
 
 def _check_digits_model(graph: LayerGraph) -> None:
     spec, target = graph.input, graph.target
-    fits = spec.shape == (digits.FEATURES,) and spec.dtype == "float32" and target.shape == ()
+    fits = spec.shape in ((digits.FEATURES,), digits.IMAGE) and spec.dtype == "float32" and target.shape == ()
     if not fits or target.dtype != "int64" or (target.high is not None and target.high < digits.CLASSES):
         raise UserError(
             f"the digits data has {digits.FEATURES} features (float32) in and a class in [0, {digits.CLASSES}) out per "
-            f"sample, but model {graph.name!r} takes inputs {_spec(spec)} and targets {_spec(target)}; use a model "
-            "such as 'mlp-digits' or the synthetic data"
+            f"sample (as {digits.FEATURES} features or a {digits.IMAGE} image), but model {graph.name!r} takes "
+            f"inputs {_spec(spec)} and targets {_spec(target)}; use a model such as 'mlp-digits' or the synthetic data"
         )
 
 

@@ -26,8 +26,10 @@ from enum import Enum
 from typing import Any
 
 from pipetrain.errors import UserError
+from pipetrain.graph.aux_heads import AUX_KINDS
 
 __all__ = [
+    "DEFAULT_QUEUE_DEPTH",
     "MAX_BATCH_SIZE",
     "Method",
     "Plan",
@@ -41,6 +43,9 @@ __all__ = [
 
 MAX_BATCH_SIZE = 1 << 20
 """The most samples a mini-batch may have: schedules are checked sample by sample."""
+
+DEFAULT_QUEUE_DEPTH = 2
+"""Method ``local``: messages a link between two stages holds before its sender waits."""
 
 
 class Method(str, Enum):
@@ -145,8 +150,12 @@ class Plan:
         edges: stage-graph edges ``(src, dst)``; empty means the chain 0 -> 1 -> ... .
         recompute: re-run forward during backward instead of keeping activations, on every stage
             (stages with unequal forward and backward partitions recompute regardless).
-        weights: weight versioning policy.
+        weights: weight versioning policy (``local`` exactly for method ``local``).
         prediction: the simulated time the plan was chosen with, if any.
+        aux: method ``local``: the auxiliary heads of every stage but the last (``linear``, ``dgl`` or
+            ``infopro``, :mod:`pipetrain.graph.aux_heads`); None for the other methods.
+        queue_depth: method ``local``: activation messages a link holds before its sender waits (the
+            bounded queue between stages, docs/algorithms.md §6).
     """
 
     model: str
@@ -158,6 +167,8 @@ class Plan:
     recompute: bool = False
     weights: WeightPolicy = WeightPolicy.SYNC
     prediction: Prediction | None = None
+    aux: str | None = None
+    queue_depth: int = DEFAULT_QUEUE_DEPTH
 
     # ---- derived ----------------------------------------------------------------------------
 
@@ -223,6 +234,7 @@ class Plan:
                             "stages that form a DAG are not supported yet: remove \"edges\" (or list the chain)")
         if self.replicated:
             self._validate_replicas()
+        self._validate_local()
         ranks = sorted(r for s in self.stages for r in s.ranks)
         if ranks != list(range(len(ranks))):
             raise UserError(
@@ -266,6 +278,19 @@ class Plan:
                 "and backward; use method 'uedp' (flush order) or '1f1b' for per-stage partitions"
             )
 
+    def _validate_local(self) -> None:
+        """Method ``local`` goes with weight policy ``local``, heads and a queue depth; no other method has them."""
+        local = self.method is Method.LOCAL
+        if local != (self.weights is WeightPolicy.LOCAL):
+            raise UserError(f"method {self.method.value} with weight policy {self.weights.value}: method local and "
+                            'weights "local" go together; set both or neither')
+        if local and (self.aux not in AUX_KINDS or self.queue_depth < 1):
+            raise UserError(f"method local needs aux one of {', '.join(AUX_KINDS)} (has {self.aux!r}) and "
+                            f"queue_depth >= 1 (has {self.queue_depth}); fix the plan or re-plan with --method local")
+        if not local and self.aux is not None:
+            raise UserError(f"method {self.method.value} trains end to end and takes no auxiliary heads; remove "
+                            '"aux" or use method local')
+
     def _validate_replicas(self) -> None:
         """Replicated stages take whole micro-batches round-robin, so every stage must cut the batch
         the same way (a message then goes to exactly one replica) and have a micro-batch per replica."""
@@ -293,6 +318,8 @@ class Plan:
         data: dict[str, Any] = asdict(self)
         data["method"] = self.method.value
         data["weights"] = self.weights.value
+        if self.method is not Method.LOCAL:
+            del data["aux"], data["queue_depth"]
         return json.dumps(data, indent=2)
 
     @classmethod
@@ -326,6 +353,8 @@ class Plan:
                 edges=tuple((int(a), int(b)) for a, b in data.get("edges", ())),
                 recompute=bool(data.get("recompute", False)),
                 weights=WeightPolicy(data.get("weights", "sync")),
+                aux=None if data.get("aux") is None else str(data["aux"]),
+                queue_depth=int(data.get("queue_depth", DEFAULT_QUEUE_DEPTH)),
                 prediction=None if pred is None else Prediction(
                     float(pred["iteration_s"]), float(pred["bubble_fraction"]),
                     tuple(int(x) for x in pred["peak_memory_bytes"]), str(pred["basis"]),

@@ -298,9 +298,12 @@ def _restore_optimizer(saved: dict[str, torch.Tensor], names: list[str], optimiz
 # ---- export ---------------------------------------------------------------------------------------
 
 
-def export_checkpoint(directory: str | Path, out: str | Path) -> tuple[Checkpoint, int, int]:
+def export_checkpoint(directory: str | Path, out: str | Path, *, with_heads: bool = False
+                      ) -> tuple[Checkpoint, int, int]:
     """Write the newest whole checkpoint's model state, one ``state_dict`` under the model's own
     names (what the original module loads with ``load_state_dict(..., strict=True)``), to ``out``.
+    Local learning's auxiliary heads (``aux{k}.<name>``) are left out unless ``with_heads``; they
+    then follow the model's tensors, in name order.
 
     Returns:
         The checkpoint, the number of tensors and their bytes.
@@ -314,6 +317,8 @@ def export_checkpoint(directory: str | Path, out: str | Path) -> tuple[Checkpoin
     keys = [k for shard in checkpoint.shards for k in shard.keys]
     model = checkpoint.load(keys)["model"]
     ordered = {k: model[k] for k in checkpoint.manifest.get("state_keys", keys) if k in model}
+    if with_heads:
+        ordered.update({k: model[k] for k in sorted(model) if k not in ordered})
     buffer = Path(out)
     buffer.parent.mkdir(parents=True, exist_ok=True)
     partial = buffer.with_name(buffer.name + ".partial")

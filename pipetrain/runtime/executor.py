@@ -21,6 +21,10 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
             zero gradients
     W       not supported yet (split backward)
 
+Local learning (method ``local``): on a rank whose context has ``local`` state, F, B and STEP are
+:mod:`pipetrain.runtime.local_handlers`' (a local loss through an auxiliary head, a local backward
+and a per-micro-batch step); evaluation and the communication handlers are the ones above.
+
 Gradient weighting (STYLE.md L14): the loss of every micro-batch is the *sum* of its samples' losses
 divided by the full batch size ``B``, so the accumulated gradients equal single-process training on
 the whole batch for any micro-batching, equal or not. Nothing else scales gradients: the replicas
@@ -48,6 +52,13 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.runtime.buffers import ChunkBuffer
+from pipetrain.runtime.local_handlers import (
+    LocalStage,
+    build_local_stage,
+    local_backward,
+    local_forward,
+    local_step,
+)
 from pipetrain.runtime.memory import ActivationMeter
 from pipetrain.runtime.transport import Direction, Message, Transport
 from pipetrain.schedule.action import Action, ActionKind
@@ -63,10 +74,14 @@ __all__ = [
     "build_rank_context",
     "check_runnable",
     "expected_receives",
+    "head_parameters",
     "run_program",
     "stage_parameters",
     "stage_specs",
 ]
+
+HEAD_PREFIX = "aux"
+"""Auxiliary heads' parameters are named ``aux{stage}.<name in the head>`` (local learning)."""
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 Range = tuple[int, int]
@@ -100,6 +115,8 @@ class RankContext:
         evaluation: while evaluating, the tally the last stage adds its outputs to (a forward-only
             program runs; nothing is kept for backward); None while training.
         clip: clips the gradients before the optimizer step (global norm over all stages), or None.
+        local: local learning's state (the auxiliary head, the queue depth), or None for methods
+            that back-propagate end to end.
     """
 
     rank: int
@@ -126,6 +143,7 @@ class RankContext:
     input_ranges: tuple[Range, ...] | None = None
     evaluation: EvalTally | None = None
     clip: Callable[[list[nn.Parameter]], object] | None = None
+    local: LocalStage | None = None
 
     @property
     def is_first(self) -> bool:
@@ -140,6 +158,7 @@ class RankContext:
         """Load a mini-batch: ``inputs [B, ...]`` on stage 0, ``targets [B, ...]`` on the last.
 
         ``input_ranges``: stage 0's ranges to load (default :attr:`input_ranges`, else the whole batch).
+        Local learning takes the targets on every stage, and the inputs where a head reconstructs them.
         """
         for buffer in self.buffers:
             buffer.clear()
@@ -152,7 +171,11 @@ class RankContext:
             chosen = input_ranges if input_ranges is not None else self.input_ranges
             for lo, hi in chosen if chosen is not None else ((0, inputs.shape[0]),):
                 self.inputs.put(lo, hi, inputs[lo:hi].to(device))
-        self.targets = targets.to(device) if self.is_last and targets is not None else None
+        local = self.local
+        if local is not None:
+            local.images = inputs.to(device) if local.needs_images and inputs is not None else None
+        wanted = self.is_last or local is not None
+        self.targets = targets.to(device) if wanted and targets is not None else None
 
     @property
     def buffers(self) -> tuple[ChunkBuffer, ...]:
@@ -187,10 +210,13 @@ def _run_layers(ctx: RankContext, x: torch.Tensor, lo: int, hi: int) -> tuple[to
 
 
 def _forward(ctx: RankContext, a: Action) -> None:
-    x = ctx.inputs.take(a.lo, a.hi)
     if ctx.evaluation is not None:
-        _evaluate(ctx, ctx.evaluation, x, a)
+        _evaluate(ctx, ctx.evaluation, ctx.inputs.take(a.lo, a.hi), a)
         return
+    if ctx.local is not None:
+        local_forward(ctx, a)
+        return
+    x = ctx.inputs.take(a.lo, a.hi)
     if ctx.recompute:
         with torch.no_grad():
             _, y = _run_layers(ctx, x, a.lo, a.hi)
@@ -229,6 +255,9 @@ def _recomputed(ctx: RankContext, a: Action) -> tuple[torch.Tensor, torch.Tensor
 
 
 def _backward(ctx: RankContext, a: Action) -> None:
+    if ctx.local is not None:
+        local_backward(ctx, a)
+        return
     key = (a.lo, a.hi)
     if ctx.recompute:
         x, y = _recomputed(ctx, a)
@@ -276,6 +305,9 @@ def _recv(ctx: RankContext, a: Action) -> None:
 
 
 def _step(ctx: RankContext, a: Action) -> None:
+    if ctx.local is not None:
+        local_step(ctx, a)
+        return
     ctx.transport.wait_sends()
     if ctx.replicas is not None:
         _allreduce_gradients(ctx)
@@ -388,7 +420,8 @@ def build_rank_context(
     if recompute:
         _check_deterministic(stage, module)
     input_spec, output_spec = stage_specs(graph, indices)
-    params = list(module.parameters())
+    local = build_local_stage(graph, plan, stage, output_spec, transport.device)
+    params = list(module.parameters()) + (list(local.head.parameters()) if local and local.head else [])
     return RankContext(
         rank=rank,
         stage=stage,
@@ -404,6 +437,7 @@ def build_rank_context(
         recompute=recompute,
         replicas=replicas,
         input_ranges=_own_ranges(plan, stage, rank) if stage == 0 and plan.replicated else None,
+        local=local,
     )
 
 
@@ -438,3 +472,11 @@ def stage_parameters(ctx: RankContext, layers: Sequence[Layer]) -> dict[str, tor
         for pname, p in child.named_parameters():
             out[layer.qualified(pname)] = p.detach().to("cpu", copy=True)
     return out
+
+
+def head_parameters(ctx: RankContext) -> dict[str, torch.Tensor]:
+    """The stage's auxiliary-head parameters on the CPU, as ``aux{stage}.<name>`` (none without a head)."""
+    head = ctx.local.head if ctx.local is not None else None
+    if head is None:
+        return {}
+    return {f"{HEAD_PREFIX}{ctx.stage}.{name}": p.detach().to("cpu", copy=True) for name, p in head.named_parameters()}

@@ -27,12 +27,19 @@ from torch import nn
 
 from pipetrain.data import EvalResult, Loss, model_loss, resolve_loss
 from pipetrain.errors import Interrupted
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime import job_checkpoint
 from pipetrain.runtime.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult
 from pipetrain.runtime.data import timed_batch
 from pipetrain.runtime.evaluate import eval_dataset, evaluate_rank, has_eval_set
-from pipetrain.runtime.executor import RankContext, build_rank_context, expected_receives, run_program, stage_parameters
+from pipetrain.runtime.executor import (
+    RankContext,
+    build_rank_context,
+    expected_receives,
+    head_parameters,
+    run_program,
+    stage_parameters,
+)
 from pipetrain.runtime.memory import measured_memory
 from pipetrain.runtime.metrics import MetricsLog
 from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
@@ -103,6 +110,7 @@ class _JobRun:
         # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
         self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
         self.ctx: RankContext | None = None
+        session.transport.bound_queues(plan.queue_depth if plan.method is Method.LOCAL else None)
         if self.program:
             stage = plan.stage_of_rank(rank)
             self.ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,
@@ -138,6 +146,7 @@ class _JobRun:
         self.recorder.start_step()
         if ctx is not None:
             run_program(ctx, self.program, (self.fault, self.recorder))
+            ctx.transport.wait_sends()  # local learning's STEP leaves the last sends outstanding
             ctx.meter.enabled = False  # every step holds the same activations: the first one tells
         step_s = self.recorder.end_step()
         loss = ctx.step_loss() if ctx is not None else None
@@ -169,7 +178,7 @@ class _JobRun:
 
     def _load_batch(self, ctx: RankContext, step: int) -> float:
         """Load step ``step``'s batch; returns the seconds spent waiting for it."""
-        if not (ctx.is_first or ctx.is_last):
+        if not (ctx.is_first or ctx.is_last or ctx.local is not None):
             ctx.begin_step(None, None)
             return 0.0
         job = self.job
@@ -205,6 +214,7 @@ class _JobRun:
         params = {}
         if ctx is not None and job.return_parameters:
             params = stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers))
+            params.update(head_parameters(ctx))
         return record, params
 
 

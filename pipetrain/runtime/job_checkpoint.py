@@ -15,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
+from torch import nn
 
 from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import Layer
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime.checkpoint import (
     MANIFEST,
     Checkpoint,
@@ -30,7 +33,7 @@ from pipetrain.runtime.checkpoint import (
     write_shard,
 )
 from pipetrain.runtime.config import TrainJob
-from pipetrain.runtime.executor import RankContext
+from pipetrain.runtime.executor import HEAD_PREFIX, RankContext
 
 __all__ = ["checkpoint_due", "find_resume", "manifest_fields", "resume", "save"]
 
@@ -75,8 +78,8 @@ def save(job: TrainJob, ctx: RankContext | None, rank: int, world_size: int, don
     entry = None
     if ctx is not None:
         owner = rank == plan.stages[ctx.stage].ranks[0]
-        layers = job.graph.layers_named(plan.stages[ctx.stage].layers)
-        entry = write_shard(config.checkpoint_dir, done, rank, stage_state(ctx.module, layers, ctx.optimizer,
+        module, layers = _with_head(ctx, job.graph.layers_named(plan.stages[ctx.stage].layers))
+        entry = write_shard(config.checkpoint_dir, done, rank, stage_state(module, layers, ctx.optimizer,
                                                                           owner=owner))
     entries: list[Any] | None = [None] * world_size if rank == 0 else None
     dist.gather_object(entry, entries, dst=0)
@@ -92,7 +95,23 @@ def manifest_fields(job: TrainJob) -> dict[str, Any]:
     return {"model": graph.name, "fingerprint": graph.fingerprint(),
             "layers": list(graph.names), "layout": plan_layout(plan), "batch_size": plan.batch_size,
             "optimizer": config.optimizer, "data": config.data, "seed": config.seed,
-            "state_keys": _state_keys(job)}
+            "state_keys": _state_keys(job), "heads": [f"{HEAD_PREFIX}{k}" for k in _head_stages(plan)]}
+
+
+def _head_stages(plan: Plan) -> range:
+    """The stages with an auxiliary head (local learning: every stage but the last)."""
+    return range(plan.n_stages - 1 if plan.method is Method.LOCAL else 0)
+
+
+def _with_head(ctx: RankContext, layers: tuple[Layer, ...], saved: bool = True) -> tuple[nn.Module, tuple[Layer, ...]]:
+    """The stage as checkpoints hold it: its layers, then its auxiliary head (local learning) as one more
+    layer named ``aux{stage}``, so the head's tensors are ``aux{stage}.<name>`` and its optimizer state
+    follows the stage's (the optimizer's parameter order); the stage alone when it has no head or the
+    checkpoint has none (``saved`` False: resuming a run of another method)."""
+    head = ctx.local.head if ctx.local is not None else None
+    if head is None or not saved:
+        return ctx.module, layers
+    return nn.Sequential(*ctx.module.children(), head), (*layers, Layer(f"{HEAD_PREFIX}{ctx.stage}", nn.Identity))
 
 
 def _state_keys(job: TrainJob) -> list[str]:
@@ -116,8 +135,9 @@ def resume(job: TrainJob, ctx: RankContext | None, rank: int) -> int:
         log.warning("resuming %s with another plan layout: tensors resharded by name, RNG states start afresh",
                     checkpoint.folder)
     if ctx is not None:
-        layers = job.graph.layers_named(job.plan.stages[ctx.stage].layers)
-        keys = [layer.qualified(k) for layer, child in zip(layers, ctx.module.children(), strict=True)
+        saved_heads = f"{HEAD_PREFIX}{ctx.stage}" in checkpoint.manifest.get("heads", [])
+        module, layers = _with_head(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers), saved_heads)
+        keys = [layer.qualified(k) for layer, child in zip(layers, module.children(), strict=True)
                 for k in child.state_dict()]
         state = checkpoint.load(keys, rank=rank if same else None)
         if checkpoint.manifest.get("optimizer") != job.config.optimizer:
@@ -125,5 +145,5 @@ def resume(job: TrainJob, ctx: RankContext | None, rank: int) -> int:
             if rank == 0:
                 log.warning("the checkpoint's optimizer is %s: its state is not restored",
                             checkpoint.manifest.get("optimizer"))
-        restore_stage(state, ctx.module, layers, ctx.optimizer)
+        restore_stage(state, module, layers, ctx.optimizer)
     return checkpoint.step

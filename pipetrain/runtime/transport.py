@@ -11,6 +11,10 @@ Receives are *pre-posted*: at the start of a step the executor announces the ste
 posted ahead of their RECV actions. With gloo, a message that arrives before its receive is posted
 takes a slower path (about 2 ms more on a 2-core machine, whatever its size, against about 50 µs).
 
+Local learning bounds its queues (the plan's ``queue_depth`` N, :meth:`Transport.bound_queues`):
+a receiver keeps N receives posted per channel, and a sender keeps at most N sends outstanding per
+peer, waiting for the oldest before posting another, so a fast stage is held back.
+
 Activations and gradients use distinct tags (backends without tags, such as NCCL, ignore them;
 on a chain each directed link carries one direction only, so nothing is ambiguous).
 """
@@ -24,7 +28,10 @@ from enum import IntEnum
 import torch
 import torch.distributed as dist
 
-__all__ = ["Direction", "Message", "Transport", "TransportError"]
+__all__ = ["PREPOSTED", "Direction", "Message", "Transport", "TransportError"]
+
+PREPOSTED = 2
+"""Receives kept posted ahead per channel (local learning: its queue depth instead)."""
 
 
 class Direction(IntEnum):
@@ -58,13 +65,20 @@ class Transport:
         use_tags: pass :class:`Direction` tags (gloo); NCCL ignores tags, so this may be off.
     """
 
-    def __init__(self, device: torch.device, *, use_tags: bool = True, depth: int = 2) -> None:
+    def __init__(self, device: torch.device, *, use_tags: bool = True, depth: int = PREPOSTED) -> None:
         self.device = device
         self.use_tags = use_tags
         self.depth = depth
+        self.window: int | None = None
         self._pending: list[tuple[dist.Work, torch.Tensor, int]] = []
         self._future: dict[_Channel, deque[Message]] = defaultdict(deque)
         self._posted: dict[_Channel, deque[tuple[torch.Tensor, dist.Work | None]]] = defaultdict(deque)
+
+    def bound_queues(self, depth: int | None) -> None:
+        """Local learning's bounded queues of ``depth`` messages (see the module docstring); None:
+        the defaults of the other methods (sends unbounded until STEP, :data:`PREPOSTED` receives)."""
+        self.window = depth
+        self.depth = PREPOSTED if depth is None else depth
 
     def expect(self, messages: Sequence[Message]) -> None:
         """Announce this step's receives, in program order, and post the first ones of each channel.
@@ -100,6 +114,8 @@ class Transport:
     def send(self, tensor: torch.Tensor, peer: int, direction: Direction) -> None:
         """Post a send of ``tensor`` (made contiguous) to ``peer``; returns without waiting."""
         payload = tensor.detach().contiguous()
+        if self.window is not None:
+            self._wait_window(peer, self.window)
         tag = int(direction) if self.use_tags else 0
         try:
             work = dist.isend(payload, peer, tag=tag)
@@ -136,6 +152,18 @@ class Transport:
         except RuntimeError as e:
             raise TransportError(f"receiving {direction.name.lower()}s from rank {peer} failed: {e}", peer) from e
         return buffer
+
+    def _wait_window(self, peer: int, window: int) -> None:
+        """Wait for the oldest sends to ``peer`` until fewer than ``window`` are outstanding."""
+        mine = [i for i, (_, _, p) in enumerate(self._pending) if p == peer]
+        done = set(mine[:max(0, len(mine) - window + 1)])
+        for i in sorted(done):
+            work, _, _ = self._pending[i]
+            try:
+                work.wait()
+            except RuntimeError as e:
+                raise TransportError(f"sending to rank {peer} failed: {e}", peer) from e
+        self._pending = [entry for i, entry in enumerate(self._pending) if i not in done]
 
     @property
     def n_pending(self) -> int:

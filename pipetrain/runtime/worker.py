@@ -24,7 +24,7 @@ from torch.distributed.distributed_c10d import PrefixStore, Store
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
-from pipetrain.plan.plan import Plan, WeightPolicy
+from pipetrain.plan.plan import Method, Plan, WeightPolicy
 from pipetrain.runtime import interrupts
 from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.data import steps_per_epoch, timed_batch
@@ -110,8 +110,11 @@ def check_job(job: TrainJob) -> TrainJob:
     """
     plan, graph, config = job.plan, job.graph, job.config
     plan.validate(graph.names, graph.fingerprint())
-    if plan.weights is not WeightPolicy.SYNC:
+    if plan.weights not in (WeightPolicy.SYNC, WeightPolicy.LOCAL):
         raise UserError(f"weight policy {plan.weights.value!r} is not supported by the runtime yet; use 'sync'")
+    if plan.method is Method.LOCAL and config.clip_grad_norm is not None:
+        raise UserError("--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
+                        "drop it with --method local")
     schedule = build_schedule(plan) if job.schedule is None else job.schedule
     check_runnable(schedule, plan)
     if config.fault is not None and config.fault.rank >= plan.n_ranks:

@@ -33,6 +33,17 @@ Orders are built from the last stage to the first, so the second rule reads stag
 Every dependency of a backward is then issued before it in program order on every stage, so the
 schedule cannot deadlock (the validator's dry run checks it). With equal sizes the second rule
 never binds and the orders are exactly the 1F1B orders above.
+
+**Local learning** (PPLL, Guo et al. 2024, docs/algorithms.md §6): every stage trains on its own
+loss (an auxiliary head; the model's loss on the last stage) and steps its optimizer after every
+micro-batch, so no gradient crosses a stage::
+
+    F0 B0 STEP F1 B1 STEP ... F(m-1) B(m-1) STEP
+
+The communication pass adds only RECV_F before and SEND_F after each F; the bounded queues between
+stages are the plan's ``queue_depth`` (the validator's dry run and the simulator block a send while
+its link holds that many unreceived messages; the runtime keeps that many receives posted and that
+many sends outstanding per link).
 """
 
 from __future__ import annotations
@@ -46,13 +57,14 @@ from pipetrain.plan.plan import Method, Plan, StagePlan, ranges
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
-from pipetrain.schedule.validate import validate
+from pipetrain.schedule.validate import local_queue, validate
 
 __all__ = [
     "GENERATORS",
     "build_schedule",
     "compute_schedule",
     "gpipe_orders",
+    "local_orders",
     "one_f_one_b_orders",
     "one_f_one_b_sequences",
 ]
@@ -124,6 +136,22 @@ def one_f_one_b_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
     return orders
 
 
+def local_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
+    """Per micro-batch ``F j, B j, STEP`` on every stage (local learning, see the module docstring).
+
+    Raises:
+        UserError: a stage whose forward and backward sizes differ.
+    """
+    orders = []
+    for k, s in enumerate(stages):
+        if s.forward_sizes != s.backward_sizes:
+            raise UserError(f"stage {k}: method local updates per micro-batch and needs equal forward and backward "
+                            "micro-batch sizes; give the stage one partition")
+        fwd, bwd = _forwards(k, s.forward_sizes), _backwards(k, s.backward_sizes)
+        orders.append([a for f, b in zip(fwd, bwd, strict=True) for a in (f, b, Action(ActionKind.STEP, k))])
+    return orders
+
+
 def replicated_in_flight(stages: Sequence[StagePlan]) -> list[int]:
     """Per stage, the 1F1B in-flight bound counted over all its replicas.
 
@@ -144,6 +172,7 @@ GENERATORS: dict[Method, Generator] = {
     Method.GPIPE: gpipe_orders,
     Method.ONE_F_ONE_B: one_f_one_b_orders,
     Method.UEDP: gpipe_orders,
+    Method.LOCAL: local_orders,
 }
 
 
@@ -172,5 +201,5 @@ def build_schedule(plan: Plan) -> Schedule:
     """The complete, validated, runnable schedule: compute order plus sends and receives."""
     plan.validate()
     schedule = add_communication(compute_schedule(plan), plan)
-    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages)
+    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, local_queue=local_queue(plan))
     return schedule

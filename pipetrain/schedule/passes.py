@@ -14,6 +14,8 @@ the same way, so micro-batch ``j``'s message goes from the replica of stage ``k`
 the replica of stage ``k + 1`` that owns ``j``; a replica receives only the messages of its own
 micro-batches.
 
+Method ``local`` (no gradient crosses a stage) gets only the SEND_F and RECV_F.
+
 Messages on one directed link are received in the order they are sent, which is what FIFO
 transports (gloo, NCCL) require; the validator checks it.
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from pipetrain.plan.plan import Plan, ranges
+from pipetrain.plan.plan import Method, Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 
@@ -49,11 +51,13 @@ def _receives(
 def add_communication(schedule: Schedule, plan: Plan) -> Schedule:
     """Insert SEND/RECV actions for a chain of stages (see module docstring)."""
     last = plan.n_stages - 1
+    gradients = plan.method is not Method.LOCAL
     programs: list[list[Action]] = []
     for rank, program in schedule:
         k = plan.stage_of_rank(rank)
         fwd_in = _messages(plan, k - 1, plan.stages[k - 1].forward_sizes, rank, k) if k > 0 else deque()
         bwd_in = _messages(plan, k + 1, plan.stages[k + 1].backward_sizes, rank, k) if k < last else deque()
+        bwd_in = bwd_in if gradients else deque()
         out: list[Action] = []
         for a in program:
             if a.kind is ActionKind.F and k > 0:
@@ -64,7 +68,7 @@ def add_communication(schedule: Schedule, plan: Plan) -> Schedule:
             if a.kind is ActionKind.F and k < last:
                 peer = plan.replica_rank(k + 1, a.microbatch)
                 out.append(Action(ActionKind.SEND_F, k, a.microbatch, a.lo, a.hi, peer=peer))
-            if a.kind is ActionKind.B and k > 0:
+            if a.kind is ActionKind.B and k > 0 and gradients:
                 peer = plan.replica_rank(k - 1, a.microbatch)
                 out.append(Action(ActionKind.SEND_B, k, a.microbatch, a.lo, a.hi, peer=peer))
         programs.append(out)

@@ -12,6 +12,11 @@
 5. a dry run, in which sends never block and a receive waits for its send, finishes (no deadlock);
 6. STEP is the last action of its stage, after every backward.
 
+Local learning (method ``local``, ``local_queue`` given): backward needs no received gradient (it
+is the stage's own loss), a STEP may follow every micro-batch, gradient messages (SEND_B, RECV_B)
+are refused, and the dry run bounds every link's queue: a send waits while its link holds
+``local_queue`` messages not yet received.
+
 A failure raises :class:`ScheduleError` whose message names the rank, step and action and renders
 the step × rank grid with the failing cell marked ``>> <<``.
 """
@@ -23,11 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 
-__all__ = ["ScheduleError", "validate", "validate_for_plan"]
+__all__ = ["ScheduleError", "local_queue", "validate", "validate_for_plan"]
 
 _GRID_ROWS = 40
 
@@ -42,7 +47,13 @@ def _fail(schedule: Schedule, rank: int, step: int, why: str) -> ScheduleError:
     return ScheduleError(f"rank {rank}, step {step} ({action}): {why}\n{grid}")
 
 
-def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int) -> None:
+def local_queue(plan: Plan) -> int | None:
+    """The plan's queue depth for method ``local``, else None (what :func:`validate` takes)."""
+    return plan.queue_depth if plan.method is Method.LOCAL else None
+
+
+def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int,
+             *, local_queue: int | None = None) -> None:
     """Check every invariant listed in the module docstring.
 
     Args:
@@ -50,13 +61,14 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
         batch_size: samples per mini-batch.
         stage_of_rank: the stage each rank runs.
         n_stages: stage count (stage 0 needs no activations, the last no gradients).
+        local_queue: for local learning, the queue depth of every link; None for end-to-end methods.
 
     Raises:
         ScheduleError: on the first violation found.
     """
     coverage: dict[int, tuple[list[int], list[int], int]] = {}
     for rank, program in schedule:
-        state = _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages)
+        state = _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages, local_queue is not None)
         fwd, bwd, _ = coverage.setdefault(stage_of_rank[rank], ([0] * batch_size, [0] * batch_size, rank))
         for total, counts in ((fwd, state.forwarded), (bwd, state.backwarded)):
             for i, c in enumerate(counts):
@@ -66,7 +78,7 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
         _check_coverage(schedule, rank, end, fwd, "forward")
         _check_coverage(schedule, rank, end, bwd, "backward")
     _check_channels(schedule)
-    _dry_run(schedule)
+    _dry_run(schedule, local_queue)
 
 
 @dataclass
@@ -111,22 +123,25 @@ def _bump(counts: list[int], samples: range) -> None:
 
 
 def _check_rank(
-    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, n_stages: int
+    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, n_stages: int, local: bool
 ) -> _RankState:
     """Replay ``rank``'s program; the state it ends in (per-sample forward and backward counts)."""
-    state = _RankState([0] * batch, [0] * batch, [stage == 0] * batch, [stage == n_stages - 1] * batch)
+    state = _RankState([0] * batch, [0] * batch, [stage == 0] * batch, [local or stage == n_stages - 1] * batch)
     for step, a in enumerate(program):
         if a.stage != stage:
             raise _fail(schedule, rank, step, f"rank {rank} runs stage {stage}, not stage {a.stage}")
-        if state.stepped:
+        if local and a.kind in (ActionKind.SEND_B, ActionKind.RECV_B):
+            raise _fail(schedule, rank, step, "method local sends no gradients between stages; remove the "
+                        "SEND_B and RECV_B actions")
+        if state.stepped and not local:
             raise _fail(schedule, rank, step, "action after STEP; STEP must come last")
         if a.kind is not ActionKind.STEP and a.hi > batch:
             raise _fail(schedule, rank, step, f"range ends at {a.hi}, past the batch of {batch}")
         why = state.apply(a)
         if why is not None:
             raise _fail(schedule, rank, step, why)
-    if not state.stepped:
-        raise _fail(schedule, rank, len(program), "the program never runs STEP")
+    if not state.stepped or program[-1].kind is not ActionKind.STEP:
+        raise _fail(schedule, rank, len(program), "the program does not end with STEP")
     return state
 
 
@@ -165,8 +180,9 @@ def _check_channels(schedule: Schedule) -> None:
             raise _fail(schedule, dst, got[len(sent)][0], f"receive is never sent by rank {src}")
 
 
-def _dry_run(schedule: Schedule) -> None:
-    """Unit-time execution; sends are buffered, receives wait for their matching send."""
+def _dry_run(schedule: Schedule, capacity: int | None = None) -> None:
+    """Unit-time execution; sends are buffered (at most ``capacity`` unreceived messages per link
+    when given), receives wait for their matching send."""
     pos = [0] * schedule.n_ranks
     sent: dict[tuple[int, int, str], int] = defaultdict(int)
     received: dict[tuple[int, int, str], int] = defaultdict(int)
@@ -182,7 +198,10 @@ def _dry_run(schedule: Schedule) -> None:
                         break
                     received[key] += 1
                 elif a.peer is not None:
-                    sent[(rank, a.peer, a.channel)] += 1
+                    key = (rank, a.peer, a.channel)
+                    if capacity is not None and sent[key] - received[key] >= capacity:
+                        break
+                    sent[key] += 1
                 pos[rank] += 1
                 progress = True
     stuck = [r for r, p in enumerate(schedule.ranks) if pos[r] < len(p)]
@@ -204,7 +223,7 @@ def validate_for_plan(schedule: Schedule, plan: Plan) -> None:
     if schedule.n_ranks != plan.n_ranks:
         raise UserError(f"the schedule has {schedule.n_ranks} ranks but the plan uses {plan.n_ranks}; give a "
                         "schedule with one row per rank of the plan")
-    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages)
+    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, local_queue=local_queue(plan))
     for rank, program in schedule:
         stage = plan.stage_of_rank(rank)
         forward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.F)

@@ -11,6 +11,10 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   channel per link, overlapped with compute), starting when both the data and the channel are ready
   and taking ``latency + bytes / bandwidth``;
 * a RECV blocks the rank until the matching message (the next one on that channel) has arrived;
+* local learning (method ``local``) bounds every channel: a SEND waits while its channel holds the
+  plan's ``queue_depth`` messages not yet received, so a fast stage is held back; its F and B are
+  the stage's layers' times (the auxiliary head's time is not counted yet) and each micro-batch's
+  STEP the optimizer step; steady state is then 1 / max over stages of (F + B + STEP + transfer);
 * held activations follow :class:`~pipetrain.simulate.memory.ActivationLedger`: saved bytes from F to B,
   or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage;
 * the replicas of a replicated stage start their STEP together, once the last one reaches it, and
@@ -28,7 +32,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from pipetrain.cost import CostModel
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import ScheduleError
@@ -62,6 +66,8 @@ class _Simulator:
         self.ledgers = [ActivationLedger(plan, cost, self.stage_of[r]) for r in range(n)]
         self.link_free: dict[tuple[int, int], float] = defaultdict(float)
         self.arrivals: dict[_Channel, deque[float]] = defaultdict(deque)
+        self.queued: dict[_Channel, int] = defaultdict(int)  # sent, not yet received
+        self.capacity = plan.queue_depth if plan.method is Method.LOCAL else None
         self.events: list[Event] = []
 
     # ---- costs --------------------------------------------------------------------------------
@@ -106,6 +112,12 @@ class _Simulator:
             return False
         a = program[self.pos[rank]]
         if a.peer is not None and a.is_send:
+            channel = (rank, a.peer, a.channel)
+            if self.capacity is not None and self.queued[channel] >= self.capacity:
+                self.wait_since.setdefault(rank, self.now)
+                return False
+            self.queued[channel] += 1
+            self.wait_since.pop(rank, None)
             link = (rank, a.peer)
             begin = max(self.now, self.link_free[link])
             end = begin + self.cost.transfer_s(self.message_bytes(rank, a), rank, a.peer)
@@ -118,6 +130,7 @@ class _Simulator:
                 self.wait_since.setdefault(rank, self.now)
                 return False
             queue.popleft()
+            self.queued[(a.peer, rank, a.channel)] -= 1
             self.events.append(Event(rank, a, self.wait_since.pop(rank, self.now), self.now))
         elif a.kind is ActionKind.STEP and not self.replicas_at_step(rank):
             self.wait_since.setdefault(rank, self.now)
@@ -132,6 +145,8 @@ class _Simulator:
     def replicas_at_step(self, rank: int) -> bool:
         """Whether every replica of ``rank``'s stage has reached (or passed) its STEP."""
         ranks = self.plan.stages[self.stage_of[rank]].ranks
+        if len(ranks) == 1:
+            return True
         return all(self.pos[r] >= len(self.schedule.ranks[r]) - 1 for r in ranks)
 
     def next_event_s(self, rates: dict[int, float]) -> float:
@@ -140,7 +155,7 @@ class _Simulator:
         arrivals = []
         for rank in self.wait_since:
             a = self.schedule.ranks[rank][self.pos[rank]]
-            if a.peer is None:  # a replica waiting at STEP: released when the last replica arrives
+            if a.peer is None or a.is_send:  # a replica at STEP, a send on a full queue: released by others
                 continue
             queue = self.arrivals[(a.peer, rank, a.channel)]
             if queue:

@@ -19,7 +19,8 @@ def n_params(graph: LayerGraph, indices: range | None = None) -> int:
 
 def test_presets_are_listed() -> None:
     assert MODEL_NAMES == (
-        "mlp", "mlp-digits", "gpt-tiny", "gpt1-14", "vgg16", "vgg16-32", "resnet50", "resnet50-32", "gnmt",
+        "mlp", "mlp-digits", "cnn-digits", "resnet-digits", "vit-digits",
+        "gpt-tiny", "gpt1-14", "vgg16", "vgg16-32", "resnet50", "resnet50-32", "gnmt",
         "gnmt-tiny", "synthetic",
     )
 

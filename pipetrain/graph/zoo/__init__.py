@@ -10,6 +10,9 @@ Presets (sizes are overridable by keyword; each family's module documents its se
 |-----------------|-----------|--------|---------------------------------------------------------------|
 | ``mlp``         | mlp       | 8      | 1024 → 4096 → 1024 per layer, 1024 classes                    |
 | ``mlp-digits``  | mlp       | 4      | scikit-learn digits: 64 inputs, 64 → 256 → 64, 10 classes     |
+| ``cnn-digits``  | convnet   | 5      | digits as 1×8×8 images: 4 conv layers (16-64 ch), GAP, linear |
+| ``resnet-digits``| convnet  | 5      | digits as 1×8×8 images: stem, 3 basic blocks with BN, GAP, fc |
+| ``vit-digits``  | vit       | 6      | digits as 1×8×8 images: 2×2 patches, D=32, 4 heads, 4 blocks  |
 | ``gpt-tiny``    | gpt       | 6      | V=256, T=32, H=64, 4 heads, 4 blocks; trains on a CPU         |
 | ``gpt1-14``     | gpt       | 14     | GPT-1 sizes (Radford et al. 2018)                             |
 | ``vgg16``       | vgg       | 16     | VGG-16 D without BN, 224×224, 1000 classes                    |
@@ -45,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.graph.zoo import gnmt, gpt, mlp, resnet, synthetic, vgg
+from pipetrain.graph.zoo import digit_convnets, gnmt, gpt, mlp, resnet, synthetic, vgg, vit
 
 __all__ = ["MODEL_NAMES", "build_model"]
 
@@ -68,6 +71,9 @@ _PRESETS: dict[str, _Preset[Any]] = {
     "mlp-digits": _Preset(
         mlp.MLPConfig(n_layers=4, inputs=64, width=64, hidden=256, classes=10), mlp.build
     ),
+    "cnn-digits": _Preset(digit_convnets.DigitConvConfig(), digit_convnets.build_cnn),
+    "resnet-digits": _Preset(digit_convnets.DigitConvConfig(), digit_convnets.build_resnet),
+    "vit-digits": _Preset(vit.ViTConfig(), vit.build),
     "gpt-tiny": _Preset(
         gpt.GPTConfig(vocab=256, context=32, hidden=64, heads=4, blocks=4), gpt.build
     ),

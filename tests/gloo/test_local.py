@@ -1,0 +1,120 @@
+"""Method ``local`` (PPLL) on gloo equals local learning run in one process (DESIGN invariant 6).
+
+One launch (``train_many``) runs every case; each checks the pipeline's final parameters, main
+network and auxiliary heads, against :func:`emulate_local` after 20 steps: within 1e-5. The
+pipeline's evaluation (the main path, no heads) must agree with the emulator's too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipetrain.graph.zoo import build_model
+from pipetrain.plan.plan import Method, Plan, WeightPolicy, equal_sizes
+from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
+from pipetrain.runtime.checkpoint import export_checkpoint
+from pipetrain.runtime.local_emulator import LocalRun, emulate_local
+
+from .models import chain_plan, uneven_plan
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+STEPS = 20
+TOL = 1e-5
+SGD = TrainConfig(steps=STEPS, warmup_steps=1, lr=0.02, data="digits", progress=False, timeout_s=60)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: str
+    stages: int
+    aux: str
+    config: TrainConfig = SGD
+    queue_depth: int = 2
+
+
+CASES = [
+    Case("mlp-2stages-linear", "mlp-digits", 2, "linear"),
+    Case("mlp-4stages-dgl-adam", "mlp-digits", 4, "dgl", replace(SGD, optimizer="adam", lr=1e-3)),
+    Case("cnn-4stages-infopro", "cnn-digits", 4, "infopro", queue_depth=1),
+    Case("resnet-2stages-dgl", "resnet-digits", 2, "dgl", replace(SGD, momentum=0.9, lr=0.01)),
+    Case("vit-4stages-infopro", "vit-digits", 4, "infopro", replace(SGD, optimizer="adam", lr=1e-3)),
+]
+
+
+def local_plan(case: Case, batch: int = 16, n_micro: int = 4) -> Plan:
+    graph = build_model(case.model)
+    plan = chain_plan(graph, case.stages, batch, n_micro, Method.LOCAL)
+    return replace(plan, weights=WeightPolicy.LOCAL, aux=case.aux, queue_depth=case.queue_depth)
+
+
+def unequal_plan() -> Plan:
+    """Each stage cuts the batch its own way (messages are re-chunked by sample range)."""
+    graph = build_model("cnn-digits")
+    plan = uneven_plan(graph, [(5, 6, 5), equal_sizes(16, 4), (3, 13)])
+    return replace(plan, method=Method.LOCAL, weights=WeightPolicy.LOCAL, aux="dgl")
+
+
+PLANS = {case.name: (case.model, local_plan(case), case.config) for case in CASES}
+PLANS["cnn-3stages-unequal"] = ("cnn-digits", unequal_plan(), SGD)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, tuple[TrainResult, LocalRun]]:
+    names = list(PLANS)
+    jobs = [TrainJob(build_model(PLANS[n][0]), PLANS[n][1], PLANS[n][2], return_parameters=True) for n in names]
+    results = train_many(jobs)
+    return {n: (r, emulate_local(build_model(PLANS[n][0]), PLANS[n][1], PLANS[n][2]))
+            for n, r in zip(names, results, strict=True)}
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_pipelined_local_learning_equals_the_single_process_emulator(
+        name: str, runs: dict[str, tuple[TrainResult, LocalRun]]) -> None:
+    result, emulated = runs[name]
+    plan = PLANS[name][1]
+    assert set(result.parameters) == set(emulated.parameters)
+    heads = [k for k in emulated.parameters if k.startswith("aux")]
+    assert {k.split(".")[0] for k in heads} == {f"aux{s}" for s in range(plan.n_stages - 1)}
+    diff = max((result.parameters[k] - v).abs().max().item() for k, v in emulated.parameters.items())
+    assert diff <= TOL, f"{name}: max parameter difference {diff}"
+    assert len(result.losses) == STEPS
+    assert result.losses == pytest.approx(emulated.losses, rel=1e-6, abs=TOL)
+    final = result.final_eval
+    assert final is not None and emulated.evaluation is not None
+    assert final.eval_accuracy == pytest.approx(emulated.evaluation.accuracy, abs=1e-9)
+    assert final.eval_loss == pytest.approx(emulated.evaluation.loss, abs=1e-4)
+
+
+def test_local_learning_learns_the_digits(runs: dict[str, tuple[TrainResult, LocalRun]]) -> None:
+    """20 steps of 16 samples: far above chance (0.1) on the main path alone."""
+    final = runs["mlp-2stages-linear"][0].final_eval
+    assert final is not None and final.eval_accuracy is not None and final.eval_accuracy > 0.5
+
+
+def test_checkpoints_carry_the_heads_and_export_leaves_them_out(tmp_path: Path) -> None:
+    """6 steps straight = 3 steps, a checkpoint, 3 resumed steps (heads and Adam state included);
+    the export is the main network under the model's names (cnn-digits has no buffers), equal to the
+    trained one; --with-heads adds the heads."""
+    case = Case("resume", "cnn-digits", 2, "dgl", replace(SGD, optimizer="adam", lr=1e-3, steps=6))
+    graph, plan = build_model(case.model), local_plan(case)
+    half = replace(case.config, steps=3, checkpoint_dir=tmp_path / "ck")
+    straight, first = train_many([TrainJob(graph, plan, case.config, return_parameters=True),
+                                  TrainJob(graph, plan, half)])
+    resumed = replace(case.config, checkpoint_dir=tmp_path / "ck", resume=tmp_path / "ck")
+    second = train_many([TrainJob(graph, plan, resumed, return_parameters=True)])[0]
+    assert set(second.parameters) == set(straight.parameters)
+    assert any(k.startswith("aux0.") for k in straight.parameters)
+    assert max((second.parameters[k] - v).abs().max().item() for k, v in straight.parameters.items()) <= TOL
+    _, main, _ = export_checkpoint(tmp_path / "ck", tmp_path / "main.pt")
+    state = torch.load(tmp_path / "main.pt")
+    assert set(state) == {k for k in straight.parameters if not k.startswith("aux")}
+    assert max((v - straight.parameters[k]).abs().max().item() for k, v in state.items()) <= TOL  # step 6
+    _, everything, _ = export_checkpoint(tmp_path / "ck", tmp_path / "all.pt", with_heads=True)
+    heads = {k for k in torch.load(tmp_path / "all.pt") if k.startswith("aux0.")}
+    assert heads and everything == main + len(heads) and len(first.losses) == 3
