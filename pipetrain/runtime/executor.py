@@ -27,6 +27,13 @@ the whole batch for any micro-batching, equal or not. Nothing else scales gradie
 of a replicated stage each hold the sum over their own micro-batches, so summing them over the
 stage's group at STEP gives the whole batch's gradient (no averaging, no learning-rate scaling).
 
+Asynchronous methods (``pipedream``, ``2bw``): F and B run on the version their action names and B
+hands its weight gradients to the module; STEP commits a new version (:mod:`pipetrain.runtime.versions`).
+The program spans the run and runs one batch's chunk per step (:func:`~pipetrain.schedule.versions.
+batch_chunks`), so in-flight micro-batches stay kept across steps and ranges index the run
+(``sample_offset``); under ``pipedream`` each micro-batch is a mini-batch and its loss is divided by
+its own size.
+
 Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes` says: a
 stage whose backward partition differs from its forward one cannot back-propagate part of a forward
 micro-batch's graph, so it re-runs forward per backward micro-batch. The re-run must compute what
@@ -46,13 +53,15 @@ from torch import nn
 from pipetrain.data import EvalTally, Loss, model_loss
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
-from pipetrain.plan.plan import Plan, ranges
+from pipetrain.plan.plan import Method, Plan, ranges
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.memory import ActivationMeter
 from pipetrain.runtime.transport import Direction, Message, Transport
+from pipetrain.runtime.versions import WeightVersions
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import validate_for_plan
+from pipetrain.schedule.versions import validate_versions
 
 __all__ = [
     "HANDLERS",
@@ -100,6 +109,10 @@ class RankContext:
         evaluation: while evaluating, the tally the last stage adds its outputs to (a forward-only
             program runs; nothing is kept for backward); None while training.
         clip: clips the gradients before the optimizer step (global norm over all stages), or None.
+        versions: the stage's weight versions (asynchronous methods), else None.
+        sample_offset: the first sample of the loaded batch in the ranges the actions name.
+        microbatch_loss: divide each micro-batch's loss by its own size, not ``batch_size`` (pipedream).
+        loss_count: the micro-batches in ``loss_total``.
     """
 
     rank: int
@@ -126,6 +139,10 @@ class RankContext:
     input_ranges: tuple[Range, ...] | None = None
     evaluation: EvalTally | None = None
     clip: Callable[[list[nn.Parameter]], object] | None = None
+    versions: WeightVersions | None = None
+    sample_offset: int = 0
+    microbatch_loss: bool = False
+    loss_count: int = 0
 
     @property
     def is_first(self) -> bool:
@@ -136,22 +153,26 @@ class RankContext:
         return self.stage == self.n_stages - 1
 
     def begin_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None,
-                   input_ranges: Sequence[Range] | None = None) -> None:
+                   input_ranges: Sequence[Range] | None = None, offset: int = 0) -> None:
         """Load a mini-batch: ``inputs [B, ...]`` on stage 0, ``targets [B, ...]`` on the last.
 
-        ``input_ranges``: stage 0's ranges to load (default :attr:`input_ranges`, else the whole batch).
+        ``input_ranges``: stage 0's ranges to load (default :attr:`input_ranges`, else the whole batch);
+        ``offset``: where the batch starts in the actions' ranges. An asynchronous stage keeps its
+        in-flight micro-batches.
         """
         for buffer in self.buffers:
-            buffer.clear()
-        self.saved.clear()
-        self.loss_total = None
+            if self.versions is None or buffer is not self.stashed:
+                buffer.clear()
+        if self.versions is None:
+            self.saved.clear()
+        self.loss_total, self.loss_count, self.sample_offset = None, 0, offset
         device = self.transport.device
         if self.is_first:
             if inputs is None:
                 raise ValueError("stage 0 needs the batch's inputs")
             chosen = input_ranges if input_ranges is not None else self.input_ranges
             for lo, hi in chosen if chosen is not None else ((0, inputs.shape[0]),):
-                self.inputs.put(lo, hi, inputs[lo:hi].to(device))
+                self.inputs.put(lo + offset, hi + offset, inputs[lo:hi].to(device))
         self.targets = targets.to(device) if self.is_last and targets is not None else None
 
     @property
@@ -159,8 +180,11 @@ class RankContext:
         return (self.inputs, self.outputs, self.output_grads, self.input_grads, self.stashed)
 
     def step_loss(self) -> float | None:
-        """The mini-batch loss (mean over samples) on the last stage after its step; else None."""
-        return None if self.loss_total is None else float(self.loss_total)
+        """The mini-batch loss (mean over samples) on the last stage after its step; else None.
+        Under ``pipedream`` the mean of the step's micro-batch (mini-batch) losses."""
+        if self.loss_total is None:
+            return None
+        return float(self.loss_total) / (self.loss_count if self.microbatch_loss else 1)
 
 
 class ActionHook(Protocol):
@@ -174,15 +198,17 @@ class ActionHook(Protocol):
 # ---- handlers -------------------------------------------------------------------------------
 
 
-def _run_layers(ctx: RankContext, x: torch.Tensor, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(x, y)``: the stage on samples ``[lo, hi)``; on the last stage ``y`` is the weighted loss."""
+def _run_layers(ctx: RankContext, x: torch.Tensor, a: Action) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x, y)``: the stage on the action's samples (on its weight version, if it names one); on the
+    last stage ``y`` is the weighted loss."""
     if not ctx.is_first and x.is_floating_point() and torch.is_grad_enabled():
         x = x.detach().requires_grad_(True)
-    y = ctx.module(x)
+    y = ctx.module(x) if ctx.versions is None or a.version is None else ctx.versions.call(a.version, x)
     if ctx.is_last:
         if ctx.targets is None:
             raise ValueError("the last stage has no targets; call begin_step first")
-        y = ctx.loss(y, ctx.targets[lo:hi]) / ctx.batch_size
+        lo, hi = a.lo - ctx.sample_offset, a.hi - ctx.sample_offset
+        y = ctx.loss(y, ctx.targets[lo:hi]) / (a.size if ctx.microbatch_loss else ctx.batch_size)
     return x, y
 
 
@@ -193,16 +219,19 @@ def _forward(ctx: RankContext, a: Action) -> None:
         return
     if ctx.recompute:
         with torch.no_grad():
-            _, y = _run_layers(ctx, x, a.lo, a.hi)
+            _, y = _run_layers(ctx, x, a)
         ctx.stashed.put(a.lo, a.hi, x)
         ctx.meter.add(x.nbytes)
     else:
         with ctx.meter.track((a.lo, a.hi)):
-            x, y = _run_layers(ctx, x, a.lo, a.hi)
+            x, y = _run_layers(ctx, x, a)
         ctx.saved[(a.lo, a.hi)] = (x, y)
+    if ctx.versions is not None and a.version is not None:
+        ctx.versions.used(a.version)
     if ctx.is_last:
         loss = y.detach()
         ctx.loss_total = loss if ctx.loss_total is None else ctx.loss_total + loss
+        ctx.loss_count += 1
     else:
         ctx.outputs.put(a.lo, a.hi, y.detach())
 
@@ -223,7 +252,7 @@ def _recomputed(ctx: RankContext, a: Action) -> tuple[torch.Tensor, torch.Tensor
     """``(x, y)`` for ``[lo, hi)`` re-run from the stashed inputs, with autograd."""
     x = ctx.stashed.take(a.lo, a.hi)
     with ctx.meter.track((a.lo, a.hi)):
-        x, y = _run_layers(ctx, x, a.lo, a.hi)
+        x, y = _run_layers(ctx, x, a)
     ctx.meter.add(-x.nbytes)
     return x, y
 
@@ -241,6 +270,9 @@ def _backward(ctx: RankContext, a: Action) -> None:
         )
     grad = None if ctx.is_last else ctx.output_grads.take(a.lo, a.hi)
     torch.autograd.backward(y, grad)
+    if ctx.versions is not None and a.version is not None:
+        ctx.versions.collect(a.version)
+        ctx.versions.used(a.version)
     ctx.meter.release(key)
     if x.requires_grad:
         x_grad = x.grad if x.grad is not None else torch.zeros_like(x)
@@ -284,6 +316,9 @@ def _step(ctx: RankContext, a: Action) -> None:
     if ctx.optimizer is not None:
         ctx.optimizer.step()
         ctx.optimizer.zero_grad(set_to_none=True)
+    if ctx.versions is not None:  # asynchronous: micro-batches stay in flight across STEPs
+        ctx.versions.commit()
+        return
     leftovers = [b for b in ctx.buffers if len(b)]
     if leftovers or ctx.saved:
         names = [f"{b.name} {b.ranges()}" for b in leftovers] + [f"forwards {sorted(ctx.saved)}"]
@@ -355,6 +390,8 @@ def check_runnable(schedule: Schedule, plan: Plan) -> None:
             if a.kind is ActionKind.W:
                 raise UserError(f"rank {rank}: {a}: split backward (W) is not supported by the runtime yet")
     validate_for_plan(schedule, plan)
+    if plan.asynchronous:
+        validate_versions(schedule, plan)
 
 
 def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[TensorSpec, TensorSpec]:
@@ -372,11 +409,13 @@ def build_rank_context(
     optimizer: OptimizerFactory,
     replicas: dist.ProcessGroup | None = None,
     loss: Loss | None = None,
+    program: Sequence[Action] = (),
 ) -> RankContext:
     """Build ``rank``'s stage (its layers with their deterministic initial weights) and state.
 
     ``replicas`` is the process group of the stage's ranks when the stage is replicated; ``loss``
-    the last stage's loss (default: the model's own, ``graph.loss``).
+    the last stage's loss (default: the model's own, ``graph.loss``); ``program`` the rank's whole
+    program, whose weight versions an asynchronous plan's stage keeps (:class:`WeightVersions`).
 
     Raises:
         UserError: the rank runs no stage of the plan.
@@ -404,6 +443,8 @@ def build_rank_context(
         recompute=recompute,
         replicas=replicas,
         input_ranges=_own_ranges(plan, stage, rank) if stage == 0 and plan.replicated else None,
+        versions=WeightVersions(module, program) if plan.asynchronous else None,
+        microbatch_loss=plan.method is Method.PIPEDREAM,
     )
 
 

@@ -10,7 +10,9 @@
    gradients for B) have been received before they are used;
 4. every send is matched by a receive of the same message, in the same order on each directed link;
 5. a dry run, in which sends never block and a receive waits for its send, finishes (no deadlock);
-6. STEP is the last action of its stage, after every backward.
+6. STEP is the last action of its stage, after every backward (an asynchronous schedule,
+   ``steps_anywhere``, steps after its backwards as it goes; :mod:`pipetrain.schedule.versions`
+   checks its weight versions).
 
 A failure raises :class:`ScheduleError` whose message names the rank, step and action and renders
 the step × rank grid with the failing cell marked ``>> <<``.
@@ -27,7 +29,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 
-__all__ = ["ScheduleError", "validate", "validate_for_plan"]
+__all__ = ["ScheduleError", "dry_run", "validate", "validate_for_plan"]
 
 _GRID_ROWS = 40
 
@@ -42,21 +44,23 @@ def _fail(schedule: Schedule, rank: int, step: int, why: str) -> ScheduleError:
     return ScheduleError(f"rank {rank}, step {step} ({action}): {why}\n{grid}")
 
 
-def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int) -> None:
+def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int,
+             steps_anywhere: bool = False) -> None:
     """Check every invariant listed in the module docstring.
 
     Args:
         schedule: a lowered schedule (with communication).
-        batch_size: samples per mini-batch.
+        batch_size: samples per mini-batch (an asynchronous schedule: of the whole run).
         stage_of_rank: the stage each rank runs.
         n_stages: stage count (stage 0 needs no activations, the last no gradients).
+        steps_anywhere: STEP may come before other actions, and more than once (asynchronous methods).
 
     Raises:
         ScheduleError: on the first violation found.
     """
     coverage: dict[int, tuple[list[int], list[int], int]] = {}
     for rank, program in schedule:
-        state = _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages)
+        state = _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages, steps_anywhere)
         fwd, bwd, _ = coverage.setdefault(stage_of_rank[rank], ([0] * batch_size, [0] * batch_size, rank))
         for total, counts in ((fwd, state.forwarded), (bwd, state.backwarded)):
             for i, c in enumerate(counts):
@@ -66,7 +70,7 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
         _check_coverage(schedule, rank, end, fwd, "forward")
         _check_coverage(schedule, rank, end, bwd, "backward")
     _check_channels(schedule)
-    _dry_run(schedule)
+    dry_run(schedule)
 
 
 @dataclass
@@ -111,14 +115,15 @@ def _bump(counts: list[int], samples: range) -> None:
 
 
 def _check_rank(
-    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, n_stages: int
+    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, n_stages: int,
+    steps_anywhere: bool = False,
 ) -> _RankState:
     """Replay ``rank``'s program; the state it ends in (per-sample forward and backward counts)."""
     state = _RankState([0] * batch, [0] * batch, [stage == 0] * batch, [stage == n_stages - 1] * batch)
     for step, a in enumerate(program):
         if a.stage != stage:
             raise _fail(schedule, rank, step, f"rank {rank} runs stage {stage}, not stage {a.stage}")
-        if state.stepped:
+        if state.stepped and not steps_anywhere:
             raise _fail(schedule, rank, step, "action after STEP; STEP must come last")
         if a.kind is not ActionKind.STEP and a.hi > batch:
             raise _fail(schedule, rank, step, f"range ends at {a.hi}, past the batch of {batch}")
@@ -165,8 +170,12 @@ def _check_channels(schedule: Schedule) -> None:
             raise _fail(schedule, dst, got[len(sent)][0], f"receive is never sent by rank {src}")
 
 
-def _dry_run(schedule: Schedule) -> None:
-    """Unit-time execution; sends are buffered, receives wait for their matching send."""
+def dry_run(schedule: Schedule) -> None:
+    """Unit-time execution; sends are buffered, receives wait for their matching send.
+
+    Raises:
+        ScheduleError: some rank waits forever (a deadlock), naming every waiting rank.
+    """
     pos = [0] * schedule.n_ranks
     sent: dict[tuple[int, int, str], int] = defaultdict(int)
     received: dict[tuple[int, int, str], int] = defaultdict(int)
@@ -204,7 +213,10 @@ def validate_for_plan(schedule: Schedule, plan: Plan) -> None:
     if schedule.n_ranks != plan.n_ranks:
         raise UserError(f"the schedule has {schedule.n_ranks} ranks but the plan uses {plan.n_ranks}; give a "
                         "schedule with one row per rank of the plan")
-    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages)
+    if plan.asynchronous:  # the schedule spans the run's batches (Plan.repeated)
+        ends = [a.hi for _, program in schedule for a in program]
+        plan = plan.repeated(max(1, -(-max(ends, default=0) // plan.batch_size)))
+    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, steps_anywhere=plan.asynchronous)
     for rank, program in schedule:
         stage = plan.stage_of_rank(rank)
         forward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.F)
