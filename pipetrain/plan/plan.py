@@ -228,6 +228,20 @@ class Plan:
     def with_prediction(self, prediction: Prediction) -> Plan:
         return replace(self, prediction=prediction)
 
+    def run_by(self, method: Method, vertical_sync: bool = False) -> Plan:
+        """The same stages and micro-batches run by ``method``, with its weight policy (asynchronous
+        methods: :data:`ASYNC_WEIGHTS`; ``vertical_sync`` picks pipedream's vertical sync), validated.
+
+        Raises:
+            UserError: vertical sync for a method other than pipedream, or a plan the method cannot run.
+        """
+        if vertical_sync and method is not Method.PIPEDREAM:
+            raise UserError(f"--vertical-sync applies to --method pipedream, not {method.value}; drop it")
+        weights = ASYNC_WEIGHTS.get(method, (WeightPolicy.SYNC,))[1 if vertical_sync else 0]
+        plan = replace(self, method=method, weights=weights, prediction=None)
+        plan.validate()
+        return plan
+
     # ---- validation -------------------------------------------------------------------------
 
     def validate(self, layer_names: Sequence[str] | None = None, fingerprint: str | None = None) -> None:

@@ -30,7 +30,7 @@ from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import ScheduleError
 
-__all__ = ["batch_chunks", "check_chunks", "peak_in_flight", "validate_versions", "version_limit"]
+__all__ = ["batch_chunks", "check_chunks", "held_versions", "peak_in_flight", "validate_versions", "version_limit"]
 
 _FORWARD_CHANNEL = (ActionKind.RECV_F, ActionKind.F, ActionKind.SEND_F)
 
@@ -63,35 +63,44 @@ def validate_versions(schedule: Schedule, plan: Plan) -> None:
         _check_rank_versions(rank, program, version_limit(schedule, plan, rank))
 
 
-def _check_rank_versions(rank: int, program: Sequence[Action], limit: int) -> None:
-    compute = [(i, a) for i, a in enumerate(program) if a.kind in (ActionKind.F, ActionKind.B)]
-    if any(a.version is None for _, a in compute):
-        bad = next(a for _, a in compute if a.version is None)
-        raise ScheduleError(f"rank {rank}: {bad} carries no weight version; an asynchronous method's F and B need one")
-    last_use = {a.version: i for i, a in compute}
-    forwarded: dict[tuple[int, int], int | None] = {}
-    alive: set[int] = set()  # superseded versions a later F or B still needs
-    latest = 0
+def held_versions(program: Sequence[Action]) -> list[int]:
+    """The versions a rank holds at its start and after each of its STEPs (rule 3: the newest plus
+    every older one a later F or B needs)."""
+    last_use = {a.version: i for i, a in enumerate(program) if a.kind in (ActionKind.F, ActionKind.B)}
+    alive: set[int | None] = set()  # superseded versions a later F or B still needs
+    latest, held = 0, [1]
     for i, a in enumerate(program):
         if a.kind is ActionKind.STEP:
             if last_use.get(latest, -1) > i:
                 alive.add(latest)
             latest += 1
-            if len(alive) + 1 > limit:
-                raise ScheduleError(f"rank {rank}: after STEP {latest} it holds {len(alive) + 1} weight versions, "
-                                    f"more than the {limit} its method allows")
-            continue
+            held.append(len(alive) + 1)
+        elif a.kind in (ActionKind.F, ActionKind.B) and last_use.get(a.version) == i:
+            alive.discard(a.version)
+    return held
+
+
+def _check_rank_versions(rank: int, program: Sequence[Action], limit: int) -> None:
+    steps = 0
+    forwarded: dict[tuple[int, int], int | None] = {}
+    for a in program:
+        steps += a.kind is ActionKind.STEP
         if a.kind not in (ActionKind.F, ActionKind.B):
             continue
+        if a.version is None:
+            raise ScheduleError(f"rank {rank}: {a} carries no weight version; an asynchronous method's F and B "
+                                "need one")
         if a.kind is ActionKind.F:
-            if a.version is None or a.version > latest:
-                raise ScheduleError(f"rank {rank}: {a} uses version {a.version} but only {latest} STEPs ran before it")
+            if a.version > steps:
+                raise ScheduleError(f"rank {rank}: {a} uses version {a.version} but only {steps} STEPs ran before it")
             forwarded[(a.lo, a.hi)] = a.version
         elif forwarded.get((a.lo, a.hi)) != a.version:
             raise ScheduleError(f"rank {rank}: {a} uses version {a.version} but its F used "
                                 f"{forwarded.get((a.lo, a.hi))}; a backward must use its forward's weights")
-        if last_use[a.version] == i:
-            alive.discard(a.version)
+    held = held_versions(program)
+    if max(held) > limit:
+        raise ScheduleError(f"rank {rank}: after STEP {held.index(max(held))} it holds {max(held)} weight versions, "
+                            f"more than the {limit} its method allows")
 
 
 def batch_chunks(program: Sequence[Action], batch_size: int, batches: int) -> list[tuple[Action, ...]]:
