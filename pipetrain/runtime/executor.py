@@ -16,7 +16,8 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
             (recomputing stage: x = kept inputs [lo, hi), re-chunked; y = layers(x) with
             autograd; then the same backward, so [lo, hi) need not match any F range)
     SEND_B  post a send of the stored input gradients [lo, hi) to peer
-    STEP    wait for posted sends; on a replicated stage, all-reduce (sum) the gradients and the
+    STEP    wait for posted sends (asynchronous methods: the job waits at the next step, once every
+            rank has posted that step's receives); on a replicated stage, all-reduce (sum) the gradients and the
             loss over the stage's ranks; clip the global gradient norm (if set); optimizer step;
             zero gradients
     W       not supported yet (split backward)
@@ -308,7 +309,8 @@ def _recv(ctx: RankContext, a: Action) -> None:
 
 
 def _step(ctx: RankContext, a: Action) -> None:
-    ctx.transport.wait_sends()
+    if ctx.versions is None:  # asynchronous: a gradient sent now is received in the peer's next chunk
+        ctx.transport.wait_sends()
     if ctx.replicas is not None:
         _allreduce_gradients(ctx)
     if ctx.clip is not None:

@@ -134,6 +134,8 @@ class _JobRun:
         if ctx is not None:
             wait = self._load_batch(ctx, step)
             ctx.transport.expect(self.receives[0 if self.chunks is None else step])
+            if self.chunks is not None:  # the last chunk's gradients, received by this step's expect
+                ctx.transport.wait_sends()
             if ctx.optimizer is not None:
                 set_lr(ctx.optimizer, config.lr_at(step))
         stop = self.session.agree_stop()  # the step's barrier
@@ -143,6 +145,8 @@ class _JobRun:
         self.recorder.start_step()
         if ctx is not None:
             run_program(ctx, program, (self.fault, self.recorder))
+            if self.chunks is not None and step == config.steps - 1:
+                ctx.transport.wait_sends()
             ctx.meter.enabled = False  # every step holds the same activations: the first one tells
         step_s = self.recorder.end_step()
         loss = ctx.step_loss() if ctx is not None else None

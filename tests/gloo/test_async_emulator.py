@@ -50,12 +50,17 @@ CASES = {
     "2bw-2stages": Case(_async(chain_plan(GRAPH, 2, BATCH, 4), WeightPolicy.TWO_BW), SGD),
     "2bw-4stages-adam": Case(_async(chain_plan(GRAPH, 4, BATCH, 4), WeightPolicy.TWO_BW), ADAM),
 }
+# Evaluations between steps, while micro-batches and their gradients are in flight, change nothing.
+DIGITS = mlp_graph(n_blocks=2, width=32, features=64, classes=10)
+EVAL_CASE = Case(_async(chain_plan(DIGITS, 3, 16, 4), WeightPolicy.STASH),
+                 replace(SGD, data="digits", eval_every=5, lr=0.1))
 
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
     jobs = [TrainJob(GRAPH, c.plan, c.config, return_parameters=True) for c in CASES.values()]
-    return dict(zip(CASES, train_many(jobs), strict=True))
+    jobs.append(TrainJob(DIGITS, EVAL_CASE.plan, EVAL_CASE.config, return_parameters=True))
+    return dict(zip([*CASES, "eval"], train_many(jobs), strict=True))
 
 
 def _diff(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
@@ -77,3 +82,10 @@ def test_staleness_is_visible(results: dict[str, TrainResult]) -> None:
     for a, b in (("pipedream-4stages", "vertical-sync-4stages"), ("pipedream-2stages", "vertical-sync-2stages"),
                  ("pipedream-2stages", "2bw-2stages")):
         assert _diff(results[a].parameters, results[b].parameters) > 100 * TOL, (a, b)
+
+
+def test_evaluating_mid_run_equals_emulator(results: dict[str, TrainResult]) -> None:
+    result = results["eval"]
+    assert _diff(result.parameters, emulate_async(DIGITS, EVAL_CASE.plan, EVAL_CASE.config)) <= TOL
+    accuracies = [m.eval_accuracy for m in result.metrics if m.eval_accuracy is not None]
+    assert len(accuracies) == STEPS // 5 and accuracies[-1] > accuracies[0]
