@@ -25,7 +25,7 @@ from pipetrain.cli.common import (
 from pipetrain.cluster import Cluster
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, Method, Plan
+from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, Method, Plan
 from pipetrain.planners import PlannerSpec
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.simulate.timeline import Timeline
@@ -59,6 +59,8 @@ def cmd_probe(args: argparse.Namespace) -> None:
     )
 
 
+ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
+
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
                      "base": "--base"}
@@ -88,7 +90,8 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
         ga = GAConfig(**overrides) if overrides else None
     except ValueError as e:
         raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
-    fixed = args.method if args.method in (m.value for m in api.PLANNABLE_METHODS) else None
+    method = Method.ONE_F_ONE_B.value if args.method in ASYNC_METHODS else args.method  # then run asynchronously
+    fixed = method if method in (m.value for m in api.PLANNABLE_METHODS) else None
     constraints = api.Constraints(method=None if fixed is None else Method(fixed), n_stages=args.stages,
                                   n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga)
     ignored = [_CONSTRAINT_FLAGS[name] for name in spec.ignored(constraints)]
@@ -126,7 +129,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
         out.print(f"local learning ({plan.aux} heads, queues of {plan.queue_depth}) on the 1f1b plan's stages: "
                   f"predicted {timeline.iteration_s * 1e3:.2f} ms per iteration (auxiliary heads not counted)")
         result = dataclasses.replace(result, plan=plan)
-    save_text(args.out, result.plan.to_json(), "plan")
+    plan = _run_by(result.plan, args)
+    save_text(args.out, plan.to_json(), "plan")
     if result.cluster.n_devices != cluster.n_devices:
         used = args.out.with_suffix(".cluster.json")
         save_text(used, result.cluster.to_json(), f"the {result.cluster.n_devices} devices the plan uses")
@@ -135,6 +139,15 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
     for table in result_tables(result, top=args.top):
         out.print(table)
+
+
+def _run_by(plan: Plan, args: argparse.Namespace) -> Plan:
+    """``plan`` run by ``--method pipedream|2bw`` (with ``--vertical-sync``) when given; else as it is."""
+    if args.method in ASYNC_METHODS:
+        return plan.run_by(Method(args.method), args.vertical_sync)
+    if args.vertical_sync:
+        raise UserError("--vertical-sync applies to --method pipedream; add --method pipedream or drop it")
+    return plan
 
 
 def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Cluster, api.Profiles, Timeline]:
@@ -150,7 +163,7 @@ def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Cluster, api.Profile
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
-    plan = load_plan(args.plan)
+    plan = _run_by(load_plan(args.plan), args)
     cluster, profile, predicted = _predict(args, plan)
     _write_timeline(args.out_dir, "predicted", predicted, plan)
     from pipetrain.cost import CostModel
@@ -159,6 +172,13 @@ def cmd_simulate(args: argparse.Namespace) -> None:
 
     out.print(timeline_table(predicted, plan.rank_stages))
     cost = CostModel(profile, cluster)
+    if plan.asynchronous:
+        from pipetrain.simulate.steady import steady_state
+
+        steady = steady_state(plan, cost)
+        out.print(f"{plan.method.value} runs batches without a flush (the timeline shows several): steady state "
+                  f"{steady.samples_per_s:.1f} samples/s, {steady.batch_s * 1e3:.2f} ms per batch; filling and "
+                  f"draining the pipeline adds {steady.warmup_s * 1e3:.2f} ms once per run")
     memories = stage_memory(plan, cost, optimizer=args.optimizer)
     out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer))
 
@@ -188,6 +208,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         graph = graph_of(args)
         plan, _ = api.plan_pipeline(graph, load_profile(args, graph, args.batch),
                                     api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch)
+    plan = _run_by(plan, args)
     schedule = load_schedule(args)
     from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
 

@@ -12,7 +12,7 @@ from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
 from pipetrain.graph.aux_heads import AUX_KINDS
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
-from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, MAX_BATCH_SIZE, Method
+from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, MAX_BATCH_SIZE, Method
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.runtime.optim import LR_SCHEDULES
 
@@ -149,15 +149,17 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     _cost_args(p)
     p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
-                                                         Method.UEDP.value, Method.LOCAL.value],
+                                                         Method.UEDP.value, Method.LOCAL.value, *ASYNC_METHODS],
                    help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
                         "per stage on the best equal plan's stages; local: PPLL's local learning on the "
-                        "best 1f1b plan's stages (default: auto)")
+                        "best 1f1b plan's stages; pipedream, 2bw: the best 1f1b plan run asynchronously "
+                        "(no flush, weight versions) (default: auto)")
     p.add_argument("--aux", choices=AUX_KINDS,
                    help="--method local: auxiliary heads (default: linear for MLPs, dgl for conv nets and ViTs)")
     p.add_argument("--queue-depth", type=_count,
                    help=f"--method local: messages between two stages before the sender waits "
                         f"(default: {DEFAULT_QUEUE_DEPTH})")
+    _vertical_sync_arg(p)
     p.add_argument("--planner", choices=list(api.PLANNERS),
                    help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
                         "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
@@ -185,8 +187,25 @@ def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) 
                    "e.g. simulate's schedule.csv, edited); validated against the plan (default: the plan's own)")
 
 
+ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
+
+
+def _vertical_sync_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vertical-sync", action="store_true",
+                   help="--method pipedream: every stage runs a micro-batch on the weight version stage 0 "
+                        "chose for it (default: off, each stage its newest)")
+
+
+def _async_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", choices=ASYNC_METHODS,
+                   help="run the plan asynchronously: pipedream (weight stashing) or 2bw (two versions) "
+                        "(default: the plan's own method)")
+    _vertical_sync_arg(p)
+
+
 def simulate_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=True)
+    _async_args(p)
     _cost_args(p)
     _data_args(p)
     _out_dir(p, "out/sim", "predicted.json, the Chrome trace, the Gantt PNG and schedule.csv")
@@ -196,6 +215,7 @@ def simulate_args(p: argparse.ArgumentParser) -> None:
 
 def train_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=False)
+    _async_args(p)
     _model_args(p)
     _cost_args(p)
     length = p.add_mutually_exclusive_group()

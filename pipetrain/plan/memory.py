@@ -43,7 +43,7 @@ class StageMemory:
     """One stage's predicted peak memory, in bytes (the largest of its ranks for a replicated stage).
 
     Attributes:
-        weight_bytes: the stage's parameters.
+        weight_bytes: the stage's parameters (every weight version it holds, for asynchronous methods).
         gradient_bytes: their gradients (one copy, held at the optimizer step).
         optimizer_state_bytes: the optimizer's state (``c`` copies of the parameters).
         activation_bytes: the peak of held activations (saved tensors, or stashed inputs).

@@ -29,6 +29,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import AUX_KINDS
 
 __all__ = [
+    "ASYNC_WEIGHTS",
     "DEFAULT_QUEUE_DEPTH",
     "MAX_BATCH_SIZE",
     "Method",
@@ -65,8 +66,16 @@ class WeightPolicy(str, Enum):
 
     SYNC = "sync"  # one version, flush per batch
     STASH = "stash"  # PipeDream weight stashing
+    VERTICAL_SYNC = "vertical-sync"  # stashing, with the version chosen at stage 0 on every stage
     TWO_BW = "2bw"  # PipeDream-2BW double buffering
     LOCAL = "local"  # local losses, no cross-stage gradient
+
+
+ASYNC_WEIGHTS: dict[Method, tuple[WeightPolicy, ...]] = {
+    Method.PIPEDREAM: (WeightPolicy.STASH, WeightPolicy.VERTICAL_SYNC),
+    Method.TWO_BW: (WeightPolicy.TWO_BW,),
+}
+"""The asynchronous methods (no flush between batches, docs/algorithms.md §2.9) and the weight policies each runs."""
 
 
 def equal_sizes(batch: int, n_micro: int) -> tuple[int, ...]:
@@ -201,6 +210,22 @@ class Plan:
         return ranks[microbatch % len(ranks)]
 
     @property
+    def asynchronous(self) -> bool:
+        """Whether the method runs batches without a flush, on several weight versions (pipedream, 2bw)."""
+        return self.method in ASYNC_WEIGHTS
+
+    def repeated(self, batches: int) -> Plan:
+        """The plan of ``batches`` consecutive mini-batches seen as one of ``batches · B`` samples.
+
+        An asynchronous method's schedule spans the run without a flush; its sample ranges index this
+        run-long batch (batch ``t`` is samples ``[t·B, (t+1)·B)``), so the communication pass and the
+        validator apply to it unchanged.
+        """
+        stages = tuple(replace(s, forward_sizes=s.forward_sizes * batches, backward_sizes=s.backward_sizes * batches)
+                       for s in self.stages)
+        return replace(self, batch_size=self.batch_size * batches, stages=stages)
+
+    @property
     def replicated(self) -> bool:
         """Whether some stage runs on more than one rank (data parallelism inside the stage)."""
         return any(len(s.ranks) > 1 for s in self.stages)
@@ -213,6 +238,20 @@ class Plan:
 
     def with_prediction(self, prediction: Prediction) -> Plan:
         return replace(self, prediction=prediction)
+
+    def run_by(self, method: Method, vertical_sync: bool = False) -> Plan:
+        """The same stages and micro-batches run by ``method``, with its weight policy (asynchronous
+        methods: :data:`ASYNC_WEIGHTS`; ``vertical_sync`` picks pipedream's vertical sync), validated.
+
+        Raises:
+            UserError: vertical sync for a method other than pipedream, or a plan the method cannot run.
+        """
+        if vertical_sync and method is not Method.PIPEDREAM:
+            raise UserError(f"--vertical-sync applies to --method pipedream, not {method.value}; drop it")
+        weights = ASYNC_WEIGHTS.get(method, (WeightPolicy.SYNC,))[1 if vertical_sync else 0]
+        plan = replace(self, method=method, weights=weights, prediction=None)
+        plan.validate()
+        return plan
 
     # ---- validation -------------------------------------------------------------------------
 
@@ -235,6 +274,8 @@ class Plan:
         if self.replicated:
             self._validate_replicas()
         self._validate_local()
+        if self.asynchronous or self.weights not in (WeightPolicy.SYNC, WeightPolicy.LOCAL):
+            self._validate_async()
         ranks = sorted(r for s in self.stages for r in s.ranks)
         if ranks != list(range(len(ranks))):
             raise UserError(
@@ -294,10 +335,10 @@ class Plan:
     def _validate_replicas(self) -> None:
         """Replicated stages take whole micro-batches round-robin, so every stage must cut the batch
         the same way (a message then goes to exactly one replica) and have a micro-batch per replica."""
-        if self.method not in (Method.GPIPE, Method.ONE_F_ONE_B):
+        if self.method not in (Method.GPIPE, Method.ONE_F_ONE_B, Method.PIPEDREAM):
             raise UserError(
-                f"method {self.method.value} cannot run replicated stages; use gpipe or 1f1b, or give "
-                "every stage one rank"
+                f"method {self.method.value} cannot run replicated stages; use gpipe, 1f1b or pipedream, or "
+                "give every stage one rank"
             )
         sizes = self.stages[0].forward_sizes
         for k, stage in enumerate(self.stages):
@@ -311,6 +352,35 @@ class Plan:
                     f"stage {k} runs on {len(stage.ranks)} ranks but the batch has only {len(sizes)} "
                     f"micro-batches; use at least {len(stage.ranks)} micro-batches or fewer replicas"
                 )
+
+    def _validate_async(self) -> None:
+        """An asynchronous method needs its weight policy, one partition for every stage and pass, and
+        (2bw) at least as many micro-batches as stages; replicas need pipedream's stashing without
+        vertical sync, a whole number of micro-batches per replica, and an unreplicated last stage."""
+        allowed = ASYNC_WEIGHTS.get(self.method, ())
+        if self.weights not in allowed:
+            fix = f"set \"weights\" to {' or '.join(repr(w.value) for w in allowed)}" if allowed else \
+                "set \"weights\" to 'sync' (versioned weights need method pipedream or 2bw)"
+            raise UserError(f"method {self.method.value} cannot run weight policy {self.weights.value!r}; {fix}")
+        sizes = self.stages[0].forward_sizes
+        if any(s.forward_sizes != sizes or s.backward_sizes != sizes for s in self.stages):
+            raise UserError(f"method {self.method.value} needs the same micro-batch sizes on every stage, for forward "
+                            f"and backward (stage 0 has {list(sizes)}); use one partition for the whole plan")
+        if self.method is Method.TWO_BW and len(sizes) < self.n_stages:
+            raise UserError(f"method 2bw needs at least as many micro-batches as stages ({self.n_stages}), got "
+                            f"{len(sizes)}; use more micro-batches or fewer stages")
+        replicas = [len(s.ranks) for s in self.stages]
+        if max(replicas) == 1:
+            return
+        if self.weights is WeightPolicy.VERTICAL_SYNC:
+            raise UserError("vertical sync cannot run replicated stages (their versions advance at another rate); "
+                            "drop --vertical-sync or give every stage one rank")
+        if replicas[-1] > 1:
+            raise UserError("method pipedream cannot replicate the last stage yet; give the last stage one rank")
+        bad = [k for k, r in enumerate(replicas) if len(sizes) % r]
+        if bad:
+            raise UserError(f"stage {bad[0]} runs on {replicas[bad[0]]} ranks, which do not divide the {len(sizes)} "
+                            "micro-batches; use a multiple of every stage's replica count")
 
     # ---- JSON -------------------------------------------------------------------------------
 

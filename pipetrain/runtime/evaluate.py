@@ -52,13 +52,14 @@ def evaluate_rank(ctx: RankContext, plan: Plan, dataset: Dataset[Sample]) -> Eva
     tally = EvalTally()
     ctx.module.eval()
     ctx.evaluation = tally
+    earlier = ctx.transport.n_pending  # an asynchronous run's gradients in flight: received after the evaluation
     try:
         for inputs, targets in eval_batches(dataset, plan.batch_size):
             program = _programs(plan, int(inputs.shape[0]))[ctx.rank]
             ctx.begin_step(inputs, targets, _forward_ranges(program) if ctx.is_first else None)
             ctx.transport.expect(expected_receives(ctx, program))
             run_program(ctx, program)
-            ctx.transport.wait_sends()
+            ctx.transport.wait_sends(keep=earlier)
     finally:
         ctx.evaluation = None
         ctx.module.train()

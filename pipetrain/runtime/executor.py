@@ -16,7 +16,8 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
             (recomputing stage: x = kept inputs [lo, hi), re-chunked; y = layers(x) with
             autograd; then the same backward, so [lo, hi) need not match any F range)
     SEND_B  post a send of the stored input gradients [lo, hi) to peer
-    STEP    wait for posted sends; on a replicated stage, all-reduce (sum) the gradients and the
+    STEP    wait for posted sends (asynchronous methods: the job waits at the next step, once every
+            rank has posted that step's receives); on a replicated stage, all-reduce (sum) the gradients and the
             loss over the stage's ranks; clip the global gradient norm (if set); optimizer step;
             zero gradients
     W       not supported yet (split backward)
@@ -30,6 +31,13 @@ divided by the full batch size ``B``, so the accumulated gradients equal single-
 the whole batch for any micro-batching, equal or not. Nothing else scales gradients: the replicas
 of a replicated stage each hold the sum over their own micro-batches, so summing them over the
 stage's group at STEP gives the whole batch's gradient (no averaging, no learning-rate scaling).
+
+Asynchronous methods (``pipedream``, ``2bw``): F and B run on the version their action names and B
+hands its weight gradients to the module; STEP commits a new version (:mod:`pipetrain.runtime.versions`).
+The program spans the run and runs one batch's chunk per step (:func:`~pipetrain.schedule.versions.
+batch_chunks`), so in-flight micro-batches stay kept across steps and ranges index the run
+(``sample_offset``); under ``pipedream`` each micro-batch is a mini-batch and its loss is divided by
+its own size.
 
 Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes` says: a
 stage whose backward partition differs from its forward one cannot back-propagate part of a forward
@@ -47,23 +55,24 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipetrain.data import EvalTally, Loss, model_loss
+from pipetrain.data import EvalTally, Loss
 from pipetrain.errors import UserError
-from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
-from pipetrain.plan.plan import Plan, ranges
+from pipetrain.graph.layer_graph import TensorSpec
+from pipetrain.plan.plan import Plan
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.local_handlers import (
     LocalStage,
-    build_local_stage,
     local_backward,
     local_forward,
     local_step,
 )
 from pipetrain.runtime.memory import ActivationMeter
 from pipetrain.runtime.transport import Direction, Message, Transport
+from pipetrain.runtime.versions import WeightVersions
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import validate_for_plan
+from pipetrain.schedule.versions import validate_versions
 
 __all__ = [
     "HANDLERS",
@@ -71,17 +80,10 @@ __all__ = [
     "Handler",
     "OptimizerFactory",
     "RankContext",
-    "build_rank_context",
     "check_runnable",
     "expected_receives",
-    "head_parameters",
     "run_program",
-    "stage_parameters",
-    "stage_specs",
 ]
-
-HEAD_PREFIX = "aux"
-"""Auxiliary heads' parameters are named ``aux{stage}.<name in the head>`` (local learning)."""
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 Range = tuple[int, int]
@@ -117,6 +119,10 @@ class RankContext:
         clip: clips the gradients before the optimizer step (global norm over all stages), or None.
         local: local learning's state (the auxiliary head, the queue depth), or None for methods
             that back-propagate end to end.
+        versions: the stage's weight versions (asynchronous methods), else None.
+        sample_offset: the first sample of the loaded batch in the ranges the actions name.
+        microbatch_loss: divide each micro-batch's loss by its own size, not ``batch_size`` (pipedream).
+        loss_count: the micro-batches in ``loss_total``.
     """
 
     rank: int
@@ -144,6 +150,10 @@ class RankContext:
     evaluation: EvalTally | None = None
     clip: Callable[[list[nn.Parameter]], object] | None = None
     local: LocalStage | None = None
+    versions: WeightVersions | None = None
+    sample_offset: int = 0
+    microbatch_loss: bool = False
+    loss_count: int = 0
 
     @property
     def is_first(self) -> bool:
@@ -154,23 +164,27 @@ class RankContext:
         return self.stage == self.n_stages - 1
 
     def begin_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None,
-                   input_ranges: Sequence[Range] | None = None) -> None:
+                   input_ranges: Sequence[Range] | None = None, offset: int = 0) -> None:
         """Load a mini-batch: ``inputs [B, ...]`` on stage 0, ``targets [B, ...]`` on the last.
 
-        ``input_ranges``: stage 0's ranges to load (default :attr:`input_ranges`, else the whole batch).
-        Local learning takes the targets on every stage, and the inputs where a head reconstructs them.
+        ``input_ranges``: stage 0's ranges to load (default :attr:`input_ranges`, else the whole batch);
+        ``offset``: where the batch starts in the actions' ranges. An asynchronous stage keeps its
+        in-flight micro-batches. Local learning takes the targets on every stage, and the inputs where
+        a head reconstructs them.
         """
         for buffer in self.buffers:
-            buffer.clear()
-        self.saved.clear()
-        self.loss_total = None
+            if self.versions is None or buffer is not self.stashed:
+                buffer.clear()
+        if self.versions is None:
+            self.saved.clear()
+        self.loss_total, self.loss_count, self.sample_offset = None, 0, offset
         device = self.transport.device
         if self.is_first:
             if inputs is None:
                 raise ValueError("stage 0 needs the batch's inputs")
             chosen = input_ranges if input_ranges is not None else self.input_ranges
             for lo, hi in chosen if chosen is not None else ((0, inputs.shape[0]),):
-                self.inputs.put(lo, hi, inputs[lo:hi].to(device))
+                self.inputs.put(lo + offset, hi + offset, inputs[lo:hi].to(device))
         local = self.local
         if local is not None:
             local.images = inputs.to(device) if local.needs_images and inputs is not None else None
@@ -182,8 +196,11 @@ class RankContext:
         return (self.inputs, self.outputs, self.output_grads, self.input_grads, self.stashed)
 
     def step_loss(self) -> float | None:
-        """The mini-batch loss (mean over samples) on the last stage after its step; else None."""
-        return None if self.loss_total is None else float(self.loss_total)
+        """The mini-batch loss (mean over samples) on the last stage after its step; else None.
+        Under ``pipedream`` the mean of the step's micro-batch (mini-batch) losses."""
+        if self.loss_total is None:
+            return None
+        return float(self.loss_total) / (self.loss_count if self.microbatch_loss else 1)
 
 
 class ActionHook(Protocol):
@@ -197,15 +214,17 @@ class ActionHook(Protocol):
 # ---- handlers -------------------------------------------------------------------------------
 
 
-def _run_layers(ctx: RankContext, x: torch.Tensor, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(x, y)``: the stage on samples ``[lo, hi)``; on the last stage ``y`` is the weighted loss."""
+def _run_layers(ctx: RankContext, x: torch.Tensor, a: Action) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x, y)``: the stage on the action's samples (on its weight version, if it names one); on the
+    last stage ``y`` is the weighted loss."""
     if not ctx.is_first and x.is_floating_point() and torch.is_grad_enabled():
         x = x.detach().requires_grad_(True)
-    y = ctx.module(x)
+    y = ctx.module(x) if ctx.versions is None or a.version is None else ctx.versions.call(a.version, x)
     if ctx.is_last:
         if ctx.targets is None:
             raise ValueError("the last stage has no targets; call begin_step first")
-        y = ctx.loss(y, ctx.targets[lo:hi]) / ctx.batch_size
+        lo, hi = a.lo - ctx.sample_offset, a.hi - ctx.sample_offset
+        y = ctx.loss(y, ctx.targets[lo:hi]) / (a.size if ctx.microbatch_loss else ctx.batch_size)
     return x, y
 
 
@@ -219,16 +238,19 @@ def _forward(ctx: RankContext, a: Action) -> None:
     x = ctx.inputs.take(a.lo, a.hi)
     if ctx.recompute:
         with torch.no_grad():
-            _, y = _run_layers(ctx, x, a.lo, a.hi)
+            _, y = _run_layers(ctx, x, a)
         ctx.stashed.put(a.lo, a.hi, x)
         ctx.meter.add(x.nbytes)
     else:
         with ctx.meter.track((a.lo, a.hi)):
-            x, y = _run_layers(ctx, x, a.lo, a.hi)
+            x, y = _run_layers(ctx, x, a)
         ctx.saved[(a.lo, a.hi)] = (x, y)
+    if ctx.versions is not None and a.version is not None:
+        ctx.versions.used(a.version)
     if ctx.is_last:
         loss = y.detach()
         ctx.loss_total = loss if ctx.loss_total is None else ctx.loss_total + loss
+        ctx.loss_count += 1
     else:
         ctx.outputs.put(a.lo, a.hi, y.detach())
 
@@ -249,7 +271,7 @@ def _recomputed(ctx: RankContext, a: Action) -> tuple[torch.Tensor, torch.Tensor
     """``(x, y)`` for ``[lo, hi)`` re-run from the stashed inputs, with autograd."""
     x = ctx.stashed.take(a.lo, a.hi)
     with ctx.meter.track((a.lo, a.hi)):
-        x, y = _run_layers(ctx, x, a.lo, a.hi)
+        x, y = _run_layers(ctx, x, a)
     ctx.meter.add(-x.nbytes)
     return x, y
 
@@ -270,6 +292,9 @@ def _backward(ctx: RankContext, a: Action) -> None:
         )
     grad = None if ctx.is_last else ctx.output_grads.take(a.lo, a.hi)
     torch.autograd.backward(y, grad)
+    if ctx.versions is not None and a.version is not None:
+        ctx.versions.collect(a.version)
+        ctx.versions.used(a.version)
     ctx.meter.release(key)
     if x.requires_grad:
         x_grad = x.grad if x.grad is not None else torch.zeros_like(x)
@@ -308,7 +333,8 @@ def _step(ctx: RankContext, a: Action) -> None:
     if ctx.local is not None:
         local_step(ctx, a)
         return
-    ctx.transport.wait_sends()
+    if ctx.versions is None:  # asynchronous: a gradient sent now is received in the peer's next chunk
+        ctx.transport.wait_sends()
     if ctx.replicas is not None:
         _allreduce_gradients(ctx)
     if ctx.clip is not None:
@@ -316,6 +342,9 @@ def _step(ctx: RankContext, a: Action) -> None:
     if ctx.optimizer is not None:
         ctx.optimizer.step()
         ctx.optimizer.zero_grad(set_to_none=True)
+    if ctx.versions is not None:  # asynchronous: micro-batches stay in flight across STEPs
+        ctx.versions.commit()
+        return
     leftovers = [b for b in ctx.buffers if len(b)]
     if leftovers or ctx.saved:
         names = [f"{b.name} {b.ranges()}" for b in leftovers] + [f"forwards {sorted(ctx.saved)}"]
@@ -387,96 +416,5 @@ def check_runnable(schedule: Schedule, plan: Plan) -> None:
             if a.kind is ActionKind.W:
                 raise UserError(f"rank {rank}: {a}: split backward (W) is not supported by the runtime yet")
     validate_for_plan(schedule, plan)
-
-
-def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[TensorSpec, TensorSpec]:
-    """Per-sample specs of the tensors entering and leaving a stage of consecutive layers."""
-    specs = graph.output_specs()
-    first, last = layer_indices[0], layer_indices[-1]
-    return (graph.input if first == 0 else specs[first - 1]), specs[last]
-
-
-def build_rank_context(
-    graph: LayerGraph,
-    plan: Plan,
-    rank: int,
-    transport: Transport,
-    optimizer: OptimizerFactory,
-    replicas: dist.ProcessGroup | None = None,
-    loss: Loss | None = None,
-) -> RankContext:
-    """Build ``rank``'s stage (its layers with their deterministic initial weights) and state.
-
-    ``replicas`` is the process group of the stage's ranks when the stage is replicated; ``loss``
-    the last stage's loss (default: the model's own, ``graph.loss``).
-
-    Raises:
-        UserError: the rank runs no stage of the plan.
-    """
-    stage = plan.stage_of_rank(rank)
-    indices = [graph.index(name) for name in plan.stages[stage].layers]
-    module = graph.build_sequential(indices).to(transport.device)
-    recompute = plan.recomputes(stage)
-    if recompute:
-        _check_deterministic(stage, module)
-    input_spec, output_spec = stage_specs(graph, indices)
-    local = build_local_stage(graph, plan, stage, output_spec, transport.device)
-    params = list(module.parameters()) + (list(local.head.parameters()) if local and local.head else [])
-    return RankContext(
-        rank=rank,
-        stage=stage,
-        n_stages=plan.n_stages,
-        module=module,
-        optimizer=optimizer(params) if params else None,
-        loss=model_loss(graph.loss) if loss is None else loss,
-        batch_size=plan.batch_size,
-        input_spec=input_spec,
-        output_spec=output_spec,
-        transport=transport,
-        meter=ActivationMeter(params),
-        recompute=recompute,
-        replicas=replicas,
-        input_ranges=_own_ranges(plan, stage, rank) if stage == 0 and plan.replicated else None,
-        local=local,
-    )
-
-
-def _own_ranges(plan: Plan, stage: int, rank: int) -> tuple[Range, ...]:
-    """The sample ranges of the micro-batches ``rank`` runs on ``stage`` (round-robin replicas)."""
-    return tuple(r for j, r in enumerate(ranges(plan.stages[stage].forward_sizes))
-                 if plan.replica_rank(stage, j) == rank)
-
-
-_RANDOM_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
-
-
-def _check_deterministic(stage: int, module: nn.Module) -> None:
-    """A recomputing stage re-runs forward; modules that draw random numbers would draw anew."""
-    random = [name for name, m in module.named_modules() if isinstance(m, _RANDOM_MODULES) and m.p > 0]
-    if random:
-        raise UserError(
-            f"stage {stage} recomputes its forward in backward but has dropout ({', '.join(random)}), whose "
-            "re-run would draw new masks; give the stage equal forward and backward sizes and leave "
-            "the plan's recompute flag off, or set the dropout to 0"
-        )
-
-
-def stage_parameters(ctx: RankContext, layers: Sequence[Layer]) -> dict[str, torch.Tensor]:
-    """The stage's parameters on the CPU, keyed by the model's own names (:meth:`Layer.qualified`).
-
-    Args:
-        layers: the stage's layers, in the order of ``ctx.module``'s children.
-    """
-    out: dict[str, torch.Tensor] = {}
-    for layer, child in zip(layers, ctx.module.children(), strict=True):
-        for pname, p in child.named_parameters():
-            out[layer.qualified(pname)] = p.detach().to("cpu", copy=True)
-    return out
-
-
-def head_parameters(ctx: RankContext) -> dict[str, torch.Tensor]:
-    """The stage's auxiliary-head parameters on the CPU, as ``aux{stage}.<name>`` (none without a head)."""
-    head = ctx.local.head if ctx.local is not None else None
-    if head is None:
-        return {}
-    return {f"{HEAD_PREFIX}{ctx.stage}.{name}": p.detach().to("cpu", copy=True) for name, p in head.named_parameters()}
+    if plan.asynchronous:
+        validate_versions(schedule, plan)

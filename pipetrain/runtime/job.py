@@ -32,20 +32,15 @@ from pipetrain.runtime import job_checkpoint
 from pipetrain.runtime.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult
 from pipetrain.runtime.data import timed_batch
 from pipetrain.runtime.evaluate import eval_dataset, evaluate_rank, has_eval_set
-from pipetrain.runtime.executor import (
-    RankContext,
-    build_rank_context,
-    expected_receives,
-    head_parameters,
-    run_program,
-    stage_parameters,
-)
+from pipetrain.runtime.executor import RankContext, expected_receives, run_program
 from pipetrain.runtime.memory import measured_memory
 from pipetrain.runtime.metrics import MetricsLog
 from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
+from pipetrain.runtime.rank_setup import build_rank_context, head_parameters, stage_parameters
 from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
 from pipetrain.runtime.transport import Transport
 from pipetrain.schedule.action import Action
+from pipetrain.schedule.versions import batch_chunks
 
 __all__ = ["JobSession", "job_loss", "run_job"]
 
@@ -106,6 +101,8 @@ class _JobRun:
         rank, plan = session.rank, job.plan
         assert job.schedule is not None, "check_job resolves the schedule"
         self.program = job.schedule.ranks[rank] if rank < job.schedule.n_ranks else ()
+        # an asynchronous program spans the run: step t runs batch t's chunk of it
+        self.chunks = batch_chunks(self.program, plan.batch_size, job.config.steps) if plan.asynchronous else None
         groups = {k: dist.new_group(list(s.ranks)) for k, s in enumerate(plan.stages) if len(s.ranks) > 1}
         # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
         self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
@@ -114,9 +111,10 @@ class _JobRun:
         if self.program:
             stage = plan.stage_of_rank(rank)
             self.ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,
-                                          groups.get(stage), loss=job_loss(job))
+                                          groups.get(stage), loss=job_loss(job), program=self.program)
             self.ctx.clip = self._clipper(len(plan.stages[stage].ranks))
-        self.receives = expected_receives(self.ctx, self.program) if self.ctx is not None else []
+        self.receives = [expected_receives(self.ctx, p) if self.ctx is not None else []
+                         for p in (self.chunks if self.chunks is not None else [self.program])]
         self.recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
         self.fault = _FaultHook(job.config.fault, rank, len(self.program))
         self.reports = self.ctx is not None and self.ctx.is_last and rank == plan.stages[-1].ranks[0]
@@ -134,9 +132,12 @@ class _JobRun:
         self.session.step = self.fault.step = step
         ctx, config = self.ctx, self.job.config
         wait = 0.0
+        program = self.program if self.chunks is None else self.chunks[step]
         if ctx is not None:
             wait = self._load_batch(ctx, step)
-            ctx.transport.expect(self.receives)
+            ctx.transport.expect(self.receives[0 if self.chunks is None else step])
+            if self.chunks is not None:  # the last chunk's gradients, received by this step's expect
+                ctx.transport.wait_sends()
             if ctx.optimizer is not None:
                 set_lr(ctx.optimizer, config.lr_at(step))
         stop = self.session.agree_stop()  # the step's barrier
@@ -145,8 +146,9 @@ class _JobRun:
             raise Interrupted(stop, step, saved)
         self.recorder.start_step()
         if ctx is not None:
-            run_program(ctx, self.program, (self.fault, self.recorder))
-            ctx.transport.wait_sends()  # local learning's STEP leaves the last sends outstanding
+            run_program(ctx, program, (self.fault, self.recorder))
+            if self.chunks is None or step == config.steps - 1:  # an async run waits at its next step's start
+                ctx.transport.wait_sends()  # local learning's STEP leaves the last sends outstanding
             ctx.meter.enabled = False  # every step holds the same activations: the first one tells
         step_s = self.recorder.end_step()
         loss = ctx.step_loss() if ctx is not None else None
@@ -178,12 +180,13 @@ class _JobRun:
 
     def _load_batch(self, ctx: RankContext, step: int) -> float:
         """Load step ``step``'s batch; returns the seconds spent waiting for it."""
-        if not (ctx.is_first or ctx.is_last or ctx.local is not None):
-            ctx.begin_step(None, None)
-            return 0.0
         job = self.job
+        offset = step * job.plan.batch_size if self.chunks is not None else 0
+        if not (ctx.is_first or ctx.is_last or ctx.local is not None):
+            ctx.begin_step(None, None, offset=offset)
+            return 0.0
         batch = timed_batch(job.graph, job.plan.batch_size, step, job.config.seed, job.config.data)
-        ctx.begin_step(batch.inputs, batch.targets)
+        ctx.begin_step(batch.inputs, batch.targets, offset=offset)
         return batch.wait_s
 
     def _evaluate(self) -> EvalResult | None:

@@ -33,7 +33,8 @@ from pipetrain.runtime.checkpoint import (
     write_shard,
 )
 from pipetrain.runtime.config import TrainJob
-from pipetrain.runtime.executor import HEAD_PREFIX, RankContext
+from pipetrain.runtime.executor import RankContext
+from pipetrain.runtime.rank_setup import HEAD_PREFIX
 
 __all__ = ["checkpoint_due", "find_resume", "manifest_fields", "resume", "save"]
 

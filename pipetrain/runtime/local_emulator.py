@@ -33,9 +33,9 @@ from pipetrain.plan.plan import Method, Plan, ranges
 from pipetrain.runtime.config import TrainConfig, TrainJob
 from pipetrain.runtime.data import make_batch
 from pipetrain.runtime.evaluate import eval_dataset, evaluate_module, has_eval_set
-from pipetrain.runtime.executor import HEAD_PREFIX, stage_specs
 from pipetrain.runtime.job import job_loss
 from pipetrain.runtime.optim import set_lr
+from pipetrain.runtime.rank_setup import HEAD_PREFIX, stage_specs
 from pipetrain.runtime.worker import check_job
 
 __all__ = ["LocalRun", "emulate_local"]

@@ -169,13 +169,16 @@ class Transport:
     def n_pending(self) -> int:
         return len(self._pending)
 
-    def wait_sends(self) -> None:
-        """Wait for every posted send; afterwards their tensors may be freed or reused.
+    def wait_sends(self, keep: int = 0) -> None:
+        """Wait for every posted send but the first ``keep``; afterwards their tensors may be freed or reused.
+
+        ``keep``: sends posted before some point (an evaluation) that their receivers only take later
+        (an asynchronous run's gradients, received in the peer's next step).
 
         Raises:
             TransportError: a send failed (the receiver died) or timed out.
         """
-        pending, self._pending = self._pending, []
+        self._pending, pending = self._pending[:keep], self._pending[keep:]
         for work, _payload, peer in pending:
             try:
                 work.wait()

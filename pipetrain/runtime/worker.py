@@ -24,7 +24,7 @@ from torch.distributed.distributed_c10d import PrefixStore, Store
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
-from pipetrain.plan.plan import Method, Plan, WeightPolicy
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime import interrupts
 from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.data import steps_per_epoch, timed_batch
@@ -36,6 +36,7 @@ from pipetrain.runtime.optim import check_lr_schedule
 from pipetrain.runtime.transport import Transport, TransportError
 from pipetrain.runtime.watchdog import Watchdog
 from pipetrain.schedule.generators import build_schedule
+from pipetrain.schedule.versions import check_chunks
 
 __all__ = ["RankFailure", "Rendezvous", "Reporter", "check_job", "rank_label", "run_session", "tcp_store"]
 
@@ -110,31 +111,53 @@ def check_job(job: TrainJob) -> TrainJob:
     """
     plan, graph, config = job.plan, job.graph, job.config
     plan.validate(graph.names, graph.fingerprint())
-    if plan.weights not in (WeightPolicy.SYNC, WeightPolicy.LOCAL):
-        raise UserError(f"weight policy {plan.weights.value!r} is not supported by the runtime yet; use 'sync'")
+    config = _resolve_steps(job)
+    if plan.asynchronous:
+        _check_async(plan, config)
     if plan.method is Method.LOCAL and config.clip_grad_norm is not None:
         raise UserError("--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
                         "drop it with --method local")
-    schedule = build_schedule(plan) if job.schedule is None else job.schedule
+    schedule = build_schedule(plan, config.steps) if job.schedule is None else job.schedule
     check_runnable(schedule, plan)
+    if plan.asynchronous:
+        check_chunks(schedule, plan, config.steps)
     if config.fault is not None and config.fault.rank >= plan.n_ranks:
         raise UserError(f"fault rank {config.fault.rank} is not one of the plan's {plan.n_ranks} ranks")
     timed_batch(graph, plan.batch_size, 0, config.seed, config.data)
     job_loss(job)
     if has_eval_set(config.data):
         eval_dataset(config.data, graph)
-    if config.epochs is not None:
-        per_epoch = steps_per_epoch(graph, plan.batch_size, config.seed, config.data)
-        if per_epoch is None:
-            raise UserError(f"data {config.data!r} has no epochs; give steps instead")
-        config = replace(config, steps=config.epochs * per_epoch)
-        if config.warmup_steps >= config.steps:
-            config = replace(config, warmup_steps=0)
-        check_lr_schedule(config.lr_schedule, config.lr_warmup_steps, config.steps)
     resumed = find_resume(replace(job, config=config))
     if resumed is not None:  # every rank then reads this very checkpoint
         config = replace(config, resume=resumed.folder)
     return replace(job, schedule=schedule, config=config)
+
+
+def _resolve_steps(job: TrainJob) -> TrainConfig:
+    """The job's config with ``epochs`` turned into ``steps``."""
+    config, graph = job.config, job.graph
+    if config.epochs is None:
+        return config
+    per_epoch = steps_per_epoch(graph, job.plan.batch_size, config.seed, config.data)
+    if per_epoch is None:
+        raise UserError(f"data {config.data!r} has no epochs; give steps instead")
+    config = replace(config, steps=config.epochs * per_epoch)
+    if config.warmup_steps >= config.steps:
+        config = replace(config, warmup_steps=0)
+    check_lr_schedule(config.lr_schedule, config.lr_warmup_steps, config.steps)
+    return config
+
+
+def _check_async(plan: Plan, config: TrainConfig) -> None:
+    """What an asynchronous run cannot do yet: its stages step at different moments, and micro-batches
+    are in flight at every step's end."""
+    method = plan.method.value
+    if config.clip_grad_norm is not None:
+        raise UserError(f"method {method} cannot clip the global gradient norm (its stages step at different "
+                        "moments); leave out --clip-grad-norm")
+    if config.checkpoint_dir is not None or config.resume is not None:
+        raise UserError(f"method {method} cannot checkpoint or resume yet (micro-batches are in flight between "
+                        "steps); leave out --checkpoint-dir and --resume")
 
 
 def rank_label(plan: Plan | None, rank: int) -> str:

@@ -44,6 +44,20 @@ The communication pass adds only RECV_F before and SEND_F after each F; the boun
 stages are the plan's ``queue_depth`` (the validator's dry run and the simulator block a send while
 its link holds that many unreceived messages; the runtime keeps that many receives posted and that
 many sends outstanding per link).
+**Asynchronous methods** (PipeDream, Narayanan et al. 2019; PipeDream-2BW, 2021; docs/algorithms.md §3.5):
+one 1F1B order over the run's ``N·m`` micro-batches without a flush (the plan
+:meth:`~pipetrain.plan.plan.Plan.repeated` ``N`` times), each F and B carrying its weight version
+(:mod:`pipetrain.schedule.versions`). Stage ``k`` of 2 stages, ``m = 2``, ``N = 2``, ``pipedream``::
+
+    stage 0:  F0v0 F1v0 B0v0 STEP F2v1 B1v0 STEP F3v2 B2v1 STEP B3v2 STEP
+    stage 1:  F0v0 B0v0 STEP F1v1 B1v1 STEP F2v2 B2v2 STEP F3v3 B3v3 STEP
+
+``pipedream`` steps after every backward (each micro-batch is a mini-batch) and an F runs on the
+newest version (weight stashing: its B reuses it); with vertical sync every stage runs micro-batch
+``j`` on the version stage 0 chose for it. A replicated stage (1F1B-RR) takes micro-batches
+round-robin and each replica steps after each of its backwards, the replicas' ``i``-th STEPs summing
+``r`` micro-batches' gradients. ``2bw`` steps after a batch's last backward, and micro-batch ``j``
+(0-based) runs on version ``max(⌊j/m⌋ − 1, 0)`` on every stage (delay 1).
 """
 
 from __future__ import annotations
@@ -53,14 +67,17 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, ranges
+from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, ranges
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import local_queue, validate
+from pipetrain.schedule.versions import check_chunks, validate_versions
 
 __all__ = [
+    "DEFAULT_ASYNC_BATCHES",
     "GENERATORS",
+    "async_programs",
     "build_schedule",
     "compute_schedule",
     "gpipe_orders",
@@ -176,6 +193,52 @@ GENERATORS: dict[Method, Generator] = {
 }
 
 
+DEFAULT_ASYNC_BATCHES = 4
+"""Batches an asynchronous schedule spans when no run length is given (plan, simulate, Gantt)."""
+
+
+def async_programs(plan: Plan, batches: int) -> dict[int, list[Action]]:
+    """Every rank's compute actions (F, B, STEP, with versions) for ``batches`` batches of an
+    asynchronous plan, in the run-long batch's sample ranges (module docstring)."""
+    run = plan.repeated(batches)
+    sequences = one_f_one_b_sequences([s.forward_sizes for s in run.stages], replicated_in_flight(run.stages))
+    spans = ranges(run.stages[0].forward_sizes)
+    stage0_versions: list[int] = []  # vertical sync: the version stage 0 ran micro-batch j on
+    programs = {}
+    for k, (stage, sequence) in enumerate(zip(run.stages, sequences, strict=True)):
+        for rank in stage.ranks:
+            programs[rank] = _async_rank(plan, k, rank, sequence, spans, stage0_versions)
+    return programs
+
+
+def _async_rank(plan: Plan, k: int, rank: int, sequence: Sequence[tuple[bool, int]],
+                spans: Sequence[tuple[int, int]], stage0_versions: list[int]) -> list[Action]:
+    """One rank's sub-sequence of its stage's order, with versions and STEPs."""
+    m = len(plan.stages[0].forward_sizes)
+    out: list[Action] = []
+    steps, version = 0, {}
+    for backward, j in sequence:
+        if plan.replica_rank(k, j) != rank:
+            continue
+        lo, hi = spans[j]
+        if not backward:
+            if plan.weights is WeightPolicy.TWO_BW:
+                version[j] = max(j // m - 1, 0)
+            elif plan.weights is WeightPolicy.VERTICAL_SYNC and k > 0:
+                version[j] = stage0_versions[j]
+            else:
+                version[j] = steps
+                if k == 0:
+                    stage0_versions.append(steps)
+            out.append(Action(ActionKind.F, k, j, lo, hi, version=version[j]))
+            continue
+        out.append(Action(ActionKind.B, k, j, lo, hi, version=version.pop(j)))
+        if plan.weights is not WeightPolicy.TWO_BW or j % m == m - 1:
+            out.append(Action(ActionKind.STEP, k))
+            steps += 1
+    return out
+
+
 def compute_schedule(plan: Plan) -> Schedule:
     """Every rank's compute actions (F, B, STEP) for the plan's method, before communication.
 
@@ -197,9 +260,22 @@ def compute_schedule(plan: Plan) -> Schedule:
     return Schedule.from_mapping(programs)
 
 
-def build_schedule(plan: Plan) -> Schedule:
-    """The complete, validated, runnable schedule: compute order plus sends and receives."""
+def build_schedule(plan: Plan, batches: int | None = None) -> Schedule:
+    """The complete, validated, runnable schedule: compute order plus sends and receives.
+
+    An asynchronous plan's schedule spans ``batches`` batches (default :data:`DEFAULT_ASYNC_BATCHES`)
+    and has its versions and per-batch chunks checked (:mod:`pipetrain.schedule.versions`); a
+    synchronous plan's is one batch, whatever ``batches`` says.
+    """
     plan.validate()
+    if plan.asynchronous:
+        n = DEFAULT_ASYNC_BATCHES if batches is None else batches
+        run = plan.repeated(n)
+        schedule = add_communication(Schedule.from_mapping(async_programs(plan, n)), run)
+        validate(schedule, run.batch_size, run.rank_stages, run.n_stages, steps_anywhere=True)
+        validate_versions(schedule, plan)
+        check_chunks(schedule, plan, n)
+        return schedule
     schedule = add_communication(compute_schedule(plan), plan)
     validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, local_queue=local_queue(plan))
     return schedule

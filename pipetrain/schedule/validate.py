@@ -10,7 +10,9 @@
    gradients for B) have been received before they are used;
 4. every send is matched by a receive of the same message, in the same order on each directed link;
 5. a dry run, in which sends never block and a receive waits for its send, finishes (no deadlock);
-6. STEP is the last action of its stage, after every backward.
+6. STEP is the last action of its stage, after every backward (an asynchronous schedule,
+   ``steps_anywhere``, steps after its backwards as it goes; :mod:`pipetrain.schedule.versions`
+   checks its weight versions).
 
 Local learning (method ``local``, ``local_queue`` given): backward needs no received gradient (it
 is the stage's own loss), a STEP may follow every micro-batch, gradient messages (SEND_B, RECV_B)
@@ -32,7 +34,7 @@ from pipetrain.plan.plan import Method, Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 
-__all__ = ["ScheduleError", "local_queue", "validate", "validate_for_plan"]
+__all__ = ["ScheduleError", "dry_run", "local_queue", "validate", "validate_for_plan"]
 
 _GRID_ROWS = 40
 
@@ -53,14 +55,15 @@ def local_queue(plan: Plan) -> int | None:
 
 
 def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int,
-             *, local_queue: int | None = None) -> None:
+             steps_anywhere: bool = False, *, local_queue: int | None = None) -> None:
     """Check every invariant listed in the module docstring.
 
     Args:
         schedule: a lowered schedule (with communication).
-        batch_size: samples per mini-batch.
+        batch_size: samples per mini-batch (an asynchronous schedule: of the whole run).
         stage_of_rank: the stage each rank runs.
         n_stages: stage count (stage 0 needs no activations, the last no gradients).
+        steps_anywhere: STEP may come before other actions, and more than once (asynchronous methods).
         local_queue: for local learning, the queue depth of every link; None for end-to-end methods.
 
     Raises:
@@ -68,7 +71,8 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
     """
     coverage: dict[int, tuple[list[int], list[int], int]] = {}
     for rank, program in schedule:
-        state = _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages, local_queue is not None)
+        state = _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages,
+                            steps_anywhere, local_queue is not None)
         fwd, bwd, _ = coverage.setdefault(stage_of_rank[rank], ([0] * batch_size, [0] * batch_size, rank))
         for total, counts in ((fwd, state.forwarded), (bwd, state.backwarded)):
             for i, c in enumerate(counts):
@@ -78,7 +82,7 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
         _check_coverage(schedule, rank, end, fwd, "forward")
         _check_coverage(schedule, rank, end, bwd, "backward")
     _check_channels(schedule)
-    _dry_run(schedule, local_queue)
+    dry_run(schedule, local_queue)
 
 
 @dataclass
@@ -123,7 +127,8 @@ def _bump(counts: list[int], samples: range) -> None:
 
 
 def _check_rank(
-    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, n_stages: int, local: bool
+    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, n_stages: int,
+    steps_anywhere: bool = False, local: bool = False,
 ) -> _RankState:
     """Replay ``rank``'s program; the state it ends in (per-sample forward and backward counts)."""
     state = _RankState([0] * batch, [0] * batch, [stage == 0] * batch, [local or stage == n_stages - 1] * batch)
@@ -133,7 +138,7 @@ def _check_rank(
         if local and a.kind in (ActionKind.SEND_B, ActionKind.RECV_B):
             raise _fail(schedule, rank, step, "method local sends no gradients between stages; remove the "
                         "SEND_B and RECV_B actions")
-        if state.stepped and not local:
+        if state.stepped and not (local or steps_anywhere):
             raise _fail(schedule, rank, step, "action after STEP; STEP must come last")
         if a.kind is not ActionKind.STEP and a.hi > batch:
             raise _fail(schedule, rank, step, f"range ends at {a.hi}, past the batch of {batch}")
@@ -180,9 +185,13 @@ def _check_channels(schedule: Schedule) -> None:
             raise _fail(schedule, dst, got[len(sent)][0], f"receive is never sent by rank {src}")
 
 
-def _dry_run(schedule: Schedule, capacity: int | None = None) -> None:
+def dry_run(schedule: Schedule, capacity: int | None = None) -> None:
     """Unit-time execution; sends are buffered (at most ``capacity`` unreceived messages per link
-    when given), receives wait for their matching send."""
+    when given), receives wait for their matching send.
+
+    Raises:
+        ScheduleError: some rank waits forever (a deadlock), naming every waiting rank.
+    """
     pos = [0] * schedule.n_ranks
     sent: dict[tuple[int, int, str], int] = defaultdict(int)
     received: dict[tuple[int, int, str], int] = defaultdict(int)
@@ -223,7 +232,11 @@ def validate_for_plan(schedule: Schedule, plan: Plan) -> None:
     if schedule.n_ranks != plan.n_ranks:
         raise UserError(f"the schedule has {schedule.n_ranks} ranks but the plan uses {plan.n_ranks}; give a "
                         "schedule with one row per rank of the plan")
-    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, local_queue=local_queue(plan))
+    if plan.asynchronous:  # the schedule spans the run's batches (Plan.repeated)
+        ends = [a.hi for _, program in schedule for a in program]
+        plan = plan.repeated(max(1, -(-max(ends, default=0) // plan.batch_size)))
+    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, steps_anywhere=plan.asynchronous,
+             local_queue=local_queue(plan))
     for rank, program in schedule:
         stage = plan.stage_of_rank(rank)
         forward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.F)

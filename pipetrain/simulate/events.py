@@ -17,7 +17,7 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   STEP the optimizer step; steady state is then 1 / max over stages of (F + B + STEP + transfer);
 * held activations follow :class:`~pipetrain.simulate.memory.ActivationLedger`: saved bytes from F to B,
   or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage;
-* the replicas of a replicated stage start their STEP together, once the last one reaches it, and
+* the replicas of a replicated stage start their STEP together (their ``i``-th), once the last one reaches it, and
   the STEP then costs the ring all-reduce of the stage's gradients plus the optimizer step.
 
 The simulation advances in time order from event to event (an action ends, a message arrives);
@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from itertools import accumulate
 
 from pipetrain.cost import CostModel
 from pipetrain.plan.plan import Method, Plan
@@ -61,6 +62,8 @@ class _Simulator:
         n = schedule.n_ranks
         self.now = 0.0
         self.pos = [0] * n
+        self.steps_before = [list(accumulate((a.kind is ActionKind.STEP for a in p), initial=0))
+                             for _, p in schedule]
         self.busy: dict[int, _Busy] = {}
         self.wait_since: dict[int, float] = {}
         self.ledgers = [ActivationLedger(plan, cost, self.stage_of[r]) for r in range(n)]
@@ -143,11 +146,17 @@ class _Simulator:
         return True
 
     def replicas_at_step(self, rank: int) -> bool:
-        """Whether every replica of ``rank``'s stage has reached (or passed) its STEP."""
+        """Whether every replica of ``rank``'s stage has reached (or passed) the STEP ``rank`` is at:
+        its ``i``-th, counting STEPs, as an asynchronous program steps many times."""
         ranks = self.plan.stages[self.stage_of[rank]].ranks
         if len(ranks) == 1:
             return True
-        return all(self.pos[r] >= len(self.schedule.ranks[r]) - 1 for r in ranks)
+        i = self.steps_before[rank][self.pos[rank]]
+        return all(self.steps_before[r][self.pos[r]] + self._at_step(r) > i for r in ranks)
+
+    def _at_step(self, rank: int) -> bool:
+        program = self.schedule.ranks[rank]
+        return self.pos[rank] < len(program) and program[self.pos[rank]].kind is ActionKind.STEP
 
     def next_event_s(self, rates: dict[int, float]) -> float:
         """The earliest moment something changes: a compute action ends or a message arrives."""

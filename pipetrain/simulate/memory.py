@@ -23,7 +23,11 @@ replay reproduces these closed forms (checked on a grid by the unit tests)::
     GPipe, recompute              m · I(b) + A(b)            stage inputs + one micro-batch re-run
     1F1B, recompute               min(m, K − k) · I(b) + A(b)
 
-and the stage's total is ``(2 + c) · W + activations``. These are BaPipe's per-stage memories
+and the stage's total is ``(2 + c) · W + activations``. An asynchronous method (docs/algorithms.md
+§3.5) holds ``v`` weight versions instead of one, the most its schedule's ranks hold at once
+(:func:`~pipetrain.schedule.versions.held_versions`): ``(v + 1 + c) · W + activations``, the
+activations being those of the micro-batches in flight across batches (the optimizer keeps one
+state, for the newest version). These are BaPipe's per-stage memories
 (docs/algorithms.md §4.2, reconstruction; ``S`` stages numbered ``1..S`` there)::
 
     Mem_k(GPipe) = W_k · c_opt + m · A_k(b)
@@ -53,6 +57,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
+from pipetrain.schedule.versions import held_versions
 
 __all__ = ["ActivationLedger", "activation_peaks", "device_memory", "memory_need", "overflows", "stage_memory"]
 
@@ -128,12 +133,14 @@ def stage_memory(
         UserError: an unknown optimizer name.
     """
     copies = OPTIMIZER_STATE_COPIES[check_optimizer(optimizer)]
+    schedule = build_schedule(plan) if schedule is None else schedule
     peaks = activation_peaks(plan, cost, schedule)
     memories = []
     for stage in plan.stages:
         weights = cost.parameter_bytes(stage.layers)
         activations = max((peaks[r] for r in stage.ranks if r < len(peaks)), default=0)
-        memories.append(StageMemory(weights, weights, copies * weights, activations))
+        versions = max(max(held_versions(schedule.ranks[r])) for r in stage.ranks) if plan.asynchronous else 1
+        memories.append(StageMemory(versions * weights, weights, copies * weights, activations))
     return tuple(memories)
 
 

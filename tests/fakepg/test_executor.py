@@ -23,15 +23,8 @@ from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.plan.plan import Method, Plan, StagePlan
 from pipetrain.runtime import TrainConfig, reference_train
 from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.executor import (
-    HANDLERS,
-    RankContext,
-    build_rank_context,
-    check_runnable,
-    run_program,
-    stage_parameters,
-    stage_specs,
-)
+from pipetrain.runtime.executor import HANDLERS, RankContext, check_runnable, run_program
+from pipetrain.runtime.rank_setup import build_rank_context, stage_parameters, stage_specs
 from pipetrain.runtime.recorder import StepRecorder
 from pipetrain.runtime.transport import Direction, Transport
 from pipetrain.schedule.action import Action, ActionKind

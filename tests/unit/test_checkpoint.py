@@ -35,7 +35,8 @@ from pipetrain.runtime.checkpoint import (
 )
 from pipetrain.runtime.config import TrainConfig, TrainJob
 from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.executor import RankContext, build_rank_context
+from pipetrain.runtime.executor import RankContext
+from pipetrain.runtime.rank_setup import build_rank_context
 from pipetrain.runtime.transport import Transport
 from tests.gloo.models import chain_plan, mlp_graph, replicated_plan
 

@@ -1,0 +1,125 @@
+"""A rank's stage, built: its layers with their deterministic initial weights, its optimizer and
+the state the interpreter (:mod:`pipetrain.runtime.executor`) runs it with; and the stage's
+parameters read back under the model's own names (checkpoints, results).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pipetrain.data import Loss, model_loss
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
+from pipetrain.plan.plan import Method, Plan, ranges
+from pipetrain.runtime.executor import OptimizerFactory, Range, RankContext
+from pipetrain.runtime.local_handlers import build_local_stage
+from pipetrain.runtime.memory import ActivationMeter
+from pipetrain.runtime.transport import Transport
+from pipetrain.runtime.versions import WeightVersions
+from pipetrain.schedule.action import Action
+
+__all__ = ["HEAD_PREFIX", "build_rank_context", "head_parameters", "stage_parameters", "stage_specs"]
+
+HEAD_PREFIX = "aux"
+"""Auxiliary heads' parameters are named ``aux{stage}.<name in the head>`` (local learning)."""
+
+
+def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[TensorSpec, TensorSpec]:
+    """Per-sample specs of the tensors entering and leaving a stage of consecutive layers."""
+    specs = graph.output_specs()
+    first, last = layer_indices[0], layer_indices[-1]
+    return (graph.input if first == 0 else specs[first - 1]), specs[last]
+
+
+def build_rank_context(
+    graph: LayerGraph,
+    plan: Plan,
+    rank: int,
+    transport: Transport,
+    optimizer: OptimizerFactory,
+    replicas: dist.ProcessGroup | None = None,
+    loss: Loss | None = None,
+    program: Sequence[Action] = (),
+) -> RankContext:
+    """Build ``rank``'s stage (its layers with their deterministic initial weights) and state.
+
+    ``replicas`` is the process group of the stage's ranks when the stage is replicated; ``loss``
+    the last stage's loss (default: the model's own, ``graph.loss``); ``program`` the rank's whole
+    program, whose weight versions an asynchronous plan's stage keeps (:class:`WeightVersions`).
+
+    Raises:
+        UserError: the rank runs no stage of the plan.
+    """
+    stage = plan.stage_of_rank(rank)
+    indices = [graph.index(name) for name in plan.stages[stage].layers]
+    module = graph.build_sequential(indices).to(transport.device)
+    recompute = plan.recomputes(stage)
+    if recompute:
+        _check_deterministic(stage, module)
+    input_spec, output_spec = stage_specs(graph, indices)
+    local = build_local_stage(graph, plan, stage, output_spec, transport.device)
+    params = list(module.parameters()) + (list(local.head.parameters()) if local and local.head else [])
+    return RankContext(
+        rank=rank,
+        stage=stage,
+        n_stages=plan.n_stages,
+        module=module,
+        optimizer=optimizer(params) if params else None,
+        loss=model_loss(graph.loss) if loss is None else loss,
+        batch_size=plan.batch_size,
+        input_spec=input_spec,
+        output_spec=output_spec,
+        transport=transport,
+        meter=ActivationMeter(params),
+        recompute=recompute,
+        replicas=replicas,
+        input_ranges=_own_ranges(plan, stage, rank) if stage == 0 and plan.replicated else None,
+        local=local,
+        versions=WeightVersions(module, program) if plan.asynchronous else None,
+        microbatch_loss=plan.method is Method.PIPEDREAM,
+    )
+
+
+def _own_ranges(plan: Plan, stage: int, rank: int) -> tuple[Range, ...]:
+    """The sample ranges of the micro-batches ``rank`` runs on ``stage`` (round-robin replicas)."""
+    return tuple(r for j, r in enumerate(ranges(plan.stages[stage].forward_sizes))
+                 if plan.replica_rank(stage, j) == rank)
+
+
+_RANDOM_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+def _check_deterministic(stage: int, module: nn.Module) -> None:
+    """A recomputing stage re-runs forward; modules that draw random numbers would draw anew."""
+    random = [name for name, m in module.named_modules() if isinstance(m, _RANDOM_MODULES) and m.p > 0]
+    if random:
+        raise UserError(
+            f"stage {stage} recomputes its forward in backward but has dropout ({', '.join(random)}), whose "
+            "re-run would draw new masks; give the stage equal forward and backward sizes and leave "
+            "the plan's recompute flag off, or set the dropout to 0"
+        )
+
+
+def stage_parameters(ctx: RankContext, layers: Sequence[Layer]) -> dict[str, torch.Tensor]:
+    """The stage's parameters on the CPU, keyed by the model's own names (:meth:`Layer.qualified`).
+
+    Args:
+        layers: the stage's layers, in the order of ``ctx.module``'s children.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for layer, child in zip(layers, ctx.module.children(), strict=True):
+        for pname, p in child.named_parameters():
+            out[layer.qualified(pname)] = p.detach().to("cpu", copy=True)
+    return out
+
+
+def head_parameters(ctx: RankContext) -> dict[str, torch.Tensor]:
+    """The stage's auxiliary-head parameters on the CPU, as ``aux{stage}.<name>`` (none without a head)."""
+    head = ctx.local.head if ctx.local is not None else None
+    if head is None:
+        return {}
+    return {f"{HEAD_PREFIX}{ctx.stage}.{name}": p.detach().to("cpu", copy=True) for name, p in head.named_parameters()}

@@ -1,0 +1,46 @@
+"""Steady state of an asynchronous pipeline: samples/s once full, and the cost of filling it.
+
+An asynchronous method (``pipedream``, ``2bw``; docs/algorithms.md §3.5) never flushes, so one
+batch's iteration time says little: the first batch pays the warm-up, the last the drain, and the
+batches between them overlap. The event simulator runs the run-long schedule for ``n`` and ``2n``
+batches; their difference is ``n`` steady-state batches::
+
+    T(N) ≈ warmup_s + N · batch_s          batch_s = (T(2n) − T(n)) / n,  warmup_s = T(n) − n · batch_s
+
+    steady = steady_state(plan, cost)        # SteadyState(batch_s=..., warmup_s=..., samples_per_s=...)
+
+For a synchronous method every batch is the same, so ``batch_s`` is its iteration time and
+``warmup_s`` is 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipetrain.cost import CostModel
+from pipetrain.plan.plan import Plan
+from pipetrain.schedule.generators import DEFAULT_ASYNC_BATCHES, build_schedule
+from pipetrain.simulate.events import simulate
+
+__all__ = ["SteadyState", "steady_state"]
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """Attributes: batch_s: seconds per batch once the pipeline is full; warmup_s: the extra seconds
+    of filling and draining it, once per run; samples_per_s: ``B / batch_s``."""
+
+    batch_s: float
+    warmup_s: float
+    samples_per_s: float
+
+
+def steady_state(plan: Plan, cost: CostModel, batches: int = DEFAULT_ASYNC_BATCHES) -> SteadyState:
+    """Simulate ``batches`` and ``2 · batches`` batches of ``plan`` (module docstring)."""
+    if not plan.asynchronous:
+        batch_s = simulate(build_schedule(plan), plan, cost).iteration_s
+        return SteadyState(batch_s, 0.0, plan.batch_size / batch_s if batch_s > 0 else 0.0)
+    short, long = (simulate(build_schedule(plan, n), plan, cost).iteration_s for n in (batches, 2 * batches))
+    batch_s = (long - short) / batches
+    return SteadyState(batch_s, max(0.0, short - batches * batch_s),
+                       plan.batch_size / batch_s if batch_s > 0 else 0.0)
