@@ -11,11 +11,13 @@
   and stateless attributes of the root (``self.act = nn.ReLU()``) run with the node before them;
   ``get_attr`` nodes are copied into every layer that reads them.
 * **Layer.** A maximal run of consecutive nodes with one owner, named after it.
-* **Cut.** The tensors made before a cut and used after it cross it. One tensor crosses as is;
-  several (a residual stream beside a block's output) are *packed*: each ``[b, *shape]`` part
-  flattened to ``[b, n]`` and concatenated into ``[b, Σn]``, which the next layer splits back by the
-  recorded per-sample shapes. So every layer boundary stays one tensor, and the runtime, profiler
-  and cost model are unchanged.
+* **Edges.** When a layer reads values of layers other than the one before it (branches, skips),
+  the graph is a DAG: each layer takes one tensor per layer it reads, that layer's outputs
+  (:mod:`pipetrain.graph.capture_dag`), and chain plans linearise it (:mod:`pipetrain.graph.dataflow`).
+* **Cut.** Otherwise a chain: the tensors made before a cut and used after it cross it. One tensor
+  crosses as is; several are *packed*: each ``[b, *shape]`` part flattened to ``[b, n]`` and
+  concatenated into ``[b, Σn]``, which the next layer splits back by the recorded per-sample
+  shapes. So every layer boundary stays one tensor.
 
 Each layer is a :class:`CapturedLayer` whose ``state_dict`` keys are the model's own names
 (``blocks.0.attn.in_proj_weight``): the layers' state dicts together are the module's, key for key
@@ -41,6 +43,7 @@ import torch
 from torch import fx, nn
 
 from pipetrain.errors import UserError
+from pipetrain.graph.capture_dag import branches
 from pipetrain.graph.fx_trace import Part, innermost_module, sample_parts, trace
 from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec, _Copy
 
@@ -79,17 +82,23 @@ def capture(
     root = copy.deepcopy(module)  # a snapshot: later changes to the user's module do not leak in
     traced = trace(root, leaf_modules, name)
     runs = _runs(root, traced.graph, name)
-    cuts = _cuts(runs, traced.graph)
     parts = sample_parts(traced, input, name)
-    for k in range(1, len(cuts)):
-        _check_cut(name, runs, k, cuts[k], parts)
     model = _Model(root, frozenset(root.state_dict()))
-    layers = [_build_layer(model, nodes, cuts[k], cuts[k + 1], parts) for k, (_, nodes) in enumerate(runs)]
+    dag = branches(runs, traced.graph, parts)
+    if dag is not None:
+        layers = [_build_layer(model, nodes, dag.inputs(k), dag.outputs[k], parts)
+                  for k, (_, nodes) in enumerate(runs)]
+    else:
+        cuts = _cuts(runs, traced.graph)
+        for k in range(1, len(cuts)):
+            _check_cut(name, runs, k, cuts[k], parts)
+        layers = [_build_layer(model, nodes, [cuts[k]], cuts[k + 1], parts) for k, (_, nodes) in enumerate(runs)]
     owners = [owner for owner, _ in runs]
     _check_shared_state(name, layers, owners)
     _attach_unused_state(model, layers, owners)
     built = tuple(Layer(owner, _Copy(layer), prefix="") for owner, layer in zip(owners, layers, strict=True))
-    return LayerGraph(name, built, input, target, loss, seed, module=_Copy(root))
+    edges = () if dag is None else tuple((owners[p], owners[k]) for k, ps in enumerate(dag.producers) for p in ps)
+    return LayerGraph(name, built, input, target, loss, seed, edges=edges, module=_Copy(root))
 
 
 # ---- grouping nodes into layers --------------------------------------------------------------
@@ -203,11 +212,12 @@ class _Model:
     state_names: frozenset[str]
 
 
-def _build_layer(model: _Model, nodes: list[fx.Node], inputs: list[fx.Node], outputs: list[fx.Node],
+def _build_layer(model: _Model, nodes: list[fx.Node], inputs: list[list[fx.Node]], outputs: list[fx.Node],
                  parts: dict[fx.Node, Part | str]) -> CapturedLayer:
-    """Layer of ``nodes``: takes the values of ``inputs`` (packed if several), gives those of ``outputs``."""
+    """Layer of ``nodes``: takes one tensor per group of ``inputs`` (the values of the group, packed if
+    several), gives those of ``outputs`` (packed if several)."""
     graph = fx.Graph()
-    env = {node: graph.placeholder(node.name) for node in inputs}
+    env = {node: graph.placeholder(node.name) for group in inputs for node in group}
 
     def lookup(node: fx.Node) -> fx.Node:
         if node not in env:  # a get_attr: each layer that reads it gets its own
@@ -217,7 +227,7 @@ def _build_layer(model: _Model, nodes: list[fx.Node], inputs: list[fx.Node], out
     for node in nodes:
         env[node] = graph.node_copy(node, lookup)
     graph.output(env[outputs[0]] if len(outputs) == 1 else tuple(env[node] for node in outputs))
-    shapes = None if len(inputs) == 1 else tuple(_shape(parts[node]) for node in inputs)
+    shapes = tuple(None if len(group) == 1 else tuple(_shape(parts[node]) for node in group) for group in inputs)
     return CapturedLayer(model, graph, shapes, packs=len(outputs) > 1)
 
 
@@ -227,19 +237,20 @@ def _shape(part: Part | str) -> tuple[int, ...]:
 
 
 class CapturedLayer(nn.Module):
-    """One layer of a captured model: ``x`` → unpack → the model's own nodes → pack.
+    """One layer of a captured model: ``*xs`` → unpack → the model's own nodes → pack.
 
-    With one input, ``x`` is that value as is; with several, ``x [b, Σ nᵢ]`` holds each part
-    ``[b, *shapeᵢ]`` flattened to ``[b, nᵢ]``, side by side, and is split back by ``shapes``.
-    Outputs likewise: several are packed into one ``[b, Σ mⱼ]``. The modules and tensors the nodes
-    use sit at the model's own paths, so ``state_dict`` keys are the model's names
+    One tensor per input group: a chain's layer has one group (what crosses the cut before it), a
+    DAG's one per producing layer (that layer's outputs). A group of one value is that value as is;
+    of several, ``x [b, Σ nᵢ]`` holds each part ``[b, *shapeᵢ]`` flattened to ``[b, nᵢ]``, side by
+    side, and is split back by ``shapes``. Outputs likewise: several are packed into one
+    ``[b, Σ mⱼ]``. The modules and tensors the nodes use sit at the model's own paths, so ``state_dict`` keys are the model's names
     (``blocks.0.fc.weight``). The code is an fx GraphModule's generated ``forward``, run with this
     module as ``self``; the GraphModule is kept outside the module tree (no state of its own).
     """
 
     _code: fx.GraphModule
 
-    def __init__(self, model: _Model, graph: fx.Graph, shapes: tuple[tuple[int, ...], ...] | None,
+    def __init__(self, model: _Model, graph: fx.Graph, shapes: tuple[tuple[tuple[int, ...], ...] | None, ...],
                  packs: bool) -> None:
         super().__init__()
         self._unpack_shapes = shapes
@@ -249,9 +260,11 @@ class CapturedLayer(nn.Module):
             _attach(self, model, target)
         object.__setattr__(self, "_code", fx.GraphModule(self, graph, class_name="CapturedCode"))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [b, ...]`` (packed ``[b, Σ nᵢ]`` if several inputs) → ``[b, ...]`` (packed if several outputs)."""
-        parts = (x,) if self._unpack_shapes is None else _unpack(x, self._unpack_shapes)
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        """One ``[b, ...]`` per input group (packed ``[b, Σ nᵢ]`` if several values) → ``[b, ...]``
+        (packed if several outputs)."""
+        parts = [part for x, shapes in zip(xs, self._unpack_shapes, strict=True)
+                 for part in ((x,) if shapes is None else _unpack(x, shapes))]
         code: Callable[..., Any] = type(self._code).forward
         out = code(self, *parts)
         if self._packs:

@@ -30,8 +30,8 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 
 __all__ = [
-    "MODEL_INPUT", "Port", "StageModule", "chain_ports", "layer_input", "layer_port", "live_after", "pack",
-    "port_spec", "profiled_layer", "whole_model",
+    "MODEL_INPUT", "Port", "StageModule", "chain_ports", "chain_stage", "layer_input", "layer_port", "live_after",
+    "pack", "port_spec", "profiled_layer", "whole_model",
 ]
 
 MODEL_INPUT = -1
@@ -152,9 +152,16 @@ def layer_input(graph: LayerGraph, i: int, model_input: torch.Tensor, outputs: S
     return pack([model_input if v == MODEL_INPUT else outputs[v] for v in layer_port(graph, i)])
 
 
+def chain_stage(graph: LayerGraph, indices: Sequence[int], device: torch.device | str | None = None) -> nn.Module:
+    """A chain plan's stage of consecutive layers: ``nn.Sequential`` of a chain model, else a
+    :class:`StageModule` between its cuts (the model linearised)."""
+    if graph.is_chain:
+        module = graph.build_sequential(indices)
+        return module if device is None else module.to(device)
+    return StageModule(graph, indices, *chain_ports(graph, indices), device=device)
+
+
 def whole_model(graph: LayerGraph) -> nn.Module:
     """The unpipelined model with positional children (``graph.build_sequential()`` for a chain):
     the reference that pipelined training must reproduce."""
-    if graph.is_chain:
-        return graph.build_sequential()
-    return StageModule(graph, range(len(graph)), [(MODEL_INPUT,)], [(len(graph) - 1,)])
+    return chain_stage(graph, range(len(graph)))

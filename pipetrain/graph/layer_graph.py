@@ -267,7 +267,14 @@ class LayerGraph:
 
     def build_sequential(self, indices: Sequence[int] | None = None) -> nn.Sequential:
         """The (sub)model as one ``nn.Sequential``: the unpipelined reference of a chain (a DAG's
-        layers are wired by :class:`pipetrain.graph.dataflow.StageModule`, whose children are the same)."""
+        layers are wired by :class:`pipetrain.graph.dataflow.StageModule`, whose children are the same).
+
+        Raises:
+            UserError: the model is a DAG (build its stages with ``pipetrain.graph.dataflow``).
+        """
+        if not self.is_chain:
+            raise UserError(f"model {self.name!r} branches, so its layers are not a Sequential; build them with "
+                            "pipetrain.graph.dataflow.chain_stage or whole_model")
         chosen = range(len(self)) if indices is None else indices
         return nn.Sequential(*(self.build_layer(i) for i in chosen))
 

@@ -27,6 +27,7 @@ import torch
 from torch.func import functional_call
 
 from pipetrain.errors import UserError
+from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Method, Plan, WeightPolicy
 from pipetrain.runtime.config import TrainConfig, TrainJob
@@ -68,7 +69,7 @@ def step_group(plan: Plan, stage: int, step: int) -> range:
 class _Emulator:
     def __init__(self, graph: LayerGraph, plan: Plan, config: TrainConfig) -> None:
         self.graph, self.plan, self.config = graph, plan, config
-        self.modules = [graph.build_sequential([graph.index(n) for n in s.layers]) for s in plan.stages]
+        self.modules = [chain_stage(graph, [graph.index(n) for n in s.layers]) for s in plan.stages]
         self.optimizers = [config.build_optimizer(m.parameters()) for m in self.modules]
         self.versions: list[list[Weights]] = [[self._snapshot(k)] for k in range(plan.n_stages)]
         self.grads: dict[int, list[Weights]] = {}

@@ -28,6 +28,7 @@ from torch import nn
 
 from pipetrain.data import EvalResult, Loss
 from pipetrain.graph.aux_heads import AuxHead, build_aux_head, check_aux
+from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Method, Plan, ranges
 from pipetrain.runtime.config import TrainConfig, TrainJob
@@ -60,7 +61,7 @@ class LocalRun:
 
 @dataclass
 class _Stage:
-    module: nn.Sequential
+    module: nn.Module
     head: AuxHead | None
     optimizer: torch.optim.Optimizer
     sizes: tuple[int, ...]
@@ -71,7 +72,7 @@ def _stages(graph: LayerGraph, plan: Plan, config: TrainConfig) -> list[_Stage]:
     stages = []
     for k, stage in enumerate(plan.stages):
         indices = [graph.index(name) for name in stage.layers]
-        module = graph.build_sequential(indices)
+        module = chain_stage(graph, indices)
         last = k == plan.n_stages - 1
         head = None if last else build_aux_head(kind, graph, stage_specs(graph, indices)[1], k, plan.n_stages)
         params = list(module.parameters()) + (list(head.parameters()) if head is not None else [])

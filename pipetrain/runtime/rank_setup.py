@@ -13,7 +13,7 @@ from torch import nn
 
 from pipetrain.data import Loss, model_loss
 from pipetrain.errors import UserError
-from pipetrain.graph.dataflow import StageModule, chain_ports, port_spec
+from pipetrain.graph.dataflow import StageModule, chain_ports, chain_stage, port_spec
 from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
 from pipetrain.plan.plan import Method, Plan, ranges
 from pipetrain.runtime.dag_handlers import DagStage, dag_ports
@@ -45,9 +45,7 @@ def build_stage_module(graph: LayerGraph, plan: Plan, stage: int, device: torch.
     indices = [graph.index(name) for name in plan.stages[stage].layers]
     if plan.method is Method.GRAPH:
         return StageModule(graph, indices, *dag_ports(graph, plan, stage), device=device)
-    if graph.is_chain:
-        return graph.build_sequential(indices).to(device)
-    return StageModule(graph, indices, *chain_ports(graph, indices), device=device)
+    return chain_stage(graph, indices, device)
 
 
 def build_rank_context(

@@ -12,6 +12,7 @@ from torch import nn
 
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.stage_graph import induced_edges
 from pipetrain.runtime.config import TrainResult
 
 FEATURES = 8
@@ -105,3 +106,35 @@ def rank_processes() -> list[int]:
         if int(fields[1]) == me and fields[0] != "Z" and b"resource_tracker" not in cmdline:
             out.append(int(stat.parent.name))
     return out
+
+
+class Concat(nn.Module):
+    """The merge of a branchy test model: its inputs side by side on the last dimension."""
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return torch.cat(xs, dim=-1)
+
+
+def branchy_graph(width: int = 12, features: int = FEATURES, classes: int = CLASSES) -> LayerGraph:
+    """A diamond: ``stem`` forks into branch ``a1 -> a2`` and branch ``b1``, ``merge`` concatenates
+    them, ``head`` classifies. Six layers, a DAG."""
+    torch.manual_seed(2)
+    layers: list[tuple[str, nn.Module]] = [
+        ("stem", nn.Sequential(nn.Linear(features, width), nn.Tanh())),
+        ("a1", nn.Sequential(nn.Linear(width, width), nn.Tanh())),
+        ("b1", nn.Sequential(nn.Linear(width, width // 2), nn.Tanh())),
+        ("a2", nn.Sequential(nn.Linear(width, width), nn.Tanh())),
+        ("merge", Concat()),
+        ("head", nn.Linear(width + width // 2, classes)),
+    ]
+    graph = LayerGraph.from_layers(layers, input=TensorSpec((features,)),
+                                   target=TensorSpec((), "int64", high=classes), name="branchy-test")
+    edges = (("stem", "a1"), ("a1", "a2"), ("stem", "b1"), ("a2", "merge"), ("b1", "merge"), ("merge", "head"))
+    return LayerGraph(graph.name, graph.layers, graph.input, graph.target, graph.loss, graph.seed, edges)
+
+
+def graph_plan(graph: LayerGraph, stages: Sequence[Sequence[str]], ranks: Sequence[Sequence[int]],
+               partitions: Sequence[tuple[int, ...]]) -> Plan:
+    """A method-graph plan of the given stages, its edges the ones the layers induce."""
+    plans = tuple(StagePlan(tuple(s), tuple(r), p, p) for s, r, p in zip(stages, ranks, partitions, strict=True))
+    return Plan(graph.name, "", sum(partitions[0]), Method.GRAPH, plans, edges=induced_edges(graph, stages))

@@ -19,9 +19,11 @@ from pipetrain import api
 from pipetrain.data import data_specs
 from pipetrain.errors import UserError
 from pipetrain.graph.capture import capture
+from pipetrain.graph.dataflow import whole_model
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.graph.load import load_model
 from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.runtime.rank_setup import stage_specs
 
 VEC = TensorSpec((6,))
 CLASS = TensorSpec((), "int64", high=3)
@@ -144,20 +146,45 @@ def test_transformer_blocks_in_a_module_list() -> None:
     assert "blocks.1.attn.in_proj_weight" in qualified_state(graph)
 
 
-def test_a_cut_with_two_live_tensors_packs_them_and_gradients_flow() -> None:
+def test_a_skip_makes_a_dag_whose_linearised_cut_packs_two_tensors_and_gradients_flow() -> None:
     model = Skip()
     graph = grab(model)
     assert graph.names == ("stem", "a", "b", "head")
-    assert graph.output_specs()[1] == TensorSpec((8 + 5,))  # h [b, 8] beside a's output [b, 5]
+    assert graph.edges == (("stem", "a"), ("stem", "b"), ("a", "b"), ("b", "head"))  # b reads h and a's output
+    assert graph.output_specs()[1] == TensorSpec((5,))
+    assert stage_specs(graph, [0, 1])[1] == TensorSpec((8 + 5,))  # a chain plan's cut after a carries h beside a
     x = torch.randn(4, 6)
-    chain = graph.build_sequential()
-    out = chain(x)
+    whole = whole_model(graph)
+    out = whole(x)
     assert torch.equal(out, model(x))
     out.square().sum().backward()
     model(x).square().sum().backward()
-    grads = {layer.qualified(k): p.grad for layer, child in zip(graph.layers, chain, strict=True)
+    grads = {layer.qualified(k): p.grad for layer, child in zip(graph.layers, whole.children(), strict=True)
              for k, p in child.named_parameters()}
     assert all(torch.allclose(grads[k], p.grad, atol=1e-6) for k, p in model.named_parameters())  # type: ignore[arg-type]
+
+
+class Towers(nn.Module):
+    """Two towers on the input, concatenated: ``b`` and the merge run after tower ``a``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8))
+        self.b, self.head = nn.Linear(6, 4), nn.Linear(12, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.cat([self.a(x), self.b(x)], dim=-1))
+
+
+def test_towers_capture_as_a_dag_with_the_input_passed_along() -> None:
+    """``b`` reads the input and tower ``a``'s output (the concatenation runs with it), so the input
+    reaches it through the first layer, the one layer that reads the model input."""
+    model = Towers()
+    graph = grab(model)
+    assert not graph.is_chain and graph.names == ("a.0", "a.1", "a.2", "b", "head")
+    assert ("a.0", "b") in graph.edges and ("a.2", "b") in graph.edges
+    x = torch.randn(5, 6)
+    assert torch.allclose(graph.build_module()(x), model(x))
 
 
 def test_state_dict_union_is_the_modules_key_for_key() -> None:
@@ -310,7 +337,7 @@ def test_leaf_with_a_value_dependent_operation_is_run_for_real_without_changing_
 
 
 def _spawned_forward(rank: int, graph: LayerGraph, x: torch.Tensor, out: str) -> None:
-    torch.save(graph.build_sequential()(x).detach(), out)
+    torch.save(whole_model(graph)(x).detach(), out)
 
 
 def test_layers_pickle_and_rebuild_in_a_spawned_process(tmp_path: Path) -> None:

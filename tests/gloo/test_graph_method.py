@@ -1,0 +1,86 @@
+"""Level (c) for GraphPipe's method ``graph`` (issue 15): stages that form a DAG train exactly as one
+process does, on 2, 3 and 4 ranks, and chain plans run a DAG model by linearising it.
+
+The model is :func:`~tests.gloo.models.branchy_graph`, a diamond (``stem`` → ``a1 → a2`` and ``b1``
+→ ``merge`` → ``head``). All jobs run in one launch; each is compared with :func:`reference_train`
+after 3 steps: every rank's parameters within 1e-5, and the losses.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
+from pipetrain.schedule.action import ActionKind
+from pipetrain.schedule.generators import build_schedule
+
+from .models import branchy_graph, graph_plan, max_param_diff
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+BATCH = 12
+TOL = 1e-5
+SGD = TrainConfig(steps=3, warmup_steps=1, lr=0.05, progress=False, timeout_s=30)
+GRAPH = branchy_graph()
+EQUAL = (3, 3, 3, 3)
+
+
+def _plans() -> dict[str, Plan]:
+    chain = [("stem", "a1"), ("b1", "a2"), ("merge", "head")]  # the cut after a1 carries stem's and a1's outputs
+    return {
+        # 2 ranks: branch a on rank 0, branch b with the merge on rank 1.
+        "graph-2": graph_plan(GRAPH, [("stem", "a1", "a2"), ("b1", "merge", "head")], [(0,), (1,)], [EQUAL] * 2),
+        # 3 ranks: stem's stage forks to two stages; the merge stage reads both.
+        "graph-3": graph_plan(GRAPH, [("stem",), ("a1", "a2"), ("b1", "merge", "head")], [(0,), (1,), (2,)],
+                              [EQUAL] * 3),
+        # 4 ranks: the diamond, the two branch stages independent of each other.
+        "graph-4": graph_plan(GRAPH, [("stem",), ("a1", "a2"), ("b1",), ("merge", "head")],
+                              [(0,), (1,), (2,), (3,)], [EQUAL] * 4),
+        # per-stage micro-batch sizes: messages re-chunk at every edge
+        "graph-4-unequal": graph_plan(GRAPH, [("stem",), ("a1", "a2"), ("b1",), ("merge", "head")],
+                                      [(0,), (1,), (2,), (3,)], [(5, 7), (2, 4, 6), (12,), (1, 3, 3, 5)]),
+        # a replicated branch stage (data parallel inside it)
+        "graph-replicated": graph_plan(GRAPH, [("stem",), ("a1", "a2"), ("b1", "merge", "head")],
+                                       [(0,), (1, 2), (3,)], [EQUAL] * 3),
+        # chain methods on the DAG model, linearised
+        "1f1b-linearised": Plan(GRAPH.name, "", BATCH, Method.ONE_F_ONE_B,
+                                tuple(StagePlan(s, (k,), EQUAL, EQUAL) for k, s in enumerate(chain))),
+        "gpipe-linearised": Plan(GRAPH.name, "", BATCH, Method.GPIPE,
+                                 tuple(StagePlan(s, (k,), (4, 8), (4, 8)) for k, s in enumerate(
+                                     [("stem", "a1", "b1"), ("a2", "merge", "head")]))),
+    }
+
+
+PLANS = _plans()
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, TrainResult]:
+    jobs = [TrainJob(GRAPH, plan, SGD, return_parameters=True) for plan in PLANS.values()]
+    return dict(zip(PLANS, train_many(jobs), strict=True))
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_parameters_equal_reference(results: dict[str, TrainResult], name: str) -> None:
+    reference = reference_train(GRAPH, BATCH, SGD)
+    assert max_param_diff(results[name], reference) <= TOL
+    assert results[name].losses == pytest.approx(reference.losses, abs=TOL)
+
+
+def test_branch_stages_exchange_nothing() -> None:
+    """In the diamond the two branch stages (ranks 1 and 2) send each other nothing, and both start
+    with stem's first micro-batch: they run at the same time."""
+    schedule = build_schedule(PLANS["graph-4"])
+    for rank in (1, 2):
+        program = schedule.ranks[rank]
+        assert {a.peer for a in program if a.peer is not None} == {0, 3}
+        assert program[0].kind is ActionKind.RECV_F and program[0].microbatch == 0
+
+
+def test_graph_warms_up_less_than_the_chain() -> None:
+    """Stage 0 of the diamond keeps 3 micro-batches in flight (stages on its longest path to the
+    sink), not the 4 of a chain of four stages."""
+    programs = build_schedule(PLANS["graph-4"]).ranks[0]
+    kinds = [a.kind for a in programs if a.kind in (ActionKind.F, ActionKind.B)]
+    assert kinds.index(ActionKind.B) == 3
