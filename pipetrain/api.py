@@ -34,6 +34,7 @@ from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.load import default_loss_kind, leaf_classes, load_model
 from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, Method, Plan, WeightPolicy
+from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.planners import (
     MICROBATCH_PLANNERS,
     PLANNERS,
@@ -141,7 +142,7 @@ def graph_for_plan(
     else rebuilt from ``plan.model``, a zoo name or ``module.path:callable`` (captured with the
     specs of ``data`` and ``leaf_modules``, as :func:`resolve_model`)."""
     graph = graph or resolve_model(plan.model, data=data, leaf_modules=leaf_modules)
-    plan.validate(graph.names, graph.fingerprint())
+    validate_for_graph(plan, graph)
     return graph
 
 

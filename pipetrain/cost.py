@@ -82,15 +82,21 @@ class CostModel:
         return self.forward_s((name,), b, rank) + self.backward_s((name,), b, rank) - 2 * self.action_overhead_s
 
     def output_bytes(self, layers: Sequence[str], b: int) -> int:
-        """Bytes a stage ending in ``layers[-1]`` sends for ``b`` samples."""
-        return self.profile.layer(layers[-1]).output_bytes_per_sample * b
+        """Bytes a chain plan's stage ending in ``layers[-1]`` sends for ``b`` samples: everything
+        crossing the cut after it (the last layer's output in a chain model)."""
+        return self.profile.cut_bytes_per_sample(self._index(layers[-1])) * b
 
     def input_bytes(self, layers: Sequence[str], b: int) -> int:
-        """Bytes of the stage's input for ``b`` samples (its gradient has the same size)."""
-        names = [lp.name for lp in self.profile.layers]
-        i = names.index(layers[0])
-        per = self.profile.input_bytes_per_sample if i == 0 else self.profile.layers[i - 1].output_bytes_per_sample
-        return per * b
+        """Bytes of a chain plan's stage's input for ``b`` samples (its gradient has the same size)."""
+        return self.profile.cut_bytes_per_sample(self._index(layers[0]) - 1) * b
+
+    def edge_bytes(self, src: Sequence[str], dst: Sequence[str], b: int) -> int:
+        """Bytes stage ``src`` sends stage ``dst`` for ``b`` samples in a plan whose stages form a DAG
+        (the gradient going back has the same size)."""
+        return self.profile.edge_bytes_per_sample(src, dst) * b
+
+    def _index(self, name: str) -> int:
+        return next(i for i, lp in enumerate(self.profile.layers) if lp.name == name)
 
     def transfer_s(self, n_bytes: float, src: int, dst: int) -> float:
         return self.cluster.link(src, dst).transfer_s(n_bytes)

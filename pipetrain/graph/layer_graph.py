@@ -2,8 +2,14 @@
 
 A layer is a *picklable factory* that builds its module, so every rank can build exactly the layers
 of its own stage with the same initial weights as an unpipelined reference: layer ``i`` is always
-built under the seed ``graph.seed * 100_003 + i``. Models form a chain; the ``edges`` field leaves
-room for DAGs (GraphPipe) and, until DAG stages exist, may only list the chain itself.
+built under the seed ``graph.seed * 100_003 + i``. Models form a chain unless ``edges`` makes them
+a DAG (branches, as GraphPipe partitions them; :mod:`pipetrain.graph.dataflow` runs any set of
+layers of either).
+
+The DAG contract: ``layers`` are in a topological order and every edge goes from an earlier layer to
+a later one; the last layer is the only sink (its output goes to the loss); a layer without
+incoming edges (a *source*) is called on the model input, any other as ``module(*inputs)`` with its
+inputs in the order its incoming edges appear in ``edges``; every layer returns one tensor.
 
 Shapes are per sample: an input spec ``(3, 32, 32)`` means tensors of shape ``[b, 3, 32, 32]`` for a
 micro-batch of ``b`` samples.
@@ -130,8 +136,8 @@ class LayerGraph:
         target: spec of one target sample (for the loss at the last layer).
         loss: the loss kind.
         seed: base seed for layer initialisation.
-        edges: ``(src, dst)`` layer-name pairs; empty means the chain ``layers[0] -> layers[1] ...``,
-            the only shape supported yet (other edges are refused).
+        edges: ``(src, dst)`` layer-name pairs; empty means the chain ``layers[0] -> layers[1] ...``;
+            otherwise a DAG under the contract of the module docstring.
         module: for a model captured from an ``nn.Module`` (:func:`pipetrain.graph.capture.capture`),
             a picklable factory of a copy of it; see :meth:`build_module`.
     """
@@ -151,14 +157,28 @@ class LayerGraph:
         names = [layer.name for layer in self.layers]
         if len(set(names)) != len(names):
             raise UserError(f"model {self.name!r} has duplicate layer names; make them unique")
+        if self.edges:
+            self._check_dag(names)
+
+    def _check_dag(self, names: list[str]) -> None:
+        """The DAG contract (module docstring), with the first broken rule named."""
+        where = {name: i for i, name in enumerate(names)}
         edges = [tuple(edge) for edge in self.edges]
-        chain = list(pairwise(names))
-        if edges and sorted(edges) != sorted(chain):
-            shown = [edge for edge in edges if edge not in chain] or edges
-            raise UserError(f"model {self.name!r}: edges {shown} are not the chain of its layers "
-                            f"({' -> '.join(names[:3])}{' -> ...' if len(names) > 3 else ''}) and DAG stages are not "
-                            "supported yet; express the model as a chain (or pass the nn.Module itself: its torch.fx "
-                            "capture carries skip tensors across cuts)")
+        bad = [e for e in edges if len(e) != 2 or e[0] not in where or e[1] not in where]
+        if bad:
+            raise UserError(f"model {self.name!r}: edges {bad[:3]} name layers the model does not have; "
+                            "give (src, dst) pairs of its layer names")
+        backward = [e for e in edges if where[e[0]] >= where[e[1]]]
+        if backward or len(set(edges)) != len(edges):
+            shown = backward[:3] or [e for e in edges if edges.count(e) > 1][:1]
+            raise UserError(f"model {self.name!r}: edges {shown} go backward or repeat; list the layers in a "
+                            "topological order and each edge once")
+        has_successor = {src for src, _ in edges}
+        sinks = [name for name in names[:-1] if name not in has_successor]
+        if sinks or names[-1] in has_successor:
+            found = sinks or [names[-1] + " with successors"]
+            raise UserError(f"model {self.name!r}: the last layer must be the only one without successors "
+                            f"(found {found}); merge the branches into the last layer")
 
     # ---- builders ----------------------------------------------------------------------------
 
@@ -211,6 +231,25 @@ class LayerGraph:
         except ValueError:
             raise UserError(f"model {self.name!r} has no layer {name!r}") from None
 
+    @property
+    def is_chain(self) -> bool:
+        """Whether the layers form the chain ``layers[0] -> layers[1] -> ...`` (edges empty or exactly it)."""
+        return not self.edges or sorted(tuple(e) for e in self.edges) == list(pairwise(self.names))
+
+    def predecessors(self, i: int) -> tuple[int, ...]:
+        """Indices of layer ``i``'s inputs, in call order; ``()`` for a source layer (it takes the model input)."""
+        if not self.edges:
+            return (i - 1,) if i > 0 else ()
+        name = self.layers[i].name
+        return tuple(self.index(src) for src, dst in self.edges if dst == name)
+
+    def successors(self, i: int) -> tuple[int, ...]:
+        """Indices of the layers that read layer ``i``'s output (``()`` for the last layer)."""
+        if not self.edges:
+            return (i + 1,) if i + 1 < len(self) else ()
+        name = self.layers[i].name
+        return tuple(sorted(self.index(dst) for src, dst in self.edges if src == name))
+
     def layers_named(self, names: Sequence[str]) -> tuple[Layer, ...]:
         """The layers called ``names``, in that order (e.g. a stage's)."""
         return tuple(self.layers[self.index(name)] for name in names)
@@ -227,14 +266,16 @@ class LayerGraph:
         return module.to(device) if device is not None else module
 
     def build_sequential(self, indices: Sequence[int] | None = None) -> nn.Sequential:
-        """The (sub)model as one ``nn.Sequential``: the unpipelined reference."""
+        """The (sub)model as one ``nn.Sequential``: the unpipelined reference of a chain (a DAG's
+        layers are wired by :class:`pipetrain.graph.dataflow.StageModule`, whose children are the same)."""
         chosen = range(len(self)) if indices is None else indices
         return nn.Sequential(*(self.build_layer(i) for i in chosen))
 
     def build_module(self) -> nn.Module:
         """The whole model as one module whose ``state_dict`` keys are the pipeline's names
-        (:meth:`Layer.qualified`) and whose forward is the chain's: a copy of the captured module,
-        else ``nn.Sequential`` of the layers by name. Checkpoints load into it with ``strict=True``.
+        (:meth:`Layer.qualified`) and whose forward is the model's: a copy of the captured module,
+        else ``nn.Sequential`` of the layers by name (a DAG: the layers by name, wired by its edges).
+        Checkpoints load into it with ``strict=True``.
 
         Raises:
             UserError: a layer name with a dot, or a layer with its own prefix, in a graph that
@@ -246,18 +287,28 @@ class LayerGraph:
         if odd:
             raise UserError(f"model {self.name!r} cannot be built as one module: layer names {odd} have dots or "
                             "their own prefix; rename the layers, or capture the model from its nn.Module")
+        if not self.is_chain:
+            from pipetrain.graph.dataflow import MODEL_INPUT, StageModule  # dataflow builds on this module
+
+            every = range(len(self))
+            return StageModule(self, every, [(MODEL_INPUT,)], [(len(self) - 1,)], names=self.names)
         return nn.Sequential(OrderedDict((layer.name, self.build_layer(i)) for i, layer in enumerate(self.layers)))
 
     def output_specs(self) -> tuple[TensorSpec, ...]:
         """Per-sample output spec of every layer, found by a forward pass on the meta device (of 2
         samples: batch normalisation refuses 1 in training mode)."""
         x = torch.empty((2, *self.input.shape), dtype=self.input.torch_dtype, device="meta")
-        specs = []
+        outputs: list[torch.Tensor] = []
         for i in range(len(self)):
+            args = [outputs[j] for j in self.predecessors(i)] or [x]
             with torch.no_grad():
-                x = self.build_layer(i, device="meta")(x)
-            specs.append(TensorSpec.of(x))
-        return tuple(specs)
+                outputs.append(self.build_layer(i, device="meta")(*args))
+        return tuple(TensorSpec.of(y) for y in outputs)
+
+    def input_specs(self, i: int) -> tuple[TensorSpec, ...]:
+        """Per-sample specs of layer ``i``'s inputs, in call order (the model input for a source layer)."""
+        specs = self.output_specs()
+        return tuple(specs[j] for j in self.predecessors(i)) or (self.input,)
 
     def fingerprint(self) -> str:
         """A short hash of the input spec, layer names and parameters (model's names, shapes); plans
@@ -267,6 +318,8 @@ class LayerGraph:
         ``module:callable`` reference, a label) are the same model to a plan.
         """
         digest = hashlib.sha256(f"{self.input.shape}{self.input.dtype}".encode())
+        if not self.is_chain:
+            digest.update(repr(sorted(tuple(e) for e in self.edges)).encode())
         for i, layer in enumerate(self.layers):
             digest.update(layer.name.encode())
             for pname, p in self.build_layer(i, device="meta").named_parameters():

@@ -156,7 +156,9 @@ class Plan:
         batch_size: samples per mini-batch (per optimizer step).
         method: the schedule family.
         stages: the stages, in pipeline order.
-        edges: stage-graph edges ``(src, dst)``; empty means the chain 0 -> 1 -> ... .
+        edges: stage-graph edges ``(src, dst)``; empty means the chain 0 -> 1 -> ... . Method
+            ``graph`` (GraphPipe) takes any DAG whose edges go from lower to higher stages and whose
+            last stage is the only sink; a stage without predecessors reads the model input.
         recompute: re-run forward during backward instead of keeping activations, on every stage
             (stages with unequal forward and backward partitions recompute regardless).
         weights: weight versioning policy (``local`` exactly for method ``local``).
@@ -192,6 +194,14 @@ class Plan:
     @property
     def stage_edges(self) -> tuple[tuple[int, int], ...]:
         return self.edges or tuple((k, k + 1) for k in range(self.n_stages - 1))
+
+    def stage_predecessors(self, stage: int) -> tuple[int, ...]:
+        """The stages ``stage`` receives activations from, in increasing order."""
+        return tuple(sorted(a for a, b in self.stage_edges if b == stage))
+
+    def stage_successors(self, stage: int) -> tuple[int, ...]:
+        """The stages ``stage`` sends activations to, in increasing order."""
+        return tuple(sorted(b for a, b in self.stage_edges if a == stage))
 
     @property
     def rank_stages(self) -> tuple[int, ...]:
@@ -267,10 +277,7 @@ class Plan:
             raise UserError("the plan has no stages; give at least one")
         for k, stage in enumerate(self.stages):
             self._validate_stage(k, stage)
-        chain = tuple((k, k + 1) for k in range(self.n_stages - 1))
-        if self.edges and tuple(self.edges) != chain:
-            raise UserError(f"the plan's stage edges {list(self.edges)} form a graph, not the chain 0 -> 1 -> ...; "
-                            "stages that form a DAG are not supported yet: remove \"edges\" (or list the chain)")
+        self._validate_edges()
         if self.replicated:
             self._validate_replicas()
         self._validate_local()
@@ -288,6 +295,8 @@ class Plan:
             )
         if layer_names is not None:
             planned = [name for s in self.stages for name in s.layers]
+            if self.method is Method.GRAPH:  # stages of a DAG need not be consecutive (the graph checks the rest)
+                planned = sorted(planned, key=lambda n: list(layer_names).index(n) if n in layer_names else -1)
             if planned != list(layer_names):
                 raise UserError(f"the plan's stages do not cover the model's {len(layer_names)} layers once, in order: "
                                 f"{_layer_difference(planned, list(layer_names))}; re-plan for this model")
@@ -305,9 +314,9 @@ class Plan:
                     f"stage {k}: {label} micro-batch sizes {list(sizes)} sum to {sum(sizes)} but the "
                     f"batch has {self.batch_size} samples; make them sum to {self.batch_size}"
                 )
-        if self.method is Method.ONE_F_ONE_B and stage.backward_sizes != stage.forward_sizes:
+        if self.method in (Method.ONE_F_ONE_B, Method.GRAPH) and stage.backward_sizes != stage.forward_sizes:
             raise UserError(
-                f"stage {k}: method 1f1b needs the same micro-batch sizes for forward and backward "
+                f"stage {k}: method {self.method.value} needs the same micro-batch sizes for forward and backward "
                 f"(forward {list(stage.forward_sizes)}, backward {list(stage.backward_sizes)}); use "
                 "method 'uedp' for unequal forward and backward partitions"
             )
@@ -318,6 +327,27 @@ class Plan:
                 f"stage {k}: method gpipe needs the same micro-batch sizes on every stage for forward "
                 "and backward; use method 'uedp' (flush order) or '1f1b' for per-stage partitions"
             )
+
+    def _validate_edges(self) -> None:
+        """Chain methods run the chain 0 -> 1 -> ...; method graph a DAG of stages in topological
+        order with the last stage as its only sink (GraphPipe §3.2)."""
+        n = self.n_stages
+        chain = tuple((k, k + 1) for k in range(n - 1))
+        if self.method is not Method.GRAPH:
+            if self.edges and tuple(self.edges) != chain:
+                raise UserError(f"the plan's stage edges {list(self.edges)} form a graph, not the chain 0 -> 1 -> ...; "
+                                f"stages that form a DAG run with method graph, not {self.method.value}: set "
+                                '"method": "graph" or remove "edges"')
+            return
+        edges = [tuple(e) for e in self.stage_edges]
+        bad = [e for e in edges if not 0 <= e[0] < e[1] < n]
+        if bad or len(set(edges)) != len(edges):
+            raise UserError(f"method graph: stage edges {bad[:3] or edges} must each go from a lower to a higher stage "
+                            f"of 0..{n - 1}, once; number the stages in a topological order")
+        sinks = [k for k in range(n) if not self.stage_successors(k)]
+        if sinks != [n - 1]:
+            raise UserError(f"method graph: stages {sinks} have no successors; only the last stage (the one with the "
+                            "model's last layer) may, so connect the others to a later stage")
 
     def _validate_local(self) -> None:
         """Method ``local`` goes with weight policy ``local``, heads and a queue depth; no other method has them."""
@@ -335,9 +365,9 @@ class Plan:
     def _validate_replicas(self) -> None:
         """Replicated stages take whole micro-batches round-robin, so every stage must cut the batch
         the same way (a message then goes to exactly one replica) and have a micro-batch per replica."""
-        if self.method not in (Method.GPIPE, Method.ONE_F_ONE_B, Method.PIPEDREAM):
+        if self.method not in (Method.GPIPE, Method.ONE_F_ONE_B, Method.PIPEDREAM, Method.GRAPH):
             raise UserError(
-                f"method {self.method.value} cannot run replicated stages; use gpipe, 1f1b or pipedream, or "
+                f"method {self.method.value} cannot run replicated stages; use gpipe, 1f1b, pipedream or graph, or "
                 "give every stage one rank"
             )
         sizes = self.stages[0].forward_sizes

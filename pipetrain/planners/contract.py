@@ -42,15 +42,18 @@ class ModelRef:
         name: the model's name (goes into the plan; a zoo name lets ``train --plan`` rebuild it).
         fingerprint: ``LayerGraph.fingerprint()``; empty for a synthetic problem.
         layer_names: the layers ``L`` of them, in order.
+        edges: the layer edges of a DAG model (``LayerGraph.edges``), empty for a chain: the
+            GraphPipe planner partitions along them, the others linearise the model.
     """
 
     name: str
     fingerprint: str
     layer_names: tuple[str, ...]
+    edges: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, graph: LayerGraph) -> ModelRef:
-        return cls(graph.name, graph.fingerprint(), tuple(graph.names))
+        return cls(graph.name, graph.fingerprint(), tuple(graph.names), () if graph.is_chain else tuple(graph.edges))
 
     @classmethod
     def of_plan(cls, plan: Plan) -> ModelRef:

@@ -40,6 +40,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from pipetrain.cluster import DeviceModel, device_model
 from pipetrain.errors import UserError
+from pipetrain.graph.dataflow import layer_port, port_spec, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.profile.measure import layer_stats, loss_saved_bytes, size_grid
 from pipetrain.profile.table import LayerProfile, Profile
@@ -198,7 +199,7 @@ def _estimate_layer(
     graph: LayerGraph, i: int, spec: TensorSpec, grid: tuple[int, ...], device: DeviceModel
 ) -> tuple[LayerProfile, TensorSpec]:
     """Layer ``i``'s estimated profile, given its input spec; and its output spec."""
-    module = graph.build_layer(i, device="meta")
+    module = profiled_layer(graph, i, device="meta")
     forward_s, backward_s = [], []
     try:
         for b in grid:
@@ -250,11 +251,9 @@ def estimate_profile(
     """
     model = device if isinstance(device, DeviceModel) else device_model(device)
     grid = size_grid(batch_size, sizes)
-    spec = graph.input
-    layers = []
-    for i in range(len(graph)):
-        layer, spec = _estimate_layer(graph, i, spec, grid, model)
-        layers.append(layer)
+    layers = [_estimate_layer(graph, i, port_spec(graph, layer_port(graph, i)), grid, model)[0]
+              for i in range(len(graph))]
+    spec = graph.output_specs()[-1]
     source = (
         f"estimated for {model.name}: per-kernel roofline, peak {model.peak_flops:.3g} FLOP/s, "
         f"{model.memory_bandwidth_bytes_per_s:.3g} B/s, {model.kernel_overhead_s * 1e6:.3g} us "
@@ -266,6 +265,7 @@ def estimate_profile(
         device=model.name,
         source=source,
         input_bytes_per_sample=graph.input.bytes_per_sample,
+        edges=() if graph.is_chain else tuple(graph.edges),
         layers=tuple(layers),
         loss_saved_bytes_per_sample=loss_saved_bytes(
             graph, _meta_input(spec, grid[-1]), layers[-1].saved_output_bytes_per_sample > 0, torch.Generator()

@@ -36,6 +36,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import UserError
+from pipetrain.graph.dataflow import layer_input, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec, loss_sum
 from pipetrain.profile.table import LayerProfile, Profile
 
@@ -351,12 +352,15 @@ def _measure_layers(
         def on_size(description: str) -> None:
             bar.update(task, description=description, advance=1)
 
-        modules = [graph.build_layer(i, timer.device) for i in range(len(graph))]
+        modules = [profiled_layer(graph, i, timer.device) for i in range(len(graph))]
         for _ in range(2):
-            _warm_heap(modules, x)
-        for layer, module in zip(graph.layers, modules, strict=True):
-            profile, x = _measure_layer(layer.name, module, x, grid, timer, generator, on_size)
+            _warm_heap(graph, modules, x)
+        model_input, outputs = x, list[torch.Tensor]()
+        for i, (layer, module) in enumerate(zip(graph.layers, modules, strict=True)):
+            profile, x = _measure_layer(layer.name, module, layer_input(graph, i, model_input, outputs), grid, timer,
+                                        generator, on_size)
             profiles.append(profile)
+            outputs.append(x)
         profiles[-1] = _with_loss(profiles[-1], graph, x, timer, generator, loss)
         loss_bytes = loss_saved_bytes(graph, x, profiles[-1].saved_output_bytes_per_sample > 0, generator, loss)
     return tuple(profiles), loss_bytes
@@ -399,16 +403,17 @@ def _scaled_loss(loss: LossFn, y: torch.Tensor, targets: torch.Tensor, batch: in
     return loss(y, targets) / batch
 
 
-def _warm_heap(modules: Sequence[nn.Module], x: torch.Tensor) -> None:
-    """One untimed forward and backward of the whole chain at the largest size.
+def _warm_heap(graph: LayerGraph, modules: Sequence[nn.Module], model_input: torch.Tensor) -> None:
+    """One untimed forward and backward of the whole model at the largest size.
 
     It grows the allocator's heap to the training working set, so the first layer timed does
     not pay the page faults of fresh memory that later layers (and training steps) do not.
     """
-    outputs = []
-    for module in modules:
-        x = module(x.detach().requires_grad_(x.is_floating_point()))
-        outputs.append(x)
+    outputs: list[torch.Tensor] = []
+    for i, module in enumerate(modules):
+        x = layer_input(graph, i, model_input, outputs).detach()
+        outputs.append(module(x.requires_grad_(x.is_floating_point())))
+    x = outputs[-1]
     if x.requires_grad:
         torch.autograd.backward(x.float().sum())
     del outputs
@@ -461,6 +466,7 @@ def measure_profile(
         device=timer.device.type,
         source=f"measured on {timer.device}, {used} thread{plural}, median of {repeats}",
         input_bytes_per_sample=graph.input.bytes_per_sample,
+        edges=() if graph.is_chain else tuple(graph.edges),
         layers=layers,
         loss_saved_bytes_per_sample=loss_bytes,
     )

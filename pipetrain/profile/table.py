@@ -106,6 +106,9 @@ class Profile:
         layers: one entry per layer, in graph order.
         loss_saved_bytes_per_sample: what the loss adds to the last layer's saved bytes (its input
             only where the last layer does not already save its output).
+        edges: the model's layer edges when it is a DAG (``LayerGraph.edges``); empty for a chain.
+            They say which outputs cross a stage boundary (:meth:`cut_bytes_per_sample`,
+            :meth:`edge_bytes_per_sample`).
     """
 
     model: str
@@ -115,6 +118,7 @@ class Profile:
     input_bytes_per_sample: int
     layers: tuple[LayerProfile, ...]
     loss_saved_bytes_per_sample: int = 0
+    edges: tuple[tuple[str, str], ...] = ()
 
     def layer(self, name: str) -> LayerProfile:
         for layer in self.layers:
@@ -135,6 +139,36 @@ class Profile:
         )
         loss = self.loss_saved_bytes_per_sample if names[-1] == self.layers[-1].name else 0
         return sum(lp.saved_bytes_per_sample for lp in layers) - shared + loss
+
+    def readers(self, name: str | None) -> tuple[str, ...]:
+        """The layers that read ``name``'s output (``None``: the model input)."""
+        names = [lp.name for lp in self.layers]
+        if not self.edges:
+            i = -1 if name is None else names.index(name)
+            return tuple(names[i + 1:i + 2])
+        targets = {dst for _, dst in self.edges}
+        if name is None:
+            return tuple(n for n in names if n not in targets)
+        return tuple(dst for src, dst in self.edges if src == name)
+
+    def _value_bytes(self, name: str | None) -> int:
+        return self.input_bytes_per_sample if name is None else self.layer(name).output_bytes_per_sample
+
+    def cut_bytes_per_sample(self, after: int) -> int:
+        """Bytes per sample crossing the cut after the first ``after + 1`` layers of a chain plan
+        (``after = -1``: before the first layer): every value made before it and read after it
+        (:func:`pipetrain.graph.dataflow.live_after`); the last layer's output after the last layer."""
+        names = [lp.name for lp in self.layers]
+        if after >= len(names) - 1:
+            return self.layers[-1].output_bytes_per_sample
+        later = set(names[after + 1:])
+        values: list[str | None] = [None, *names[:after + 1]]
+        return sum(self._value_bytes(v) for v in values if later.intersection(self.readers(v)))
+
+    def edge_bytes_per_sample(self, src: Sequence[str], dst: Sequence[str]) -> int:
+        """Bytes per sample stage ``src`` (its layer names) sends stage ``dst`` on their stage edge."""
+        wanted = set(dst)
+        return sum(self._value_bytes(v) for v in src if wanted.intersection(self.readers(v)))
 
     # ---- JSON -------------------------------------------------------------------------------
 
@@ -174,6 +208,7 @@ class Profile:
                 input_bytes_per_sample=int(data["input_bytes_per_sample"]),
                 layers=layers,
                 loss_saved_bytes_per_sample=int(data.get("loss_saved_bytes_per_sample", 0)),
+                edges=tuple((str(a), str(b)) for a, b in data.get("edges", ())),
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
             raise UserError(f"malformed profile JSON ({e!r}); re-create it with `pipetrain profile`") from None

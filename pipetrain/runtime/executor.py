@@ -60,6 +60,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import TensorSpec
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.buffers import ChunkBuffer
+from pipetrain.runtime.dag_handlers import DagStage, dag_backward, dag_forward, dag_message_spec, dag_recv, dag_send
 from pipetrain.runtime.local_handlers import (
     LocalStage,
     local_backward,
@@ -123,6 +124,8 @@ class RankContext:
         sample_offset: the first sample of the loaded batch in the ranges the actions name.
         microbatch_loss: divide each micro-batch's loss by its own size, not ``batch_size`` (pipedream).
         loss_count: the micro-batches in ``loss_total``.
+        dag: method ``graph``: the stage's ports toward each neighbouring stage (a DAG of stages);
+            None for a chain.
     """
 
     rank: int
@@ -154,10 +157,12 @@ class RankContext:
     sample_offset: int = 0
     microbatch_loss: bool = False
     loss_count: int = 0
+    dag: DagStage | None = None
 
     @property
     def is_first(self) -> bool:
-        return self.stage == 0
+        """Whether the stage reads the model input (stage 0 of a chain; a DAG's stages with source layers)."""
+        return self.dag.reads_input if self.dag is not None else self.stage == 0
 
     @property
     def is_last(self) -> bool:
@@ -177,6 +182,8 @@ class RankContext:
                 buffer.clear()
         if self.versions is None:
             self.saved.clear()
+            if self.dag is not None:
+                self.dag.saved.clear()
         self.loss_total, self.loss_count, self.sample_offset = None, 0, offset
         device = self.transport.device
         if self.is_first:
@@ -193,7 +200,8 @@ class RankContext:
 
     @property
     def buffers(self) -> tuple[ChunkBuffer, ...]:
-        return (self.inputs, self.outputs, self.output_grads, self.input_grads, self.stashed)
+        own = (self.inputs, self.outputs, self.output_grads, self.input_grads, self.stashed)
+        return own + (self.dag.buffers if self.dag is not None else ())
 
     def step_loss(self) -> float | None:
         """The mini-batch loss (mean over samples) on the last stage after its step; else None.
@@ -229,6 +237,9 @@ def _run_layers(ctx: RankContext, x: torch.Tensor, a: Action) -> tuple[torch.Ten
 
 
 def _forward(ctx: RankContext, a: Action) -> None:
+    if ctx.dag is not None:
+        dag_forward(ctx, ctx.dag, a)
+        return
     if ctx.evaluation is not None:
         _evaluate(ctx, ctx.evaluation, ctx.inputs.take(a.lo, a.hi), a)
         return
@@ -277,6 +288,9 @@ def _recomputed(ctx: RankContext, a: Action) -> tuple[torch.Tensor, torch.Tensor
 
 
 def _backward(ctx: RankContext, a: Action) -> None:
+    if ctx.dag is not None:
+        dag_backward(ctx, ctx.dag, a)
+        return
     if ctx.local is not None:
         local_backward(ctx, a)
         return
@@ -313,20 +327,29 @@ def _message(ctx: RankContext, a: Action) -> Message:
     forward = a.kind in (ActionKind.SEND_F, ActionKind.RECV_F)
     receiving = a.kind in (ActionKind.RECV_F, ActionKind.RECV_B)
     spec = ctx.input_spec if forward == receiving else ctx.output_spec
+    if ctx.dag is not None:
+        spec = dag_message_spec(ctx.dag, a)
     return (a.size, *spec.shape), spec.torch_dtype, a.peer, Direction.ACTIVATION if forward else Direction.GRADIENT
 
 
 def _send(ctx: RankContext, a: Action) -> None:
     """SEND_F sends the stage's output, SEND_B the gradient of its input."""
-    source = ctx.outputs if a.kind is ActionKind.SEND_F else ctx.input_grads
     _, _, peer, direction = _message(ctx, a)
+    if ctx.dag is not None:
+        ctx.transport.send(dag_send(ctx, ctx.dag, a), peer, direction)
+        return
+    source = ctx.outputs if a.kind is ActionKind.SEND_F else ctx.input_grads
     ctx.transport.send(source.take(a.lo, a.hi), peer, direction)
 
 
 def _recv(ctx: RankContext, a: Action) -> None:
     """RECV_F receives the stage's input, RECV_B the gradient of its output."""
+    tensor = ctx.transport.recv(*_message(ctx, a))
+    if ctx.dag is not None:
+        dag_recv(ctx.dag, a, tensor)
+        return
     target = ctx.inputs if a.kind is ActionKind.RECV_F else ctx.output_grads
-    target.put(a.lo, a.hi, ctx.transport.recv(*_message(ctx, a)))
+    target.put(a.lo, a.hi, tensor)
 
 
 def _step(ctx: RankContext, a: Action) -> None:
@@ -346,7 +369,7 @@ def _step(ctx: RankContext, a: Action) -> None:
         ctx.versions.commit()
         return
     leftovers = [b for b in ctx.buffers if len(b)]
-    if leftovers or ctx.saved:
+    if leftovers or ctx.saved or (ctx.dag is not None and ctx.dag.saved):
         names = [f"{b.name} {b.ranges()}" for b in leftovers] + [f"forwards {sorted(ctx.saved)}"]
         raise RuntimeError(f"{a}: the step left unconsumed data: {', '.join(names)}")
 

@@ -13,8 +13,10 @@ from torch import nn
 
 from pipetrain.data import Loss, model_loss
 from pipetrain.errors import UserError
+from pipetrain.graph.dataflow import StageModule, chain_ports, port_spec
 from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
 from pipetrain.plan.plan import Method, Plan, ranges
+from pipetrain.runtime.dag_handlers import DagStage, dag_ports
 from pipetrain.runtime.executor import OptimizerFactory, Range, RankContext
 from pipetrain.runtime.local_handlers import build_local_stage
 from pipetrain.runtime.memory import ActivationMeter
@@ -22,17 +24,30 @@ from pipetrain.runtime.transport import Transport
 from pipetrain.runtime.versions import WeightVersions
 from pipetrain.schedule.action import Action
 
-__all__ = ["HEAD_PREFIX", "build_rank_context", "head_parameters", "stage_parameters", "stage_specs"]
+__all__ = ["HEAD_PREFIX", "build_rank_context", "build_stage_module", "head_parameters", "stage_parameters",
+           "stage_specs"]
 
 HEAD_PREFIX = "aux"
 """Auxiliary heads' parameters are named ``aux{stage}.<name in the head>`` (local learning)."""
 
 
 def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[TensorSpec, TensorSpec]:
-    """Per-sample specs of the tensors entering and leaving a stage of consecutive layers."""
-    specs = graph.output_specs()
-    first, last = layer_indices[0], layer_indices[-1]
-    return (graph.input if first == 0 else specs[first - 1]), specs[last]
+    """Per-sample specs of the tensors entering and leaving a stage of consecutive layers (of a DAG
+    model run by a chain plan: everything crossing the cut, packed, :mod:`pipetrain.graph.dataflow`)."""
+    inputs, outputs = chain_ports(graph, layer_indices)
+    return port_spec(graph, inputs[0]), port_spec(graph, outputs[0])
+
+
+def build_stage_module(graph: LayerGraph, plan: Plan, stage: int, device: torch.device) -> nn.Module:
+    """The stage's layers with their initial weights: ``nn.Sequential`` for a chain model, else a
+    :class:`~pipetrain.graph.dataflow.StageModule` between the stage's ports (a chain plan's cuts, or
+    method graph's ports toward each neighbouring stage)."""
+    indices = [graph.index(name) for name in plan.stages[stage].layers]
+    if plan.method is Method.GRAPH:
+        return StageModule(graph, indices, *dag_ports(graph, plan, stage), device=device)
+    if graph.is_chain:
+        return graph.build_sequential(indices).to(device)
+    return StageModule(graph, indices, *chain_ports(graph, indices), device=device)
 
 
 def build_rank_context(
@@ -56,11 +71,12 @@ def build_rank_context(
     """
     stage = plan.stage_of_rank(rank)
     indices = [graph.index(name) for name in plan.stages[stage].layers]
-    module = graph.build_sequential(indices).to(transport.device)
+    module = build_stage_module(graph, plan, stage, transport.device)
     recompute = plan.recomputes(stage)
     if recompute:
         _check_deterministic(stage, module)
-    input_spec, output_spec = stage_specs(graph, indices)
+    dag = DagStage.build(graph, plan, stage) if plan.method is Method.GRAPH else None
+    input_spec, output_spec = (graph.input, graph.output_specs()[indices[-1]]) if dag else stage_specs(graph, indices)
     local = build_local_stage(graph, plan, stage, output_spec, transport.device)
     params = list(module.parameters()) + (list(local.head.parameters()) if local and local.head else [])
     return RankContext(
@@ -77,10 +93,12 @@ def build_rank_context(
         meter=ActivationMeter(params),
         recompute=recompute,
         replicas=replicas,
-        input_ranges=_own_ranges(plan, stage, rank) if stage == 0 and plan.replicated else None,
+        input_ranges=_own_ranges(plan, stage, rank) if (dag.reads_input if dag else stage == 0) and plan.replicated
+        else None,
         local=local,
         versions=WeightVersions(module, program) if plan.asynchronous else None,
         microbatch_loss=plan.method is Method.PIPEDREAM,
+        dag=dag,
     )
 
 

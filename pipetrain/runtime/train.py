@@ -19,6 +19,7 @@ import torch
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.data import EvalResult, Loss
 from pipetrain.errors import UserError
+from pipetrain.graph.dataflow import whole_model
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Method, Plan, StagePlan
 from pipetrain.runtime.config import FaultInjection, StepMetrics, TrainConfig, TrainJob, TrainResult
@@ -93,7 +94,7 @@ def reference_train(
     """Single-process, unpipelined training: the baseline the pipeline must reproduce.
 
     Same data, loss (``loss / batch_size``), optimizer, initial weights
-    (``graph.build_sequential()``) and evaluations as :func:`train`; runs with
+    (:func:`~pipetrain.graph.dataflow.whole_model`) and evaluations as :func:`train`; runs with
     ``config.threads_per_rank`` threads. Its timeline has one rank with ``F``, ``B`` and ``STEP``
     over the whole batch.
     """
@@ -121,7 +122,7 @@ _ACTIONS = (ActionKind.F, ActionKind.B, ActionKind.STEP)
 
 
 def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_parameters: bool) -> TrainResult:
-    model = graph.build_sequential()
+    model = whole_model(graph)
     optimizer = config.build_optimizer(model.parameters())
     loss_fn = job_loss(TrainJob(graph, single_stage_plan(graph, batch_size), config))
     meter = ActivationMeter(model.parameters())

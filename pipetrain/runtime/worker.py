@@ -25,6 +25,7 @@ from torch.distributed.distributed_c10d import PrefixStore, Store
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
 from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.runtime import interrupts
 from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.data import steps_per_epoch, timed_batch
@@ -110,7 +111,7 @@ def check_job(job: TrainJob) -> TrainJob:
         UserError: naming what to change.
     """
     plan, graph, config = job.plan, job.graph, job.config
-    plan.validate(graph.names, graph.fingerprint())
+    validate_for_graph(plan, graph)
     config = _resolve_steps(job)
     if plan.asynchronous:
         _check_async(plan, config)

@@ -34,6 +34,12 @@ Every dependency of a backward is then issued before it in program order on ever
 schedule cannot deadlock (the validator's dry run checks it). With equal sizes the second rule
 never binds and the orders are exactly the 1F1B orders above.
 
+**1F1B over a DAG of stages** (GraphPipe, Jeon et al. 2025, method ``graph``): the same two rules,
+with ``K - k`` replaced by the stages on ``k``'s longest path to the sink and the second rule read
+over all of ``k``'s successors; stages are numbered in a topological order, so building from the
+last stage to the first still sees every successor's order first. Two branches feeding one merge
+stage thus warm up with 2 forwards each where a chain of the same stages would need 3 and 4.
+
 **Local learning** (PPLL, Guo et al. 2024, docs/algorithms.md §6): every stage trains on its own
 loss (an auxiliary head; the model's loss on the last stage) and steps its optimizer after every
 micro-batch, so no gradient crosses a stage::
@@ -81,6 +87,7 @@ __all__ = [
     "build_schedule",
     "compute_schedule",
     "gpipe_orders",
+    "graph_orders",
     "local_orders",
     "one_f_one_b_orders",
     "one_f_one_b_sequences",
@@ -107,7 +114,8 @@ def gpipe_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
 
 
 def one_f_one_b_sequences(
-    partitions: Sequence[Sequence[int]], in_flight: Sequence[int] | None = None
+    partitions: Sequence[Sequence[int]], in_flight: Sequence[int] | None = None,
+    successors: Sequence[Sequence[int]] | None = None,
 ) -> list[list[tuple[bool, int]]]:
     """Per stage, the 1F1B order as ``(is_backward, micro-batch index)`` pairs, without the step.
 
@@ -115,23 +123,27 @@ def one_f_one_b_sequences(
         partitions: per stage, its micro-batch sizes (forward = backward), each summing to ``B``.
         in_flight: per stage, the micro-batches it may hold before its next backward; default
             ``K - k`` (the 1F1B bound).
+        successors: per stage, the stages it feeds (a DAG whose edges go to higher stages, method
+            ``graph``); default the chain ``k -> k + 1``. A stage's second rule then reads all of
+            its successors' orders.
     """
     n = len(partitions)
     bound = list(in_flight) if in_flight is not None else [n - k for k in range(n)]
+    succ = successors if successors is not None else [[k + 1] if k + 1 < n else [] for k in range(n)]
     orders: list[list[tuple[bool, int]]] = [[] for _ in partitions]
-    down_ends: list[int] = []  # stage k + 1: its backward ends ...
-    down_before: list[int] = []  # ... and the samples it forwards before each of those backwards
+    ends_of: dict[int, list[int]] = {}  # stage: its backward ends ...
+    before_of: dict[int, list[int]] = {}  # ... and the samples it forwards before each of those backwards
     for k in range(n - 1, -1, -1):
         ends = list(accumulate(partitions[k]))
         order, before, i = orders[k], [], 0
         for j, hi in enumerate(ends):
-            need = max(hi, down_before[bisect_left(down_ends, hi)]) if k < n - 1 else hi
+            need = max([hi, *(before_of[t][bisect_left(ends_of[t], hi)] for t in succ[k])])
             while i < len(ends) and (i - j < bound[k] or (ends[i - 1] if i else 0) < need):
                 order.append((False, i))
                 i += 1
             before.append(ends[i - 1])
             order.append((True, j))
-        down_ends, down_before = ends, before
+        ends_of[k], before_of[k] = ends, before
     return orders
 
 
@@ -141,16 +153,7 @@ def one_f_one_b_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
     Raises:
         UserError: a stage whose forward and backward sizes differ.
     """
-    for k, s in enumerate(stages):
-        if s.forward_sizes != s.backward_sizes:
-            raise UserError(f"stage {k}: 1F1B needs equal forward and backward micro-batch sizes; "
-                            "use method 'uedp' for different ones")
-    orders = []
-    sequences = one_f_one_b_sequences([s.forward_sizes for s in stages], replicated_in_flight(stages))
-    for k, (s, sequence) in enumerate(zip(stages, sequences, strict=True)):
-        fwd, bwd = _forwards(k, s.forward_sizes), _backwards(k, s.backward_sizes)
-        orders.append([*(bwd[j] if backward else fwd[j] for backward, j in sequence), Action(ActionKind.STEP, k)])
-    return orders
+    return _ordered(stages, one_f_one_b_sequences([s.forward_sizes for s in stages], replicated_in_flight(stages)))
 
 
 def local_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
@@ -169,20 +172,47 @@ def local_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
     return orders
 
 
-def replicated_in_flight(stages: Sequence[StagePlan]) -> list[int]:
+def replicated_in_flight(stages: Sequence[StagePlan], successors: Sequence[Sequence[int]] | None = None) -> list[int]:
     """Per stage, the 1F1B in-flight bound counted over all its replicas.
 
-    Each replica of stage ``k`` (on ``r_k`` ranks, with ``before_k`` ranks upstream, ``R`` in all) keeps
-    ``(R - 1 - before_k) // r_k + 1`` micro-batches in flight, PipeDream's warm-up rule (docs/algorithms.md §3.4):
-    enough to keep the downstream ranks busy; ``K - k`` when no stage is replicated.
+    Each replica of stage ``k`` (on ``r_k`` ranks, with ``R_k`` ranks on the longest path from ``k``
+    to the last stage, ``k`` included) keeps ``(R_k - 1) // r_k + 1`` micro-batches in flight,
+    PipeDream's warm-up rule (docs/algorithms.md §3.4): enough to keep the downstream ranks busy;
+    ``K - k`` on a chain without replicas, and on a DAG of stages (GraphPipe §3.4) the number of
+    stages on ``k``'s longest path to the sink.
     """
-    total = sum(len(s.ranks) for s in stages)
-    bounds, before = [], 0
-    for s in stages:
-        r = len(s.ranks)
-        bounds.append(r * ((total - 1 - before) // r + 1))
-        before += r
-    return bounds
+    n = len(stages)
+    succ = successors if successors is not None else [[k + 1] if k + 1 < n else [] for k in range(n)]
+    path = [0] * n  # ranks on the longest path from k to the sink
+    for k in range(n - 1, -1, -1):
+        path[k] = len(stages[k].ranks) + max((path[t] for t in succ[k]), default=0)
+    return [len(s.ranks) * ((path[k] - 1) // len(s.ranks) + 1) for k, s in enumerate(stages)]
+
+
+def graph_orders(stages: Sequence[StagePlan], edges: Sequence[tuple[int, int]]) -> list[list[Action]]:
+    """1F1B over a DAG of stages (method ``graph``, GraphPipe §3.4): a stage keeps as many
+    micro-batches in flight as there are stages on its longest path to the sink, and issues forwards
+    early enough for every successor (the second rule of the module docstring, over all successors).
+
+    Raises:
+        UserError: a stage whose forward and backward sizes differ.
+    """
+    successors = [sorted(b for a, b in edges if a == k) for k in range(len(stages))]
+    return _ordered(stages, one_f_one_b_sequences([s.forward_sizes for s in stages],
+                                                  replicated_in_flight(stages, successors), successors))
+
+
+def _ordered(stages: Sequence[StagePlan], sequences: Sequence[Sequence[tuple[bool, int]]]) -> list[list[Action]]:
+    """Each stage's ``(is_backward, j)`` sequence as actions, then its STEP (equal forward and backward sizes)."""
+    for k, s in enumerate(stages):
+        if s.forward_sizes != s.backward_sizes:
+            raise UserError(f"stage {k}: 1F1B needs equal forward and backward micro-batch sizes; "
+                            "use method 'uedp' for different ones")
+    orders = []
+    for k, (s, sequence) in enumerate(zip(stages, sequences, strict=True)):
+        fwd, bwd = _forwards(k, s.forward_sizes), _backwards(k, s.backward_sizes)
+        orders.append([*(bwd[j] if backward else fwd[j] for backward, j in sequence), Action(ActionKind.STEP, k)])
+    return orders
 
 
 GENERATORS: dict[Method, Generator] = {
@@ -247,13 +277,15 @@ def compute_schedule(plan: Plan) -> Schedule:
     STEP. Dropping actions from a deadlock-free program only removes ordering constraints, so the
     replicated schedule cannot deadlock either (the validator's dry run checks it).
     """
-    try:
-        order = GENERATORS[plan.method]
-    except KeyError:
-        known = ", ".join(m.value for m in GENERATORS)
-        raise UserError(f"method {plan.method.value!r} has no schedule generator yet; use one of: {known}") from None
+    if plan.method is Method.GRAPH:
+        orders = graph_orders(plan.stages, plan.stage_edges)
+    elif plan.method in GENERATORS:
+        orders = GENERATORS[plan.method](plan.stages)
+    else:
+        known = ", ".join(m.value for m in (*GENERATORS, Method.GRAPH))
+        raise UserError(f"method {plan.method.value!r} has no schedule generator yet; use one of: {known}")
     programs: dict[int, list[Action]] = {}
-    for k, (stage, actions) in enumerate(zip(plan.stages, order(plan.stages), strict=True)):
+    for k, (stage, actions) in enumerate(zip(plan.stages, orders, strict=True)):
         for rank in stage.ranks:
             programs[rank] = [a for a in actions
                               if a.kind is ActionKind.STEP or plan.replica_rank(k, a.microbatch) == rank]
@@ -277,5 +309,6 @@ def build_schedule(plan: Plan, batches: int | None = None) -> Schedule:
         check_chunks(schedule, plan, n)
         return schedule
     schedule = add_communication(compute_schedule(plan), plan)
-    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, local_queue=local_queue(plan))
+    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, local_queue=local_queue(plan),
+             stage_edges=plan.stage_edges)
     return schedule

@@ -1,6 +1,8 @@
 """Schedule passes: pure ``Schedule -> Schedule`` functions (STYLE.md L3).
 
-:func:`add_communication` inserts the point-to-point messages of a chain of stages:
+:func:`add_communication` inserts the point-to-point messages along the plan's stage edges (the
+chain ``k -> k + 1``, or a DAG of stages for method ``graph``, where each rule below applies once per
+predecessor or successor, in increasing stage order):
 
 * after each forward ``F`` of stage ``k`` that has a successor, a ``SEND_F`` of the same range to
   the successor's rank;
@@ -49,27 +51,28 @@ def _receives(
 
 
 def add_communication(schedule: Schedule, plan: Plan) -> Schedule:
-    """Insert SEND/RECV actions for a chain of stages (see module docstring)."""
-    last = plan.n_stages - 1
+    """Insert SEND/RECV actions along the plan's stage edges (see module docstring)."""
     gradients = plan.method is not Method.LOCAL
     programs: list[list[Action]] = []
     for rank, program in schedule:
         k = plan.stage_of_rank(rank)
-        fwd_in = _messages(plan, k - 1, plan.stages[k - 1].forward_sizes, rank, k) if k > 0 else deque()
-        bwd_in = _messages(plan, k + 1, plan.stages[k + 1].backward_sizes, rank, k) if k < last else deque()
-        bwd_in = bwd_in if gradients else deque()
+        preds, succs = plan.stage_predecessors(k), plan.stage_successors(k)
+        fwd_in = {p: _messages(plan, p, plan.stages[p].forward_sizes, rank, k) for p in preds}
+        bwd_in = {t: _messages(plan, t, plan.stages[t].backward_sizes, rank, k) for t in succs} if gradients else {}
         out: list[Action] = []
         for a in program:
-            if a.kind is ActionKind.F and k > 0:
-                out += _receives(ActionKind.RECV_F, plan, k - 1, k, a.hi, fwd_in)
-            if a.kind is ActionKind.B and k < last:
-                out += _receives(ActionKind.RECV_B, plan, k + 1, k, a.hi, bwd_in)
+            if a.kind is ActionKind.F:
+                for p in preds:
+                    out += _receives(ActionKind.RECV_F, plan, p, k, a.hi, fwd_in[p])
+            if a.kind is ActionKind.B:
+                for t in bwd_in:
+                    out += _receives(ActionKind.RECV_B, plan, t, k, a.hi, bwd_in[t])
             out.append(a)
-            if a.kind is ActionKind.F and k < last:
-                peer = plan.replica_rank(k + 1, a.microbatch)
-                out.append(Action(ActionKind.SEND_F, k, a.microbatch, a.lo, a.hi, peer=peer))
-            if a.kind is ActionKind.B and k > 0 and gradients:
-                peer = plan.replica_rank(k - 1, a.microbatch)
-                out.append(Action(ActionKind.SEND_B, k, a.microbatch, a.lo, a.hi, peer=peer))
+            if a.kind is ActionKind.F:
+                out += [Action(ActionKind.SEND_F, k, a.microbatch, a.lo, a.hi, peer=plan.replica_rank(t, a.microbatch))
+                        for t in succs]
+            if a.kind is ActionKind.B and gradients:
+                out += [Action(ActionKind.SEND_B, k, a.microbatch, a.lo, a.hi, peer=plan.replica_rank(p, a.microbatch))
+                        for p in preds]
         programs.append(out)
     return Schedule.from_lists(programs)

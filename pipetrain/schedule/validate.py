@@ -55,7 +55,8 @@ def local_queue(plan: Plan) -> int | None:
 
 
 def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int,
-             steps_anywhere: bool = False, *, local_queue: int | None = None) -> None:
+             steps_anywhere: bool = False, *, local_queue: int | None = None,
+             stage_edges: Sequence[tuple[int, int]] | None = None) -> None:
     """Check every invariant listed in the module docstring.
 
     Args:
@@ -65,14 +66,18 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
         n_stages: stage count (stage 0 needs no activations, the last no gradients).
         steps_anywhere: STEP may come before other actions, and more than once (asynchronous methods).
         local_queue: for local learning, the queue depth of every link; None for end-to-end methods.
+        stage_edges: the stage graph (method ``graph``): a stage's forward needs activations from
+            each predecessor, its backward gradients from each successor; None: the chain.
 
     Raises:
         ScheduleError: on the first violation found.
     """
+    edges = stage_edges if stage_edges is not None else [(k, k + 1) for k in range(n_stages - 1)]
     coverage: dict[int, tuple[list[int], list[int], int]] = {}
     for rank, program in schedule:
-        state = _check_rank(schedule, rank, program, batch_size, stage_of_rank[rank], n_stages,
-                            steps_anywhere, local_queue is not None)
+        stage = stage_of_rank[rank]
+        needs = (sum(b == stage for _, b in edges), 0 if local_queue is not None else sum(a == stage for a, _ in edges))
+        state = _check_rank(schedule, rank, program, batch_size, stage, needs, steps_anywhere, local_queue is not None)
         fwd, bwd, _ = coverage.setdefault(stage_of_rank[rank], ([0] * batch_size, [0] * batch_size, rank))
         for total, counts in ((fwd, state.forwarded), (bwd, state.backwarded)):
             for i, c in enumerate(counts):
@@ -91,21 +96,22 @@ class _RankState:
 
     forwarded: list[int]
     backwarded: list[int]
-    have_act: list[bool]
-    have_grad: list[bool]
+    have_act: list[int]  # messages received per sample: one from each predecessor stage ...
+    have_grad: list[int]  # ... and one from each successor
+    needs: tuple[int, int]  # (predecessors, successors)
     stepped: bool = False
 
     def apply(self, a: Action) -> str | None:
         """Replay ``a``; return why it is invalid, or None."""
         samples = range(a.lo, a.hi)
         if a.kind is ActionKind.F:
-            if not all(self.have_act[i] for i in samples):
+            if not all(self.have_act[i] >= self.needs[0] for i in samples):
                 return "forward before its input activations were received"
             _bump(self.forwarded, samples)
         elif a.kind is ActionKind.B:
             if not all(self.forwarded[i] for i in samples):
                 return "backward of samples not yet forwarded on this stage"
-            if not all(self.have_grad[i] for i in samples):
+            if not all(self.have_grad[i] >= self.needs[1] for i in samples):
                 return "backward before its output gradients were received"
             _bump(self.backwarded, samples)
         elif a.kind is ActionKind.SEND_F and not all(self.forwarded[i] for i in samples):
@@ -113,9 +119,7 @@ class _RankState:
         elif a.kind is ActionKind.SEND_B and not all(self.backwarded[i] for i in samples):
             return "sends gradients that were not computed yet"
         elif a.kind in (ActionKind.RECV_F, ActionKind.RECV_B):
-            flags = self.have_act if a.kind is ActionKind.RECV_F else self.have_grad
-            for i in samples:
-                flags[i] = True
+            _bump(self.have_act if a.kind is ActionKind.RECV_F else self.have_grad, samples)
         elif a.kind is ActionKind.STEP:
             self.stepped = True
         return None
@@ -127,11 +131,12 @@ def _bump(counts: list[int], samples: range) -> None:
 
 
 def _check_rank(
-    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, n_stages: int,
+    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, needs: tuple[int, int],
     steps_anywhere: bool = False, local: bool = False,
 ) -> _RankState:
-    """Replay ``rank``'s program; the state it ends in (per-sample forward and backward counts)."""
-    state = _RankState([0] * batch, [0] * batch, [stage == 0] * batch, [local or stage == n_stages - 1] * batch)
+    """Replay ``rank``'s program; the state it ends in (per-sample forward and backward counts).
+    ``needs``: the messages a sample's F and B wait for (the stage's predecessors and successors)."""
+    state = _RankState([0] * batch, [0] * batch, [0] * batch, [0] * batch, needs)
     for step, a in enumerate(program):
         if a.stage != stage:
             raise _fail(schedule, rank, step, f"rank {rank} runs stage {stage}, not stage {a.stage}")
@@ -236,7 +241,7 @@ def validate_for_plan(schedule: Schedule, plan: Plan) -> None:
         ends = [a.hi for _, program in schedule for a in program]
         plan = plan.repeated(max(1, -(-max(ends, default=0) // plan.batch_size)))
     validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, steps_anywhere=plan.asynchronous,
-             local_queue=local_queue(plan))
+             local_queue=local_queue(plan), stage_edges=plan.stage_edges)
     for rank, program in schedule:
         stage = plan.stage_of_rank(rank)
         forward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.F)

@@ -90,6 +90,10 @@ class _Simulator:
 
     def message_bytes(self, rank: int, a: Action) -> int:
         layers = self.layers(rank)
+        if self.plan.method is Method.GRAPH:  # the values this stage edge carries
+            assert a.peer is not None
+            peer = self.layers(a.peer)
+            return self.cost.edge_bytes(*((layers, peer) if a.kind is ActionKind.SEND_F else (peer, layers)), a.size)
         if a.kind is ActionKind.SEND_F:
             return self.cost.output_bytes(layers, a.size)
         return self.cost.input_bytes(layers, a.size)
