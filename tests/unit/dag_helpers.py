@@ -9,28 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pytest
 import torch
 from torch import nn
 
-from pipetrain.errors import UserError
-from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
-
-
-def dags_supported() -> bool:
-    """Whether LayerGraph accepts a non-chain DAG (main's DAG contract has landed)."""
-    try:
-        LayerGraph("probe", (Layer("a", nn.Identity), Layer("b", nn.Identity), Layer("c", nn.Identity)),
-                   TensorSpec((1,)), TensorSpec(()), edges=(("a", "c"), ("b", "c")))
-    except UserError:
-        return False
-    return True
-
-
-def allow_dags(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lift LayerGraph's chain-only check for one test while main's DAG contract has not landed."""
-    if not dags_supported():
-        monkeypatch.setattr(LayerGraph, "__post_init__", lambda self: None)
+from pipetrain.graph.layer_graph import LayerGraph
 
 
 def inputs_of(graph: LayerGraph, i: int) -> list[int]:

@@ -9,9 +9,10 @@ import torch
 
 from pipetrain.data.digits import digits_pair
 from pipetrain.data.sources import default_source
+from pipetrain.graph.dataflow import StageModule, chain_ports
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, loss_sum
 from pipetrain.graph.zoo import build_model
-from tests.unit.dag_helpers import allow_dags, check_contract, inputs_of, run_dag
+from tests.unit.dag_helpers import check_contract, inputs_of, run_dag
 
 TINY = {  # preset -> (layers, output shape per sample)
     "mmt-tiny": (14, (10,)),
@@ -20,11 +21,6 @@ TINY = {  # preset -> (layers, output shape per sample)
     "branchy-digits": (8, (10,)),
 }
 FULL = {"mmt": (38, (1000,)), "candle-uno": (33, (1,)), "dlrm": (40, (2,))}
-
-
-@pytest.fixture(autouse=True)
-def _dags(monkeypatch: pytest.MonkeyPatch) -> None:
-    allow_dags(monkeypatch)
 
 
 def sample_input(graph: LayerGraph, b: int, device: str = "cpu") -> torch.Tensor:
@@ -60,6 +56,22 @@ def test_tiny_forward_and_backward_by_the_contract(name: str) -> None:
     loss_sum(graph.loss, out, sample_target(graph, 3)).backward()
     for i, module in enumerate(modules):
         assert all(p.grad is not None for p in module.parameters()), graph.names[i]
+
+
+@pytest.mark.parametrize("name", list(TINY))
+def test_tiny_runs_as_one_module_and_as_linearised_stages(name: str) -> None:
+    graph = build_model(name, seed=2)
+    assert all(graph.predecessors(i) == tuple(inputs_of(graph, i)) for i in range(len(graph)))
+    assert graph.output_specs()[-1].shape == TINY[name][1]
+    x = sample_input(graph, 4)
+    with torch.no_grad():
+        expected = run_dag(graph, [graph.build_layer(i) for i in range(len(graph))], x)
+        torch.testing.assert_close(graph.build_module()(x), expected)
+        out = x  # a chain plan of 3 stages: the values live at each cut travel packed
+        for chunk in torch.arange(len(graph)).tensor_split(3):
+            indices = chunk.tolist()
+            out = StageModule(graph, indices, *chain_ports(graph, indices))(out)
+    torch.testing.assert_close(out, expected)
 
 
 @pytest.mark.parametrize("name", list(FULL))
