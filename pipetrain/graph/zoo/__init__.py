@@ -22,20 +22,24 @@ Presets (sizes are overridable by keyword; each family's module documents its se
 | ``gnmt``        | gnmt      | 18     | GNMT 8 + 8 LSTM layers, H=1024, V=32000, T=50, attention      |
 | ``gnmt-tiny``   | gnmt      | 8      | 3 + 3 layers, H=64, V=256, T=16; trains on a CPU              |
 | ``synthetic``   | synthetic | 8      | variant 0: 256 features, 10 classes, mixed cost curves        |
-| ``mmt``         | mmt       | 38     | DAG: 4 branches × (embed + 8 blocks), T=256, H=1024, concat   |
-| ``mmt-tiny``    | mmt       | 14     | DAG: 4 branches × (embed + 2 blocks), T=8, H=32; CPU          |
-| ``candle-uno``  | candle_uno| 33     | DAG: 7 branches × 4 FF (H=4096), concat, 3 FF, MSE regression |
-| ``candle-uno-tiny``| candle_uno| 20  | DAG: 4 branches × 4 FF (H=32), concat, 2 FF; CPU              |
-| ``dlrm``        | dlrm      | 40     | DAG: 7 FF towers × 4 (H=4096) + 7 bags (100 × 64), concat, FF |
-| ``dlrm-tiny``   | dlrm      | 12     | DAG: 2 towers × 3 FF (H=32) + 2 bags (4 × 8), concat, 2 FF    |
-| ``branchy-digits``| branchy_digits| 8 | DAG: digits, MLP branch ‖ conv branch (3 layers each), concat |
 
-The DAG models (``mmt``, ``candle-uno``, ``dlrm``, ``branchy-digits``; branches.py has their
-building blocks) are GraphPipe's (``../shared`` PAPERS.md §3): parallel branches merged by a
-``concat`` layer, under the DAG contract of :class:`~pipetrain.graph.layer_graph.LayerGraph`. Their
-model input is one tensor whose slices (or the whole) feed the branches' source layers; the
-``-tiny`` presets train on a CPU in seconds. ``candle-uno`` takes ``branches=`` (up to 16 in the
-paper's sweep); ``dlrm``'s sparse indices travel as floats in the input (``dlrm.py`` says how).
+Branchy models (DAGs: parallel branches merged by a ``concat`` layer, under the DAG contract of
+:class:`~pipetrain.graph.layer_graph.LayerGraph`; ``branches.py`` has their building blocks):
+
+| name                | family         | layers | what                                                     |
+|---------------------|----------------|--------|----------------------------------------------------------|
+| ``mmt``             | mmt            | 38     | 4 branches × (embed + 8 blocks), T=256, H=1024, 16 heads |
+| ``mmt-tiny``        | mmt            | 14     | 4 branches × (embed + 2 blocks), T=8, H=32; CPU          |
+| ``candle-uno``      | candle_uno     | 33     | 7 towers × 4 FF (H=4096), concat, 3 FF, MSE regression   |
+| ``candle-uno-tiny`` | candle_uno     | 20     | 4 towers × 4 FF (H=32), concat, 2 FF; CPU                |
+| ``dlrm``            | dlrm           | 40     | 7 FF towers × 4 (H=4096) + 7 bags (100 × 64), concat, FF |
+| ``dlrm-tiny``       | dlrm           | 12     | 2 FF towers × 3 (H=32) + 2 bags (4 × 8), concat, FF; CPU |
+| ``branchy-digits``  | branchy_digits | 8      | digits: MLP branch beside a conv branch, 3 layers each   |
+
+``mmt``, ``candle-uno`` and ``dlrm`` are GraphPipe's benchmark models (docs/algorithms.md §5;
+``candle-uno`` takes ``branches=`` up to 16 for its sweep). The model input is one tensor whose
+slices (or the whole) feed the branches' source layers; ``dlrm``'s sparse indices travel in it as
+floats (``dlrm.py`` says how). The ``-tiny`` presets train on a CPU in seconds.
 
 The image models (VGG-16, ResNet-50) and GNMT are the benchmark models of PipeDream and BaPipe
 (docs/algorithms.md §3, §4). ResNet's BatchNorm makes pipelined training differ slightly from unpipelined

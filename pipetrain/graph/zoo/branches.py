@@ -76,8 +76,12 @@ class DagBuilder:
     """Collects layers in a topological order and the edges between them.
 
         >>> b = DagBuilder()
-        >>> a = b.chain("a", [FF] * 2)               # a0 -> a1; a0 is a source
-        >>> b.add("merge", Concat, inputs=[a, a])    # doctest: +SKIP
+        >>> b.chain("a", [nn.Identity] * 2)        # a0 -> a1; a0 is a source
+        'a1'
+        >>> b.add("merge", Concat, inputs=["a1", "a0"])
+        'merge'
+        >>> b.edges
+        [('a0', 'a1'), ('a1', 'merge'), ('a0', 'merge')]
     """
 
     def __init__(self) -> None:

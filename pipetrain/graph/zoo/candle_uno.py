@@ -1,9 +1,9 @@
 """CANDLE-Uno: feature-encoding branches of feed-forward layers, concatenated, then a regressor (a DAG).
 
-CANDLE Uno (the ECP-CANDLE pilot 1 model) predicts a tumour's growth under a drug pair from several
+CANDLE Uno (the ECP-CANDLE pilot 1 model) predicts a tumour's growth under a drug (dose response) from several
 feature sets (cell-line gene expression, drug descriptors, fingerprints), each encoded by its own
 feed-forward tower; the towers are concatenated and dense layers regress the response. GraphPipe
-(App. A.2; ``../shared`` PAPERS.md §3.1) uses 7 branches × 4 FF layers of hidden 4096 and sweeps the
+(App. A.2; docs/algorithms.md §5) uses 7 branches × 4 FF layers of hidden 4096 and sweeps the
 branch count up to 16, which ``branches`` sets. The paper does not give the input widths or the
 layers after the merge; ours: ``features`` inputs per branch, ``top`` FF layers of ``hidden`` after
 the merge and a one-value regression head (Uno's growth), scored with ``LossKind.MSE``. With ``B``

@@ -1,7 +1,7 @@
 """DLRM: dense feed-forward towers and sparse embedding bags, concatenated, then FF (a DAG).
 
 After Naumov et al., "Deep Learning Recommendation Model for Personalization and Recommendation
-Systems" (2019), as GraphPipe configures it (App. A.2; ``../shared`` PAPERS.md §3.1): 7 dense
+Systems" (2019), as GraphPipe configures it (App. A.2; docs/algorithms.md §5): 7 dense
 branches of 4 FF layers (hidden 4096) and 7 sparse branches (embedding bags of 100 indices into
 tables of dimension 64), concatenated, then FF 4096. Differences, chosen for pipetrain: the
 feature interaction is the concatenation (as the paper describes it, not DLRM's pairwise dot

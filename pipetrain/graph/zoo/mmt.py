@@ -1,8 +1,8 @@
 """MMT: a multi-modal transformer, parallel transformer branches concatenated at the end (a DAG).
 
 GraphPipe's (Jeon et al., ASPLOS'25) App. A.2 model: 4 parallel branches × 8 transformer layers,
-concatenated at the end; sequence 256, hidden 1024, 16 heads, FFN 4096 (``mmt``; ``../shared``
-PAPERS.md §3.1). The paper does not say what the inputs or the head are; ours: the model input is
+concatenated at the end; sequence 256, hidden 1024, 16 heads, FFN 4096 (``mmt``;
+docs/algorithms.md §5). The paper does not say what the inputs or the head are; ours: the model input is
 one float tensor ``[T, branches · features]``, the ``features``-wide slices side by side being the
 modalities' per-token features (e.g. precomputed embeddings of text, audio, video), and branch ``i``
 projects its own slice. With ``B`` branches of ``L`` blocks, ``H`` hidden and ``T`` tokens::
