@@ -21,7 +21,8 @@ def test_presets_are_listed() -> None:
     assert MODEL_NAMES == (
         "mlp", "mlp-digits", "cnn-digits", "resnet-digits", "vit-digits",
         "gpt-tiny", "gpt1-14", "vgg16", "vgg16-32", "resnet50", "resnet50-32", "gnmt",
-        "gnmt-tiny", "synthetic",
+        "gnmt-tiny", "synthetic", "mmt", "mmt-tiny", "candle-uno", "candle-uno-tiny", "dlrm",
+        "dlrm-tiny", "branchy-digits",
     )
 
 

@@ -23,6 +23,24 @@ Presets (sizes are overridable by keyword; each family's module documents its se
 | ``gnmt-tiny``   | gnmt      | 8      | 3 + 3 layers, H=64, V=256, T=16; trains on a CPU              |
 | ``synthetic``   | synthetic | 8      | variant 0: 256 features, 10 classes, mixed cost curves        |
 
+Branchy models (DAGs: parallel branches merged by a ``concat`` layer, under the DAG contract of
+:class:`~pipetrain.graph.layer_graph.LayerGraph`; ``branches.py`` has their building blocks):
+
+| name                | family         | layers | what                                                     |
+|---------------------|----------------|--------|----------------------------------------------------------|
+| ``mmt``             | mmt            | 38     | 4 branches × (embed + 8 blocks), T=256, H=1024, 16 heads |
+| ``mmt-tiny``        | mmt            | 14     | 4 branches × (embed + 2 blocks), T=8, H=32; CPU          |
+| ``candle-uno``      | candle_uno     | 33     | 7 towers × 4 FF (H=4096), concat, 3 FF, MSE regression   |
+| ``candle-uno-tiny`` | candle_uno     | 20     | 4 towers × 4 FF (H=32), concat, 2 FF; CPU                |
+| ``dlrm``            | dlrm           | 40     | 7 FF towers × 4 (H=4096) + 7 bags (100 × 64), concat, FF |
+| ``dlrm-tiny``       | dlrm           | 12     | 2 FF towers × 3 (H=32) + 2 bags (4 × 8), concat, FF; CPU |
+| ``branchy-digits``  | branchy_digits | 8      | digits: MLP branch beside a conv branch, 3 layers each   |
+
+``mmt``, ``candle-uno`` and ``dlrm`` are GraphPipe's benchmark models (docs/algorithms.md §5;
+``candle-uno`` takes ``branches=`` up to 16 for its sweep). The model input is one tensor whose
+slices (or the whole) feed the branches' source layers; ``dlrm``'s sparse indices travel in it as
+floats (``dlrm.py`` says how). The ``-tiny`` presets train on a CPU in seconds.
+
 The image models (VGG-16, ResNet-50) and GNMT are the benchmark models of PipeDream and BaPipe
 (docs/algorithms.md §3, §4). ResNet's BatchNorm makes pipelined training differ slightly from unpipelined
 training (statistics are per micro-batch); the others compute the same numbers either way. GNMT is
@@ -48,7 +66,20 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.graph.zoo import digit_convnets, gnmt, gpt, mlp, resnet, synthetic, vgg, vit
+from pipetrain.graph.zoo import (
+    branchy_digits,
+    candle_uno,
+    digit_convnets,
+    dlrm,
+    gnmt,
+    gpt,
+    mlp,
+    mmt,
+    resnet,
+    synthetic,
+    vgg,
+    vit,
+)
 
 __all__ = ["MODEL_NAMES", "build_model"]
 
@@ -90,6 +121,23 @@ _PRESETS: dict[str, _Preset[Any]] = {
         gnmt.build,
     ),
     "synthetic": _Preset(synthetic.SyntheticConfig(), synthetic.build),
+    "mmt": _Preset(mmt.MMTConfig(), mmt.build),
+    "mmt-tiny": _Preset(
+        mmt.MMTConfig(layers=2, seq=8, hidden=32, heads=4, ffn=128, features=16, classes=10),
+        mmt.build,
+    ),
+    "candle-uno": _Preset(candle_uno.CandleUnoConfig(), candle_uno.build),
+    "candle-uno-tiny": _Preset(
+        candle_uno.CandleUnoConfig(branches=4, features=16, hidden=32, top=2), candle_uno.build
+    ),
+    "dlrm": _Preset(dlrm.DLRMConfig(), dlrm.build),
+    "dlrm-tiny": _Preset(
+        dlrm.DLRMConfig(
+            dense=2, layers=3, features=8, hidden=32, sparse=2, bag=4, dim=8, rows=50, top=2
+        ),
+        dlrm.build,
+    ),
+    "branchy-digits": _Preset(branchy_digits.BranchyDigitsConfig(), branchy_digits.build),
 }
 _SYNTHETIC_VARIANT = re.compile(r"synthetic-(0|[1-9][0-9]*)")
 
