@@ -243,9 +243,9 @@ class CapturedLayer(nn.Module):
     DAG's one per producing layer (that layer's outputs). A group of one value is that value as is;
     of several, ``x [b, Σ nᵢ]`` holds each part ``[b, *shapeᵢ]`` flattened to ``[b, nᵢ]``, side by
     side, and is split back by ``shapes``. Outputs likewise: several are packed into one
-    ``[b, Σ mⱼ]``. The modules and tensors the nodes use sit at the model's own paths, so ``state_dict`` keys are the model's names
-    (``blocks.0.fc.weight``). The code is an fx GraphModule's generated ``forward``, run with this
-    module as ``self``; the GraphModule is kept outside the module tree (no state of its own).
+    ``[b, Σ mⱼ]``. The modules and tensors the nodes use sit at the model's own paths, so
+    ``state_dict`` keys are the model's names (``blocks.0.fc.weight``). The code is an fx
+    GraphModule's generated ``forward``, run with this module as ``self``; the GraphModule is kept outside the module tree (no state of its own).
     """
 
     _code: fx.GraphModule
