@@ -245,7 +245,8 @@ class CapturedLayer(nn.Module):
     side, and is split back by ``shapes``. Outputs likewise: several are packed into one
     ``[b, Σ mⱼ]``. The modules and tensors the nodes use sit at the model's own paths, so
     ``state_dict`` keys are the model's names (``blocks.0.fc.weight``). The code is an fx
-    GraphModule's generated ``forward``, run with this module as ``self``; the GraphModule is kept outside the module tree (no state of its own).
+    GraphModule's generated ``forward``, run with this module as ``self``;
+    the GraphModule is kept outside the module tree (no state of its own).
     """
 
     _code: fx.GraphModule
