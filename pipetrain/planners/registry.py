@@ -7,7 +7,7 @@
 Two kinds of planner:
 
 * **stage planners** choose the stages (layers, ranks, replication), the method and the micro-batches:
-  ``balanced``, ``pipedream``, ``bapipe``, ``auto``;
+  ``balanced``, ``pipedream``, ``bapipe``, ``graphpipe``, ``auto``;
 * **micro-batch planners** keep a base plan's stages (``constraints.base``, default the ``balanced``
   planner's best plan) and choose each stage's forward and backward micro-batch sizes (UMPIPE,
   docs/algorithms.md §2): ``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``.
@@ -24,6 +24,7 @@ from pipetrain.planners.auto import plan_auto
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.bapipe import plan_bapipe
 from pipetrain.planners.contract import Constraints, PlanningProblem, PlanningResult
+from pipetrain.planners.graphpipe import plan_graphpipe
 from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES, PlannerName
 from pipetrain.planners.pipedream import plan_pipedream
 from pipetrain.planners.unequal import plan_unequal
@@ -91,6 +92,8 @@ _STAGE_SPECS = (
                 frozenset(), plan_pipedream),
     PlannerSpec("bapipe", "stages", "BaPipe's exploration of method, stages, micro-batches and device order "
                 "(docs/algorithms.md §4)", frozenset({"n_stages", "seed", "ga"}), plan_bapipe),
+    PlannerSpec("graphpipe", "stages", "GraphPipe's SP decomposition, DP and TPS search: a DAG of stages (method "
+                "graph) for multi-branch models", frozenset(), plan_graphpipe),
     PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed"}), _auto),
 )
 

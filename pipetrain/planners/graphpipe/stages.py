@@ -1,0 +1,101 @@
+"""From GraphPipe stages to a :class:`~pipetrain.plan.plan.Plan` of method ``graph`` (GraphPipe §3.2).
+
+    plan, cluster = to_plan(problem, layer_edges, [((0, 1, 3), 1), ((2,), 1), ((4, 5), 2)], sizes)
+
+The stages (layer indices, replica count) are numbered in a topological order of the stage graph
+they induce (ties: the stage with the earlier first layer first), so every stage edge goes from a
+lower to a higher stage and the stage with the model's last layer is last (C1, C2); each lists its
+layers in model order. Stage ``k`` gets the next ``r_k`` ranks; a plan on fewer devices than the
+cluster has runs on the sub-cluster of its first devices.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from pipetrain.cluster import Cluster
+from pipetrain.errors import UserError
+from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.planners.contract import PlanningProblem
+from pipetrain.planners.device_orders import placed_cluster
+
+__all__ = ["layer_edges", "stage_edges", "to_plan", "topological_stages"]
+
+
+def layer_edges(problem: PlanningProblem) -> tuple[tuple[int, int], ...]:
+    """The model's edges as layer-index pairs; the chain's for a chain model.
+
+    Raises:
+        UserError: an edge naming a layer the model does not have.
+    """
+    names = problem.layer_names
+    if not problem.model.edges:
+        return tuple((i, i + 1) for i in range(len(names) - 1))
+    where = {name: i for i, name in enumerate(names)}
+    missing = [e for e in problem.model.edges if e[0] not in where or e[1] not in where]
+    if missing:
+        raise UserError(f"model edges {missing[:3]} name layers the model does not have; build the ModelRef with "
+                        "ModelRef.of(graph)")
+    return tuple(sorted((where[a], where[b]) for a, b in problem.model.edges))
+
+
+def stage_edges(stages: Sequence[Sequence[int]], edges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The stage edges ``(a, b)`` the layer edges induce (as :func:`pipetrain.plan.stage_graph.induced_edges`)."""
+    stage_of = {i: k for k, layers in enumerate(stages) for i in layers}
+    return tuple(sorted({(stage_of[a], stage_of[b]) for a, b in edges if stage_of[a] != stage_of[b]}))
+
+
+def topological_stages(stages: Sequence[tuple[tuple[int, ...], int]],
+                       edges: Sequence[tuple[int, int]]) -> list[tuple[tuple[int, ...], int]]:
+    """``stages`` in a topological order of their induced graph, earlier first layers first.
+
+    Raises:
+        UserError: the stages induce a cycle (they are not convex, or not a valid partition).
+    """
+    order = sorted(stages, key=lambda s: s[0][0])
+    induced = stage_edges([s[0] for s in order], edges)
+    indegree = [0] * len(order)
+    for _, b in induced:
+        indegree[b] += 1
+    ready = [k for k in range(len(order)) if indegree[k] == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        k = heapq.heappop(ready)
+        out.append(order[k])
+        for a, b in induced:
+            if a == k:
+                indegree[b] -= 1
+                if indegree[b] == 0:
+                    heapq.heappush(ready, b)
+    if len(out) != len(order):
+        raise UserError("the stages induce a cycle in the stage graph; give every stage a convex set of layers")
+    return out
+
+
+def to_plan(problem: PlanningProblem, edges: Sequence[tuple[int, int]],
+            stages: Sequence[tuple[tuple[int, ...], int]], sizes: tuple[int, ...]) -> tuple[Plan, Cluster]:
+    """A validated plan of method ``graph`` for ``stages`` with the equal ``sizes``, and its cluster.
+
+    Raises:
+        UserError: more devices than the cluster has, or stages that do not make a valid plan.
+    """
+    ordered = topological_stages(stages, edges)
+    n_devices = sum(r for _, r in ordered)
+    cluster = problem.cost.cluster
+    if n_devices > cluster.n_devices:
+        raise UserError(f"the stages need {n_devices} devices and the cluster has {cluster.n_devices}; use fewer "
+                        "replicas or a larger cluster")
+    sub, _ = placed_cluster(cluster, list(range(n_devices)))
+    names, plans, at = problem.layer_names, [], 0
+    for layers, r in ordered:
+        plans.append(StagePlan(tuple(names[i] for i in layers), tuple(range(at, at + r)), sizes, sizes))
+        at += r
+    induced = stage_edges([s[0] for s in ordered], edges)
+    model = problem.model
+    plan = Plan(model.name, model.fingerprint, problem.batch_size, Method.GRAPH, tuple(plans), edges=induced)
+    plan.validate(names, model.fingerprint or None)
+    if any(a >= b for a, b in induced):
+        raise UserError("a stage feeds an earlier one; give every stage a convex set of layers")
+    return plan, sub

@@ -1,0 +1,205 @@
+"""GraphPipe planner (GraphPipe §3.3–3.5): SP decomposition, DP + TPS search, plans of method graph,
+against the exhaustive reference on small DAGs."""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+from itertools import pairwise
+
+import pytest
+from torch import nn
+
+from pipetrain.cluster import Cluster, Link
+from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
+from pipetrain.plan.plan import Method
+from pipetrain.plan.stage_graph import induced_edges, validate_for_graph
+from pipetrain.planners.contract import ModelRef, PlanningProblem
+from pipetrain.planners.graphpipe import GraphPipeReport, plan_graphpipe
+from pipetrain.planners.graphpipe.brute import brute_force, convex, set_partitions
+from pipetrain.planners.graphpipe.planner import micro_batch_options
+from pipetrain.planners.graphpipe.sp import decompose, reachability
+from pipetrain.planners.registry import run_planner
+from pipetrain.profile.estimate import estimate_profile
+from pipetrain.profile.table import LayerProfile, Profile
+from pipetrain.simulate.memory import overflows
+
+LINK = Link(5e-6, 1e10)
+
+
+class Cat(nn.Module):
+    def forward(self, *xs: object) -> object:
+        import torch
+
+        return torch.cat(xs, -1)  # type: ignore[arg-type]
+
+
+def toy_graph() -> LayerGraph:
+    """a → b1 → b2 and c1 merge in m, then the head h (the DAG of the runtime's tests)."""
+    lin = functools.partial
+    layers = (Layer("a", lin(nn.Linear, 4, 8)), Layer("b1", lin(nn.Linear, 8, 8)), Layer("c1", lin(nn.Linear, 4, 3)),
+              Layer("b2", lin(nn.Linear, 8, 5)), Layer("m", Cat), Layer("h", lin(nn.Linear, 8, 3)))
+    edges = (("a", "b1"), ("b1", "b2"), ("b2", "m"), ("c1", "m"), ("m", "h"))
+    return LayerGraph("toy", layers, TensorSpec((4,)), TensorSpec((), "int64", high=3), edges=edges)
+
+
+def dag_problem(names: list[str], edges: list[tuple[str, str]], work: list[float], *, n_devices: int = 4,
+                batch: int = 8, memory: int = 1 << 40, saved: int = 1000, params: int = 1000) -> PlanningProblem:
+    """A synthetic DAG: layer ``i`` takes ``1e-4 + work[i] · b · 1e-4`` s forward, twice that backward."""
+    layers = tuple(LayerProfile(n, (1, 64), (1e-4 + w * 1e-4, 1e-4 + w * 64e-4), (2e-4 + w * 2e-4, 2e-4 + w * 128e-4),
+                                4096, saved, params, 0.0) for n, w in zip(names, work, strict=True))
+    profile = Profile("dag", "", "cpu", "synthetic", 4096, layers, edges=tuple(edges))
+    cluster = Cluster.local(n_devices, link=LINK, memory_bytes=memory)
+    return PlanningProblem(ModelRef("dag", "", tuple(names), tuple(edges)), CostModel(profile, cluster), batch)
+
+
+def random_sp_dag(seed: int, max_layers: int = 7) -> tuple[list[str], list[tuple[str, str]], list[float]]:
+    """An optional stem, 2–3 branches of 1–2 layers, a merge layer and an optional head; seeded."""
+    rng = random.Random(seed)
+    while True:
+        stem, head = rng.random() < 0.5, rng.random() < 0.5
+        lengths = [rng.randint(1, 2) for _ in range(rng.randint(2, 3))]
+        if stem + head + sum(lengths) + 1 <= max_layers:
+            break
+    names = ["s"] if stem else []
+    edges: list[tuple[str, str]] = []
+    for k, n in enumerate(lengths):
+        chain = [f"b{k}_{i}" for i in range(n)]
+        names += chain
+        edges += [*pairwise(chain), (chain[-1], "m")]
+        edges += [("s", chain[0])] if stem else []
+    names += ["m", *(["h"] if head else [])]
+    edges += [("m", "h")] if head else []
+    return names, edges, [rng.uniform(0.5, 4.0) for _ in names]
+
+
+def branches(n_branches: int, depth: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """MMT's shape (GraphPipe App. A.2): ``n_branches`` chains of ``depth`` layers, concatenated, then a head."""
+    names, edges = [], []
+    for k in range(n_branches):
+        chain = [f"t{k}_{i}" for i in range(depth)]
+        names += chain
+        edges += [*pairwise(chain), (chain[-1], "cat")]
+    return [*names, "cat", "head"], [*edges, ("cat", "head")]
+
+
+# ---- SP decomposition ---------------------------------------------------------------------------------------
+
+def test_sp_decomposition_recovers_series_and_parallel_structure() -> None:
+    toy = toy_graph()
+    index = {n: i for i, n in enumerate(toy.names)}
+    tree = decompose(len(toy), [(index[a], index[b]) for a, b in toy.edges])
+    assert tree.describe() == "S(P(S(0,1,3),2),4,5)"  # (a, b1, b2) beside c1, then m, then h
+    assert [c.kind for c in tree.children] == ["parallel", "leaf", "leaf"]
+    assert decompose(4, []).describe() == "S(0,1,2,3)"  # a chain is one series node
+    assert decompose(1, []).kind == "leaf"
+    names, edges = branches(4, 8)
+    where = {n: i for i, n in enumerate(names)}
+    mmt = decompose(len(names), [(where[a], where[b]) for a, b in edges])
+    assert mmt.kind == "series" and [c.kind for c in mmt.children] == ["parallel", "leaf", "leaf"]
+    assert [len(c.layers) for c in mmt.children[0].children] == [8] * 4
+    assert all(c.kind == "series" and len(c.children) == 8 for c in mmt.children[0].children)
+    # two sources both feeding two sinks (complete bipartite) is a series of two parallels
+    assert decompose(5, [(0, 2), (0, 3), (1, 2), (1, 3), (2, 4), (3, 4)]).describe() == "S(P(0,1),P(2,3),4)"
+
+
+def test_a_non_sp_part_is_linearised_and_still_planned() -> None:
+    # the "N": 0→2, 1→2, 1→3 has no series cut and is connected
+    tree = decompose(5, [(0, 2), (1, 2), (1, 3), (2, 4), (3, 4)])
+    assert tree.describe() == "S(L(0,1,2,3),4)" and tree.children[0].linearised
+    names = ["x0", "x1", "x2", "x3", "out"]
+    edges = [("x0", "x2"), ("x1", "x2"), ("x1", "x3"), ("x2", "out"), ("x3", "out")]
+    result = plan_graphpipe(dag_problem(names, edges, [1.0] * 5, params=10**8))
+    result.plan.validate(names, None)
+
+
+# ---- plans ----------------------------------------------------------------------------------------------------
+
+def test_toy_dag_plan_is_valid_and_close_to_brute_force() -> None:
+    graph = toy_graph()
+    cost = CostModel(estimate_profile(graph, "v100", 16), Cluster.local(4, link=LINK))
+    problem = PlanningProblem(ModelRef.of(graph), cost, batch_size=16)
+    result = run_planner("graphpipe", problem)
+    plan = result.plan
+    validate_for_graph(plan, graph)  # C1, C2, topological numbering
+    assert plan.method is Method.GRAPH and plan.edges == induced_edges(graph, [s.layers for s in plan.stages])
+    assert plan.prediction is not None and isinstance(result.report, GraphPipeReport)
+    assert sorted(r for s in plan.stages for r in s.ranks) == list(range(plan.n_ranks))
+    assert result.candidates[0].plan == plan
+    assert plan.prediction.iteration_s <= 1.15 * brute_force(problem).iteration_s
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_sp_dags_are_within_15_percent_of_brute_force(seed: int) -> None:
+    names, edges, work = random_sp_dag(seed)
+    # heavy weights: data parallelism costs an all-reduce, so the stages must pipeline as brute force's do
+    problem = dag_problem(names, edges, work, n_devices=4, batch=8, params=10**8)
+    result = plan_graphpipe(problem)
+    result.plan.validate(names, None)
+    assert result.plan.prediction is not None
+    assert result.plan.prediction.iteration_s <= 1.15 * brute_force(problem).iteration_s
+
+
+def test_light_weights_let_graphpipe_beat_one_device_per_stage() -> None:
+    names, edges, work = random_sp_dag(0)
+    problem = dag_problem(names, edges, work, n_devices=4, batch=8, params=1000)
+    result = plan_graphpipe(problem)
+    assert result.plan.replicated  # data parallelism over the stage's devices (§3.2, |D_i| > 1)
+    assert result.plan.prediction is not None
+    assert result.plan.prediction.iteration_s < brute_force(problem).iteration_s
+
+
+def test_a_chain_model_degenerates_to_a_sequential_pipeline() -> None:
+    names = [f"l{i}" for i in range(8)]
+    problem = dag_problem(names, [], [1.0, 3.0, 1.0, 2.0, 2.0, 1.0, 4.0, 1.0], params=10**8, batch=16)
+    plan = plan_graphpipe(problem).plan
+    plan.validate(names, None)
+    assert plan.stage_edges == tuple((k, k + 1) for k in range(plan.n_stages - 1))
+    assert [n for s in plan.stages for n in s.layers] == names
+
+
+def test_the_plan_is_deterministic() -> None:
+    names, edges, work = random_sp_dag(3)
+    first = plan_graphpipe(dag_problem(names, edges, work, params=10**8))
+    again = plan_graphpipe(dag_problem(names, edges, work, params=10**8))
+    assert first.plan == again.plan and [c.plan for c in first.candidates] == [c.plan for c in again.candidates]
+
+
+def test_memory_limits_are_respected() -> None:
+    names, edges = branches(2, 3)
+    work = [1.0] * len(names)
+    roomy = plan_graphpipe(dag_problem(names, edges, work, batch=16, saved=10**6))
+    assert roomy.plan.prediction is not None
+    need = max(roomy.plan.prediction.peak_memory_bytes)
+    tight = dag_problem(names, edges, work, batch=16, saved=10**6, memory=need // 2)
+    result = plan_graphpipe(tight)
+    assert not overflows(result.plan, tight.cost.on(result.cluster))
+    assert result.plan != roomy.plan and all(c.feasible for c in result.candidates)
+    with pytest.raises(UserError, match="graphpipe planner found no plan that fits"):
+        plan_graphpipe(dag_problem(names, edges, work, batch=16, saved=10**6, memory=1000))
+
+
+def test_search_on_four_branches_of_eight_layers_is_fast() -> None:
+    names, edges = branches(4, 8)
+    problem = dag_problem(names, edges, [1.0 + (i % 3) for i in range(len(names))], n_devices=8, batch=32,
+                          params=10**7)
+    start = time.perf_counter()
+    result = plan_graphpipe(problem)
+    elapsed = time.perf_counter() - start
+    result.plan.validate(names, None)
+    assert result.plan.n_stages > 1 and any(len(result.plan.stage_predecessors(k)) > 1
+                                            for k in range(result.plan.n_stages))
+    assert elapsed < 3.0, f"the search took {elapsed:.2f} s"
+
+
+# ---- the reference ------------------------------------------------------------------------------------------
+
+def test_brute_force_enumerates_convex_partitions() -> None:
+    assert sum(1 for _ in set_partitions(4, 4)) == 15  # Bell(4)
+    assert sum(1 for _ in set_partitions(4, 2)) == 8  # S(4,1) + S(4,2)
+    reach = reachability(3, [(0, 1), (1, 2)])
+    assert convex((0, 1), reach) and not convex((0, 2), reach)
+    assert micro_batch_options(12) == [(12,), (6, 6), (4, 4, 4), (2,) * 6, (1,) * 12]
