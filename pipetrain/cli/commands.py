@@ -70,6 +70,11 @@ def _planner_name(args: argparse.Namespace) -> str:
     """The registry name `plan`'s --method and --planner select; a UserError for combinations that
     do not go together (checked before any profiling)."""
     uedp = args.method == Method.UEDP.value
+    if args.method == Method.GRAPH.value:
+        if args.planner not in (None, "graphpipe"):
+            raise UserError(f"--method graph plans a DAG of stages with --planner graphpipe, not {args.planner}; "
+                            "drop --planner or --method graph")
+        return "graphpipe"
     flags = ("planner", "seed", "population", "generations")
     given = [f"--{name}" for name in flags if getattr(args, name) is not None]
     if not uedp and given and (args.planner is None or args.planner in api.MICROBATCH_PLANNERS):

@@ -149,10 +149,12 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     _cost_args(p)
     p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
-                                                         Method.UEDP.value, Method.LOCAL.value, *ASYNC_METHODS],
+                                                         Method.UEDP.value, Method.LOCAL.value, Method.GRAPH.value,
+                                                         *ASYNC_METHODS],
                    help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
                         "per stage on the best equal plan's stages; local: PPLL's local learning on the "
-                        "best 1f1b plan's stages; pipedream, 2bw: the best 1f1b plan run asynchronously "
+                        "best 1f1b plan's stages; graph: GraphPipe's DAG of stages for a model that branches "
+                        "(the graphpipe planner); pipedream, 2bw: the best 1f1b plan run asynchronously "
                         "(no flush, weight versions) (default: auto)")
     p.add_argument("--aux", choices=AUX_KINDS,
                    help="--method local: auxiliary heads (default: linear for MLPs, dgl for conv nets and ViTs)")
@@ -163,7 +165,8 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--planner", choices=list(api.PLANNERS),
                    help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
                         "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
-                        "stages, micro-batches and device order (mixed devices); auto: every planner, the "
+                        "stages, micro-batches and device order (mixed devices); graphpipe: GraphPipe's DAG "
+                        "of stages (method graph, models that branch); auto: every planner, the "
                         "fastest plan that fits; with --method uedp, a micro-batch planner (default tidgap)")
     p.add_argument("--seed", type=_non_negative, help="GA seed for --method uedp, bapipe and auto (default: 0)")
     defaults = GAConfig()

@@ -13,7 +13,10 @@ The planners, each simulated by the event simulator on the same cost model:
 * ``pipedream``: PipeDream's DP over layers, machines and replication (docs/algorithms.md §3,
   :func:`~pipetrain.planners.pipedream.plan_pipedream`);
 * ``bapipe``: BaPipe's exploration of method × stages × micro-batches × device order (docs/algorithms.md §4,
-  :func:`~pipetrain.planners.bapipe.explore`).
+  :func:`~pipetrain.planners.bapipe.explore`);
+* ``graphpipe``, for a model that branches (``ModelRef.edges``): GraphPipe's DAG of stages (method
+  ``graph``, docs/algorithms.md §5, :func:`~pipetrain.planners.graphpipe.plan_graphpipe`), so a
+  branchy model gets the better of its linearised chain and its graph.
 
 A plan is feasible when every stage's predicted memory under the problem's optimizer
 (:func:`~pipetrain.simulate.memory.memory_need`) fits its device. A planner that finds nothing
@@ -34,16 +37,23 @@ from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.bapipe import plan_bapipe
 from pipetrain.planners.contract import Candidate, Constraints, PlanningProblem, PlanningResult, rank_key
+from pipetrain.planners.graphpipe import plan_graphpipe
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.pipedream import plan_pipedream
 from pipetrain.planners.score import over_memory
 from pipetrain.planners.unequal import plan_unequal
 
-__all__ = ["AUTO_PLANNERS", "AutoReport", "Outcome", "plan_auto"]
+__all__ = ["AUTO_PLANNERS", "AutoReport", "Outcome", "auto_planners", "plan_auto"]
 
 log = logging.getLogger(__name__)
 
-AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "pipedream", "bapipe")
+AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "pipedream", "bapipe", "graphpipe")
+"""Every planner auto may run; ``graphpipe`` only for a model that branches (:func:`auto_planners`)."""
+
+
+def auto_planners(problem: PlanningProblem) -> tuple[str, ...]:
+    """The planners auto runs on ``problem``: :data:`AUTO_PLANNERS`, ``graphpipe`` only for a DAG model."""
+    return AUTO_PLANNERS if problem.model.edges else AUTO_PLANNERS[:-1]
 _GA = GAConfig(population=48, generations=60)
 
 
@@ -70,7 +80,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class AutoReport:
-    """Every planner's outcome, in :data:`AUTO_PLANNERS` order, and the winner's name."""
+    """Every planner's outcome, in :func:`auto_planners` order, and the winner's name."""
 
     outcomes: tuple[Outcome, ...]
     winner: str
@@ -97,7 +107,7 @@ def _runners(problem: PlanningProblem) -> dict[str, Callable[[], PlanningResult]
 
     return {"balanced": run_balanced, "tidgap": lambda: plan_unequal(ga, "tidgap"),
             "1f1b-ga": lambda: plan_unequal(ga, "1f1b-ga"), "pipedream": lambda: plan_pipedream(problem),
-            "bapipe": lambda: plan_bapipe(problem)}
+            "bapipe": lambda: plan_bapipe(problem), "graphpipe": lambda: plan_graphpipe(problem)}
 
 
 def _outcome(name: str, run: Callable[[], PlanningResult], problem: PlanningProblem) -> Outcome:
@@ -127,7 +137,7 @@ def plan_auto(problem: PlanningProblem, on_planner: Callable[[str], None] | None
     """
     runners = _runners(problem)
     outcomes = []
-    for name in AUTO_PLANNERS:
+    for name in auto_planners(problem):
         if on_planner is not None:
             on_planner(name)
         outcomes.append(_outcome(name, runners[name], problem))
