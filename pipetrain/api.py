@@ -436,16 +436,17 @@ def cost_of(plan: Plan, profile: Profiles, cluster: Cluster, graph: LayerGraph |
     if graph is None:
         raise UserError("a local plan's prediction counts its auxiliary heads: pass graph= "
                         "(api.graph_for_plan(plan))")
-    return local_cost(graph, profile, cluster, plan.aux)
+    return local_cost(graph, profile, cluster, plan.aux, after=[s.layers[-1] for s in plan.stages])
 
 
-def local_cost(graph: LayerGraph, profile: Profiles, cluster: Cluster, aux: str | None = None) -> CostModel:
+def local_cost(graph: LayerGraph, profile: Profiles, cluster: Cluster, aux: str | None = None,
+               after: Sequence[str] | None = None) -> CostModel:
     """``profile`` on ``cluster`` with the auxiliary heads ``aux`` (None: the model's default) after
-    every layer but the last, estimated or measured as the profile was
+    every layer but the last (or those in ``after``), estimated or measured as the profile was
     (:func:`~pipetrain.profile.heads.head_profiles`): method local's cost model."""
     kind = check_aux(graph, aux if aux is not None else default_aux(graph))
     cost = CostModel(profile, cluster)
-    heads = {id(p): head_profiles(graph, p, kind) for p in cost.profiles.values()}
+    heads = {id(p): head_profiles(graph, p, kind, after=after) for p in cost.profiles.values()}
     return cost.with_heads({k: heads[id(p)] for k, p in cost.profiles.items()})
 
 

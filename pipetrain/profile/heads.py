@@ -23,6 +23,7 @@ No entry is made for the last layer: the last stage uses the model's own loss, a
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 import torch
@@ -96,7 +97,8 @@ def _measured(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profi
                         _parameter_bytes(module), 0.0, step_s)
 
 
-def head_profiles(graph: LayerGraph, profile: Profile, kind: str, *, repeats: int = 5) -> dict[str, LayerProfile]:
+def head_profiles(graph: LayerGraph, profile: Profile, kind: str, *, repeats: int = 5,
+                  after: Collection[str] | None = None) -> dict[str, LayerProfile]:
     """Per layer but the last, the cost of an auxiliary head of ``kind`` after it (module docstring).
 
     Args:
@@ -104,6 +106,7 @@ def head_profiles(graph: LayerGraph, profile: Profile, kind: str, *, repeats: in
         profile: its layers' profile; estimated heads for an estimated one, else measured heads.
         kind: ``linear``, ``dgl`` or ``infopro``.
         repeats: timed runs per size of a measured head (the median is kept).
+        after: only the heads after these layers (a plan's stage ends); default every layer but the last.
 
     Raises:
         UserError: an unknown kind, a model without one class per sample, or an output that
@@ -115,6 +118,8 @@ def head_profiles(graph: LayerGraph, profile: Profile, kind: str, *, repeats: in
     by_spec: dict[TensorSpec, LayerProfile] = {}
     heads = {}
     for layer, spec in zip(graph.layers, specs, strict=False):
+        if after is not None and layer.name not in after:
+            continue
         if spec not in by_spec:
             by_spec[spec] = (_estimated(graph, aux, spec, profile, layer.name) if estimated
                              else _measured(graph, aux, spec, profile, layer.name, repeats))

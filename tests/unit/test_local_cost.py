@@ -104,6 +104,7 @@ def test_estimated_heads_follow_every_layer_but_the_last() -> None:
         assert 0 < linear[name].forward_at(8) < dgl[name].forward_at(8)
         assert 0 < linear[name].backward_at(8) < dgl[name].backward_at(8)
         assert 0 < linear[name].parameter_bytes < dgl[name].parameter_bytes
+    assert head_profiles(graph, profile, "linear", after=["block1"]) == {"block1": linear["block1"]}
 
 
 def test_measured_heads_are_timed_here() -> None:
