@@ -48,7 +48,9 @@ from pipetrain.planners import (
     run_planner,
 )
 from pipetrain.planners.balanced import BALANCED_METHODS
+from pipetrain.planners.local import plan_local as plan_local_stages
 from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES, GAConfig, PlannerName
+from pipetrain.profile.heads import head_profiles
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
@@ -69,14 +71,17 @@ __all__ = [
     "PlanningResult",
     "check_stage_count",
     "cluster_profiles",
+    "cost_of",
     "estimated_cluster",
     "get_planner",
     "graph_for_plan",
     "load_cluster",
     "load_cluster_spec",
     "local_cluster",
+    "local_cost",
     "local_plan",
     "plan",
+    "plan_local",
     "plan_microbatches",
     "plan_pipeline",
     "predict",
@@ -405,10 +410,12 @@ def check_stage_count(graph: LayerGraph, n_stages: int) -> None:
 
 
 def predict(
-    plan: Plan, profile: Profiles, cluster: Cluster, *, schedule: Schedule | None = None
+    plan: Plan, profile: Profiles, cluster: Cluster, *, schedule: Schedule | None = None,
+    graph: LayerGraph | None = None,
 ) -> tuple[Schedule, Timeline]:
     """The schedule (``schedule``, validated against the plan, or the plan's own) and its simulated
-    timeline: pass the same schedule to ``train(..., schedule=)`` to run exactly what was predicted."""
+    timeline: pass the same schedule to ``train(..., schedule=)`` to run exactly what was predicted.
+    A local plan needs its ``graph``, to cost its auxiliary heads (:func:`local_cost`)."""
     if plan.n_ranks > cluster.n_devices:
         raise UserError(f"the plan uses {plan.n_ranks} ranks but the cluster has {cluster.n_devices} devices; "
                         f"use a cluster with {plan.n_ranks} (local_cluster({plan.n_ranks}))")
@@ -416,7 +423,51 @@ def predict(
         schedule = build_schedule(plan)
     else:
         validate_for_plan(schedule, plan)
-    return schedule, simulate(schedule, plan, CostModel(profile, cluster))
+    return schedule, simulate(schedule, plan, cost_of(plan, profile, cluster, graph))
+
+
+def cost_of(plan: Plan, profile: Profiles, cluster: Cluster, graph: LayerGraph | None = None) -> CostModel:
+    """The cost model that predicts ``plan``: with its auxiliary heads for method local (:func:`local_cost`).
+
+    Raises:
+        UserError: a local plan without its ``graph``.
+    """
+    if plan.method is not Method.LOCAL:
+        return CostModel(profile, cluster)
+    if graph is None:
+        raise UserError("a local plan's prediction counts its auxiliary heads: pass graph= "
+                        "(api.graph_for_plan(plan))")
+    return local_cost(graph, profile, cluster, plan.aux, after=[s.layers[-1] for s in plan.stages])
+
+
+def local_cost(graph: LayerGraph, profile: Profiles, cluster: Cluster, aux: str | None = None,
+               after: Sequence[str] | None = None) -> CostModel:
+    """``profile`` on ``cluster`` with the auxiliary heads ``aux`` (None: the model's default) after
+    every layer but the last (or those in ``after``), estimated or measured as the profile was
+    (:func:`~pipetrain.profile.heads.head_profiles`): method local's cost model."""
+    kind = check_aux(graph, aux if aux is not None else default_aux(graph))
+    cost = CostModel(profile, cluster)
+    heads = {id(p): head_profiles(graph, p, kind, after=after) for p in cost.profiles.values()}
+    return cost.with_heads({k: heads[id(p)] for k, p in cost.profiles.items()})
+
+
+def plan_local(graph: LayerGraph, profile: Profiles, cluster: Cluster, *, batch_size: int, aux: str | None = None,
+               queue_depth: int = DEFAULT_QUEUE_DEPTH, n_stages: int | None = None,
+               n_micro: int | None = None) -> PlanningResult:
+    """The fastest local-learning plan (method ``local``, PPLL), its stages balanced with their
+    auxiliary heads' time (:func:`~pipetrain.planners.local.plan_local`), with every candidate.
+
+    Raises:
+        UserError: as :func:`local_plan`, or more stages than devices or layers.
+    """
+    check_stage_count(graph, n_stages or min(cluster.n_devices, len(graph)))
+    for p in _each(profile):
+        _check_profile_of(graph, p, "the profile")
+    cost = local_cost(graph, profile, cluster, aux)
+    kind = check_aux(graph, aux if aux is not None else default_aux(graph))
+    problem = PlanningProblem(ModelRef.of(graph), cost, batch_size, constraints=Constraints(n_stages=n_stages,
+                                                                                           n_micro=n_micro))
+    return plan_local_stages(problem, kind, queue_depth)
 
 
 def local_plan(plan: Plan, graph: LayerGraph, *, aux: str | None = None,

@@ -6,6 +6,11 @@ micro-batch). Transfers cost ``latency + bytes / bandwidth`` on the link between
 all-reduces its gradients with a ring over its ranks (Patarasuk and Yuan 2009; the data-parallel
 sync of PipeDream, docs/algorithms.md §3.2): ``2 (r - 1)`` steps, each moving ``bytes / r`` over the ring's
 slowest link, so ``2 (r - 1) · latency + 2 (r - 1) / r · bytes / bandwidth``.
+
+For method ``local`` a cost model can also hold the auxiliary heads' profiles
+(:meth:`CostModel.with_heads`, from :func:`~pipetrain.profile.heads.head_profiles`): a stage ending at
+layer ``l`` then adds the head after ``l`` to its forward (:meth:`CostModel.head_forward_s`), backward
+and optimizer step. Only the simulator of a local plan and the local planner ask for these.
 """
 
 from __future__ import annotations
@@ -49,11 +54,48 @@ class CostModel:
         self.profile = next(iter(self.profiles.values()))
         self.forward_s = lru_cache(maxsize=None)(self._forward_s)
         self.backward_s = lru_cache(maxsize=None)(self._backward_s)
+        self.heads: dict[str, Mapping[str, LayerProfile]] = {}
 
     def on(self, cluster: Cluster) -> CostModel:
-        """The same profiles and per-action overhead on another cluster (e.g. the sub-cluster of the
-        devices a plan uses); ``self`` when it is this model's cluster."""
-        return self if cluster is self.cluster else CostModel(self.profiles, cluster, self.action_overhead_s)
+        """The same profiles, heads and per-action overhead on another cluster (e.g. the sub-cluster of
+        the devices a plan uses); ``self`` when it is this model's cluster."""
+        if cluster is self.cluster:
+            return self
+        return CostModel(self.profiles, cluster, self.action_overhead_s).with_heads(self.heads)
+
+    def with_heads(self, heads: Mapping[str, Mapping[str, LayerProfile]]) -> CostModel:
+        """A copy that counts auxiliary heads (method ``local``): per device kind, the head's profile
+        after each layer but the last (:func:`~pipetrain.profile.heads.head_profiles`).
+
+        Raises:
+            UserError: no heads for a device kind of the cluster.
+        """
+        missing = {d.kind for d in self.cluster.devices} - set(heads)
+        if heads and missing:
+            raise UserError(f"no auxiliary head profiles for device kind(s) {sorted(missing)}; profile them too")
+        copy = CostModel(self.profiles, self.cluster, self.action_overhead_s)
+        copy.heads = {kind: dict(by_layer) for kind, by_layer in heads.items()}
+        return copy
+
+    def _head(self, layers: Sequence[str], rank: int) -> LayerProfile | None:
+        """The head after the stage ending in ``layers[-1]`` on ``rank``'s device kind, if any."""
+        by_layer = self.heads.get(self.cluster.devices[rank].kind)
+        return None if by_layer is None else by_layer.get(layers[-1])
+
+    def head_forward_s(self, layers: Sequence[str], b: int, rank: int) -> float:
+        """Seconds of the forward and local loss of the head after ``layers`` (0 without one)."""
+        head = self._head(layers, rank)
+        return 0.0 if head is None else head.forward_at(b) / self.cluster.devices[rank].speed
+
+    def head_backward_s(self, layers: Sequence[str], b: int, rank: int) -> float:
+        """Seconds of the backward of the head after ``layers``, down to the stage's output (0 without one)."""
+        head = self._head(layers, rank)
+        return 0.0 if head is None else head.backward_at(b) / self.cluster.devices[rank].speed
+
+    def head_step_s(self, layers: Sequence[str], rank: int) -> float:
+        """Seconds of the optimizer step of the head after ``layers`` (0 without one)."""
+        head = self._head(layers, rank)
+        return 0.0 if head is None else self._step_of([head], rank)
 
     def _layers(self, rank: int, layers: Sequence[str]) -> list[LayerProfile]:
         if not 0 <= rank < self.cluster.n_devices:
@@ -125,7 +167,10 @@ class CostModel:
         Uses the profile's measured per-layer step time where present, else a memory-bound
         estimate: an SGD step reads parameters and gradients and writes parameters (3 passes).
         """
-        lps = self._layers(rank, layers)
+        return self._step_of(self._layers(rank, layers), rank)
+
+    def _step_of(self, lps: Sequence[LayerProfile], rank: int) -> float:
+        """The optimizer step of ``lps``' parameters on ``rank`` (measured, else memory-bound)."""
         measured = [lp.step_s for lp in lps]
         if all(s is not None for s in measured):
             return sum(s for s in measured if s is not None) / self.cluster.devices[rank].speed

@@ -23,14 +23,17 @@ from pipetrain.cli.common import (
     save_text,
 )
 from pipetrain.cluster import Cluster
+from pipetrain.cost import CostModel
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
+from pipetrain.graph.aux_heads import check_aux, default_aux
 from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, Method, Plan
 from pipetrain.planners import PlannerSpec
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.simulate.timeline import Timeline
 
 if TYPE_CHECKING:
+    from pipetrain.graph.layer_graph import LayerGraph
     from pipetrain.runtime.config import TrainResult
 
 __all__ = ["cmd_compare", "cmd_demo", "cmd_export", "cmd_plan", "cmd_probe", "cmd_profile", "cmd_simulate", "cmd_train"]
@@ -109,18 +112,18 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
     return constraints
 
 
-def _local_args(args: argparse.Namespace) -> argparse.Namespace:
-    """`plan --method local` plans 1f1b stages (then trained locally); --aux/--queue-depth need it."""
-    if args.method != Method.LOCAL.value:
-        if args.aux is not None or args.queue_depth is not None:
-            raise UserError("--aux and --queue-depth are for local learning: add --method local")
-        return args
-    return argparse.Namespace(**{**vars(args), "method": Method.ONE_F_ONE_B.value})
+def _check_local_flags(args: argparse.Namespace, local: bool) -> None:
+    """--aux and --queue-depth go with local learning only."""
+    if not local and (args.aux is not None or args.queue_depth is not None):
+        raise UserError(f"--aux and --queue-depth are for local learning (--method is {args.method}): "
+                        "add --method local or drop them")
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
-    local = args.method == Method.LOCAL.value
-    args = _local_args(args)
+    if args.method == Method.LOCAL.value:
+        _plan_local(args)
+        return
+    _check_local_flags(args, False)
     spec = api.get_planner(_planner_name(args))
     constraints = _plan_constraints(args, spec)
     graph = graph_of(args)
@@ -128,14 +131,32 @@ def cmd_plan(args: argparse.Namespace) -> None:
     cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=spec.name, optimizer=args.optimizer,
                       constraints=constraints, progress=True)
-    if local:
-        plan = api.local_plan(result.plan, graph, aux=args.aux, queue_depth=args.queue_depth or DEFAULT_QUEUE_DEPTH)
-        _, timeline = api.predict(plan, profile, result.cluster)
-        out.print(f"local learning ({plan.aux} heads, queues of {plan.queue_depth}) on the 1f1b plan's stages: "
-                  f"predicted {timeline.iteration_s * 1e3:.2f} ms per iteration (auxiliary heads not counted)")
-        result = dataclasses.replace(result, plan=plan)
-    plan = _run_by(result.plan, args)
-    save_text(args.out, plan.to_json(), "plan")
+    _save_plan(args, dataclasses.replace(result, plan=_run_by(result.plan, args, graph)), cluster)
+
+
+def _plan_local(args: argparse.Namespace) -> None:
+    """`plan --method local`: the local planner balances stages with their auxiliary heads' time."""
+    given = [f"--{name.replace('_', '-')}" for name in ("planner", "seed", "population", "generations")
+             if getattr(args, name) is not None] + (["--vertical-sync"] if args.vertical_sync else [])
+    if given:
+        raise UserError(f"--method local balances its stages with their heads itself and does not take "
+                        f"{', '.join(given)}; drop {'it' if len(given) == 1 else 'them'}")
+    graph = graph_of(args)
+    api.check_stage_count(graph, args.stages or args.ranks or 2)
+    check_aux(graph, args.aux or default_aux(graph))  # before any profiling
+    cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
+    result = api.plan_local(graph, profile, cluster, batch_size=args.batch, aux=args.aux,
+                            queue_depth=args.queue_depth or DEFAULT_QUEUE_DEPTH, n_stages=args.stages,
+                            n_micro=args.micro)
+    plan = result.plan
+    out.print(f"local learning ({plan.aux} heads, queues of {plan.queue_depth}), stages balanced with their heads: "
+              f"predicted {result.candidates[0].iteration_s * 1e3:.2f} ms per iteration")
+    _save_plan(args, result, cluster)
+
+
+def _save_plan(args: argparse.Namespace, result: api.PlanningResult, cluster: Cluster) -> None:
+    """Write the plan (and the sub-cluster it uses) and print the planner's tables."""
+    save_text(args.out, result.plan.to_json(), "plan")
     if result.cluster.n_devices != cluster.n_devices:
         used = args.out.with_suffix(".cluster.json")
         save_text(used, result.cluster.to_json(), f"the {result.cluster.n_devices} devices the plan uses")
@@ -146,44 +167,53 @@ def cmd_plan(args: argparse.Namespace) -> None:
         out.print(table)
 
 
-def _run_by(plan: Plan, args: argparse.Namespace) -> Plan:
-    """``plan`` run by ``--method pipedream|2bw`` (with ``--vertical-sync``) when given; else as it is."""
+def _run_by(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
+    """``plan`` run by ``--method pipedream|2bw`` (with ``--vertical-sync``) or ``--method local`` (with
+    ``--aux``, ``--queue-depth``) when given; else as it is."""
+    local = args.method == Method.LOCAL.value
+    _check_local_flags(args, local or (args.method is None and plan.method is Method.LOCAL))
+    if args.vertical_sync and args.method != Method.PIPEDREAM.value:
+        raise UserError("--vertical-sync applies to --method pipedream; add --method pipedream or drop it")
     if args.method in ASYNC_METHODS:
         return plan.run_by(Method(args.method), args.vertical_sync)
-    if args.vertical_sync:
-        raise UserError("--vertical-sync applies to --method pipedream; add --method pipedream or drop it")
+    if local or (plan.method is Method.LOCAL and (args.aux is not None or args.queue_depth is not None)):
+        depth = args.queue_depth or (plan.queue_depth if plan.method is Method.LOCAL else DEFAULT_QUEUE_DEPTH)
+        aux = args.aux or (plan.aux if plan.method is Method.LOCAL else None)
+        return api.local_plan(plan, graph, aux=aux, queue_depth=depth)
     return plan
 
 
-def _predict(args: argparse.Namespace, plan: Plan) -> tuple[Cluster, api.Profiles, Timeline]:
+def _predict(args: argparse.Namespace, plan: Plan, graph: LayerGraph) -> tuple[CostModel, Timeline]:
     n_ranks = args.ranks or plan.n_ranks
     if n_ranks < plan.n_ranks:
         raise UserError(f"the plan uses {plan.n_ranks} ranks but --ranks is {n_ranks}; pass --ranks {plan.n_ranks}")
-    graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
     cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, n_ranks)
-    schedule, predicted = api.predict(plan, profile, cluster, schedule=load_schedule(args))
+    schedule, predicted = api.predict(plan, profile, cluster, schedule=load_schedule(args), graph=graph)
     if getattr(args, "out_dir", None) is not None:
         save_text(args.out_dir / "schedule.csv", schedule.to_csv(), "schedule")
-    return cluster, profile, predicted
+    return api.cost_of(plan, profile, cluster, graph), predicted
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
-    plan = _run_by(load_plan(args.plan), args)
-    cluster, profile, predicted = _predict(args, plan)
+    plan = load_plan(args.plan)
+    graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
+    plan = _run_by(plan, args, graph)
+    cost, predicted = _predict(args, plan, graph)
     _write_timeline(args.out_dir, "predicted", predicted, plan)
-    from pipetrain.cost import CostModel
     from pipetrain.simulate.memory import device_memory, stage_memory
     from pipetrain.viz.tables import memory_table, timeline_table
 
     out.print(timeline_table(predicted, plan.rank_stages))
-    cost = CostModel(profile, cluster)
-    if plan.asynchronous:
+    if plan.asynchronous or plan.method is Method.LOCAL:
         from pipetrain.simulate.steady import steady_state
 
         steady = steady_state(plan, cost)
-        out.print(f"{plan.method.value} runs batches without a flush (the timeline shows several): steady state "
-                  f"{steady.samples_per_s:.1f} samples/s, {steady.batch_s * 1e3:.2f} ms per batch; filling and "
-                  f"draining the pipeline adds {steady.warmup_s * 1e3:.2f} ms once per run")
+        how, fill = (", run as a stream of batches through bounded queues,", "once per batch here, as the runtime "
+                     "runs one batch per schedule") if plan.method is Method.LOCAL else \
+            (" runs batches without a flush (the timeline shows several):", "once per run")
+        out.print(f"{plan.method.value}{how} steady state {steady.samples_per_s:.1f} samples/s, "
+                  f"{steady.batch_s * 1e3:.2f} ms per batch; filling and draining the pipeline adds "
+                  f"{steady.warmup_s * 1e3:.2f} ms {fill}")
     memories = stage_memory(plan, cost, optimizer=args.optimizer)
     out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer))
 
@@ -213,7 +243,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         graph = graph_of(args)
         plan, _ = api.plan_pipeline(graph, load_profile(args, graph, args.batch),
                                     api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch)
-    plan = _run_by(plan, args)
+    plan = _run_by(plan, args, graph)
     schedule = load_schedule(args)
     from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
 

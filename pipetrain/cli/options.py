@@ -152,15 +152,11 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                                                          Method.UEDP.value, Method.LOCAL.value, Method.GRAPH.value,
                                                          *ASYNC_METHODS],
                    help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
-                        "per stage on the best equal plan's stages; local: PPLL's local learning on the "
-                        "best 1f1b plan's stages; graph: GraphPipe's DAG of stages for a model that branches "
-                        "(the graphpipe planner); pipedream, 2bw: the best 1f1b plan run asynchronously "
-                        "(no flush, weight versions) (default: auto)")
-    p.add_argument("--aux", choices=AUX_KINDS,
-                   help="--method local: auxiliary heads (default: linear for MLPs, dgl for conv nets and ViTs)")
-    p.add_argument("--queue-depth", type=_count,
-                   help=f"--method local: messages between two stages before the sender waits "
-                        f"(default: {DEFAULT_QUEUE_DEPTH})")
+                        "per stage on the best equal plan's stages; local: PPLL's local learning, stages "
+                        "balanced with their auxiliary heads' time; graph: GraphPipe's DAG of stages for a "
+                        "model that branches (the graphpipe planner); pipedream, 2bw: the best 1f1b plan run "
+                        "asynchronously (no flush, weight versions) (default: auto)")
+    _local_args(p)
     _vertical_sync_arg(p)
     p.add_argument("--planner", choices=list(api.PLANNERS),
                    help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
@@ -199,10 +195,19 @@ def _vertical_sync_arg(p: argparse.ArgumentParser) -> None:
                         "chose for it (default: off, each stage its newest)")
 
 
+def _local_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--aux", choices=AUX_KINDS,
+                   help="--method local: auxiliary heads (default: linear for MLPs, dgl for conv nets and ViTs)")
+    p.add_argument("--queue-depth", type=_count,
+                   help=f"--method local: messages between two stages before the sender waits "
+                        f"(default: {DEFAULT_QUEUE_DEPTH})")
+
+
 def _async_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=ASYNC_METHODS,
-                   help="run the plan asynchronously: pipedream (weight stashing) or 2bw (two versions) "
-                        "(default: the plan's own method)")
+    p.add_argument("--method", choices=[*ASYNC_METHODS, Method.LOCAL.value],
+                   help="run the plan's stages by another method: pipedream (weight stashing) or 2bw (two "
+                        "versions), asynchronously; local: PPLL's local learning (default: the plan's own method)")
+    _local_args(p)
     _vertical_sync_arg(p)
 
 

@@ -259,7 +259,7 @@ class Plan:
         if vertical_sync and method is not Method.PIPEDREAM:
             raise UserError(f"--vertical-sync applies to --method pipedream, not {method.value}; drop it")
         weights = ASYNC_WEIGHTS.get(method, (WeightPolicy.SYNC,))[1 if vertical_sync else 0]
-        plan = replace(self, method=method, weights=weights, prediction=None)
+        plan = replace(self, method=method, weights=weights, aux=None, prediction=None)
         plan.validate()
         return plan
 

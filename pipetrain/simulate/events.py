@@ -12,9 +12,12 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   and taking ``latency + bytes / bandwidth``;
 * a RECV blocks the rank until the matching message (the next one on that channel) has arrived;
 * local learning (method ``local``) bounds every channel: a SEND waits while its channel holds the
-  plan's ``queue_depth`` messages not yet received, so a fast stage is held back; its F and B are
-  the stage's layers' times (the auxiliary head's time is not counted yet) and each micro-batch's
-  STEP the optimizer step; steady state is then 1 / max over stages of (F + B + STEP + transfer);
+  plan's ``queue_depth`` messages not yet received, so a fast stage is held back; F and B add the
+  auxiliary head's forward (with its local loss) and backward to the stage's layers' times, and each
+  micro-batch's STEP steps the stage and its head (the cost model's heads,
+  :meth:`~pipetrain.cost.CostModel.with_heads`; none counted when it has none); steady state is then
+  1 / max over stages of (F + B + head + STEP + transfer) per micro-batch
+  (:func:`~pipetrain.simulate.steady.steady_state`);
 * held activations follow :class:`~pipetrain.simulate.memory.ActivationLedger`: saved bytes from F to B,
   or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage;
 * the replicas of a replicated stage start their STEP together (their ``i``-th), once the last one reaches it, and
@@ -79,14 +82,27 @@ class _Simulator:
         return self.plan.stages[self.stage_of[rank]].layers
 
     def compute_s(self, rank: int, a: Action) -> float:
+        """Standalone seconds of a compute action; method local adds the stage's auxiliary head."""
         layers = self.layers(rank)
         if a.kind is ActionKind.F:
-            return self.cost.forward_s(layers, a.size, rank)
+            return self.cost.forward_s(layers, a.size, rank) + self.head_s(rank, a)
         if a.kind is ActionKind.B:
-            return self.cost.backward_s(layers, a.size, rank, self.plan.recomputes(self.stage_of[rank]))
+            own = self.cost.backward_s(layers, a.size, rank, self.plan.recomputes(self.stage_of[rank]))
+            return own + self.head_s(rank, a)
         stage = self.plan.stages[self.stage_of[rank]]
         sync = self.cost.allreduce_s(self.cost.parameter_bytes(layers), stage.ranks)
-        return sync + self.cost.step_s(layers, rank)
+        return sync + self.cost.step_s(layers, rank) + self.head_s(rank, a)
+
+    def head_s(self, rank: int, a: Action) -> float:
+        """The auxiliary head's part of F, B or STEP (0 but for method local with heads in the cost model)."""
+        if self.plan.method is not Method.LOCAL:
+            return 0.0
+        layers = self.layers(rank)
+        if a.kind is ActionKind.F:
+            return self.cost.head_forward_s(layers, a.size, rank)
+        if a.kind is ActionKind.B:
+            return self.cost.head_backward_s(layers, a.size, rank)
+        return self.cost.head_step_s(layers, rank)
 
     def message_bytes(self, rank: int, a: Action) -> int:
         layers = self.layers(rank)

@@ -9,7 +9,15 @@ batches; their difference is ``n`` steady-state batches::
 
     steady = steady_state(plan, cost)        # SteadyState(batch_s=..., warmup_s=..., samples_per_s=...)
 
-For a synchronous method every batch is the same, so ``batch_s`` is its iteration time and
+Method ``local`` (PPLL) needs no flush either: no gradient crosses a stage, so each stage streams
+micro-batches through F, local B and STEP, held back only by its bounded queues. Its steady state is
+taken the same way, on ``n`` and ``2n`` consecutive batches run as one stream
+(:meth:`~pipetrain.plan.plan.Plan.repeated`), and comes to one micro-batch per
+``max over stages of (F + B + head + STEP)`` (transfers overlap compute on their own link, so a link
+slower than every stage sets the pace instead). pipetrain's runtime runs one batch per schedule, so
+a run of it pays ``warmup_s`` once per batch (its iteration time), not once per run.
+
+For any other synchronous method every batch is the same, so ``batch_s`` is its iteration time and
 ``warmup_s`` is 0.
 """
 
@@ -18,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipetrain.cost import CostModel
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.schedule.generators import DEFAULT_ASYNC_BATCHES, build_schedule
 from pipetrain.simulate.events import simulate
 
@@ -37,10 +45,14 @@ class SteadyState:
 
 def steady_state(plan: Plan, cost: CostModel, batches: int = DEFAULT_ASYNC_BATCHES) -> SteadyState:
     """Simulate ``batches`` and ``2 · batches`` batches of ``plan`` (module docstring)."""
-    if not plan.asynchronous:
+    if plan.method is Method.LOCAL:
+        short, long = (simulate(build_schedule(run), run, cost).iteration_s
+                       for run in (plan.repeated(batches), plan.repeated(2 * batches)))
+    elif not plan.asynchronous:
         batch_s = simulate(build_schedule(plan), plan, cost).iteration_s
         return SteadyState(batch_s, 0.0, plan.batch_size / batch_s if batch_s > 0 else 0.0)
-    short, long = (simulate(build_schedule(plan, n), plan, cost).iteration_s for n in (batches, 2 * batches))
+    else:
+        short, long = (simulate(build_schedule(plan, n), plan, cost).iteration_s for n in (batches, 2 * batches))
     batch_s = (long - short) / batches
     return SteadyState(batch_s, max(0.0, short - batches * batch_s),
                        plan.batch_size / batch_s if batch_s > 0 else 0.0)

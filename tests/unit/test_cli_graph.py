@@ -39,7 +39,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 def test_plan_graph_then_simulate(how: tuple[str, str], tmp_path: Path, profile: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "plan.json"
-    code, text = run(capsys, "plan", "--model", MODEL, "--batch", "64", "--ranks", "3", "--profile", str(profile), *how, "--out", str(out))
+    code, text = run(capsys, "plan", "--model", MODEL, "--batch", "64", "--ranks", "3", "--profile", str(profile),
+                     *how, "--out", str(out))
     assert code == 0, text
     plan = Plan.from_json(out.read_text())
     assert plan.method is Method.GRAPH and plan.prediction is not None

@@ -8,7 +8,9 @@ Dynamic programme over prefix sums, O(K · L²) time, O(K · L) memory::
 
     best[k][i] = min over j < i of max(best[k-1][j], sum(c[j:i]))
 
-Ties are broken toward the earliest boundary so the result is deterministic.
+Ties are broken toward the earliest boundary so the result is deterministic. A stage may also pay
+for where it ends: with ``ends``, a stage ``c[j:i]`` costs ``sum(c[j:i]) + ends[i - 1]`` (method
+``local``: the auxiliary head after its last layer).
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from pipetrain.errors import UserError
 __all__ = ["balanced_partition"]
 
 
-def balanced_partition(costs: Sequence[float], n_stages: int) -> tuple[int, ...]:
+def balanced_partition(costs: Sequence[float], n_stages: int,
+                       ends: Sequence[float] | None = None) -> tuple[int, ...]:
     """Stage sizes (layer counts, each >= 1) that minimise the maximum stage cost.
 
     Args:
         costs: per-layer cost (seconds), length ``L``.
         n_stages: ``K``, at most ``L``.
+        ends: per layer, what a stage ending with it pays besides its layers (default 0), length ``L``.
 
     Returns:
         ``K`` layer counts summing to ``L``.
@@ -39,6 +43,7 @@ def balanced_partition(costs: Sequence[float], n_stages: int) -> tuple[int, ...]
         raise UserError(
             f"cannot cut {n} layers into {n_stages} stages; use between 1 and {n} stages"
         )
+    end = [0.0, *(ends if ends is not None else [0.0] * n)]
     prefix = [0.0, *itertools.accumulate(costs)]
     inf = float("inf")
     best = [[inf] * (n + 1) for _ in range(n_stages + 1)]
@@ -47,7 +52,7 @@ def balanced_partition(costs: Sequence[float], n_stages: int) -> tuple[int, ...]
     for k in range(1, n_stages + 1):
         for i in range(k, n - (n_stages - k) + 1):
             for j in range(k - 1, i):
-                value = max(best[k - 1][j], prefix[i] - prefix[j])
+                value = max(best[k - 1][j], prefix[i] - prefix[j] + end[i])
                 if value < best[k][i]:
                     best[k][i], cut[k][i] = value, j
     sizes = []

@@ -1,0 +1,71 @@
+"""The ``local`` planner: stages for PPLL's local learning, balanced with their auxiliary heads.
+
+    cost = api.local_cost(graph, profile, cluster, "dgl")          # heads in the cost model
+    result = plan_local(PlanningProblem(ModelRef.of(graph), cost, batch_size=64), "dgl", queue_depth=2)
+
+With method ``local`` (docs/algorithms.md §6) every micro-batch runs F, local B and STEP on each
+stage, and every stage but the last also runs its auxiliary head, so a stage ``[j, i)`` costs, per
+micro-batch of ``b`` samples::
+
+    sum over its layers of (forward + backward + step)  +  head after layer i-1 (forward + backward + step)
+
+(the last stage has no head; it uses the model's own loss). For each candidate micro-batch count
+the planner cuts the layers by an exact min–max partition of that cost
+(:func:`~pipetrain.planners.partition.balanced_partition` with the heads as ``ends``), builds the
+local plan, simulates it (:func:`~pipetrain.planners.score.score`, heads counted) and keeps the
+fastest. An expensive head thus pushes layers off its stage. The cost model must hold the heads
+(:meth:`~pipetrain.cost.CostModel.with_heads`); without them the heads cost nothing.
+"""
+
+from __future__ import annotations
+
+from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
+from pipetrain.graph.aux_heads import AuxKind
+from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, equal_sizes
+from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
+from pipetrain.planners.counts import candidate_counts
+from pipetrain.planners.partition import balanced_partition
+from pipetrain.planners.score import score
+
+__all__ = ["build_local_plan", "plan_local"]
+
+
+def _stage_costs(model: ModelRef, cost: CostModel, b: int) -> tuple[list[float], list[float]]:
+    """Per layer, its forward + backward + step seconds on ``b`` samples; and the head's after it."""
+    names = model.layer_names
+    works = [cost.layer_work_s(n, b, 0) + cost.step_s((n,), 0) for n in names]
+    heads = [cost.head_forward_s((n,), b, 0) + cost.head_backward_s((n,), b, 0) + cost.head_step_s((n,), 0)
+             for n in names[:-1]]
+    return works, [*heads, 0.0]
+
+
+def build_local_plan(model: ModelRef, cost: CostModel, *, aux: AuxKind, queue_depth: int, n_stages: int,
+                     batch_size: int, n_micro: int) -> Plan:
+    """The local plan with ``n_micro`` equal micro-batches, stage ``k`` on rank ``k``, balanced with its head."""
+    if n_stages > cost.cluster.n_devices:
+        raise UserError(f"{n_stages} stages need {n_stages} ranks but the cluster has {cost.cluster.n_devices}; "
+                        "use fewer stages or more ranks")
+    sizes = equal_sizes(batch_size, n_micro)
+    works, heads = _stage_costs(model, cost, max(sizes))
+    counts = balanced_partition(works, n_stages, heads)
+    stages, first = [], 0
+    for k, count in enumerate(counts):
+        stages.append(StagePlan(model.layer_names[first:first + count], (k,), sizes, sizes))
+        first += count
+    return Plan(model.name, model.fingerprint, batch_size, Method.LOCAL, tuple(stages), weights=WeightPolicy.LOCAL,
+                aux=aux, queue_depth=queue_depth)
+
+
+def plan_local(problem: PlanningProblem, aux: AuxKind, queue_depth: int) -> PlanningResult:
+    """The fastest local plan over the micro-batch counts (``constraints.n_micro``, default: search),
+    one stage per device (``constraints.n_stages``), with every candidate (module docstring)."""
+    c = problem.constraints
+    n_stages = c.n_stages or min(problem.cost.cluster.n_devices, len(problem.model.layer_names))
+    candidates: list[Candidate] = []
+    for m in [c.n_micro] if c.n_micro is not None else candidate_counts(problem.batch_size):
+        plan = build_local_plan(problem.model, problem.cost, aux=aux, queue_depth=queue_depth, n_stages=n_stages,
+                                batch_size=problem.batch_size, n_micro=m)
+        candidates.append(score(plan, problem.cost, label=f"local m={m}"))
+    candidates.sort(key=rank_key)
+    return PlanningResult("local", candidates[0].plan, problem.cost.cluster, tuple(candidates))
