@@ -16,6 +16,12 @@ which then passes the input along (floating-point inputs only). Where the contra
 (a value that is not a floating-point tensor would have to be packed, an early layer that nothing
 later reads, the output made before the last layer), ``branches`` gives None and the model is
 captured as a chain, whose cuts carry every live value.
+
+Branches run at once only where the merge is a layer of its own: code in the root's ``forward``
+(``torch.cat([self.a(x), self.b(x)])``) and stateless modules run with the node before them, so
+such a merge joins the last branch's layer and that branch waits for the others. A merge module
+with weights (``self.merge = nn.Bilinear(...)``), or a hand-built LayerGraph, keeps the branches
+independent (``tests/gloo/models.py::Towers``).
 """
 
 from __future__ import annotations

@@ -138,3 +138,19 @@ def graph_plan(graph: LayerGraph, stages: Sequence[Sequence[str]], ranks: Sequen
     """A method-graph plan of the given stages, its edges the ones the layers induce."""
     plans = tuple(StagePlan(tuple(s), tuple(r), p, p) for s, r, p in zip(stages, ranks, partitions, strict=True))
     return Plan(graph.name, "", sum(partitions[0]), Method.GRAPH, plans, edges=induced_edges(graph, stages))
+
+
+class Towers(nn.Module):
+    """A user's two-tower module: towers ``a`` and ``b`` on the input, a bilinear merge, a head.
+    Captured with torch.fx it is a DAG with two source layers (``a.0`` and ``b.0``)."""
+
+    def __init__(self, features: int = FEATURES, classes: int = CLASSES) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.a = nn.Sequential(nn.Linear(features, 12), nn.Tanh(), nn.Linear(12, 12))
+        self.b = nn.Sequential(nn.Linear(features, 6), nn.Tanh())
+        self.merge = nn.Bilinear(12, 6, 10)
+        self.head = nn.Linear(10, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.merge(self.a(x), self.b(x))))

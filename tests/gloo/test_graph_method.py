@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import pytest
 
+from pipetrain.graph.capture import capture
+from pipetrain.graph.layer_graph import LossKind, TensorSpec
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Method, Plan, StagePlan
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule
 
-from .models import branchy_graph, graph_plan, max_param_diff
+from .models import CLASSES, FEATURES, Towers, branchy_graph, graph_plan, max_param_diff
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -54,6 +56,10 @@ def _plans() -> dict[str, Plan]:
 
 
 PLANS = _plans()
+TOWERS = capture(Towers(), input=TensorSpec((FEATURES,)), target=TensorSpec((), "int64", high=CLASSES),
+                 loss=LossKind.CROSS_ENTROPY, name="towers")
+TOWERS_PLAN = graph_plan(TOWERS, [("a.0", "a.1", "a.2"), ("b.0", "b.1"), ("merge", "head")], [(0,), (1,), (2,)],
+                         [EQUAL] * 3)
 DIGITS = build_model("branchy-digits")
 DIGITS_PLAN = graph_plan(DIGITS, [("mlp0", "mlp1", "mlp2"), ("img0", "img1", "img2"), ("concat", "head")],
                          [(0,), (1,), (2,)], [(16, 16, 16, 16)] * 3)
@@ -64,8 +70,9 @@ DIGITS_CONFIG = TrainConfig(epochs=2, optimizer="adam", lr=3e-3, data="digits", 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
     jobs = [TrainJob(GRAPH, plan, SGD, return_parameters=True) for plan in PLANS.values()]
+    jobs.append(TrainJob(TOWERS, TOWERS_PLAN, SGD, return_parameters=True))
     jobs.append(TrainJob(DIGITS, DIGITS_PLAN, DIGITS_CONFIG))
-    return dict(zip([*PLANS, "digits"], train_many(jobs), strict=True))
+    return dict(zip([*PLANS, "towers", "digits"], train_many(jobs), strict=True))
 
 
 @pytest.mark.parametrize("name", list(PLANS))
@@ -73,6 +80,14 @@ def test_parameters_equal_reference(results: dict[str, TrainResult], name: str) 
     reference = reference_train(GRAPH, BATCH, SGD)
     assert max_param_diff(results[name], reference) <= TOL
     assert results[name].losses == pytest.approx(reference.losses, abs=TOL)
+
+
+def test_a_captured_two_tower_module_runs_as_a_dag(results: dict[str, TrainResult]) -> None:
+    """torch.fx capture of a user's module with two towers gives two source layers, and a plan
+    with one tower per stage trains it exactly."""
+    assert [n for i, n in enumerate(TOWERS.names) if not TOWERS.predecessors(i)] == ["a.0", "b.0"]
+    assert TOWERS_PLAN.edges == ((0, 2), (1, 2))
+    assert max_param_diff(results["towers"], reference_train(TOWERS, BATCH, SGD)) <= TOL
 
 
 def test_branchy_digits_learns_and_evaluates_on_a_dag_of_stages(results: dict[str, TrainResult]) -> None:
