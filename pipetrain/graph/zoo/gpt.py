@@ -31,7 +31,7 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec
 
-__all__ = ["Block", "CausalSelfAttention", "Embedding", "GPTConfig", "Head", "build"]
+__all__ = ["Block", "Embedding", "GPTConfig", "Head", "SelfAttention", "build", "init_weights"]
 
 INIT_STD = 0.02  # GPT-1 §4.1: "weights initialized from N(0, 0.02)"
 
@@ -62,7 +62,7 @@ class GPTConfig:
             )
 
 
-def _init(module: nn.Module) -> None:
+def init_weights(module: nn.Module) -> None:
     """GPT-1 initialisation: N(0, 0.02) weights, zero biases (LayerNorm keeps its 1/0)."""
     for m in module.modules():
         if isinstance(m, nn.Linear | nn.Embedding):
@@ -78,7 +78,7 @@ class Embedding(nn.Module):
         super().__init__()
         self.token = nn.Embedding(vocab, hidden)
         self.position = nn.Embedding(context, hidden)
-        _init(self)
+        init_weights(self)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(idx.shape[1], device=idx.device)
@@ -86,12 +86,12 @@ class Embedding(nn.Module):
         return out
 
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention: ``[b, T, H]`` → ``[b, T, H]``."""
+class SelfAttention(nn.Module):
+    """Multi-head self-attention, causal (GPT) or over all tokens (an encoder): ``[b, T, H]`` → ``[b, T, H]``."""
 
-    def __init__(self, hidden: int, heads: int) -> None:
+    def __init__(self, hidden: int, heads: int, causal: bool = True) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.causal = heads, causal
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
 
@@ -102,23 +102,23 @@ class CausalSelfAttention(nn.Module):
             part.view(b, t, self.heads, h // self.heads).transpose(1, 2)
             for part in self.qkv(x).split(h, dim=2)
         )
-        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, t, h))
         return out
 
 
 class Block(nn.Module):
-    """A pre-LN transformer block: ``[b, T, H]`` → ``[b, T, H]``."""
+    """A pre-LN transformer block: ``[b, T, H]`` → ``[b, T, H]``; FFN width ``ffn`` (default ``4H``),
+    causal attention unless ``causal=False`` (the encoder blocks of ``mmt``)."""
 
-    def __init__(self, hidden: int, heads: int) -> None:
+    def __init__(self, hidden: int, heads: int, ffn: int | None = None, causal: bool = True) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(hidden)
-        self.attn = CausalSelfAttention(hidden, heads)
+        self.attn = SelfAttention(hidden, heads, causal)
         self.ln2 = nn.LayerNorm(hidden)
-        self.mlp = nn.Sequential(
-            nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden)
-        )
-        _init(self)
+        width = 4 * hidden if ffn is None else ffn
+        self.mlp = nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, hidden))
+        init_weights(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -131,7 +131,7 @@ class Head(nn.Sequential):
 
     def __init__(self, hidden: int, vocab: int) -> None:
         super().__init__(nn.LayerNorm(hidden), nn.Linear(hidden, vocab, bias=False))
-        _init(self)
+        init_weights(self)
 
 
 def build(config: GPTConfig, name: str, seed: int) -> LayerGraph:

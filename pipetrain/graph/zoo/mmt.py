@@ -29,10 +29,10 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.graph.zoo.branches import Concat, DagBuilder
+from pipetrain.graph.zoo.gpt import Block, init_weights
 
-__all__ = ["EncoderBlock", "MMTConfig", "ModalityEmbed", "PoolHead", "build"]
+__all__ = ["MMTConfig", "ModalityEmbed", "PoolHead", "build"]
 
-INIT_STD = 0.02
 
 
 @dataclass(frozen=True)
@@ -65,15 +65,6 @@ class MMTConfig:
                             "choose heads that divide hidden")
 
 
-def _init(module: nn.Module) -> None:
-    """N(0, 0.02) weights of Linear and Embedding layers, zero biases (LayerNorm keeps its 1/0)."""
-    for m in module.modules():
-        if isinstance(m, nn.Linear | nn.Embedding):
-            nn.init.normal_(m.weight, std=INIT_STD)
-        if isinstance(m, nn.Linear) and m.bias is not None:
-            nn.init.zeros_(m.bias)
-
-
 class ModalityEmbed(nn.Module):
     """A branch's source layer: its slice ``x[..., start:start+F]`` of the model input ``[b, T, B·F]``,
     projected to ``[b, T, H]``, plus a learned position embedding."""
@@ -83,43 +74,12 @@ class ModalityEmbed(nn.Module):
         self.start, self.features = start, features
         self.proj = nn.Linear(features, hidden)
         self.position = nn.Embedding(seq, hidden)
-        _init(self)
+        init_weights(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         part = x[..., self.start : self.start + self.features]
         positions = torch.arange(x.shape[1], device=x.device)
         out: torch.Tensor = self.proj(part) + self.position(positions)
-        return out
-
-
-class EncoderBlock(nn.Module):
-    """A pre-LN bidirectional transformer block: ``[b, T, H]`` → ``[b, T, H]``."""
-
-    def __init__(self, hidden: int, heads: int, ffn: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(hidden)
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.proj = nn.Linear(hidden, hidden)
-        self.ln2 = nn.LayerNorm(hidden)
-        self.mlp = nn.Sequential(nn.Linear(hidden, ffn), nn.GELU(), nn.Linear(ffn, hidden))
-        _init(self)
-
-    def attention(self, x: torch.Tensor) -> torch.Tensor:
-        """Multi-head self-attention over all tokens: ``[b, T, H]`` → ``[b, T, H]``."""
-        b, t, h = x.shape
-        # [b, T, 3H] -> 3 x [b, heads, T, H / heads]
-        q, k, v = (
-            part.view(b, t, self.heads, h // self.heads).transpose(1, 2)
-            for part in self.qkv(x).split(h, dim=2)
-        )
-        y = nn.functional.scaled_dot_product_attention(q, k, v)
-        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, t, h))
-        return out
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.ln1(x))
-        out: torch.Tensor = x + self.mlp(self.ln2(x))
         return out
 
 
@@ -130,7 +90,7 @@ class PoolHead(nn.Module):
         super().__init__()
         self.norm = nn.LayerNorm(width)
         self.fc = nn.Linear(width, classes)
-        _init(self)
+        init_weights(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.fc(self.norm(x).mean(dim=1))
@@ -144,7 +104,7 @@ def build(config: MMTConfig, name: str, seed: int) -> LayerGraph:
     ends = []
     for i in range(c.branches):
         embed = dag.add(f"b{i}_embed", functools.partial(ModalityEmbed, i * c.features, c.features, c.seq, c.hidden))
-        block = functools.partial(EncoderBlock, c.hidden, c.heads, c.ffn)
+        block = functools.partial(Block, c.hidden, c.heads, c.ffn, False)  # bidirectional encoder blocks
         ends.append(dag.chain(f"b{i}_block", [block] * c.layers, after=embed))
     merged = dag.add("concat", Concat, ends)
     dag.add("head", functools.partial(PoolHead, c.branches * c.hidden, c.classes), (merged,))
