@@ -14,6 +14,7 @@ inputs, packed side by side).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import torch
@@ -105,6 +106,17 @@ class DagBuilder:
         if last is None:
             raise ValueError("a chain needs at least one layer")
         return last
+
+    def ff_towers(self, prefix: str, count: int, features: int, hidden: int, layers: int) -> list[str]:
+        """Append ``count`` towers ``{prefix}{i}_ff0 …`` of ``layers`` FF layers (``hidden`` wide),
+        tower ``i`` reading its slice ``[i·features, (i+1)·features)`` of the model input; the
+        names of their last layers (CANDLE-Uno's and DLRM's dense towers, GraphPipe §3.1)."""
+        ends = []
+        for i in range(count):
+            first = functools.partial(FF, features, hidden, take=(i * features, (i + 1) * features))
+            rest = [functools.partial(FF, hidden, hidden)] * (layers - 1)
+            ends.append(self.chain(f"{prefix}{i}_ff", [first, *rest]))
+        return ends
 
     def graph(
         self, name: str, input: TensorSpec, target: TensorSpec, loss: LossKind, seed: int

@@ -55,11 +55,7 @@ def build(config: CandleUnoConfig, name: str, seed: int) -> LayerGraph:
     """The LayerGraph of ``config``: B towers ``b{i}_ff0 …``, ``concat``, ``top0 …``, ``head``."""
     c = config
     dag = DagBuilder()
-    ends = []
-    for i in range(c.branches):
-        first = functools.partial(FF, c.features, c.hidden, take=(i * c.features, (i + 1) * c.features))
-        rest = [functools.partial(FF, c.hidden, c.hidden)] * (c.layers - 1)
-        ends.append(dag.chain(f"b{i}_ff", [first, *rest]))
+    ends = dag.ff_towers("b", c.branches, c.features, c.hidden, c.layers)
     merged = dag.add("concat", Concat, ends)
     widths = [c.branches * c.hidden] + [c.hidden] * (c.top - 1)
     last = dag.chain("top", [functools.partial(FF, w, c.hidden) for w in widths], after=merged)

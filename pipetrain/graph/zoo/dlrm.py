@@ -99,11 +99,7 @@ def build(config: DLRMConfig, name: str, seed: int) -> LayerGraph:
     """The LayerGraph of ``config``: towers ``d{i}_ff0 …``, bags ``s{i}_bag``, ``concat``, ``top0 …``, ``head``."""
     c = config
     dag = DagBuilder()
-    ends = []
-    for i in range(c.dense):
-        first = functools.partial(FF, c.features, c.hidden, take=(i * c.features, (i + 1) * c.features))
-        rest = [functools.partial(FF, c.hidden, c.hidden)] * (c.layers - 1)
-        ends.append(dag.chain(f"d{i}_ff", [first, *rest]))
+    ends = dag.ff_towers("d", c.dense, c.features, c.hidden, c.layers)
     offset = c.dense * c.features
     for i in range(c.sparse):
         ends.append(dag.add(f"s{i}_bag", functools.partial(SparseBag, offset + i * c.bag, c.bag, c.rows, c.dim)))
