@@ -61,7 +61,6 @@ import numpy.typing as npt
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.plan import Plan
-from pipetrain.simulate.buckets import bucketed_times
 
 __all__ = ["StageTables", "iteration_time", "iteration_times"]
 
@@ -144,12 +143,6 @@ class StageTables:
                   self.backward_recompute_s)
         return tuple([[float(v) for v in row] for row in table] for table in tables)
 
-    @cached_property
-    def stacked(self) -> tuple[FloatArray, FloatArray]:
-        """``[2K, B + 1]`` compute rows (``f`` then ``g``) and link rows (``cF`` then ``cB``)."""
-        return (np.concatenate((self.forward_s, self.backward_s)),
-                np.concatenate((self.send_forward_s, self.send_backward_s)))
-
     @classmethod
     def from_cost_model(
         cls,
@@ -199,6 +192,118 @@ class StageTables:
 # ---- vectorised: [P] plans at once -----------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Cuts:
+    """One stage's micro-batches in all ``P`` plans, packed to the left of a ``[P, W]`` grid.
+
+    ``W`` is the most micro-batches any plan has at this stage (at most ``B``, usually far fewer),
+    so the scans of :func:`_maxplus` cost ``O(P W)`` rather than ``O(P B)``.
+
+    Attributes:
+        flat: ``[M]`` increasing positions ``p * B + i`` where a micro-batch ends (sample ``i``
+            of plan ``p``), over all plans.
+        row: ``[M]`` the plan ``p`` of each micro-batch.
+        size: ``[M]`` its number of samples.
+        cell: ``[M]`` its cell ``p * W + j`` (``j``: its index in plan ``p``'s partition).
+        cell_sums: ``[M]`` the cell ``p * (W + 1) + j`` on a ``[P, W + 1]`` grid of prefix sums.
+        last: ``[P]`` the index in ``flat`` of each plan's final micro-batch.
+        width: ``W``.
+    """
+
+    flat: IntArray
+    row: IntArray
+    size: IntArray
+    cell: IntArray
+    cell_sums: IntArray
+    last: IntArray
+    width: int
+
+
+def _stages(cuts: BoolArray) -> list[_Cuts]:
+    """Each stage's micro-batches, from ``[P, K, B]`` masks, in one pass over all stages.
+
+    Every row's last entry is a cut, so no micro-batch straddles rows (or stages) and a size is
+    the distance to the previous cut in the flattened ``[K, P, B]`` grid.
+    """
+    n_plans, n_stages, batch = cuts.shape
+    flat = np.flatnonzero(cuts.transpose(1, 0, 2))
+    stage_row, col = np.divmod(flat, batch)
+    last = np.flatnonzero(col == batch - 1)  # [K * P]
+    first = np.concatenate([[0], last[:-1] + 1])
+    index = np.arange(len(flat)) - first[stage_row]
+    size = np.diff(flat, prepend=-1)
+    widths = np.max((last - first).reshape(n_stages, n_plans), axis=1) + 1
+    out = []
+    for k, (lo, hi) in enumerate(zip(first[::n_plans], last[n_plans - 1::n_plans] + 1, strict=True)):
+        row = stage_row[lo:hi] - k * n_plans
+        cell = row * widths[k] + index[lo:hi]
+        out.append(_Cuts(flat[lo:hi] - k * n_plans * batch, row, size[lo:hi], cell, cell + row,
+                         last[k * n_plans:(k + 1) * n_plans] - lo, int(widths[k])))
+    return out
+
+
+def _maxplus(cuts: _Cuts, ready: FloatArray, duration: FloatArray, start: FloatArray | None) -> FloatArray:
+    """``E_j = max(E_{j-1}, r_j) + d_j`` with ``E_0 = start``, for every plan at once, closed form.
+
+    On the ``[P, W]`` grid, cells past a plan's last micro-batch carry ``d = 0`` and ``r = -inf``,
+    so they repeat its end and are never read; ``fmax`` is ``max`` here, as nothing is NaN.
+
+    Args:
+        cuts: the micro-batches (``M`` in all).
+        ready: ``[M]`` ready times ``r``.
+        duration: ``[M]`` durations ``d``.
+        start: ``[P]`` the initial end time ``E_0`` of each plan; None for ``-inf``.
+
+    Returns:
+        ``[M]`` end times ``E``.
+    """
+    n_plans, width = len(cuts.last), cuts.width
+    sums = np.zeros((n_plans, width + 1))  # sums[p, j] = S_j: durations before micro-batch j
+    flat_sums = sums.reshape(-1)
+    flat_sums[cuts.cell_sums + 1] = duration
+    np.cumsum(sums, axis=1, out=sums)
+    slack = np.full((n_plans, width), _NEG_INF)
+    slack.reshape(-1)[cuts.cell] = ready - flat_sums[cuts.cell_sums]
+    if start is not None:
+        np.fmax(slack, start[:, None], out=slack)
+    np.fmax.accumulate(slack, axis=1, out=slack)
+    out: FloatArray = flat_sums[cuts.cell_sums + 1] + slack.reshape(-1)[cuts.cell]
+    return out
+
+
+def _pass(
+    order: Sequence[int],
+    stages: Sequence[_Cuts],
+    compute_s: Sequence[FloatArray],
+    send_s: FloatArray,
+    start: FloatArray,
+    ready: float,
+) -> FloatArray:
+    """One direction (forward or backward) through the stages in ``order``.
+
+    Args:
+        order: stage indices, in the order the pass visits them.
+        stages: per stage, its micro-batches.
+        compute_s: per stage, ``[M]`` compute seconds of its micro-batches (``f`` or ``g``).
+        send_s: ``[K, B + 1]`` link seconds (``cF`` or ``cB``) towards the next stage in ``order``.
+        start: ``[K, P]`` when each stage is free to start.
+        ready: when the first stage's input is ready (0 forward, -inf backward).
+
+    Returns:
+        ``[K, P]`` the end of each stage's last micro-batch.
+    """
+    last = np.empty_like(start)
+    arrival = np.full(len(stages[order[0]].flat), ready)
+    for k, after in zip(order, (*order[1:], None), strict=True):
+        cuts = stages[k]
+        done = _maxplus(cuts, arrival, compute_s[k], start[k])
+        last[k] = done[cuts.last]
+        if after is not None:  # FIFO link; the next stage waits for the message holding its last sample
+            sent = _maxplus(cuts, done, send_s[k, cuts.size], None)
+            arrival = sent[np.searchsorted(cuts.flat, stages[after].flat)]
+    return last
+
+
 def _check_cuts(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: StageTables) -> None:
     want = (tables.n_stages, tables.batch_size)
     for name, cuts in (("forward_cuts", forward_cuts), ("backward_cuts", backward_cuts)):
@@ -224,9 +329,18 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
     """
     forward_cuts, backward_cuts = np.asarray(forward_cuts, bool), np.asarray(backward_cuts, bool)
     _check_cuts(forward_cuts, backward_cuts, tables)
-    compute, link = tables.stacked
-    recompute = tables.backward_recompute_s if tables.recompute_costs else None
-    return bucketed_times(forward_cuts, backward_cuts, compute, link, recompute, tables.step_s)
+    n_plans, n_stages, _ = forward_cuts.shape
+    forward, backward = _stages(forward_cuts), _stages(backward_cuts)
+    order = range(n_stages)
+    f = [tables.forward_s[k, cuts.size] for k, cuts in enumerate(forward)]
+    g = [tables.backward_s[k, cuts.size] for k, cuts in enumerate(backward)]
+    if tables.recompute_costs:
+        same = np.all(forward_cuts == backward_cuts, axis=2)  # [P, K]: True where the stage keeps activations
+        g = [np.where(same[cuts.row, k], g[k], tables.backward_recompute_s[k, cuts.size])
+             for k, cuts in enumerate(backward)]
+    forward_end = _pass(order, forward, f, tables.send_forward_s, np.zeros((n_stages, n_plans)), 0.0)
+    finish = _pass(order[::-1], backward, g, tables.send_backward_s, forward_end, _NEG_INF)
+    return np.asarray((finish + tables.step_s[:, None]).max(axis=0), dtype=np.float64)
 
 
 # ---- one plan, micro-batch by micro-batch ----------------------------------------------------

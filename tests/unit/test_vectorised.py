@@ -12,7 +12,6 @@ from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
 from pipetrain.planners.microbatch.encoding import cuts_to_partition, partition_to_cuts
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.schedule.generators import build_schedule
-from pipetrain.simulate import buckets
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
 
@@ -142,25 +141,6 @@ def test_random_tables_against_the_loop_reference() -> None:
         for p, (f, b) in enumerate(plans):
             assert fast[p] == pytest.approx(reference_time(f, b, tables), rel=1e-9, abs=1e-12)
             assert fast[p] == iteration_time(f, b, tables)  # bit-identical: DGAP and TiDGAP agree
-
-
-def test_width_buckets_do_not_change_any_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A population of very different widths spans several buckets (batch 8 and 64, odd and even,
-    the 8-bit row comparison and the plain one): every time equals the loop twin exactly, and a plan
-    timed alone or among others gets the same time."""
-    monkeypatch.setattr(buckets, "_BUCKET_CELLS", 0)  # one bucket per width class
-    rng = np.random.default_rng(7)
-    for n, batch in ((3, 64), (4, 60), (1, 8), (5, 13)):
-        tables = random_tables(rng, n, batch)
-        plans = [(f, random_backward(rng, f, batch)) for f in (random_partition(rng, n, batch) for _ in range(40))]
-        fwd = np.stack([partition_to_cuts(f, batch) for f, _ in plans])
-        bwd = np.stack([partition_to_cuts(b, batch) for _, b in plans])
-        widths = np.maximum(fwd.sum(axis=2), bwd.sum(axis=2)).max(axis=1)
-        assert batch < 16 or len(buckets._buckets(widths, 2 * n)) > 1
-        fast = iteration_times(fwd, bwd, tables)
-        assert fast.tolist() == [iteration_time(f, b, tables) for f, b in plans]
-        for p in rng.choice(len(plans), size=5, replace=False):
-            assert iteration_times(fwd[p:p + 1], bwd[p:p + 1], tables)[0] == fast[p]
 
 
 def test_cost_model_tables_against_the_event_simulator() -> None:
