@@ -222,21 +222,27 @@ class _Timer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def median_s(self, prepare: Callable[[], Callable[[], object]]) -> float:
-        """Median time of ``prepare()()``; ``prepare`` itself (untimed) sets up one run.
+    def grow_heap(self, prepare: Callable[[], Callable[[], object]]) -> None:
+        """Run ``prepare()()`` as often as :meth:`median_s` will, untimed, keeping every result
+        alive until the last; then release them all.
 
-        Every run's result (a forward's output and its autograd graph) stays alive until all runs
-        are done, as activations do in training between a micro-batch's forward and backward.
-        Freeing each output at once lets the next run reuse cache-warm memory and measures
-        forwards up to 2× faster than training runs them (seen on gpt-tiny blocks on a CPU).
-
+        :meth:`median_s` keeps its runs' results (a forward's output and its autograd graph) alive
+        until all runs are done, as activations live in training between a micro-batch's forward
+        and backward; freeing each output at once lets the next run reuse cache-warm memory and
+        measures forwards up to 2× faster than training runs them (seen on gpt-tiny blocks on a CPU).
         Keeping them alive grows the heap, and the first touch of new pages is slow: in a fresh
         process, gpt-tiny block forwards at 16–64 samples measured 10× their steady-state time.
-        Training reuses its heap from step to step, so the runs are first made once, untimed, and
-        released (the allocator keeps that memory, :func:`keep_freed_memory`).
+        Training reuses its heap from step to step, so this pass grows it once, at a layer's
+        largest size, before any of its sizes is timed; the allocator keeps the memory
+        (:func:`keep_freed_memory`) and the smaller sizes fit in it.
         """
-        grow_heap = [prepare()() for _ in range(self.warmup + self.repeats)]
-        del grow_heap
+        grow = [prepare()() for _ in range(self.warmup + self.repeats)]
+        del grow
+
+    def median_s(self, prepare: Callable[[], Callable[[], object]]) -> float:
+        """Median time of ``prepare()()`` over ``repeats`` runs after ``warmup``; ``prepare``
+        itself (untimed) sets up one run. Every run's result stays alive until all runs are done
+        (see :meth:`grow_heap`, which should have run first at the largest size)."""
         times = []
         kept = []
         for k in range(self.warmup + self.repeats):
@@ -253,18 +259,23 @@ class _Timer:
 
 
 def _time_layer(
-    timer: _Timer, module: nn.Module, x: torch.Tensor, grad: torch.Tensor | None
+    timer: _Timer, module: nn.Module, x: torch.Tensor, grad: torch.Tensor | None, grow_heap: bool = False
 ) -> tuple[float, float]:
-    """Forward and backward seconds of ``module`` on ``x``; backward is 0 when ``grad`` is None."""
+    """Forward and backward seconds of ``module`` on ``x``; backward is 0 when ``grad`` is None.
+
+    With ``grow_heap`` it only runs :meth:`_Timer.grow_heap` for both (call it once, at the largest
+    size, before timing any size) and returns zeros.
+    """
     x = x.detach().requires_grad_(x.is_floating_point())
-    forward_s = timer.median_s(lambda: functools.partial(module, x))
+    run = timer.grow_heap if grow_heap else timer.median_s
+    forward_s = run(lambda: functools.partial(module, x)) or 0.0
     if grad is None:
         return forward_s, 0.0
 
     def prepare_backward() -> Callable[[], object]:
         return functools.partial(torch.autograd.backward, module(x), grad)
 
-    return forward_s, timer.median_s(prepare_backward)
+    return forward_s, run(prepare_backward) or 0.0
 
 
 def _time_step(timer: _Timer, module: nn.Module) -> float:
@@ -317,9 +328,10 @@ def _measure_layer(
     stats, out = layer_stats(module, x)
     has_backward = out.requires_grad
     out = out.detach()  # drops the graph of the stats pass
+    grads = [torch.randn(out[:b].shape, generator=generator).to(timer.device, out.dtype) for b in grid]
+    _time_layer(timer, module, x[:grid[-1]], grads[-1] if has_backward else None, grow_heap=True)
     times = []
-    for b in grid:
-        grad = torch.randn(out[:b].shape, generator=generator).to(timer.device, out.dtype)
+    for b, grad in zip(grid, grads, strict=True):
         times.append(_time_layer(timer, module, x[:b], grad if has_backward else None))
         on_size(f"{name} b={b}")
     profile = LayerProfile(
@@ -375,13 +387,17 @@ def _with_loss(
     """
     targets = sample_input(graph.target, out.shape[0], timer.device, generator)
     forward, backward = [], []
-    for b, f, g in zip(last.sizes, last.forward_s, last.backward_s, strict=True):
+    for grow, b, f, g in [(True, last.sizes[-1], 0.0, 0.0),
+                          *zip([False] * len(last.sizes), last.sizes, last.forward_s, last.backward_s, strict=True)]:
+        run = timer.grow_heap if grow else timer.median_s  # the heap once, at the largest size
         y = out[:b].detach().requires_grad_(out.is_floating_point())
         loss: Callable[[], torch.Tensor] = functools.partial(_scaled_loss, loss_fn, y, targets[:b], out.shape[0])
-        forward.append(f + timer.median_s(functools.partial(_identity, loss)))
+        f += run(functools.partial(_identity, loss)) or 0.0
         if y.requires_grad:
-            g += timer.median_s(functools.partial(_backward_of, loss))
-        backward.append(g)
+            g += run(functools.partial(_backward_of, loss)) or 0.0
+        if not grow:
+            forward.append(f)
+            backward.append(g)
     return replace(last, forward_s=tuple(forward), backward_s=tuple(backward))
 
 

@@ -11,7 +11,7 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.graph.zoo import build_model
-from pipetrain.profile.measure import layer_stats, measure_profile, sample_input, size_grid
+from pipetrain.profile.measure import _measure_layer, _Timer, layer_stats, measure_profile, sample_input, size_grid
 from pipetrain.profile.table import Profile
 
 FAST = {"warmup": 0, "repeats": 1}
@@ -115,3 +115,27 @@ def test_bad_settings_are_user_errors() -> None:
         measure_profile(small_mlp(), 4, repeats=0)
     with pytest.raises(UserError, match="high"):
         sample_input(TensorSpec((3,), "int64"), 2, torch.device("cpu"), torch.Generator())
+
+
+class CountingLinear(nn.Linear):
+    """A linear layer that counts its forwards per micro-batch size."""
+
+    def __init__(self) -> None:
+        super().__init__(8, 8)
+        self.forwards: dict[int, int] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.forwards[x.shape[0]] = self.forwards.get(x.shape[0], 0) + 1
+        return super().forward(x)
+
+
+def test_the_heap_is_grown_once_per_layer_at_its_largest_size() -> None:
+    """Each size is timed with ``warmup + repeats`` forwards and as many backwards (each needing a
+    forward); the untimed heap-growing pass runs once, at the largest size only, not before every size."""
+    module = CountingLinear()
+    timer = _Timer(torch.device("cpu"), warmup=1, repeats=2)
+    profile, _ = _measure_layer("counting", module, torch.randn(4, 8), (1, 2, 4), timer, torch.Generator(),
+                                lambda _: None)
+    runs = 2 * (1 + 2)  # timed forwards, then the forwards behind the timed backwards
+    assert module.forwards == {1: runs, 2: runs, 4: 1 + 2 * runs}  # 1: the stats pass
+    assert min(profile.forward_s + profile.backward_s) > 0
