@@ -61,13 +61,15 @@ def chain_ports(graph: LayerGraph, indices: Sequence[int]) -> tuple[list[Port], 
     return [live_after(graph, before) if first else (MODEL_INPUT,)], [after]
 
 
-def port_spec(graph: LayerGraph, port: Port) -> TensorSpec:
-    """Per-sample spec of the tensor a port carries (packed: ``(Σ nᵢ,)`` of the values' dtype).
+def port_spec(graph: LayerGraph, port: Port, outputs: Sequence[TensorSpec] | None = None) -> TensorSpec:
+    """Per-sample spec of the tensor a port carries (packed: ``(Σ nᵢ,)`` of the values' dtype);
+    ``outputs``: ``graph.output_specs()`` when the caller has them (they take a meta forward pass).
 
     Raises:
         UserError: a packed port with a value that is not floating point or of mixed dtypes.
     """
-    specs = [_spec(graph, v) for v in port]
+    made = graph.output_specs() if outputs is None else outputs
+    specs = [graph.input if v == MODEL_INPUT else made[v] for v in port]
     if len(specs) == 1:
         return specs[0]
     dtypes = {s.dtype for s in specs}
@@ -76,10 +78,6 @@ def port_spec(graph: LayerGraph, port: Port) -> TensorSpec:
                         f"({', '.join(_label(graph, v) for v in port)}) but they are not all of one floating "
                         "point dtype; cut the model elsewhere, or run it with --method graph")
     return TensorSpec((sum(math.prod(s.shape) for s in specs),), specs[0].dtype)
-
-
-def _spec(graph: LayerGraph, value: int) -> TensorSpec:
-    return graph.input if value == MODEL_INPUT else graph.output_specs()[value]
 
 
 def _label(graph: LayerGraph, value: int) -> str:
@@ -110,7 +108,9 @@ class StageModule(nn.Module):
             self.add_module(str(position) if names is None else names[position], graph.build_layer(i, device))
         self.layer_inputs = tuple(graph.predecessors(i) or (MODEL_INPUT,) for i in self.indices)
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
-        self.shapes = {v: _spec(graph, v).shape for port in self.inputs for v in port}
+        values = {v for port in self.inputs for v in port}
+        made = graph.output_specs() if values - {MODEL_INPUT} else ()
+        self.shapes = {v: (graph.input if v == MODEL_INPUT else made[v]).shape for v in values}
         missing = {v for args in self.layer_inputs for v in args} - set(self.indices) - set(self.shapes)
         if missing:
             raise UserError(f"stage of layers {[graph.layers[i].name for i in self.indices]} reads "

@@ -251,9 +251,12 @@ def estimate_profile(
     """
     model = device if isinstance(device, DeviceModel) else device_model(device)
     grid = size_grid(batch_size, sizes)
-    layers = [_estimate_layer(graph, i, port_spec(graph, layer_port(graph, i)), grid, model)[0]
-              for i in range(len(graph))]
-    spec = graph.output_specs()[-1]
+    layers, outputs = [], list[TensorSpec]()  # each layer's input from the earlier layers' outputs
+    for i in range(len(graph)):
+        layer, out = _estimate_layer(graph, i, port_spec(graph, layer_port(graph, i), outputs), grid, model)
+        layers.append(layer)
+        outputs.append(out)
+    spec = outputs[-1]
     source = (
         f"estimated for {model.name}: per-kernel roofline, peak {model.peak_flops:.3g} FLOP/s, "
         f"{model.memory_bandwidth_bytes_per_s:.3g} B/s, {model.kernel_overhead_s * 1e6:.3g} us "
