@@ -1,4 +1,4 @@
-"""GraphPipe: graph pipeline parallelism (Jeon et al., ASPLOS'25; /work/shared/PAPERS.md §3).
+"""GraphPipe: graph pipeline parallelism (Jeon et al., ASPLOS 2025; docs/algorithms.md §5).
 
 * :mod:`.sp`: series-parallel decomposition of the layer DAG (§3.3, §3.5);
 * :mod:`.costs`: a stage's time per sample and memory (§3.2, §3.4);
