@@ -66,18 +66,21 @@ ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
-                     "base": "--base"}
+                     "base": "--base", "virtual_stages": "--virtual-stages"}
 
 
 def _planner_name(args: argparse.Namespace) -> str:
     """The registry name `plan`'s --method and --planner select; a UserError for combinations that
     do not go together (checked before any profiling)."""
     uedp = args.method == Method.UEDP.value
-    if args.method == Method.GRAPH.value:
-        if args.planner not in (None, "graphpipe"):
-            raise UserError(f"--method graph plans a DAG of stages with --planner graphpipe, not {args.planner}; "
-                            "drop --planner or --method graph")
-        return "graphpipe"
+    own = {Method.GRAPH.value: "graphpipe", Method.INTERLEAVED.value: "interleaved"}  # a method's own planner
+    if args.method in own:
+        if args.planner not in (None, own[args.method]):
+            raise UserError(f"--method {args.method} is planned by --planner {own[args.method]}, not {args.planner}; "
+                            f"drop --planner or --method {args.method}")
+        return own[args.method]
+    if args.virtual_stages is not None:
+        raise UserError("--virtual-stages is for --method interleaved; add it or drop --virtual-stages")
     flags = ("planner", "seed", "population", "generations")
     given = [f"--{name}" for name in flags if getattr(args, name) is not None]
     if not uedp and given and (args.planner is None or args.planner in api.MICROBATCH_PLANNERS):
@@ -101,7 +104,8 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
     method = Method.ONE_F_ONE_B.value if args.method in ASYNC_METHODS else args.method  # then run asynchronously
     fixed = method if method in (m.value for m in api.PLANNABLE_METHODS) else None
     constraints = api.Constraints(method=None if fixed is None else Method(fixed), n_stages=args.stages,
-                                  n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga)
+                                  n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga,
+                                  virtual_stages=args.virtual_stages)
     ignored = [_CONSTRAINT_FLAGS[name] for name in spec.ignored(constraints)]
     if ignored and spec.kind == "microbatch":
         raise UserError(f"{', '.join(ignored)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), not "

@@ -150,11 +150,12 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     _cost_args(p)
     p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
                                                          Method.UEDP.value, Method.LOCAL.value, Method.GRAPH.value,
-                                                         *ASYNC_METHODS],
+                                                         Method.INTERLEAVED.value, *ASYNC_METHODS],
                    help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
                         "per stage on the best equal plan's stages; local: PPLL's local learning, stages "
                         "balanced with their auxiliary heads' time; graph: GraphPipe's DAG of stages for a "
-                        "model that branches (the graphpipe planner); pipedream, 2bw: the best 1f1b plan run "
+                        "model that branches (the graphpipe planner); interleaved: v model chunks per rank "
+                        "(interleaved 1F1B, any micro-batch count); pipedream, 2bw: the best 1f1b plan run "
                         "asynchronously (no flush, weight versions) (default: auto)")
     _local_args(p)
     _vertical_sync_arg(p)
@@ -171,6 +172,8 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
                    help="--method uedp: keep each stage's micro-batches within its device memory (default: on)")
     p.add_argument("--stages", type=_count, help="pipeline stages (default: one per rank)")
+    p.add_argument("--virtual-stages", type=_count, metavar="V",
+                   help="--method interleaved: model chunks per rank (default: search 2 to 4)")
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")

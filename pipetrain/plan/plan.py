@@ -59,6 +59,7 @@ class Method(str, Enum):
     UEDP = "uedp"
     GRAPH = "graph"
     LOCAL = "local"
+    INTERLEAVED = "interleaved"
 
 
 class WeightPolicy(str, Enum):
@@ -189,7 +190,19 @@ class Plan:
 
     @property
     def n_ranks(self) -> int:
-        return sum(len(s.ranks) for s in self.stages)
+        return len({r for s in self.stages for r in s.ranks})
+
+    @property
+    def virtual_stages(self) -> int:
+        """Stages per rank: ``v`` for method ``interleaved`` (model chunks, looping placement), else 1."""
+        return self.n_stages // self.n_ranks if self.method is Method.INTERLEAVED else 1
+
+    def stages_of_rank(self, rank: int) -> tuple[int, ...]:
+        """The stages ``rank`` runs, in increasing order: one, or ``v`` under method ``interleaved``."""
+        found = tuple(k for k, stage in enumerate(self.stages) if rank in stage.ranks)
+        if not found:
+            raise UserError(f"rank {rank} runs no stage of this plan; the plan uses {self.n_ranks} ranks")
+        return found
 
     @property
     def stage_edges(self) -> tuple[tuple[int, int], ...]:
@@ -241,10 +254,8 @@ class Plan:
         return any(len(s.ranks) > 1 for s in self.stages)
 
     def stage_of_rank(self, rank: int) -> int:
-        for k, stage in enumerate(self.stages):
-            if rank in stage.ranks:
-                return k
-        raise UserError(f"rank {rank} runs no stage of this plan; the plan uses {self.n_ranks} ranks")
+        """The stage ``rank`` runs (under method ``interleaved``, its first: see :meth:`stages_of_rank`)."""
+        return self.stages_of_rank(rank)[0]
 
     def with_prediction(self, prediction: Prediction) -> Plan:
         return replace(self, prediction=prediction)
@@ -283,11 +294,7 @@ class Plan:
         self._validate_local()
         if self.asynchronous or self.weights not in (WeightPolicy.SYNC, WeightPolicy.LOCAL):
             self._validate_async()
-        ranks = sorted(r for s in self.stages for r in s.ranks)
-        if ranks != list(range(len(ranks))):
-            raise UserError(
-                f"stages use ranks {ranks}; each of ranks 0..{len(ranks) - 1} must run exactly one stage"
-            )
+        self._validate_ranks()
         if fingerprint is not None and self.model_fingerprint and fingerprint != self.model_fingerprint:
             raise UserError(
                 f"this plan was made for another model (fingerprint {self.model_fingerprint}, the model "
@@ -327,6 +334,26 @@ class Plan:
                 f"stage {k}: method gpipe needs the same micro-batch sizes on every stage for forward "
                 "and backward; use method 'uedp' (flush order) or '1f1b' for per-stage partitions"
             )
+
+    def _validate_ranks(self) -> None:
+        """Each of ranks 0..R-1 runs exactly one stage; under method interleaved, stage ``s`` runs on
+        rank ``s mod R`` (looping placement, ``v = K / R`` stages per rank)."""
+        ranks = sorted(r for s in self.stages for r in s.ranks)
+        if self.method is not Method.INTERLEAVED:
+            if ranks != list(range(len(ranks))):
+                raise UserError(f"stages use ranks {ranks}; each of ranks 0..{len(ranks) - 1} must run exactly one "
+                                "stage")
+            return
+        n = self.n_ranks
+        looping = tuple((k % n,) for k in range(self.n_stages))
+        if tuple(s.ranks for s in self.stages) != looping or self.n_stages % n or sorted(set(ranks)) != list(range(n)):
+            raise UserError(f"method interleaved places stage s on rank s mod R, every rank the same number of stages "
+                            f"(here {self.n_stages} stages on {n} ranks); give stage s the ranks [s % {n}] and a "
+                            "multiple of the rank count of stages")
+        sizes = self.stages[0].forward_sizes
+        if any(s.forward_sizes != sizes or s.backward_sizes != sizes for s in self.stages):
+            raise UserError(f"method interleaved needs one partition for every stage, forward and backward (stage 0 "
+                            f"has {list(sizes)}); use the same micro-batch sizes everywhere")
 
     def _validate_edges(self) -> None:
         """Chain methods run the chain 0 -> 1 -> ...; method graph a DAG of stages in topological

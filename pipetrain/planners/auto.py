@@ -14,6 +14,7 @@ The planners, each simulated by the event simulator on the same cost model:
   :func:`~pipetrain.planners.pipedream.plan_pipedream`);
 * ``bapipe``: BaPipe's exploration of method × stages × micro-batches × device order (docs/algorithms.md §4,
   :func:`~pipetrain.planners.bapipe.explore`);
+* ``interleaved``: interleaved 1F1B, ``v`` chunks per rank (:func:`~pipetrain.planners.interleaved.plan_interleaved`);
 * ``graphpipe``, for a model that branches (``ModelRef.edges``): GraphPipe's DAG of stages (method
   ``graph``, docs/algorithms.md §5, :func:`~pipetrain.planners.graphpipe.plan_graphpipe`), so a
   branchy model gets the better of its linearised chain and its graph.
@@ -38,6 +39,7 @@ from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.bapipe import plan_bapipe
 from pipetrain.planners.contract import Candidate, Constraints, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.graphpipe import plan_graphpipe
+from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.pipedream import plan_pipedream
 from pipetrain.planners.score import over_memory
@@ -47,7 +49,7 @@ __all__ = ["AUTO_PLANNERS", "AutoReport", "Outcome", "auto_planners", "plan_auto
 
 log = logging.getLogger(__name__)
 
-AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "pipedream", "bapipe", "graphpipe")
+AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "pipedream", "bapipe", "interleaved", "graphpipe")
 """Every planner auto may run; ``graphpipe`` only for a model that branches (:func:`auto_planners`)."""
 
 
@@ -107,7 +109,8 @@ def _runners(problem: PlanningProblem) -> dict[str, Callable[[], PlanningResult]
 
     return {"balanced": run_balanced, "tidgap": lambda: plan_unequal(ga, "tidgap"),
             "1f1b-ga": lambda: plan_unequal(ga, "1f1b-ga"), "pipedream": lambda: plan_pipedream(problem),
-            "bapipe": lambda: plan_bapipe(problem), "graphpipe": lambda: plan_graphpipe(problem)}
+            "bapipe": lambda: plan_bapipe(problem), "interleaved": lambda: plan_interleaved(problem),
+            "graphpipe": lambda: plan_graphpipe(problem)}
 
 
 def _outcome(name: str, run: Callable[[], PlanningResult], problem: PlanningProblem) -> Outcome:

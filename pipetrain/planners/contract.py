@@ -79,6 +79,7 @@ class Constraints:
         memory_cap: keep each stage's micro-batches within its device's memory (micro-batch planners).
         seed: the genetic algorithms' seed.
         ga: the genetic algorithms' budget (population, generations).
+        virtual_stages: model chunks per rank (``interleaved``; default: search).
     """
 
     method: Method | None = None
@@ -88,6 +89,7 @@ class Constraints:
     memory_cap: bool = True
     seed: int = 0
     ga: GAConfig | None = None
+    virtual_stages: int | None = None
 
     def given(self) -> tuple[str, ...]:
         """The names of the constraints set away from their defaults."""

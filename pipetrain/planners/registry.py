@@ -7,7 +7,7 @@
 Two kinds of planner:
 
 * **stage planners** choose the stages (layers, ranks, replication), the method and the micro-batches:
-  ``balanced``, ``pipedream``, ``bapipe``, ``graphpipe``, ``auto``;
+  ``balanced``, ``pipedream``, ``bapipe``, ``graphpipe``, ``interleaved``, ``auto``;
 * **micro-batch planners** keep a base plan's stages (``constraints.base``, default the ``balanced``
   planner's best plan) and choose each stage's forward and backward micro-batch sizes (UMPIPE,
   docs/algorithms.md §2): ``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``.
@@ -25,6 +25,7 @@ from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.bapipe import plan_bapipe
 from pipetrain.planners.contract import Constraints, PlanningProblem, PlanningResult
 from pipetrain.planners.graphpipe import plan_graphpipe
+from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES, PlannerName
 from pipetrain.planners.pipedream import plan_pipedream
 from pipetrain.planners.unequal import plan_unequal
@@ -94,6 +95,8 @@ _STAGE_SPECS = (
                 "(docs/algorithms.md §4)", frozenset({"n_stages", "seed", "ga"}), plan_bapipe),
     PlannerSpec("graphpipe", "stages", "GraphPipe's SP decomposition, DP and TPS search: a DAG of stages (method "
                 "graph) for multi-branch models", frozenset(), plan_graphpipe),
+    PlannerSpec("interleaved", "stages", "interleaved 1F1B: v model chunks per rank, looping placement, any "
+                "micro-batch count", frozenset({"n_micro", "virtual_stages"}), plan_interleaved),
     PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed"}), _auto),
 )
 

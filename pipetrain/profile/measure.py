@@ -475,12 +475,11 @@ def measure_profile(
     timer = _Timer(torch.device(device), warmup, repeats)
     with _torch_threads(threads) as used:
         layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss or model_loss_fn(graph))
-    plural = "" if used == 1 else "s"
     return Profile(
         model=graph.name,
         fingerprint=graph.fingerprint(),
         device=timer.device.type,
-        source=f"measured on {timer.device}, {used} thread{plural}, median of {repeats}",
+        source=f"measured on {timer.device}, {used} thread{'' if used == 1 else 's'}, median of {repeats}",
         input_bytes_per_sample=graph.input.bytes_per_sample,
         edges=() if graph.is_chain else tuple(graph.edges),
         layers=layers,

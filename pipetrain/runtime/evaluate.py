@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 from pipetrain.data import EvalResult, EvalTally, Loss, Sample, eval_batches, load_datasets
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.executor import RankContext, expected_receives, run_program
+from pipetrain.runtime.executor import Contexts, RankContext, expected_receives, run_program
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.forward_only import forward_only_schedule
 
@@ -44,37 +44,44 @@ def _programs(plan: Plan, n: int) -> tuple[tuple[Action, ...], ...]:
     return forward_only_schedule(plan, n).ranks
 
 
-def evaluate_rank(ctx: RankContext, plan: Plan, dataset: Dataset[Sample]) -> EvalResult | None:
+def evaluate_rank(ctx: Contexts, plan: Plan, dataset: Dataset[Sample]) -> EvalResult | None:
     """Run this rank's part of one evaluation over ``dataset``; the last stage returns the result.
 
-    Every rank of the plan must call it at the same point (the ranks exchange activations).
+    ``ctx``: the rank's context, or its contexts by stage (method interleaved). Every rank of the
+    plan must call it at the same point (the ranks exchange activations).
     """
+    contexts = [ctx] if isinstance(ctx, RankContext) else list(ctx.values())
     tally = EvalTally()
-    ctx.module.eval()
-    ctx.evaluation = tally
-    earlier = ctx.transport.n_pending  # an asynchronous run's gradients in flight: received after the evaluation
+    for c in contexts:
+        c.module.eval()
+        c.evaluation = tally
+    transport = contexts[0].transport
+    earlier = transport.n_pending  # an asynchronous run's gradients in flight: received after the evaluation
     try:
         for inputs, targets in eval_batches(dataset, plan.batch_size):
-            program = _programs(plan, int(inputs.shape[0]))[ctx.rank]
-            ctx.begin_step(inputs, targets, _forward_ranges(program) if ctx.is_first else None)
-            ctx.transport.expect(expected_receives(ctx, program))
+            program = _programs(plan, int(inputs.shape[0]))[contexts[0].rank]
+            for c in contexts:
+                c.begin_step(inputs, targets, _forward_ranges(program, c.stage) if c.is_first else None)
+            transport.expect(expected_receives(ctx, program))
             run_program(ctx, program)
-            ctx.transport.wait_sends(keep=earlier)
+            transport.wait_sends(keep=earlier)
     finally:
-        ctx.evaluation = None
-        ctx.module.train()
-    if not ctx.is_last:
+        for c in contexts:
+            c.evaluation = None
+            c.module.train()
+    last = next((c for c in contexts if c.is_last), None)
+    if last is None:
         return None
-    if ctx.replicas is not None:
+    if last.replicas is not None:
         totals = tally.totals()
-        dist.all_reduce(totals, group=ctx.replicas)
+        dist.all_reduce(totals, group=last.replicas)
         tally.set_totals(totals)
     return tally.result()
 
 
-def _forward_ranges(program: Sequence[Action]) -> list[tuple[int, int]]:
-    """Stage 0's ranges to load: those its forwards take (its own micro-batches when replicated)."""
-    return [(a.lo, a.hi) for a in program if a.kind is ActionKind.F]
+def _forward_ranges(program: Sequence[Action], stage: int) -> list[tuple[int, int]]:
+    """A first stage's ranges to load: those its forwards take (its own micro-batches when replicated)."""
+    return [(a.lo, a.hi) for a in program if a.kind is ActionKind.F and a.stage == stage]
 
 
 def evaluate_module(model: torch.nn.Module, loss: Loss, dataset: Dataset[Sample], batch_size: int) -> EvalResult:

@@ -47,7 +47,7 @@ the first run did, so such a stage may not hold modules that draw random numbers
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -78,10 +78,12 @@ from pipetrain.schedule.versions import validate_versions
 __all__ = [
     "HANDLERS",
     "ActionHook",
+    "Contexts",
     "Handler",
     "OptimizerFactory",
     "RankContext",
     "check_runnable",
+    "context_of",
     "expected_receives",
     "run_program",
 ]
@@ -407,18 +409,27 @@ HANDLERS: dict[ActionKind, Handler] = {
 }
 
 
-def expected_receives(ctx: RankContext, program: Sequence[Action]) -> list[Message]:
+Contexts = RankContext | Mapping[int, RankContext]
+"""A rank's context, or its contexts by stage when it runs several (method ``interleaved``)."""
+
+
+def context_of(ctx: Contexts, a: Action) -> RankContext:
+    """The context that runs ``a``: the rank's own, or that of ``a``'s stage."""
+    return ctx if isinstance(ctx, RankContext) else ctx[a.stage]
+
+
+def expected_receives(ctx: Contexts, program: Sequence[Action]) -> list[Message]:
     """The receives of ``program``, in order, as the transport pre-posts them."""
-    return [_message(ctx, a) for a in program
+    return [_message(context_of(ctx, a), a) for a in program
             if a.peer is not None and a.kind in (ActionKind.RECV_F, ActionKind.RECV_B)]
 
 
-def run_program(ctx: RankContext, program: Sequence[Action], hooks: Sequence[ActionHook] = ()) -> None:
-    """Execute one step's program: each action through its handler, hooks around it."""
+def run_program(ctx: Contexts, program: Sequence[Action], hooks: Sequence[ActionHook] = ()) -> None:
+    """Execute one step's program: each action through its handler (on its stage's context), hooks around it."""
     for index, action in enumerate(program):
         for hook in hooks:
             hook.before(index, action)
-        HANDLERS[action.kind](ctx, action)
+        HANDLERS[action.kind](context_of(ctx, action), action)
         for hook in hooks:
             hook.after(index, action)
 

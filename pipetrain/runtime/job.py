@@ -32,8 +32,8 @@ from pipetrain.runtime import job_checkpoint
 from pipetrain.runtime.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult
 from pipetrain.runtime.data import timed_batch
 from pipetrain.runtime.evaluate import eval_dataset, evaluate_rank, has_eval_set
-from pipetrain.runtime.executor import RankContext, expected_receives, run_program
-from pipetrain.runtime.memory import measured_memory
+from pipetrain.runtime.executor import Contexts, RankContext, expected_receives, run_program
+from pipetrain.runtime.memory import MeasuredMemory, measured_memory
 from pipetrain.runtime.metrics import MetricsLog
 from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
 from pipetrain.runtime.rank_setup import build_rank_context, head_parameters, stage_parameters
@@ -106,14 +106,16 @@ class _JobRun:
         groups = {k: dist.new_group(list(s.ranks)) for k, s in enumerate(plan.stages) if len(s.ranks) > 1}
         # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
         self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
-        self.ctx: RankContext | None = None
+        self.ctxs: dict[int, RankContext] = {}  # by stage: one, or v under method interleaved
         session.transport.bound_queues(plan.queue_depth if plan.method is Method.LOCAL else None)
         if self.program:
-            stage = plan.stage_of_rank(rank)
-            self.ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,
-                                          groups.get(stage), loss=job_loss(job), program=self.program)
-            self.ctx.clip = self._clipper(len(plan.stages[stage].ranks))
-        self.receives = [expected_receives(self.ctx, p) if self.ctx is not None else []
+            for stage in plan.stages_of_rank(rank):
+                ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,
+                                         groups.get(stage), loss=job_loss(job), program=self.program, stage=stage)
+                ctx.clip = self._clipper(len(plan.stages[stage].ranks))
+                self.ctxs[stage] = ctx
+        self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss
+        self.receives = [expected_receives(self.contexts, p) if self.ctx is not None else []
                          for p in (self.chunks if self.chunks is not None else [self.program])]
         self.recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
         self.fault = _FaultHook(job.config.fault, rank, len(self.program))
@@ -127,6 +129,12 @@ class _JobRun:
         self.manifest_fields: dict[str, Any] | None = None
         self.start = time.perf_counter()
 
+    @property
+    def contexts(self) -> Contexts:
+        """What :func:`run_program` runs on: the rank's context, or its contexts by stage."""
+        assert self.ctx is not None
+        return self.ctx if len(self.ctxs) == 1 else self.ctxs
+
     def train_step(self, step: int) -> None:
         """Run optimizer step ``step`` (and the evaluation after it when one is due)."""
         self.session.step = self.fault.step = step
@@ -134,22 +142,24 @@ class _JobRun:
         wait = 0.0
         program = self.program if self.chunks is None else self.chunks[step]
         if ctx is not None:
-            wait = self._load_batch(ctx, step)
+            wait = sum(self._load_batch(c, step) for c in self.ctxs.values())
             ctx.transport.expect(self.receives[0 if self.chunks is None else step])
             if self.chunks is not None:  # the last chunk's gradients, received by this step's expect
                 ctx.transport.wait_sends()
-            if ctx.optimizer is not None:
-                set_lr(ctx.optimizer, config.lr_at(step))
+            for c in self.ctxs.values():
+                if c.optimizer is not None:
+                    set_lr(c.optimizer, config.lr_at(step))
         stop = self.session.agree_stop()  # the step's barrier
         if stop:
             saved = self._save(step) if config.checkpoint_dir is not None and step > self.first_step else None
             raise Interrupted(stop, step, saved)
         self.recorder.start_step()
         if ctx is not None:
-            run_program(ctx, program, (self.fault, self.recorder))
+            run_program(self.contexts, program, (self.fault, self.recorder))
             if self.chunks is None or step == config.steps - 1:  # an async run waits at its next step's start
                 ctx.transport.wait_sends()  # local learning's STEP leaves the last sends outstanding
-            ctx.meter.enabled = False  # every step holds the same activations: the first one tells
+            for c in self.ctxs.values():
+                c.meter.enabled = False  # every step holds the same activations: the first one tells
         step_s = self.recorder.end_step()
         loss = ctx.step_loss() if ctx is not None else None
         self.waits.append(wait)
@@ -193,7 +203,7 @@ class _JobRun:
         config = self.job.config
         if self.ctx is None or not has_eval_set(config.data):
             return None
-        return evaluate_rank(self.ctx, self.job.plan, eval_dataset(config.data, self.job.graph))
+        return evaluate_rank(self.contexts, self.job.plan, eval_dataset(config.data, self.job.graph))
 
     def _report(self, ctx: RankContext, step: int, loss: float, step_s: float, wait: float,
                 evaluation: EvalResult | None) -> None:
@@ -210,15 +220,23 @@ class _JobRun:
 
     def record(self) -> tuple[RankRecord, dict[str, torch.Tensor]]:
         """This rank's record of the run, and its final parameters when the job asks for them."""
-        ctx, job = self.ctx, self.job
-        memory = measured_memory(self.session.rank, ctx.meter, ctx.module, ctx.optimizer) if ctx else None
-        record = RankRecord(self.session.rank, tuple(self.recorder.steps), ctx.meter.peak_bytes if ctx else 0,
-                            tuple(self.rows), tuple(self.waits), tuple(self.saves), memory)
+        job, ctxs = self.job, list(self.ctxs.values())
+        memory = _measured(self.session.rank, ctxs) if ctxs else None
+        peak = sum(c.meter.peak_bytes for c in ctxs)
+        record = RankRecord(self.session.rank, tuple(self.recorder.steps), peak, tuple(self.rows), tuple(self.waits),
+                            tuple(self.saves), memory)
         params = {}
-        if ctx is not None and job.return_parameters:
-            params = stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers))
+        for ctx in ctxs if job.return_parameters else []:
+            params.update(stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers)))
             params.update(head_parameters(ctx))
         return record, params
+
+
+def _measured(rank: int, ctxs: list[RankContext]) -> MeasuredMemory:
+    """What ``rank`` held over all its stages (the sum of each stage's)."""
+    parts = [measured_memory(rank, c.meter, c.module, c.optimizer) for c in ctxs]
+    fields = ("weight_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")
+    return MeasuredMemory(rank=rank, **{f: sum(getattr(p, f) for p in parts) for f in fields})
 
 
 def run_job(session: JobSession, index: int, job: TrainJob) -> TrainResult | None:

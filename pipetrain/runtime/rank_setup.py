@@ -57,20 +57,21 @@ def build_rank_context(
     replicas: dist.ProcessGroup | None = None,
     loss: Loss | None = None,
     program: Sequence[Action] = (),
+    stage: int | None = None,
 ) -> RankContext:
     """Build ``rank``'s stage (its layers with their deterministic initial weights) and state.
 
     ``replicas`` is the process group of the stage's ranks when the stage is replicated; ``loss``
     the last stage's loss (default: the model's own, ``graph.loss``); ``program`` the rank's whole
-    program, whose weight versions an asynchronous plan's stage keeps (:class:`WeightVersions`).
+    program, whose weight versions an asynchronous plan's stage keeps (:class:`WeightVersions`);
+    ``stage`` which of the rank's stages to build (default its first; method interleaved runs several).
 
     Raises:
         UserError: the rank runs no stage of the plan.
     """
-    stage = plan.stage_of_rank(rank)
+    stage = plan.stage_of_rank(rank) if stage is None else stage
     indices = [graph.index(name) for name in plan.stages[stage].layers]
-    module = build_stage_module(graph, plan, stage, transport.device)
-    recompute = plan.recomputes(stage)
+    module, recompute = build_stage_module(graph, plan, stage, transport.device), plan.recomputes(stage)
     if recompute:
         _check_deterministic(stage, module)
     dag = DagStage.build(graph, plan, stage) if plan.method is Method.GRAPH else None
@@ -91,8 +92,7 @@ def build_rank_context(
         meter=ActivationMeter(params),
         recompute=recompute,
         replicas=replicas,
-        input_ranges=_own_ranges(plan, stage, rank) if (dag.reads_input if dag else stage == 0) and plan.replicated
-        else None,
+        input_ranges=_own_ranges(plan, stage, rank) if (dag.reads_input if dag else stage == 0) else None,
         local=local,
         versions=WeightVersions(module, program) if plan.asynchronous else None,
         microbatch_loss=plan.method is Method.PIPEDREAM,
@@ -100,8 +100,11 @@ def build_rank_context(
     )
 
 
-def _own_ranges(plan: Plan, stage: int, rank: int) -> tuple[Range, ...]:
-    """The sample ranges of the micro-batches ``rank`` runs on ``stage`` (round-robin replicas)."""
+def _own_ranges(plan: Plan, stage: int, rank: int) -> tuple[Range, ...] | None:
+    """The sample ranges of the micro-batches ``rank`` runs on ``stage`` (round-robin replicas); None
+    when the stage is not replicated (it runs them all)."""
+    if len(plan.stages[stage].ranks) == 1:
+        return None
     return tuple(r for j, r in enumerate(ranges(plan.stages[stage].forward_sizes))
                  if plan.replica_rank(stage, j) == rank)
 

@@ -75,6 +75,7 @@ from itertools import accumulate
 from pipetrain.errors import UserError
 from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, ranges
 from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.interleaved import interleaved_programs
 from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import local_queue, validate
@@ -277,12 +278,14 @@ def compute_schedule(plan: Plan) -> Schedule:
     STEP. Dropping actions from a deadlock-free program only removes ordering constraints, so the
     replicated schedule cannot deadlock either (the validator's dry run checks it).
     """
+    if plan.method is Method.INTERLEAVED:
+        return Schedule.from_mapping(interleaved_programs(plan))
     if plan.method is Method.GRAPH:
         orders = graph_orders(plan.stages, plan.stage_edges)
     elif plan.method in GENERATORS:
         orders = GENERATORS[plan.method](plan.stages)
     else:
-        known = ", ".join(m.value for m in (*GENERATORS, Method.GRAPH))
+        known = ", ".join(m.value for m in (*GENERATORS, Method.GRAPH, Method.INTERLEAVED))
         raise UserError(f"method {plan.method.value!r} has no schedule generator yet; use one of: {known}")
     programs: dict[int, list[Action]] = {}
     for k, (stage, actions) in enumerate(zip(plan.stages, orders, strict=True)):
@@ -290,6 +293,10 @@ def compute_schedule(plan: Plan) -> Schedule:
             programs[rank] = [a for a in actions
                               if a.kind is ActionKind.STEP or plan.replica_rank(k, a.microbatch) == rank]
     return Schedule.from_mapping(programs)
+
+
+def _stages_of_ranks(plan: Plan) -> list[tuple[int, ...]]:
+    return [plan.stages_of_rank(r) for r in range(plan.n_ranks)]
 
 
 def build_schedule(plan: Plan, batches: int | None = None) -> Schedule:
@@ -310,5 +317,5 @@ def build_schedule(plan: Plan, batches: int | None = None) -> Schedule:
         return schedule
     schedule = add_communication(compute_schedule(plan), plan)
     validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, local_queue=local_queue(plan),
-             stage_edges=plan.stage_edges)
+             stage_edges=plan.stage_edges, stages_of_rank=_stages_of_ranks(plan))
     return schedule

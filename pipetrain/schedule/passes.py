@@ -51,28 +51,44 @@ def _receives(
 
 
 def add_communication(schedule: Schedule, plan: Plan) -> Schedule:
-    """Insert SEND/RECV actions along the plan's stage edges (see module docstring)."""
+    """Insert SEND/RECV actions along the plan's stage edges (see module docstring); a rank that runs
+    several stages (method ``interleaved``) gets each stage's messages around that stage's actions."""
     gradients = plan.method is not Method.LOCAL
     programs: list[list[Action]] = []
     for rank, program in schedule:
-        k = plan.stage_of_rank(rank)
-        preds, succs = plan.stage_predecessors(k), plan.stage_successors(k)
-        fwd_in = {p: _messages(plan, p, plan.stages[p].forward_sizes, rank, k) for p in preds}
-        bwd_in = {t: _messages(plan, t, plan.stages[t].backward_sizes, rank, k) for t in succs} if gradients else {}
+        pending = {k: _pending(plan, rank, k, gradients) for k in plan.stages_of_rank(rank)}
         out: list[Action] = []
         for a in program:
+            fwd_in, bwd_in = pending[a.stage]
             if a.kind is ActionKind.F:
-                for p in preds:
-                    out += _receives(ActionKind.RECV_F, plan, p, k, a.hi, fwd_in[p])
+                for p, queue in fwd_in.items():
+                    out += _receives(ActionKind.RECV_F, plan, p, a.stage, a.hi, queue)
             if a.kind is ActionKind.B:
-                for t in bwd_in:
-                    out += _receives(ActionKind.RECV_B, plan, t, k, a.hi, bwd_in[t])
+                for t, queue in bwd_in.items():
+                    out += _receives(ActionKind.RECV_B, plan, t, a.stage, a.hi, queue)
             out.append(a)
-            if a.kind is ActionKind.F:
-                out += [Action(ActionKind.SEND_F, k, a.microbatch, a.lo, a.hi, peer=plan.replica_rank(t, a.microbatch))
-                        for t in succs]
-            if a.kind is ActionKind.B and gradients:
-                out += [Action(ActionKind.SEND_B, k, a.microbatch, a.lo, a.hi, peer=plan.replica_rank(p, a.microbatch))
-                        for p in preds]
+            out += _sends(plan, a, gradients)
         programs.append(out)
     return Schedule.from_lists(programs)
+
+
+Pending = dict[int, deque[tuple[int, int, int]]]
+
+
+def _pending(plan: Plan, rank: int, k: int, gradients: bool) -> tuple[Pending, Pending]:
+    """The messages ``rank`` receives for stage ``k``: activations per predecessor, gradients per successor."""
+    fwd_in = {p: _messages(plan, p, plan.stages[p].forward_sizes, rank, k) for p in plan.stage_predecessors(k)}
+    bwd_in = {t: _messages(plan, t, plan.stages[t].backward_sizes, rank, k) for t in plan.stage_successors(k)}
+    return fwd_in, bwd_in if gradients else {}
+
+
+def _sends(plan: Plan, a: Action, gradients: bool) -> list[Action]:
+    """The sends after ``a``: its activations to every successor (F), its input gradients to every predecessor (B)."""
+    k, j = a.stage, a.microbatch
+    if a.kind is ActionKind.F:
+        return [Action(ActionKind.SEND_F, k, j, a.lo, a.hi, peer=plan.replica_rank(t, j))
+                for t in plan.stage_successors(k)]
+    if a.kind is ActionKind.B and gradients:
+        return [Action(ActionKind.SEND_B, k, j, a.lo, a.hi, peer=plan.replica_rank(p, j))
+                for p in plan.stage_predecessors(k)]
+    return []

@@ -56,7 +56,8 @@ def local_queue(plan: Plan) -> int | None:
 
 def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int,
              steps_anywhere: bool = False, *, local_queue: int | None = None,
-             stage_edges: Sequence[tuple[int, int]] | None = None) -> None:
+             stage_edges: Sequence[tuple[int, int]] | None = None,
+             stages_of_rank: Sequence[Sequence[int]] | None = None) -> None:
     """Check every invariant listed in the module docstring.
 
     Args:
@@ -68,6 +69,8 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
         local_queue: for local learning, the queue depth of every link; None for end-to-end methods.
         stage_edges: the stage graph (method ``graph``): a stage's forward needs activations from
             each predecessor, its backward gradients from each successor; None: the chain.
+        stages_of_rank: the stages each rank runs when some run several (method ``interleaved``);
+            each stage's actions are then checked as a program of their own; None: ``stage_of_rank``.
 
     Raises:
         ScheduleError: on the first violation found.
@@ -75,13 +78,16 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
     edges = stage_edges if stage_edges is not None else [(k, k + 1) for k in range(n_stages - 1)]
     coverage: dict[int, tuple[list[int], list[int], int]] = {}
     for rank, program in schedule:
-        stage = stage_of_rank[rank]
-        needs = (sum(b == stage for _, b in edges), 0 if local_queue is not None else sum(a == stage for a, _ in edges))
-        state = _check_rank(schedule, rank, program, batch_size, stage, needs, steps_anywhere, local_queue is not None)
-        fwd, bwd, _ = coverage.setdefault(stage_of_rank[rank], ([0] * batch_size, [0] * batch_size, rank))
-        for total, counts in ((fwd, state.forwarded), (bwd, state.backwarded)):
-            for i, c in enumerate(counts):
-                total[i] += c
+        stages = tuple(stages_of_rank[rank]) if stages_of_rank is not None else (stage_of_rank[rank],)
+        for stage in stages:
+            needs = (sum(b == stage for _, b in edges),
+                     0 if local_queue is not None else sum(a == stage for a, _ in edges))
+            state = _check_rank(schedule, rank, program, batch_size, (stage, stages), needs, steps_anywhere,
+                                local_queue is not None)
+            fwd, bwd, _ = coverage.setdefault(stage, ([0] * batch_size, [0] * batch_size, rank))
+            for total, counts in ((fwd, state.forwarded), (bwd, state.backwarded)):
+                for i, c in enumerate(counts):
+                    total[i] += c
     for fwd, bwd, rank in coverage.values():
         end = len(schedule.ranks[rank])
         _check_coverage(schedule, rank, end, fwd, "forward")
@@ -131,15 +137,22 @@ def _bump(counts: list[int], samples: range) -> None:
 
 
 def _check_rank(
-    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stage: int, needs: tuple[int, int],
-    steps_anywhere: bool = False, local: bool = False,
+    schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stages: tuple[int, tuple[int, ...]],
+    needs: tuple[int, int], steps_anywhere: bool = False, local: bool = False,
 ) -> _RankState:
-    """Replay ``rank``'s program; the state it ends in (per-sample forward and backward counts).
-    ``needs``: the messages a sample's F and B wait for (the stage's predecessors and successors)."""
+    """Replay the actions of one stage in ``rank``'s program; the state it ends in (per-sample forward
+    and backward counts). ``stages``: that stage, and all the rank runs; ``needs``: the messages a
+    sample's F and B wait for (the stage's predecessors and successors)."""
+    stage, allowed = stages
     state = _RankState([0] * batch, [0] * batch, [0] * batch, [0] * batch, needs)
+    last = None
     for step, a in enumerate(program):
+        if a.stage not in allowed:
+            runs = f"stage {stage}" if len(allowed) == 1 else f"stages {', '.join(map(str, allowed))}"
+            raise _fail(schedule, rank, step, f"rank {rank} runs {runs}, not stage {a.stage}")
         if a.stage != stage:
-            raise _fail(schedule, rank, step, f"rank {rank} runs stage {stage}, not stage {a.stage}")
+            continue
+        last = a
         if local and a.kind in (ActionKind.SEND_B, ActionKind.RECV_B):
             raise _fail(schedule, rank, step, "method local sends no gradients between stages; remove the "
                         "SEND_B and RECV_B actions")
@@ -150,8 +163,8 @@ def _check_rank(
         why = state.apply(a)
         if why is not None:
             raise _fail(schedule, rank, step, why)
-    if not state.stepped or program[-1].kind is not ActionKind.STEP:
-        raise _fail(schedule, rank, len(program), "the program does not end with STEP")
+    if not state.stepped or last is None or last.kind is not ActionKind.STEP:
+        raise _fail(schedule, rank, len(program), f"the program does not end with STEP (stage {stage})")
     return state
 
 
@@ -241,12 +254,18 @@ def validate_for_plan(schedule: Schedule, plan: Plan) -> None:
         ends = [a.hi for _, program in schedule for a in program]
         plan = plan.repeated(max(1, -(-max(ends, default=0) // plan.batch_size)))
     validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, steps_anywhere=plan.asynchronous,
-             local_queue=local_queue(plan), stage_edges=plan.stage_edges)
+             local_queue=local_queue(plan), stage_edges=plan.stage_edges,
+             stages_of_rank=[plan.stages_of_rank(r) for r in range(plan.n_ranks)])
     for rank, program in schedule:
-        stage = plan.stage_of_rank(rank)
-        forward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.F)
-        backward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.B)
-        if forward != backward and not plan.recomputes(stage):
-            raise UserError(f"rank {rank} (stage {stage}) back-propagates sample ranges it did not forward as one "
-                            "micro-batch; give its B actions the ranges of its F actions, or set the plan's "
-                            '"recompute": true so that the stage re-runs forward per backward range')
+        for stage in plan.stages_of_rank(rank):
+            _check_ranges(plan, rank, stage, [a for a in program if a.stage == stage])
+
+
+def _check_ranges(plan: Plan, rank: int, stage: int, program: Sequence[Action]) -> None:
+    """A stage that keeps its activations back-propagates exactly the ranges it forwarded."""
+    forward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.F)
+    backward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.B)
+    if forward != backward and not plan.recomputes(stage):
+        raise UserError(f"rank {rank} (stage {stage}) back-propagates sample ranges it did not forward as one "
+                        "micro-batch; give its B actions the ranges of its F actions, or set the plan's "
+                        '"recompute": true so that the stage re-runs forward per backward range')

@@ -69,7 +69,7 @@ class _Simulator:
                              for _, p in schedule]
         self.busy: dict[int, _Busy] = {}
         self.wait_since: dict[int, float] = {}
-        self.ledgers = [ActivationLedger(plan, cost, self.stage_of[r]) for r in range(n)]
+        self.ledgers = [ActivationLedger(plan, cost) for _ in range(n)]
         self.link_free: dict[tuple[int, int], float] = defaultdict(float)
         self.arrivals: dict[_Channel, deque[float]] = defaultdict(deque)
         self.queued: dict[_Channel, int] = defaultdict(int)  # sent, not yet received
@@ -78,18 +78,19 @@ class _Simulator:
 
     # ---- costs --------------------------------------------------------------------------------
 
-    def layers(self, rank: int) -> tuple[str, ...]:
-        return self.plan.stages[self.stage_of[rank]].layers
+    def layers(self, a: Action) -> tuple[str, ...]:
+        """The layers of the stage that runs ``a`` (a rank may run several: method interleaved)."""
+        return self.plan.stages[a.stage].layers
 
     def compute_s(self, rank: int, a: Action) -> float:
         """Standalone seconds of a compute action; method local adds the stage's auxiliary head."""
-        layers = self.layers(rank)
+        layers = self.layers(a)
         if a.kind is ActionKind.F:
             return self.cost.forward_s(layers, a.size, rank) + self.head_s(rank, a)
         if a.kind is ActionKind.B:
-            own = self.cost.backward_s(layers, a.size, rank, self.plan.recomputes(self.stage_of[rank]))
+            own = self.cost.backward_s(layers, a.size, rank, self.plan.recomputes(a.stage))
             return own + self.head_s(rank, a)
-        stage = self.plan.stages[self.stage_of[rank]]
+        stage = self.plan.stages[a.stage]
         sync = self.cost.allreduce_s(self.cost.parameter_bytes(layers), stage.ranks)
         return sync + self.cost.step_s(layers, rank) + self.head_s(rank, a)
 
@@ -97,7 +98,7 @@ class _Simulator:
         """The auxiliary head's part of F, B or STEP (0 but for method local with heads in the cost model)."""
         if self.plan.method is not Method.LOCAL:
             return 0.0
-        layers = self.layers(rank)
+        layers = self.layers(a)
         if a.kind is ActionKind.F:
             return self.cost.head_forward_s(layers, a.size, rank)
         if a.kind is ActionKind.B:
@@ -105,10 +106,10 @@ class _Simulator:
         return self.cost.head_step_s(layers, rank)
 
     def message_bytes(self, rank: int, a: Action) -> int:
-        layers = self.layers(rank)
+        layers = self.layers(a)
         if self.plan.method is Method.GRAPH:  # the values this stage edge carries
             assert a.peer is not None
-            peer = self.layers(a.peer)
+            peer = self.plan.stages[self.stage_of[a.peer]].layers
             return self.cost.edge_bytes(*((layers, peer) if a.kind is ActionKind.SEND_F else (peer, layers)), a.size)
         if a.kind is ActionKind.SEND_F:
             return self.cost.output_bytes(layers, a.size)

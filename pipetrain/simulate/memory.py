@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from pipetrain.cost import CostModel
 from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES, OptimizerName, StageMemory, check_optimizer
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
@@ -69,14 +69,12 @@ class ActivationLedger:
     :func:`activation_peaks` replays each rank's program through one (module docstring).
 
     Args:
-        plan: the plan; says whether ``stage`` recomputes.
+        plan: the plan; says which stage's layers an action runs and whether the stage recomputes.
         cost: the profile's bytes.
-        stage: the stage the rank runs.
     """
 
-    def __init__(self, plan: Plan, cost: CostModel, stage: int) -> None:
-        self._layers = plan.stages[stage].layers
-        self._recompute = plan.recomputes(stage)
+    def __init__(self, plan: Plan, cost: CostModel) -> None:
+        self._plan = plan
         self._cost = cost
         self.held_bytes = 0
         self.peak_bytes = 0
@@ -85,12 +83,13 @@ class ActivationLedger:
         """Account for ``action`` having run; actions other than F and B hold nothing."""
         if action.kind not in (ActionKind.F, ActionKind.B):
             return
-        saved = self._cost.saved_bytes(self._layers, action.size)
-        kept = self._cost.input_bytes(self._layers, action.size) if self._recompute else saved
+        layers, recompute = self._plan.stages[action.stage].layers, self._plan.recomputes(action.stage)
+        saved = self._cost.saved_bytes(layers, action.size)
+        kept = self._cost.input_bytes(layers, action.size) if recompute else saved
         if action.kind is ActionKind.F:
             self.held_bytes += kept
         else:
-            rerun = saved if self._recompute else 0  # the re-run forward's saved tensors, while B runs
+            rerun = saved if recompute else 0  # the re-run forward's saved tensors, while B runs
             self.peak_bytes = max(self.peak_bytes, self.held_bytes + rerun)
             self.held_bytes -= kept
         self.peak_bytes = max(self.peak_bytes, self.held_bytes)
@@ -107,10 +106,9 @@ def activation_peaks(plan: Plan, cost: CostModel, schedule: Schedule | None = No
         schedule: the schedule to replay; default :func:`~pipetrain.schedule.generators.build_schedule`.
     """
     schedule = build_schedule(plan) if schedule is None else schedule
-    stage_of = plan.rank_stages
     peaks = []
-    for rank, program in schedule:
-        ledger = ActivationLedger(plan, cost, stage_of[rank])
+    for _, program in schedule:
+        ledger = ActivationLedger(plan, cost)
         for action in program:
             ledger.record(action)
         peaks.append(ledger.peak_bytes)
@@ -136,9 +134,10 @@ def stage_memory(
     schedule = build_schedule(plan) if schedule is None else schedule
     peaks = activation_peaks(plan, cost, schedule)
     memories = []
-    for stage in plan.stages:
+    for k, stage in enumerate(plan.stages):
         weights = cost.parameter_bytes(stage.layers)
-        activations = max((peaks[r] for r in stage.ranks if r < len(peaks)), default=0)
+        # a rank's peak covers all its stages (interleaved): counted once, on its first stage
+        activations = max((peaks[r] for r in stage.ranks if r < len(peaks) and plan.stage_of_rank(r) == k), default=0)
         versions = max(max(held_versions(schedule.ranks[r])) for r in stage.ranks) if plan.asynchronous else 1
         memories.append(StageMemory(versions * weights, weights, copies * weights, activations))
     return tuple(memories)
@@ -159,5 +158,12 @@ def memory_need(plan: Plan, cost: CostModel, *, optimizer: OptimizerName = "sgd"
 def overflows(plan: Plan, cost: CostModel, *, optimizer: OptimizerName = "sgd") -> list[tuple[int, int, int]]:
     """``(stage, bytes needed, bytes its device has)`` for every stage whose predicted peak
     (:func:`memory_need`) exceeds its smallest device (:func:`device_memory`); empty when the plan fits."""
-    needs = zip(memory_need(plan, cost, optimizer=optimizer), device_memory(plan, cost), strict=True)
-    return [(k, need, have) for k, (need, have) in enumerate(needs) if need > have]
+    needs = list(memory_need(plan, cost, optimizer=optimizer))
+    if plan.method is Method.INTERLEAVED:  # a rank holds all its chunks: compare the sum on its first stage
+        for rank in range(plan.n_ranks):
+            first, *rest = plan.stages_of_rank(rank)
+            needs[first] += sum(needs[k] for k in rest)
+            for k in rest:
+                needs[k] = 0
+    return [(k, need, have) for k, (need, have) in enumerate(zip(needs, device_memory(plan, cost), strict=True))
+            if need > have]

@@ -30,11 +30,12 @@ _MessageKey = tuple[str, int, int, int, int, int]
 
 
 def rank_name(timeline: Timeline, rank: int, stage_of_rank: Sequence[int] | None = None) -> str:
-    """``"rank 1 · stage 1"``: the stage from ``stage_of_rank``, else from the rank's actions."""
+    """``"rank 1 · stage 1"`` (``"stages 0,2"`` for a rank that runs several, method interleaved): the
+    stages of the rank's actions, and the one ``stage_of_rank`` names."""
+    found = {e.action.stage for e in timeline.events if e.rank == rank}
     if stage_of_rank is not None and rank < len(stage_of_rank):
-        stages = [stage_of_rank[rank]]
-    else:
-        stages = sorted({e.action.stage for e in timeline.events if e.rank == rank})
+        found.add(stage_of_rank[rank])
+    stages = sorted(found)
     if not stages:
         return f"rank {rank}"
     label = "stage" if len(stages) == 1 else "stages"

@@ -52,7 +52,7 @@ def test_auto_runs_every_planner_and_keeps_the_fastest() -> None:
     cost = vgg_like()
     result = plan_auto(PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), cost, batch_size=16))
     assert isinstance(result.report, AutoReport)
-    assert [o.planner for o in result.report.outcomes] == list(AUTO_PLANNERS)
+    assert [o.planner for o in result.report.outcomes] == [p for p in AUTO_PLANNERS if p != "graphpipe"]  # a chain
     found = [o for o in result.report.outcomes if o.plan is not None]
     assert result.plan.prediction is not None
     # the fastest, to 3 significant digits (rank_key: closer ties go to less memory, fewer micro-batches)

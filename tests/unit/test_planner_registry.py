@@ -63,7 +63,7 @@ def small_constraints(name: str) -> Constraints:
 
 
 def test_the_registry_lists_stage_planners_then_microbatch_planners() -> None:
-    assert STAGE_PLANNERS == ("balanced", "pipedream", "bapipe", "graphpipe", "auto")
+    assert STAGE_PLANNERS == ("balanced", "pipedream", "bapipe", "graphpipe", "interleaved", "auto")
     assert set(MICROBATCH_PLANNERS) >= {"equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga"}
     assert tuple(PLANNERS) == (*STAGE_PLANNERS, *MICROBATCH_PLANNERS)
     fields = {f.name for f in dataclasses.fields(Constraints)}
@@ -99,7 +99,7 @@ def test_every_planner_keeps_the_contract(name: str) -> None:
     assert run_planner(name, p).plan == plan
 
 
-@pytest.mark.parametrize("name", ["balanced", "pipedream", "bapipe", "graphpipe"])
+@pytest.mark.parametrize("name", ["balanced", "pipedream", "bapipe", "graphpipe", "interleaved"])
 def test_stage_planners_plan_on_more_devices(name: str) -> None:
     result = run_planner(name, problem(small_constraints(name), n_devices=4))
     result.plan.validate(NAMES, "")

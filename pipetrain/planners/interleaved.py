@@ -1,0 +1,77 @@
+"""The ``interleaved`` planner: ``v`` model chunks per rank under interleaved 1F1B (Narayanan et al.
+2021, §2.2; :mod:`pipetrain.schedule.interleaved`).
+
+    result = plan_interleaved(PlanningProblem(ModelRef.of(graph), cost, batch_size=64))
+    result.plan.virtual_stages, result.candidates
+
+For each chunk count ``v`` (``constraints.virtual_stages``, default every ``v`` from 2 up to the
+layers per device, at most :data:`MAX_CHUNKS`) and micro-batch count ``m`` (``constraints.n_micro``,
+default :func:`~pipetrain.planners.counts.thinned_counts`), the layers are cut into ``v·R`` stages by
+the exact min–max partition at that micro-batch size, stage ``s`` placed on rank ``s mod R`` (R: the
+devices, or fewer when the model has under two layers per device: a sub-cluster); every
+plan is simulated (:func:`~pipetrain.planners.score.score`, the event simulator with the cluster's
+contention) and the fastest is kept. Unlike torch's interleaved schedule any ``m`` is allowed.
+"""
+
+from __future__ import annotations
+
+from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
+from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
+from pipetrain.planners.counts import thinned_counts
+from pipetrain.planners.device_orders import placed_cluster
+from pipetrain.planners.partition import balanced_partition
+from pipetrain.planners.score import score
+
+__all__ = ["MAX_CHUNKS", "build_interleaved_plan", "plan_interleaved"]
+
+MAX_CHUNKS = 4
+"""The most chunks per rank the planner tries by default (each adds ``R`` messages per micro-batch)."""
+
+
+def build_interleaved_plan(model: ModelRef, cost: CostModel, *, n_ranks: int, chunks: int, batch_size: int,
+                           n_micro: int) -> Plan:
+    """``chunks · n_ranks`` balanced stages, stage ``s`` on rank ``s mod n_ranks``, ``n_micro`` equal
+    micro-batches (no simulation).
+
+    Raises:
+        UserError: fewer layers than stages.
+    """
+    n_stages = chunks * n_ranks
+    if n_stages > len(model.layer_names):
+        raise UserError(f"{chunks} chunks on {n_ranks} ranks need {n_stages} stages but {model.name!r} has "
+                        f"{len(model.layer_names)} layers; use fewer --virtual-stages or ranks")
+    sizes = equal_sizes(batch_size, n_micro)
+    counts = balanced_partition([cost.layer_work_s(name, max(sizes), 0) for name in model.layer_names], n_stages)
+    stages, first = [], 0
+    for k, count in enumerate(counts):
+        stages.append(StagePlan(model.layer_names[first:first + count], (k % n_ranks,), sizes, sizes))
+        first += count
+    return Plan(model.name, model.fingerprint, batch_size, Method.INTERLEAVED, tuple(stages))
+
+
+def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
+    """The fastest interleaved plan over chunk and micro-batch counts (module docstring).
+
+    Raises:
+        UserError: one device, or a model with fewer than two layers per device.
+    """
+    c, n_layers = problem.constraints, len(problem.model.layer_names)
+    n_ranks = min(problem.cost.cluster.n_devices, n_layers // 2)  # at least 2 layers (chunks) per rank
+    cluster, _ = placed_cluster(problem.cost.cluster, range(n_ranks))
+    cost = problem.cost.on(cluster)
+    most = n_layers // max(n_ranks, 1)
+    chunk_options = [c.virtual_stages] if c.virtual_stages is not None else list(range(2, min(most, MAX_CHUNKS) + 1))
+    if n_ranks < 2 or not chunk_options:
+        raise UserError(f"interleaved 1F1B needs at least 2 ranks with 2 layers each (here {n_ranks} ranks, "
+                        f"{n_layers} layers); use --method 1f1b")
+    counts = [c.n_micro] if c.n_micro is not None else thinned_counts(problem.batch_size)
+    candidates: list[Candidate] = []
+    for chunks in chunk_options:
+        for m in counts:
+            plan = build_interleaved_plan(problem.model, cost, n_ranks=n_ranks, chunks=chunks,
+                                          batch_size=problem.batch_size, n_micro=m)
+            candidates.append(score(plan, cost))
+    candidates.sort(key=rank_key)
+    return PlanningResult("interleaved", candidates[0].plan, cluster, tuple(candidates))
