@@ -63,7 +63,7 @@ ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
-                     "base": "--base"}
+                     "base": "--base", "allow_async": "--allow-async"}
 
 
 def _planner_name(args: argparse.Namespace) -> str:
@@ -90,10 +90,11 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
         ga = GAConfig(**overrides) if overrides else None
     except ValueError as e:
         raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
-    method = Method.ONE_F_ONE_B.value if args.method in ASYNC_METHODS else args.method  # then run asynchronously
-    fixed = method if method in (m.value for m in api.PLANNABLE_METHODS) else None
+    method = _planned_method(args, spec)
+    fixed = method if method in (*(m.value for m in api.PLANNABLE_METHODS), *_ASYNC_PLANNERS.values()) else None
     constraints = api.Constraints(method=None if fixed is None else Method(fixed), n_stages=args.stages,
-                                  n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga)
+                                  n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga,
+                                  allow_async=args.allow_async)
     ignored = [_CONSTRAINT_FLAGS[name] for name in spec.ignored(constraints)]
     if ignored and spec.kind == "microbatch":
         raise UserError(f"{', '.join(ignored)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), not "
@@ -102,6 +103,23 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
         raise UserError(f"--planner {spec.name} chooses {', '.join(ignored)} itself or does not use "
                         f"{'it' if len(ignored) == 1 else 'them'}; drop {', '.join(ignored)}")
     return constraints
+
+
+_ASYNC_PLANNERS = {"pipedream": Method.PIPEDREAM.value, "2bw": Method.TWO_BW.value}
+"""The planners that plan an asynchronous method themselves, and which."""
+
+
+def _planned_method(args: argparse.Namespace, spec: PlannerSpec) -> str:
+    """The method `plan` asks the planner for: ``pipedream`` from the pipedream planner's own objective,
+    ``2bw`` from the 2bw planner; other planners plan 1f1b for an asynchronous --method (then run by it)."""
+    own = _ASYNC_PLANNERS.get(spec.name)
+    if own is not None and args.method not in ("auto", own):
+        what = "gpipe or 1f1b, " if spec.name == "pipedream" else ""
+        raise UserError(f"--planner {spec.name} chooses --method itself ({what}or {own} when asked); drop --method "
+                        f"or pass --method {own}")
+    if own is None and args.method in ASYNC_METHODS:
+        return Method.ONE_F_ONE_B.value  # then run asynchronously
+    return str(args.method)
 
 
 def _local_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -144,6 +162,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
 def _run_by(plan: Plan, args: argparse.Namespace) -> Plan:
     """``plan`` run by ``--method pipedream|2bw`` (with ``--vertical-sync``) when given; else as it is."""
     if args.method in ASYNC_METHODS:
+        if plan.method.value == args.method and not args.vertical_sync:
+            return plan  # planned for it (--planner pipedream|2bw): keep the steady-state prediction
         return plan.run_by(Method(args.method), args.vertical_sync)
     if args.vertical_sync:
         raise UserError("--vertical-sync applies to --method pipedream; add --method pipedream or drop it")

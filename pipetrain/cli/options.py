@@ -153,7 +153,8 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                    help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
                         "per stage on the best equal plan's stages; local: PPLL's local learning on the "
                         "best 1f1b plan's stages; pipedream, 2bw: the best 1f1b plan run asynchronously "
-                        "(no flush, weight versions) (default: auto)")
+                        "(no flush, weight versions), or with --planner pipedream|2bw that planner's own "
+                        "steady-state plan (default: auto)")
     p.add_argument("--aux", choices=AUX_KINDS,
                    help="--method local: auxiliary heads (default: linear for MLPs, dgl for conv nets and ViTs)")
     p.add_argument("--queue-depth", type=_count,
@@ -164,7 +165,11 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                    help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
                         "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
                         "stages, micro-batches and device order (mixed devices); auto: every planner, the "
-                        "fastest plan that fits; with --method uedp, a micro-batch planner (default tidgap)")
+                        "fastest plan that fits; 2bw: PipeDream-2BW's search of depth, micro-batch size and "
+                        "recompute; with --method uedp, a micro-batch planner (default tidgap)")
+    p.add_argument("--allow-async", action="store_true",
+                   help="--planner auto: also consider the asynchronous methods pipedream and 2bw, which "
+                        "change the optimizer's semantics (stale weights)")
     p.add_argument("--seed", type=_non_negative, help="GA seed for --method uedp, bapipe and auto (default: 0)")
     defaults = GAConfig()
     p.add_argument("--population", type=_count, help=f"GA population (default: {defaults.population})")

@@ -13,7 +13,13 @@ The planners, each simulated by the event simulator on the same cost model:
 * ``pipedream``: PipeDream's DP over layers, machines and replication (docs/algorithms.md §3,
   :func:`~pipetrain.planners.pipedream.plan_pipedream`);
 * ``bapipe``: BaPipe's exploration of method × stages × micro-batches × device order (docs/algorithms.md §4,
-  :func:`~pipetrain.planners.bapipe.explore`).
+  :func:`~pipetrain.planners.bapipe.explore`);
+* only with ``constraints.allow_async`` (``plan --planner auto --allow-async``), the asynchronous
+  methods of :data:`ASYNC_AUTO_PLANNERS` (docs/algorithms.md §3.5–3.6): ``pipedream-async``, the PipeDream
+  DP's steady-state plan run by ``pipedream`` (:func:`~pipetrain.planners.pipedream.async_candidates_at`),
+  and ``2bw`` (:func:`~pipetrain.planners.twobw.plan_2bw`). They change the optimizer's semantics
+  (stale weights, a step per micro-batch for pipedream), so they compete only when asked; their
+  time is the steady-state seconds per batch, and the table marks them.
 
 A plan is feasible when every stage's predicted memory under the problem's optimizer
 (:func:`~pipetrain.simulate.memory.memory_need`) fits its device. A planner that finds nothing
@@ -30,20 +36,24 @@ from dataclasses import dataclass, replace
 
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.bapipe import plan_bapipe
 from pipetrain.planners.contract import Candidate, Constraints, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.pipedream import plan_pipedream
 from pipetrain.planners.score import over_memory
+from pipetrain.planners.twobw import plan_2bw
 from pipetrain.planners.unequal import plan_unequal
 
-__all__ = ["AUTO_PLANNERS", "AutoReport", "Outcome", "plan_auto"]
+__all__ = ["ASYNC_AUTO_PLANNERS", "ASYNC_NOTE", "AUTO_PLANNERS", "AutoReport", "Outcome", "plan_auto"]
 
 log = logging.getLogger(__name__)
 
 AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "pipedream", "bapipe")
+ASYNC_AUTO_PLANNERS = ("pipedream-async", "2bw")
+"""The asynchronous candidates ``auto`` adds with ``constraints.allow_async``."""
+ASYNC_NOTE = "async: changes optimizer semantics"
 _GA = GAConfig(population=48, generations=60)
 
 
@@ -66,6 +76,11 @@ class Outcome:
     @property
     def iteration_s(self) -> float:
         return self.plan.prediction.iteration_s if self.plan and self.plan.prediction else float("inf")
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether this is one of :data:`ASYNC_AUTO_PLANNERS` (its plan changes the optimizer's semantics)."""
+        return self.planner in ASYNC_AUTO_PLANNERS
 
 
 @dataclass(frozen=True)
@@ -95,9 +110,12 @@ def _runners(problem: PlanningProblem) -> dict[str, Callable[[], PlanningResult]
             raise UserError(f"no equal plan on {balanced.plan.n_stages} stages fits: {why}")
         return replace(balanced, plan=fitting[0].plan)
 
+    sync = replace(problem, constraints=replace(problem.constraints, allow_async=False))
+    pipedream_async = replace(sync, constraints=replace(sync.constraints, method=Method.PIPEDREAM))
     return {"balanced": run_balanced, "tidgap": lambda: plan_unequal(ga, "tidgap"),
-            "1f1b-ga": lambda: plan_unequal(ga, "1f1b-ga"), "pipedream": lambda: plan_pipedream(problem),
-            "bapipe": lambda: plan_bapipe(problem)}
+            "1f1b-ga": lambda: plan_unequal(ga, "1f1b-ga"), "pipedream": lambda: plan_pipedream(sync),
+            "bapipe": lambda: plan_bapipe(sync), "pipedream-async": lambda: plan_pipedream(pipedream_async),
+            "2bw": lambda: plan_2bw(sync)}
 
 
 def _outcome(name: str, run: Callable[[], PlanningResult], problem: PlanningProblem) -> Outcome:
@@ -115,7 +133,8 @@ def plan_auto(problem: PlanningProblem, on_planner: Callable[[str], None] | None
     """Run every planner of :data:`AUTO_PLANNERS` and keep the fastest feasible plan.
 
     Args:
-        problem: the model, cost model, batch and optimizer; ``constraints.seed`` seeds the GA planners.
+        problem: the model, cost model, batch and optimizer; ``constraints.seed`` seeds the GA planners,
+            ``constraints.allow_async`` adds :data:`ASYNC_AUTO_PLANNERS`.
         on_planner: called with each planner's name before it runs (progress).
 
     Returns:
@@ -127,7 +146,7 @@ def plan_auto(problem: PlanningProblem, on_planner: Callable[[str], None] | None
     """
     runners = _runners(problem)
     outcomes = []
-    for name in AUTO_PLANNERS:
+    for name in (*AUTO_PLANNERS, *(ASYNC_AUTO_PLANNERS if problem.constraints.allow_async else ())):
         if on_planner is not None:
             on_planner(name)
         outcomes.append(_outcome(name, runners[name], problem))

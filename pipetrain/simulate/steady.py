@@ -21,8 +21,9 @@ from pipetrain.cost import CostModel
 from pipetrain.plan.plan import Plan
 from pipetrain.schedule.generators import DEFAULT_ASYNC_BATCHES, build_schedule
 from pipetrain.simulate.events import simulate
+from pipetrain.simulate.timeline import Timeline
 
-__all__ = ["SteadyState", "steady_state"]
+__all__ = ["SteadyState", "steady_state", "steady_timeline"]
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,18 @@ class SteadyState:
 
 def steady_state(plan: Plan, cost: CostModel, batches: int = DEFAULT_ASYNC_BATCHES) -> SteadyState:
     """Simulate ``batches`` and ``2 · batches`` batches of ``plan`` (module docstring)."""
+    return steady_timeline(plan, cost, batches)[0]
+
+
+def steady_timeline(plan: Plan, cost: CostModel, batches: int = DEFAULT_ASYNC_BATCHES) -> tuple[SteadyState, Timeline]:
+    """:func:`steady_state` and the simulated timeline of ``batches`` batches (one batch when synchronous),
+    for the bubble and activation peaks a planner's prediction reports."""
     if not plan.asynchronous:
-        batch_s = simulate(build_schedule(plan), plan, cost).iteration_s
-        return SteadyState(batch_s, 0.0, plan.batch_size / batch_s if batch_s > 0 else 0.0)
-    short, long = (simulate(build_schedule(plan, n), plan, cost).iteration_s for n in (batches, 2 * batches))
-    batch_s = (long - short) / batches
-    return SteadyState(batch_s, max(0.0, short - batches * batch_s),
-                       plan.batch_size / batch_s if batch_s > 0 else 0.0)
+        timeline = simulate(build_schedule(plan), plan, cost)
+        batch_s = timeline.iteration_s
+        return SteadyState(batch_s, 0.0, plan.batch_size / batch_s if batch_s > 0 else 0.0), timeline
+    short, long = (simulate(build_schedule(plan, n), plan, cost) for n in (batches, 2 * batches))
+    batch_s = (long.iteration_s - short.iteration_s) / batches
+    steady = SteadyState(batch_s, max(0.0, short.iteration_s - batches * batch_s),
+                         plan.batch_size / batch_s if batch_s > 0 else 0.0)
+    return steady, short
