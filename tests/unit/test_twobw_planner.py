@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
+from pipetrain import cli
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, WeightPolicy
+from pipetrain.plan.plan import Method, Plan, WeightPolicy
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.registry import get_planner, run_planner
@@ -91,3 +93,17 @@ def test_refuses_another_method_and_no_fit() -> None:
                                            constraints=Constraints(method=Method.PIPEDREAM)))
     with pytest.raises(UserError, match="no plan that fits"):
         plan_2bw(problem(MB))
+
+
+@pytest.mark.parametrize("method", [[], ["--method", "2bw"]])
+def test_cli_plans_2bw(tmp_path: Path, method: list[str]) -> None:
+    out = tmp_path / "plan.json"
+    assert cli.main(["plan", "--model", "gpt-tiny", "--batch", "16", "--estimate", "v100", "--ranks", "2",
+                     "--planner", "2bw", *method, "--out", str(out)]) == 0
+    plan = Plan.from_json(out.read_text())
+    assert plan.method is Method.TWO_BW and plan.prediction is not None
+
+
+def test_cli_refuses_another_method_with_the_2bw_planner(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["plan", "--model", "gpt-tiny", "--planner", "2bw", "--method", "pipedream", "--estimate", "v100"])
+    assert code == 2 and "--method 2bw" in capsys.readouterr().err
