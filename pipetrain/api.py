@@ -307,7 +307,7 @@ def plan(
         profile: one profile, or one per device kind (:func:`cluster_profiles`).
         cluster: the devices and links.
         batch_size: samples per mini-batch.
-        planner: ``balanced`` (default), ``pipedream``, ``bapipe``, ``auto``, or a micro-batch planner
+        planner: ``balanced`` (default), ``pipedream``, ``bapipe``, ``auto``, ``2bw``, or a micro-batch planner
             (``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``).
         optimizer: whose state counts against device memory (``sgd``, ``sgd-momentum``, ``adam``, ``adamw``).
         constraints: what to fix (method, stages, micro-batches, base plan, seed, GA budget); a

@@ -66,7 +66,7 @@ ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
-                     "base": "--base", "virtual_stages": "--virtual-stages"}
+                     "base": "--base", "virtual_stages": "--virtual-stages", "allow_async": "--allow-async"}
 
 
 def _planner_name(args: argparse.Namespace) -> str:
@@ -101,11 +101,11 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
         ga = GAConfig(**overrides) if overrides else None
     except ValueError as e:
         raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
-    method = Method.ONE_F_ONE_B.value if args.method in ASYNC_METHODS else args.method  # then run asynchronously
-    fixed = method if method in (m.value for m in api.PLANNABLE_METHODS) else None
+    method = _planned_method(args, spec)
+    fixed = method if method in (*(m.value for m in api.PLANNABLE_METHODS), *_ASYNC_PLANNERS.values()) else None
     constraints = api.Constraints(method=None if fixed is None else Method(fixed), n_stages=args.stages,
                                   n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga,
-                                  virtual_stages=args.virtual_stages)
+                                  virtual_stages=args.virtual_stages, allow_async=args.allow_async)
     ignored = [_CONSTRAINT_FLAGS[name] for name in spec.ignored(constraints)]
     if ignored and spec.kind == "microbatch":
         raise UserError(f"{', '.join(ignored)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), not "
@@ -121,6 +121,23 @@ def _check_local_flags(args: argparse.Namespace, local: bool) -> None:
     if not local and (args.aux is not None or args.queue_depth is not None):
         raise UserError(f"--aux and --queue-depth are for local learning (--method is {args.method}): "
                         "add --method local or drop them")
+
+
+_ASYNC_PLANNERS = {"pipedream": Method.PIPEDREAM.value, "2bw": Method.TWO_BW.value}
+"""The planners that plan an asynchronous method themselves, and which."""
+
+
+def _planned_method(args: argparse.Namespace, spec: PlannerSpec) -> str:
+    """The method `plan` asks the planner for: ``pipedream`` from the pipedream planner's own objective,
+    ``2bw`` from the 2bw planner; other planners plan 1f1b for an asynchronous --method (then run by it)."""
+    own = _ASYNC_PLANNERS.get(spec.name)
+    if own is not None and args.method not in ("auto", own):
+        what = "gpipe or 1f1b, " if spec.name == "pipedream" else ""
+        raise UserError(f"--planner {spec.name} chooses --method itself ({what}or {own} when asked); drop --method "
+                        f"or pass --method {own}")
+    if own is None and args.method in ASYNC_METHODS:
+        return Method.ONE_F_ONE_B.value  # then run asynchronously
+    return str(args.method)
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
@@ -179,6 +196,8 @@ def _run_by(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
     if args.vertical_sync and args.method != Method.PIPEDREAM.value:
         raise UserError("--vertical-sync applies to --method pipedream; add --method pipedream or drop it")
     if args.method in ASYNC_METHODS:
+        if plan.method.value == args.method and not args.vertical_sync:
+            return plan  # planned for it (--planner pipedream|2bw): keep the steady-state prediction
         return plan.run_by(Method(args.method), args.vertical_sync)
     if local or (plan.method is Method.LOCAL and (args.aux is not None or args.queue_depth is not None)):
         depth = args.queue_depth or (plan.queue_depth if plan.method is Method.LOCAL else DEFAULT_QUEUE_DEPTH)

@@ -156,15 +156,20 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                         "balanced with their auxiliary heads' time; graph: GraphPipe's DAG of stages for a "
                         "model that branches (the graphpipe planner); interleaved: v model chunks per rank "
                         "(interleaved 1F1B, any micro-batch count); pipedream, 2bw: the best 1f1b plan run "
-                        "asynchronously (no flush, weight versions) (default: auto)")
+                        "asynchronously (no flush, weight versions), or with --planner pipedream|2bw that "
+                        "planner's own steady-state plan (default: auto)")
     _local_args(p)
     _vertical_sync_arg(p)
     p.add_argument("--planner", choices=list(api.PLANNERS),
                    help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
                         "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
                         "stages, micro-batches and device order (mixed devices); graphpipe: GraphPipe's DAG "
-                        "of stages (method graph, models that branch); auto: every planner, the "
-                        "fastest plan that fits; with --method uedp, a micro-batch planner (default tidgap)")
+                        "of stages (method graph, models that branch); 2bw: PipeDream-2BW's search of depth, "
+                        "micro-batch size and recompute; auto: every planner, the fastest plan that fits; "
+                        "with --method uedp, a micro-batch planner (default tidgap)")
+    p.add_argument("--allow-async", action="store_true",
+                   help="--planner auto: also consider the asynchronous methods pipedream and 2bw, which "
+                        "change the optimizer's semantics (stale weights)")
     p.add_argument("--seed", type=_non_negative, help="GA seed for --method uedp, bapipe and auto (default: 0)")
     defaults = GAConfig()
     p.add_argument("--population", type=_count, help=f"GA population (default: {defaults.population})")

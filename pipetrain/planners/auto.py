@@ -17,7 +17,13 @@ The planners, each simulated by the event simulator on the same cost model:
 * ``interleaved``: interleaved 1F1B, ``v`` chunks per rank (:func:`~pipetrain.planners.interleaved.plan_interleaved`);
 * ``graphpipe``, for a model that branches (``ModelRef.edges``): GraphPipe's DAG of stages (method
   ``graph``, docs/algorithms.md §5, :func:`~pipetrain.planners.graphpipe.plan_graphpipe`), so a
-  branchy model gets the better of its linearised chain and its graph.
+  branchy model gets the better of its linearised chain and its graph;
+* only with ``constraints.allow_async`` (``plan --planner auto --allow-async``), the asynchronous
+  methods of :data:`ASYNC_AUTO_PLANNERS` (docs/algorithms.md §3.5–3.6): ``pipedream-async``, the PipeDream
+  DP's steady-state plan run by ``pipedream`` (:func:`~pipetrain.planners.pipedream.async_candidates_at`),
+  and ``2bw`` (:func:`~pipetrain.planners.twobw.plan_2bw`). They change the optimizer's semantics
+  (stale weights, a step per micro-batch for pipedream), so they compete only when asked; their
+  time is the steady-state seconds per batch, and the table marks them.
 
 A plan is feasible when every stage's predicted memory under the problem's optimizer
 (:func:`~pipetrain.simulate.memory.memory_need`) fits its device. A planner that finds nothing
@@ -34,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.bapipe import plan_bapipe
 from pipetrain.planners.contract import Candidate, Constraints, PlanningProblem, PlanningResult, rank_key
@@ -43,19 +49,25 @@ from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.pipedream import plan_pipedream
 from pipetrain.planners.score import over_memory
+from pipetrain.planners.twobw import plan_2bw
 from pipetrain.planners.unequal import plan_unequal
 
-__all__ = ["AUTO_PLANNERS", "AutoReport", "Outcome", "auto_planners", "plan_auto"]
+__all__ = ["ASYNC_AUTO_PLANNERS", "ASYNC_NOTE", "AUTO_PLANNERS", "AutoReport", "Outcome", "auto_planners", "plan_auto"]
 
 log = logging.getLogger(__name__)
 
 AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "pipedream", "bapipe", "interleaved", "graphpipe")
-"""Every planner auto may run; ``graphpipe`` only for a model that branches (:func:`auto_planners`)."""
+"""Every synchronous planner auto may run; ``graphpipe`` only for a model that branches (:func:`auto_planners`)."""
+ASYNC_AUTO_PLANNERS = ("pipedream-async", "2bw")
+"""The asynchronous candidates ``auto`` adds with ``constraints.allow_async``."""
+ASYNC_NOTE = "async: changes optimizer semantics"
 
 
 def auto_planners(problem: PlanningProblem) -> tuple[str, ...]:
-    """The planners auto runs on ``problem``: :data:`AUTO_PLANNERS`, ``graphpipe`` only for a DAG model."""
-    return AUTO_PLANNERS if problem.model.edges else AUTO_PLANNERS[:-1]
+    """The planners auto runs on ``problem``: :data:`AUTO_PLANNERS` (``graphpipe`` only for a DAG
+    model), then :data:`ASYNC_AUTO_PLANNERS` when ``constraints.allow_async``."""
+    sync = AUTO_PLANNERS if problem.model.edges else AUTO_PLANNERS[:-1]
+    return (*sync, *(ASYNC_AUTO_PLANNERS if problem.constraints.allow_async else ()))
 _GA = GAConfig(population=48, generations=60)
 
 
@@ -78,6 +90,11 @@ class Outcome:
     @property
     def iteration_s(self) -> float:
         return self.plan.prediction.iteration_s if self.plan and self.plan.prediction else float("inf")
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether this is one of :data:`ASYNC_AUTO_PLANNERS` (its plan changes the optimizer's semantics)."""
+        return self.planner in ASYNC_AUTO_PLANNERS
 
 
 @dataclass(frozen=True)
@@ -107,10 +124,13 @@ def _runners(problem: PlanningProblem) -> dict[str, Callable[[], PlanningResult]
             raise UserError(f"no equal plan on {balanced.plan.n_stages} stages fits: {why}")
         return replace(balanced, plan=fitting[0].plan)
 
+    sync = replace(problem, constraints=replace(problem.constraints, allow_async=False))
+    pipedream_async = replace(sync, constraints=replace(sync.constraints, method=Method.PIPEDREAM))
     return {"balanced": run_balanced, "tidgap": lambda: plan_unequal(ga, "tidgap"),
-            "1f1b-ga": lambda: plan_unequal(ga, "1f1b-ga"), "pipedream": lambda: plan_pipedream(problem),
-            "bapipe": lambda: plan_bapipe(problem), "interleaved": lambda: plan_interleaved(problem),
-            "graphpipe": lambda: plan_graphpipe(problem)}
+            "1f1b-ga": lambda: plan_unequal(ga, "1f1b-ga"), "pipedream": lambda: plan_pipedream(sync),
+            "bapipe": lambda: plan_bapipe(sync), "interleaved": lambda: plan_interleaved(sync),
+            "graphpipe": lambda: plan_graphpipe(sync), "pipedream-async": lambda: plan_pipedream(pipedream_async),
+            "2bw": lambda: plan_2bw(sync)}
 
 
 def _outcome(name: str, run: Callable[[], PlanningResult], problem: PlanningProblem) -> Outcome:
@@ -128,7 +148,8 @@ def plan_auto(problem: PlanningProblem, on_planner: Callable[[str], None] | None
     """Run every planner of :data:`AUTO_PLANNERS` and keep the fastest feasible plan.
 
     Args:
-        problem: the model, cost model, batch and optimizer; ``constraints.seed`` seeds the GA planners.
+        problem: the model, cost model, batch and optimizer; ``constraints.seed`` seeds the GA planners,
+            ``constraints.allow_async`` adds :data:`ASYNC_AUTO_PLANNERS`.
         on_planner: called with each planner's name before it runs (progress).
 
     Returns:

@@ -71,7 +71,8 @@ class Constraints:
     """What the user fixed; None leaves the choice to the planner.
 
     Attributes:
-        method: the schedule family (``balanced``: gpipe or 1f1b; None tries both).
+        method: the schedule family (``balanced``: gpipe or 1f1b; None tries both; ``pipedream``: the
+            PipeDream DP's steady-state objective; ``2bw``: the 2BW planner).
         n_stages: the stage count (``balanced``, ``bapipe``; default one stage per device).
         n_micro: the equal micro-batch count (``balanced``; default: search).
         base: a plan whose stages (layers, ranks) a micro-batch planner keeps; default the
@@ -80,6 +81,8 @@ class Constraints:
         seed: the genetic algorithms' seed.
         ga: the genetic algorithms' budget (population, generations).
         virtual_stages: model chunks per rank (``interleaved``; default: search).
+        allow_async: ``auto`` may also pick the asynchronous methods (``pipedream``, ``2bw``;
+            docs/algorithms.md §3.5–3.6), which change the optimizer's semantics (stale weights).
     """
 
     method: Method | None = None
@@ -90,6 +93,7 @@ class Constraints:
     seed: int = 0
     ga: GAConfig | None = None
     virtual_stages: int | None = None
+    allow_async: bool = False
 
     def given(self) -> tuple[str, ...]:
         """The names of the constraints set away from their defaults."""

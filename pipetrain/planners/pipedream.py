@@ -26,7 +26,14 @@ and drain the DP's steady-state objective leaves out, and checked against the de
 data parallelism (one stage on every device) is simulated beside it at every count, since the steady
 state undersells it. The fastest feasible candidate wins. A plan that leaves devices idle runs on
 the sub-cluster of the devices it uses (ranks ``0..R-1``, as :meth:`Plan.validate` needs). Cost: per
-count, one DP (see its module for the complexity) plus four event simulations."""
+count, one DP (see its module for the complexity) plus four event simulations.
+
+With ``constraints.method = pipedream`` the plan is PipeDream's own, asynchronous one
+(:func:`async_candidates_at`): the DP with the paper's objective (``sync_scale = 1``, replicas
+sharing the sync, no flush), and its straight pipeline, run by ``pipedream`` (weight stashing,
+1F1B-RR) and scored by the steady state (:func:`~pipetrain.simulate.steady.steady_state`). 1F1B-RR
+cannot replicate the last stage: a DP answer that does keeps one replica there (label "last stage of
+… cut to one replica"); counts not a multiple of every replica count are skipped."""
 
 from __future__ import annotations
 
@@ -45,9 +52,9 @@ from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResu
 from pipetrain.planners.counts import thinned_counts
 from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.partition.pipedream import DeviceMemoryLimit, DPResult, DPStage, Level, pipedream_partition
-from pipetrain.planners.score import memory_checked, score
+from pipetrain.planners.score import memory_checked, score, score_steady
 
-__all__ = ["PipeDreamReport", "plan_pipedream", "topology"]
+__all__ = ["PipeDreamReport", "async_candidates_at", "plan_pipedream", "rr_runnable", "topology"]
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +89,9 @@ def topology(cluster: Cluster) -> list[Level]:
     return [Level(cluster.n_devices, inter.bandwidth_bytes_per_s, inter.latency_s)]
 
 
-def _partition(problem: PlanningProblem, n_micro: int, straight: bool) -> DPResult:
+def _partition(problem: PlanningProblem, n_micro: int, straight: bool, asynchronous: bool = False) -> DPResult:
+    """The DP at ``n_micro`` micro-batches: a synchronous (flush) objective, or with ``asynchronous``
+    PipeDream's own (one weight sync per item, each replica paying its share; §3.3 of the paper)."""
     b = max(equal_sizes(problem.batch_size, n_micro))
     cost, names = problem.cost, problem.layer_names
     cluster = cost.cluster
@@ -92,7 +101,8 @@ def _partition(problem: PlanningProblem, n_micro: int, straight: bool) -> DPResu
     return pipedream_partition(
         [cost.layer_work_s(n, b, slowest) for n in names], [cost.output_bytes((n,), b) for n in names],
         [cost.parameter_bytes((n,)) for n in names], topology(cluster),
-        sync_scale=1.0 / n_micro, synchronous=True, straight=straight, memory=memory,
+        sync_scale=1.0 if asynchronous else 1.0 / n_micro, synchronous=not asynchronous, straight=straight,
+        memory=memory,
     )
 
 
@@ -143,6 +153,50 @@ def _candidates_at(problem: PlanningProblem, n_micro: int, methods: Sequence[Met
     return found
 
 
+def rr_runnable(option: DPResult) -> tuple[DPResult, str]:
+    """The DP's answer as ``pipedream``'s 1F1B-RR can run it (docs/algorithms.md §3.4–3.5): a replicated
+    last stage keeps one replica (the others are left idle), and a note saying so; else unchanged."""
+    last = option.stages[-1]
+    if last.replicas == 1:
+        return option, ""
+    stages = (*option.stages[:-1], DPStage(last.first, last.end, 1, last.devices[:1]))
+    config = "-".join(str(s.replicas) for s in stages)
+    return DPResult(stages, math.nan, config), f"last stage of {option.config} cut to one replica"
+
+
+def async_candidates_at(problem: PlanningProblem, n_micro: int, straight: bool,
+                        skipped: list[tuple[int, str]]) -> list[Candidate]:
+    """``pipedream`` plans at ``n_micro`` micro-batches from the DP with PipeDream's own objective (no
+    flush: a weight sync per item), and its straight pipeline, made runnable by 1F1B-RR
+    (:func:`rr_runnable`; ``n_micro`` a multiple of every replica count), scored by their steady state
+    (:func:`~pipetrain.planners.score.score_steady`) and memory-checked with the stashed versions."""
+    found: list[Candidate] = []
+    seen: set[str] = set()
+    for flat in (straight, True):
+        try:
+            option, note = rr_runnable(_partition(problem, n_micro, flat, asynchronous=True))
+        except UserError as e:
+            skipped.append((n_micro, str(e)))
+            continue
+        bad = [s.replicas for s in option.stages if n_micro % s.replicas]
+        if option.config in seen or bad:
+            if bad:
+                skipped.append((n_micro, f"config {option.config}: {bad[0]} replicas do not divide {n_micro} "
+                                          "micro-batches (1F1B-RR)"))
+            continue
+        seen.add(option.config)
+        plan, cluster = _plan(problem, n_micro, Method.PIPEDREAM, option)
+        sub_cost = problem.cost.on(cluster)
+        label = f"pipedream {option.config}{f' ({note})' if note else ''}"
+        candidate = memory_checked(score_steady(plan.run_by(Method.PIPEDREAM), sub_cost, label=label), sub_cost,
+                                   problem.optimizer)
+        if candidate.feasible:
+            found.append(candidate)
+        else:
+            skipped.append((n_micro, f"pipedream {option.config}: {candidate.infeasible}"))
+    return found
+
+
 def plan_pipedream(
     problem: PlanningProblem,
     *,
@@ -154,7 +208,9 @@ def plan_pipedream(
 
     Args:
         problem: the model, cost model (two levels: intra- and inter-node links), batch and optimizer.
-        methods: the synchronous schedules to simulate each partition under.
+        methods: the synchronous schedules to simulate each partition under; ``constraints.method``
+            picks one of them, or ``pipedream`` for PipeDream's asynchronous plan
+            (:func:`~pipetrain.planners.pipedream_async.async_candidates_at`).
         counts: micro-batch counts to try; default :func:`~pipetrain.planners.counts.thinned_counts`.
         straight: no replication (PipeDream's straight pipeline).
 
@@ -167,8 +223,15 @@ def plan_pipedream(
     """
     candidates: list[Candidate] = []
     skipped: list[tuple[int, str]] = []
+    fixed = problem.constraints.method
+    if fixed is not None and fixed not in (Method.PIPEDREAM, *methods):
+        raise UserError(f"the pipedream planner plans gpipe, 1f1b or pipedream, not {fixed.value}; drop --method or "
+                        "use --method pipedream for its asynchronous plan")
     for m in counts if counts is not None else thinned_counts(problem.batch_size):
-        candidates += _candidates_at(problem, m, methods, straight, skipped)
+        if fixed is Method.PIPEDREAM:
+            candidates += async_candidates_at(problem, m, straight, skipped)
+        else:
+            candidates += _candidates_at(problem, m, [fixed] if fixed is not None else methods, straight, skipped)
     if not candidates:
         reasons = "; ".join(f"m={m}: {why}" for m, why in skipped[:3])
         raise UserError(f"the pipedream planner found no plan that fits ({reasons}); use a smaller batch, more "
@@ -176,7 +239,7 @@ def plan_pipedream(
     candidates.sort(key=rank_key)
     best = candidates[0]
     assert best.cluster is not None
-    config = best.label.removeprefix("pipedream ")
+    config = best.label.removeprefix("pipedream ").split(" ")[0]
     log.info("pipedream: chose %s, %s, %d micro-batches: %.6f s", config, best.plan.method.value,
              len(best.plan.stages[0].forward_sizes), best.iteration_s)
     return PlanningResult("pipedream", best.plan, best.cluster, tuple(candidates),

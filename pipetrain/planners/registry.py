@@ -7,7 +7,7 @@
 Two kinds of planner:
 
 * **stage planners** choose the stages (layers, ranks, replication), the method and the micro-batches:
-  ``balanced``, ``pipedream``, ``bapipe``, ``graphpipe``, ``interleaved``, ``auto``;
+  ``balanced``, ``pipedream``, ``bapipe``, ``graphpipe``, ``interleaved``, ``auto``, ``2bw``;
 * **micro-batch planners** keep a base plan's stages (``constraints.base``, default the ``balanced``
   planner's best plan) and choose each stage's forward and backward micro-batch sizes (UMPIPE,
   docs/algorithms.md §2): ``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``.
@@ -28,6 +28,7 @@ from pipetrain.planners.graphpipe import plan_graphpipe
 from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES, PlannerName
 from pipetrain.planners.pipedream import plan_pipedream
+from pipetrain.planners.twobw import plan_2bw
 from pipetrain.planners.unequal import plan_unequal
 
 __all__ = ["MICROBATCH_PLANNERS", "PLANNERS", "STAGE_PLANNERS", "PlannerKind", "PlannerSpec", "get_planner",
@@ -90,14 +91,17 @@ _STAGE_SPECS = (
     PlannerSpec("balanced", "stages", "gpipe or 1f1b, an exact min-max layer split, one stage per device",
                 frozenset({"method", "n_stages", "n_micro"}), plan_balanced),
     PlannerSpec("pipedream", "stages", "PipeDream's DP over layers, machines and replication (docs/algorithms.md §3)",
-                frozenset(), plan_pipedream),
+                frozenset({"method"}), plan_pipedream),
     PlannerSpec("bapipe", "stages", "BaPipe's exploration of method, stages, micro-batches and device order "
                 "(docs/algorithms.md §4)", frozenset({"n_stages", "seed", "ga"}), plan_bapipe),
     PlannerSpec("graphpipe", "stages", "GraphPipe's SP decomposition, DP and TPS search: a DAG of stages (method "
                 "graph) for multi-branch models", frozenset(), plan_graphpipe),
     PlannerSpec("interleaved", "stages", "interleaved 1F1B: v model chunks per rank, looping placement, any "
                 "micro-batch count", frozenset({"n_micro", "virtual_stages"}), plan_interleaved),
-    PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed"}), _auto),
+    PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed", "allow_async"}),
+                _auto),
+    PlannerSpec("2bw", "stages", "PipeDream-2BW: depth, micro-batch size, recompute (docs/algorithms.md §3.6)",
+                frozenset({"method"}), plan_2bw),
 )
 
 PLANNERS: Final[dict[str, PlannerSpec]] = {

@@ -21,8 +21,9 @@ from pipetrain.planners.contract import Candidate
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import overflows
+from pipetrain.simulate.steady import steady_timeline
 
-__all__ = ["memory_checked", "over_memory", "profile_sources", "score"]
+__all__ = ["memory_checked", "over_memory", "profile_sources", "score", "score_steady"]
 
 _MIB = 2**20
 
@@ -47,6 +48,18 @@ def score(plan: Plan, cost: CostModel, *, label: str = "") -> Candidate:
     basis = f"{label + ', ' if label else ''}simulated: {profile_sources(cost)}, cluster {cost.cluster.name}"
     prediction = Prediction(timeline.iteration_s, timeline.bubble_fraction(), timeline.peak_activation_bytes, basis)
     return Candidate(plan.with_prediction(prediction), timeline.iteration_s, cost.cluster, label)
+
+
+def score_steady(plan: Plan, cost: CostModel, *, label: str = "") -> Candidate:
+    """An asynchronous plan (``pipedream``, ``2bw``; docs/algorithms.md §3.5) scored by its steady state:
+    ``iteration_s`` is the seconds per batch once the pipeline is full
+    (:func:`~pipetrain.simulate.steady.steady_state`), comparable with a synchronous plan's iteration
+    time; the bubble and activation peaks are those of the simulated run of several batches."""
+    steady, timeline = steady_timeline(plan, cost)
+    basis = (f"{label + ', ' if label else ''}steady state (no flush), simulated: {profile_sources(cost)}, "
+             f"cluster {cost.cluster.name}")
+    prediction = Prediction(steady.batch_s, timeline.bubble_fraction(), timeline.peak_activation_bytes, basis)
+    return Candidate(plan.with_prediction(prediction), steady.batch_s, cost.cluster, label)
 
 
 def over_memory(plan: Plan, cost: CostModel, optimizer: OptimizerName = "sgd") -> str:

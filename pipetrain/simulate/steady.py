@@ -29,8 +29,9 @@ from pipetrain.cost import CostModel
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.schedule.generators import DEFAULT_ASYNC_BATCHES, build_schedule
 from pipetrain.simulate.events import simulate
+from pipetrain.simulate.timeline import Timeline
 
-__all__ = ["SteadyState", "steady_state"]
+__all__ = ["SteadyState", "steady_state", "steady_timeline"]
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,22 @@ class SteadyState:
 
 def steady_state(plan: Plan, cost: CostModel, batches: int = DEFAULT_ASYNC_BATCHES) -> SteadyState:
     """Simulate ``batches`` and ``2 · batches`` batches of ``plan`` (module docstring)."""
+    return steady_timeline(plan, cost, batches)[0]
+
+
+def steady_timeline(plan: Plan, cost: CostModel, batches: int = DEFAULT_ASYNC_BATCHES) -> tuple[SteadyState, Timeline]:
+    """:func:`steady_state` and the simulated timeline of ``batches`` batches (one batch when synchronous),
+    for the bubble and activation peaks a planner's prediction reports."""
     if plan.method is Method.LOCAL:
-        short, long = (simulate(build_schedule(run), run, cost).iteration_s
+        short, long = (simulate(build_schedule(run), run, cost)
                        for run in (plan.repeated(batches), plan.repeated(2 * batches)))
     elif not plan.asynchronous:
-        batch_s = simulate(build_schedule(plan), plan, cost).iteration_s
-        return SteadyState(batch_s, 0.0, plan.batch_size / batch_s if batch_s > 0 else 0.0)
+        timeline = simulate(build_schedule(plan), plan, cost)
+        batch_s = timeline.iteration_s
+        return SteadyState(batch_s, 0.0, plan.batch_size / batch_s if batch_s > 0 else 0.0), timeline
     else:
-        short, long = (simulate(build_schedule(plan, n), plan, cost).iteration_s for n in (batches, 2 * batches))
-    batch_s = (long - short) / batches
-    return SteadyState(batch_s, max(0.0, short - batches * batch_s),
-                       plan.batch_size / batch_s if batch_s > 0 else 0.0)
+        short, long = (simulate(build_schedule(plan, n), plan, cost) for n in (batches, 2 * batches))
+    batch_s = (long.iteration_s - short.iteration_s) / batches
+    steady = SteadyState(batch_s, max(0.0, short.iteration_s - batches * batch_s),
+                         plan.batch_size / batch_s if batch_s > 0 else 0.0)
+    return steady, short

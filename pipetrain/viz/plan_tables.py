@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from pipetrain.plan.plan import Method, Plan
-from pipetrain.planners.auto import AutoReport
+from pipetrain.planners.auto import ASYNC_NOTE, AutoReport
 from pipetrain.planners.bapipe import BapipeCandidate, BapipeResult
 from pipetrain.planners.contract import Candidate, PlanningResult
 from pipetrain.planners.pipedream import PipeDreamReport
@@ -192,17 +192,20 @@ def _bapipe_caption(best: BapipeCandidate, unit: str, scale: float) -> str:
 
 
 def auto_table(result: PlanningResult, *, width: int = 120) -> str:
-    """``auto``: each planner's plan and predicted time beside the winner's, or why it has none."""
+    """``auto``: each planner's plan and predicted time beside the winner's, or why it has none; the
+    asynchronous candidates (``--allow-async``, docs/algorithms.md §3.5–3.6) marked as changing the
+    optimizer's semantics."""
     assert isinstance(result.report, AutoReport)
     best = result.plan.prediction.iteration_s if result.plan.prediction else 0.0
     unit, scale = time_unit(best)
     table = Table(title=f"planners (auto keeps the fastest that fits: {result.report.winner})", box=box.ROUNDED)
-    for name in ("planner", f"predicted ({unit})", "vs winner", "plan, or why none"):
+    for name in ("planner", f"predicted ({unit})", "vs winner", "plan, or why none", "async"):
         table.add_column(name, justify="right" if name.startswith(("predicted", "vs")) else "left")
     for o in result.report.outcomes:
         found = o.plan is not None
         table.add_row(o.planner, _num(o.iteration_s * scale) if found else "-",
-                      f"{o.iteration_s / best:.3f}×" if found and best > 0 else "-", o.note)
+                      f"{o.iteration_s / best:.3f}×" if found and best > 0 else "-", o.note,
+                      ASYNC_NOTE if o.asynchronous else "-")
     return _render(table, width)
 
 

@@ -10,11 +10,14 @@ import pytest
 from pipetrain import cli
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
-from pipetrain.plan.plan import Plan
-from pipetrain.planners.auto import AUTO_PLANNERS, AutoReport, plan_auto
-from pipetrain.planners.contract import ModelRef, PlanningProblem
-from pipetrain.planners.pipedream import PipeDreamReport, plan_pipedream, topology
+from pipetrain.errors import UserError
+from pipetrain.plan.plan import Method, Plan, WeightPolicy
+from pipetrain.planners.auto import ASYNC_AUTO_PLANNERS, ASYNC_NOTE, AUTO_PLANNERS, AutoReport, auto_planners, plan_auto
+from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
+from pipetrain.planners.partition.pipedream import DPResult, DPStage
+from pipetrain.planners.pipedream import PipeDreamReport, plan_pipedream, rr_runnable, topology
 from pipetrain.schedule.generators import build_schedule
+from pipetrain.viz.plan_tables import auto_table
 from tests.conftest import flat_profile
 
 NVLINK, ETHERNET = Link(5e-6, 1.5e11), Link(2e-5, 3e9)
@@ -82,3 +85,64 @@ def test_cli_refuses_a_method_with_a_cluster_planner(capsys: pytest.CaptureFixtu
                      "--estimate", "v100"])
     err = capsys.readouterr().err
     assert code == 2 and "pipedream chooses --method itself" in err and "drop --method" in err
+
+
+def test_pipedream_method_plans_the_steady_state_dp_run_asynchronously() -> None:
+    """``--method pipedream --planner pipedream``: the DP's own objective (no flush), run by pipedream
+    under 1F1B-RR's rules (last stage unreplicated, micro-batches a multiple of every replica count)."""
+    problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), vgg_like(), batch_size=16,
+                              constraints=Constraints(method=Method.PIPEDREAM))
+    result = plan_pipedream(problem)
+    assert isinstance(result.report, PipeDreamReport)
+    for c in result.candidates:
+        assert c.plan.method is Method.PIPEDREAM and c.plan.weights is WeightPolicy.STASH
+        assert len(c.plan.stages[-1].ranks) == 1
+        assert all(len(c.plan.stages[0].forward_sizes) % len(s.ranks) == 0 for s in c.plan.stages)
+        assert c.plan.prediction is not None and "steady state" in c.plan.prediction.basis
+    replicated = [c.plan for c in result.candidates if c.plan.replicated]
+    assert replicated and len(replicated[0].stages[0].ranks) == 3  # the DP's 3-1 where 3 divides the count
+    assert any("3 replicas do not divide 16" in why for _, why in result.report.skipped)
+    build_schedule(replicated[0], 4)  # validates the versions and chunks
+
+
+def test_rr_runnable_cuts_a_replicated_last_stage() -> None:
+    dp = DPResult((DPStage(0, 5, 2, (0, 1)), DPStage(5, 10, 2, (2, 3))), 1.0, "2-2")
+    option, note = rr_runnable(dp)
+    assert option.config == "2-1" and option.stages[-1].devices == (2,) and "cut to one replica" in note
+    assert rr_runnable(option) == (option, "")
+
+
+def test_pipedream_planner_refuses_other_async_methods() -> None:
+    problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), vgg_like(), batch_size=16,
+                              constraints=Constraints(method=Method.TWO_BW))
+    with pytest.raises(UserError, match="plans gpipe, 1f1b or pipedream"):
+        plan_pipedream(problem)
+
+
+def test_cli_plans_pipedream_with_its_planner(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    assert cli.main(["plan", "--model", "gpt-tiny", "--batch", "16", "--estimate", "v100", "--ranks", "4",
+                     "--planner", "pipedream", "--method", "pipedream", "--out", str(out)]) == 0
+    plan = Plan.from_json(out.read_text())
+    assert plan.method is Method.PIPEDREAM and plan.prediction is not None
+    assert "steady state" in plan.prediction.basis
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_auto_considers_async_methods_only_when_allowed(allow: bool) -> None:
+    problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), vgg_like(), batch_size=16,
+                              constraints=Constraints(allow_async=allow))
+    result = plan_auto(problem)
+    assert isinstance(result.report, AutoReport)
+    names = [o.planner for o in result.report.outcomes]
+    assert names == list(auto_planners(problem)) == [*AUTO_PLANNERS[:-1], *(ASYNC_AUTO_PLANNERS if allow else ())]
+    methods = {c.plan.method for c in result.candidates}
+    assert bool(methods & {Method.PIPEDREAM, Method.TWO_BW}) == allow
+    table = auto_table(result, width=220)
+    assert (ASYNC_NOTE in table) == allow
+    assert all(o.asynchronous == (o.planner in ASYNC_AUTO_PLANNERS) for o in result.report.outcomes)
+
+
+def test_cli_allow_async_is_for_auto(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["plan", "--model", "gpt-tiny", "--planner", "balanced", "--allow-async", "--estimate", "v100"])
+    assert code == 2 and "--allow-async" in capsys.readouterr().err
