@@ -63,6 +63,7 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
 
 ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
+SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ONE_F_ONE_B.value)
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
@@ -168,13 +169,13 @@ def _save_plan(args: argparse.Namespace, result: api.PlanningResult, cluster: Cl
 
 
 def _run_by(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
-    """``plan`` run by ``--method pipedream|2bw`` (with ``--vertical-sync``) or ``--method local`` (with
+    """``plan`` run by ``--method pipedream|2bw`` (with ``--vertical-sync``), ``zb1|1f1b``, or ``--method local`` (with
     ``--aux``, ``--queue-depth``) when given; else as it is."""
     local = args.method == Method.LOCAL.value
     _check_local_flags(args, local or (args.method is None and plan.method is Method.LOCAL))
     if args.vertical_sync and args.method != Method.PIPEDREAM.value:
         raise UserError("--vertical-sync applies to --method pipedream; add --method pipedream or drop it")
-    if args.method in ASYNC_METHODS:
+    if args.method in ASYNC_METHODS or args.method in SYNC_RERUN_METHODS:
         return plan.run_by(Method(args.method), args.vertical_sync)
     if local or (plan.method is Method.LOCAL and (args.aux is not None or args.queue_depth is not None)):
         depth = args.queue_depth or (plan.queue_depth if plan.method is Method.LOCAL else DEFAULT_QUEUE_DEPTH)

@@ -9,6 +9,9 @@ PipeDream's:
 * forward seconds: ``module(x)`` with autograd recording, as in training;
 * backward seconds: ``torch.autograd.backward(out, grad)`` of that layer alone, for a random
   ``grad`` (input and weight gradients; the forward that builds the graph is not timed);
+* weight-gradient seconds (the W of a split backward, method ``zb1``, Qi et al. 2024): the whole
+  backward's minus that of ``torch.autograd.backward(out, grad, inputs=[x])`` (the input gradient
+  alone), clamped at 0; the whole backward when the input takes no gradient;
 * once per layer, the seconds of a plain SGD step over its parameters (``step_s``);
 
 each after ``warmup`` untimed runs, as the median of ``repeats`` timed runs. Layers are fed real
@@ -254,17 +257,23 @@ class _Timer:
 
 def _time_layer(
     timer: _Timer, module: nn.Module, x: torch.Tensor, grad: torch.Tensor | None
-) -> tuple[float, float]:
-    """Forward and backward seconds of ``module`` on ``x``; backward is 0 when ``grad`` is None."""
+) -> tuple[float, float, float]:
+    """Forward, backward and weight-gradient seconds of ``module`` on ``x`` (module docstring);
+    backward and weight gradient are 0 when ``grad`` is None."""
     x = x.detach().requires_grad_(x.is_floating_point())
     forward_s = timer.median_s(lambda: functools.partial(module, x))
     if grad is None:
-        return forward_s, 0.0
+        return forward_s, 0.0, 0.0
 
     def prepare_backward() -> Callable[[], object]:
         return functools.partial(torch.autograd.backward, module(x), grad)
 
-    return forward_s, timer.median_s(prepare_backward)
+    def prepare_input_grad() -> Callable[[], object]:
+        return functools.partial(torch.autograd.backward, module(x), grad, inputs=[x])
+
+    whole = timer.median_s(prepare_backward)
+    input_only = timer.median_s(prepare_input_grad) if x.requires_grad else 0.0
+    return forward_s, whole, max(0.0, whole - input_only)
 
 
 def _time_step(timer: _Timer, module: nn.Module) -> float:
@@ -325,8 +334,9 @@ def _measure_layer(
     profile = LayerProfile(
         name=name,
         sizes=grid,
-        forward_s=tuple(f for f, _ in times),
-        backward_s=tuple(g for _, g in times),
+        forward_s=tuple(f for f, _, _ in times),
+        backward_s=tuple(g for _, g, _ in times),
+        weight_grad_s=tuple(w for _, _, w in times),
         output_bytes_per_sample=stats.output_bytes_per_sample,
         saved_bytes_per_sample=stats.saved_bytes_per_sample,
         parameter_bytes=stats.parameter_bytes,

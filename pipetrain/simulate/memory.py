@@ -15,6 +15,9 @@ Per action, with ``A(b)`` the stage's saved bytes and ``I(b)`` its input bytes f
     stage keeps activations    F of b samples: +A(b)     B of b samples: −A(b)
     stage recomputes           F: +I(b) (stashed input)  B: holds A(b) while it runs, then −I(b)
 
+A split backward (method ``zb1``, a program with W actions; Qi et al. 2024) releases at W instead
+of B: the B keeps the graph for the W (``−A(b)`` moves from B to W).
+
 For ``m`` equal micro-batches of ``b = B/m`` samples on stage ``k`` of ``K`` (``k = 0..K−1``) the
 replay reproduces these closed forms (checked on a grid by the unit tests)::
 
@@ -72,9 +75,11 @@ class ActivationLedger:
         plan: the plan; says whether ``stage`` recomputes.
         cost: the profile's bytes.
         stage: the stage the rank runs.
+        split: the rank's program splits backward into B and W (it has W actions): W releases.
     """
 
-    def __init__(self, plan: Plan, cost: CostModel, stage: int) -> None:
+    def __init__(self, plan: Plan, cost: CostModel, stage: int, split: bool = False) -> None:
+        self._split = split
         self._layers = plan.stages[stage].layers
         self._recompute = plan.recomputes(stage)
         self._cost = cost
@@ -82,8 +87,10 @@ class ActivationLedger:
         self.peak_bytes = 0
 
     def record(self, action: Action) -> None:
-        """Account for ``action`` having run; actions other than F and B hold nothing."""
-        if action.kind not in (ActionKind.F, ActionKind.B):
+        """Account for ``action`` having run; actions other than F, B and W hold nothing."""
+        if action.kind not in (ActionKind.F, ActionKind.B, ActionKind.W):
+            return
+        if action.kind is (ActionKind.B if self._split else ActionKind.W):  # the release is at W exactly when split
             return
         saved = self._cost.saved_bytes(self._layers, action.size)
         kept = self._cost.input_bytes(self._layers, action.size) if self._recompute else saved
@@ -110,7 +117,7 @@ def activation_peaks(plan: Plan, cost: CostModel, schedule: Schedule | None = No
     stage_of = plan.rank_stages
     peaks = []
     for rank, program in schedule:
-        ledger = ActivationLedger(plan, cost, stage_of[rank])
+        ledger = ActivationLedger(plan, cost, stage_of[rank], any(a.kind is ActionKind.W for a in program))
         for action in program:
             ledger.record(action)
         peaks.append(ledger.peak_bytes)
