@@ -20,11 +20,12 @@ not guessed: their FLOPs come out near 2× the forward's (input and weight gradi
 attention, which recomputes its scores.
 
 The split backward of method ``zb1`` (Qi et al. 2024) needs the weight-gradient part ``W`` of each
-backward: the layer's backward is traced a second time with ``inputs=[x]`` (input gradients only,
-the kernels of ``B``), and ``W`` is the whole backward's seconds minus ``B``'s, clamped at 0. A
-layer whose input takes no gradient (an embedding's indices) puts its whole backward in ``W``.
-Where the restricted trace fails the layer keeps the profile's default split
-(:data:`~pipetrain.profile.table.DEFAULT_WEIGHT_GRAD_SHARE`).
+backward: at the grid's largest size the layer's backward is traced a second time with
+``inputs=[x]`` (input gradients only, the kernels of ``B``); ``W``'s share there is the whole
+backward's seconds minus ``B``'s, clamped at 0, and every grid size's backward is split at that
+share (one extra trace per layer, which keeps estimation fast). A layer whose input takes no
+gradient (an embedding's indices) puts its whole backward in ``W``. Where the restricted trace fails
+the layer keeps the profile's default split (:data:`~pipetrain.profile.table.DEFAULT_WEIGHT_GRAD_SHARE`).
 
 Attention (``scaled_dot_product_attention`` without a mask) is traced as torch's fused
 memory-efficient kernel, as GPUs run it, instead of the unfused math path the meta device would
@@ -244,14 +245,15 @@ def _estimate_layer(
 
 def _weight_grad_s(module: nn.Module, spec: TensorSpec, grid: tuple[int, ...], device: DeviceModel,
                    backward_s: Sequence[float]) -> tuple[float, ...] | None:
-    """Per grid size, the backward's seconds minus its input-gradient kernels' (module docstring);
-    None where the restricted trace fails (the default split then applies)."""
+    """Per grid size, the backward's seconds at the weight-gradient share traced at the largest size
+    (module docstring); None where the restricted trace fails (the default split then applies)."""
     try:
-        inputs = [trace_kernels(module, _meta_input(spec, b), input_only=True)[1] for b in grid]
+        kernels = trace_kernels(module, _meta_input(spec, grid[-1]), input_only=True)[1]
     except (NotImplementedError, RuntimeError):
         return None
-    return tuple(max(0.0, whole - sum(kernel_seconds(k, device) for k in kernels))
-                 for whole, kernels in zip(backward_s, inputs, strict=True))
+    whole = backward_s[-1]
+    share = max(0.0, whole - sum(kernel_seconds(k, device) for k in kernels)) / whole if whole > 0 else 0.0
+    return tuple(share * b for b in backward_s)
 
 
 def estimate_profile(
