@@ -13,8 +13,8 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
     SEND_F  post a send of the stored outputs [lo, hi) to peer
     RECV_B  receive output gradients [hi-lo, *out] from peer; store by range
     B       backward(y, grad of y) for the F of exactly [lo, hi); store x.grad for SEND_B
-            (split backward, a program with W actions: input gradients only,
-            backward(y, grad, inputs=[x], retain_graph=True), keeping (y, grad) for W)
+            (split backward, a program with W actions: the gradients of x and of each layer's
+            output in one pass that keeps the graph; they are kept for W)
             (recomputing stage: x = kept inputs [lo, hi), re-chunked; y = layers(x) with
             autograd; then the same backward, so [lo, hi) need not match any F range)
     SEND_B  post a send of the stored input gradients [lo, hi) to peer
@@ -22,8 +22,8 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
             rank has posted that step's receives); on a replicated stage, all-reduce (sum) the gradients and the
             loss over the stage's ranks; clip the global gradient norm (if set); optimizer step;
             zero gradients
-    W       weight gradients of the B of exactly [lo, hi): backward(y, grad, inputs=params),
-            accumulated into .grad; then the micro-batch's activations are released
+    W       weight gradients of the B of exactly [lo, hi): per layer backward(h, grad of h,
+            inputs=its params), accumulated into .grad; then the micro-batch's activations are released
 
 Local learning (method ``local``): on a rank whose context has ``local`` state, F, B and STEP are
 :mod:`pipetrain.runtime.local_handlers`' (a local loss through an auxiliary head, a local backward
@@ -43,11 +43,12 @@ batch_chunks`), so in-flight micro-batches stay kept across steps and ranges ind
 its own size.
 
 Split backward (method ``zb1``, Qi et al. 2024 "Zero Bubble Pipeline Parallelism" §2): a rank whose
-program has W actions runs each backward in two parts. B back-propagates ``grad [hi-lo, *out]`` (the
-last stage: the scalar loss) to the stage input ``x [hi-lo, *in]`` alone and keeps the graph; W later
-back-propagates the same ``(y, grad)`` to the parameters and frees the graph. Stage 0's input needs
-no gradient, so its B computes nothing and its W the whole backward. The sum of the two parts is
-the fused backward's gradient, so training is unchanged.
+program has W actions runs each backward in two parts (:mod:`pipetrain.runtime.split_backward`).
+Forward runs the stage's layers one by one and keeps each layer's output; B back-propagates ``grad
+[hi-lo, *out]`` (the last stage: the scalar loss) to the stage input ``x [hi-lo, *in]`` and to every
+layer output, keeping the graph; W later back-propagates each layer's output gradient to that
+layer's parameters and frees the graph. The weight gradients are the fused backward's, so training
+is unchanged.
 
 Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes` says: a
 stage whose backward partition differs from its forward one cannot back-propagate part of a forward
@@ -78,6 +79,7 @@ from pipetrain.runtime.local_handlers import (
     local_step,
 )
 from pipetrain.runtime.memory import ActivationMeter
+from pipetrain.runtime.split_backward import LayerPart, WeightWork, input_grads, layer_outputs, weight_grads
 from pipetrain.runtime.transport import Direction, Message, Transport
 from pipetrain.runtime.versions import WeightVersions
 from pipetrain.schedule.action import Action, ActionKind
@@ -137,7 +139,8 @@ class RankContext:
         dag: method ``graph``: the stage's ports toward each neighbouring stage (a DAG of stages);
             None for a chain.
         split_backward: the program splits backward into B and W (it has W actions).
-        weight_pending: per range, ``(y, grad of y)`` a B kept for its W (split backward).
+        layer_parts: per forward range, each layer's output and parameters (split backward).
+        weight_pending: per range, the work a B left for its W (split backward).
     """
 
     rank: int
@@ -171,7 +174,8 @@ class RankContext:
     loss_count: int = 0
     dag: DagStage | None = None
     split_backward: bool = False
-    weight_pending: dict[Range, tuple[torch.Tensor, torch.Tensor | None]] = field(default_factory=dict)
+    layer_parts: dict[Range, list[LayerPart]] = field(default_factory=dict)
+    weight_pending: dict[Range, WeightWork] = field(default_factory=dict)
 
     @property
     def is_first(self) -> bool:
@@ -197,6 +201,7 @@ class RankContext:
         if self.versions is None:
             self.saved.clear()
             self.weight_pending.clear()
+            self.layer_parts.clear()
             if self.dag is not None:
                 self.dag.saved.clear()
         self.loss_total, self.loss_count, self.sample_offset = None, 0, offset
@@ -242,7 +247,10 @@ def _run_layers(ctx: RankContext, x: torch.Tensor, a: Action) -> tuple[torch.Ten
     last stage ``y`` is the weighted loss."""
     if not ctx.is_first and x.is_floating_point() and torch.is_grad_enabled():
         x = x.detach().requires_grad_(True)
-    y = ctx.module(x) if ctx.versions is None or a.version is None else ctx.versions.call(a.version, x)
+    if ctx.split_backward and torch.is_grad_enabled():
+        y, ctx.layer_parts[(a.lo, a.hi)] = layer_outputs(ctx.module, x)
+    else:
+        y = ctx.module(x) if ctx.versions is None or a.version is None else ctx.versions.call(a.version, x)
     if ctx.is_last:
         if ctx.targets is None:
             raise ValueError("the last stage has no targets; call begin_step first")
@@ -334,11 +342,10 @@ def _backward(ctx: RankContext, a: Action) -> None:
 
 
 def _input_grad(ctx: RankContext, a: Action, x: torch.Tensor, y: torch.Tensor, grad: torch.Tensor | None) -> None:
-    """B of a split backward: the gradient of the stage input ``x`` only; ``(y, grad)`` kept for W."""
-    if x.requires_grad:
-        torch.autograd.backward(y, grad, inputs=[x], retain_graph=True)
-        ctx.input_grads.put(a.lo, a.hi, x.grad if x.grad is not None else torch.zeros_like(x))
-    ctx.weight_pending[(a.lo, a.hi)] = (y, grad)
+    """B of a split backward: the gradients of the stage input and of every layer output; what W needs kept."""
+    x_grad, ctx.weight_pending[(a.lo, a.hi)] = input_grads(y, grad, x, ctx.layer_parts.pop((a.lo, a.hi)))
+    if x_grad is not None:
+        ctx.input_grads.put(a.lo, a.hi, x_grad)
 
 
 def _weight_grad(ctx: RankContext, a: Action) -> None:
@@ -347,10 +354,7 @@ def _weight_grad(ctx: RankContext, a: Action) -> None:
     if key not in ctx.weight_pending:
         raise UserError(f"{a}: no B of exactly [{a.lo}:{a.hi}) waits for its W (pending: "
                         f"{sorted(ctx.weight_pending)}); put each W after the B of its range")
-    y, grad = ctx.weight_pending.pop(key)
-    params = [p for p in ctx.module.parameters() if p.requires_grad]
-    if params and y.requires_grad:
-        torch.autograd.backward(y, grad, inputs=params)
+    weight_grads(ctx.weight_pending.pop(key))
     ctx.meter.release(key)
 
 

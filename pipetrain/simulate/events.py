@@ -20,9 +20,8 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   (:func:`~pipetrain.simulate.steady.steady_state`);
 * a split backward (method ``zb1``, Qi et al. 2024; a rank whose program has W actions): B costs
   the stage's input-gradient seconds and W its weight-gradient seconds
-  (:meth:`~pipetrain.cost.CostModel.backward_input_s`, :meth:`~pipetrain.cost.CostModel.weight_grad_s`);
-  on a stage without predecessors B computes nothing (its per-action overhead) and W the whole
-  backward, as in the runtime;
+  (:meth:`~pipetrain.cost.CostModel.backward_input_s`, :meth:`~pipetrain.cost.CostModel.weight_grad_s`),
+  as the runtime splits them per layer (:mod:`pipetrain.runtime.split_backward`);
 * held activations follow :class:`~pipetrain.simulate.memory.ActivationLedger`: saved bytes from F to B,
   or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage;
 * the replicas of a replicated stage start their STEP together (their ``i``-th), once the last one reaches it, and
@@ -104,10 +103,9 @@ class _Simulator:
     def split_s(self, rank: int, a: Action) -> float:
         """Seconds of B or W of a split backward (module docstring)."""
         layers = self.layers(rank)
-        first = not self.plan.stage_predecessors(self.stage_of[rank])
         if a.kind is ActionKind.B:
-            return self.cost.action_overhead_s if first else self.cost.backward_input_s(layers, a.size, rank)
-        return self.cost.backward_s(layers, a.size, rank) if first else self.cost.weight_grad_s(layers, a.size, rank)
+            return self.cost.backward_input_s(layers, a.size, rank)
+        return self.cost.weight_grad_s(layers, a.size, rank)
 
     def head_s(self, rank: int, a: Action) -> float:
         """The auxiliary head's part of F, B or STEP (0 but for method local with heads in the cost model)."""
