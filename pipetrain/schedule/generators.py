@@ -79,7 +79,7 @@ from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import local_queue, validate
 from pipetrain.schedule.versions import check_chunks, validate_versions
-from pipetrain.schedule.zero_bubble import zb1_sequences
+from pipetrain.schedule.zero_bubble import strict_memory_sequences, zb1_sequences
 
 __all__ = [
     "DEFAULT_ASYNC_BATCHES",
@@ -217,10 +217,11 @@ def _ordered(stages: Sequence[StagePlan], sequences: Sequence[Sequence[tuple[boo
     return orders
 
 
-def zb1_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
+def zb1_orders(stages: Sequence[StagePlan], strict_memory: bool = False) -> list[list[Action]]:
     """ZB-H1 orders (Qi et al. 2024 §2.1, :mod:`pipetrain.schedule.zero_bubble`): each stage's 1F1B
     order (equal or per-stage unequal partitions) with its backward split into B and W, at most
-    ``k`` W actions deferred on stage ``k``.
+    ``k`` W actions deferred on stage ``k``; ``strict_memory``: the variant that holds no more than
+    1F1B on every stage (:func:`~pipetrain.schedule.zero_bubble.strict_memory_sequences`).
 
     Raises:
         UserError: a stage whose forward and backward sizes differ, or a replicated stage.
@@ -230,7 +231,8 @@ def zb1_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
     sequences = one_f_one_b_sequences([s.forward_sizes for s in stages])
     _ordered(stages, sequences)  # checks forward = backward sizes
     orders = []
-    for k, (stage, sequence) in enumerate(zip(stages, zb1_sequences(sequences), strict=True)):
+    placed = strict_memory_sequences(sequences) if strict_memory else zb1_sequences(sequences)
+    for k, (stage, sequence) in enumerate(zip(stages, placed, strict=True)):
         spans = ranges(stage.forward_sizes)
         actions = [Action(ActionKind(kind), k, j, *spans[j]) for kind, j in sequence]
         orders.append([*actions, Action(ActionKind.STEP, k)])

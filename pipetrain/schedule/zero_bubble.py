@@ -35,25 +35,40 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = ["ZbKind", "zb1_sequences"]
+__all__ = ["ZbKind", "strict_memory_sequences", "zb1_sequences"]
 
 ZbKind = Literal["F", "B", "W"]
 
 
-def zb1_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]],
-                  deferred: Sequence[int] | None = None) -> list[list[tuple[ZbKind, int]]]:
+def zb1_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]], deferred: Sequence[int] | None = None,
+                  bounds: Sequence[int] | None = None, cooldown: bool = True) -> list[list[tuple[ZbKind, int]]]:
     """Per stage, the ZB-H1 order: its 1F1B order with W actions placed (module docstring).
 
     Args:
         fb_orders: per stage of ``K``, its 1F1B order as ``(is_backward, j)`` pairs.
         deferred: per stage, the most W actions it may defer; default ``d_k = k`` (ZB-H1).
+        bounds: per stage, the most micro-batches held from F to W before a forward; default ``K``.
+        cooldown: once no forward is left, run one W after every B (ZB-H1); False: defer up to
+            ``deferred`` there too.
+
+    :func:`strict_memory_sequences` is the variant that holds no more than 1F1B on every stage.
     """
     n = len(fb_orders)
     delays = list(deferred) if deferred is not None else list(range(n))
-    return [_stage_order(order, delays[k], n) for k, order in enumerate(fb_orders)]
+    limits = list(bounds) if bounds is not None else [n] * n
+    return [_stage_order(order, delays[k], limits[k], cooldown) for k, order in enumerate(fb_orders)]
 
 
-def _stage_order(order: Sequence[tuple[bool, int]], delay: int, bound: int) -> list[tuple[ZbKind, int]]:
+def strict_memory_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]]) -> list[list[tuple[ZbKind, int]]]:
+    """A memory-strict variant (not the paper's, not a method): stage ``k`` holds at most its own
+    1F1B count ``K - k`` from F to W and defers at most its warm-up's ``K - k - 1`` W actions, so in
+    steady state each W follows its B and only the cool-down's W actions move after later B actions.
+    Every stage's activation bytes are then exactly 1F1B's (benchmarks/bench_zb.py compares it)."""
+    n = len(fb_orders)
+    return zb1_sequences(fb_orders, [n - k - 1 for k in range(n)], [n - k for k in range(n)], cooldown=False)
+
+
+def _stage_order(order: Sequence[tuple[bool, int]], delay: int, bound: int, cooldown: bool) -> list[tuple[ZbKind, int]]:
     """One stage's order: ``order``'s F and B, with its W actions inserted; ``bound`` micro-batches
     (from F to W) at most before a forward, unless nothing is pending."""
     forwards_left = sum(not backward for backward, _ in order)
@@ -71,7 +86,7 @@ def _stage_order(order: Sequence[tuple[bool, int]], delay: int, bound: int) -> l
             continue
         out.append(("B", j))
         pending.append(j)
-        if len(pending) > delay or forwards_left == 0:
+        if len(pending) > delay or (cooldown and forwards_left == 0):
             out.append(("W", pending.popleft()))
             held -= 1
     out += [("W", j) for j in pending]

@@ -181,3 +181,20 @@ def test_profile_default_split_and_json() -> None:
     data["layers"][0]["weight_grad_s"] = [1.0]
     with pytest.raises(UserError, match="weight_grad_s"):
         Profile.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize("n_stages", [2, 4, 5])
+@pytest.mark.parametrize("n_micro", [1, 3, 8])
+def test_strict_memory_variant_holds_1f1b_counts(n_stages: int, n_micro: int) -> None:
+    """The memory-strict variant holds no more than 1F1B on every stage, and validates."""
+    from pipetrain.schedule.generators import zb1_orders
+    from pipetrain.schedule.passes import add_communication
+    from pipetrain.schedule.validate import validate
+
+    plan = equal(Method.ZB1, n_stages, n_micro)
+    compute = Schedule.from_mapping(dict(enumerate(zb1_orders(plan.stages, strict_memory=True))))
+    schedule = add_communication(compute, plan)
+    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages)
+    one = build_schedule(equal(Method.ONE_F_ONE_B, n_stages, n_micro))
+    for (_, strict), (_, fused) in zip(schedule, one, strict=True):
+        assert in_flight(list(strict)) == in_flight(list(fused))
