@@ -1,8 +1,8 @@
 """Golden schedules: ``build_schedule(plan).to_csv()`` matches tests/golden/schedules/<case>.csv byte for byte.
 
 Each case is a small hand-made Plan (``CASES`` below): gpipe and 1f1b on 2–4 stages with several
-micro-batch counts, zb1 (equal and unequal), 1f1b with per-stage unequal partitions, uedp with unequal forward and backward
-sizes per stage, replicated stages, and recompute. A golden file holds one CSV row per rank, one
+micro-batch counts, zb1 (equal and unequal), 1f1b with per-stage unequal partitions, uedp with
+unequal forward and backward sizes per stage, replicated stages, and recompute. A golden file holds one CSV row per rank, one
 action per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so a changed schedule shows
 up in review as a diff of the file.
 
