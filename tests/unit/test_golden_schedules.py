@@ -3,8 +3,8 @@
 Each case is a small hand-made Plan (``CASES`` below): gpipe and 1f1b on 2–4 stages with several
 micro-batch counts, zb1 (equal and unequal), 1f1b with per-stage unequal partitions, uedp with
 unequal forward and backward sizes per stage, replicated stages, and recompute. A golden file holds
-one CSV row per rank, one action per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so a changed schedule shows
-up in review as a diff of the file.
+one CSV row per rank, one action per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so
+a changed schedule shows up in review as a diff of the file.
 
 When a schedule changes on purpose, regenerate the files and review the diff::
 
