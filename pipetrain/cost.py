@@ -54,6 +54,8 @@ class CostModel:
         self.profile = next(iter(self.profiles.values()))
         self.forward_s = lru_cache(maxsize=None)(self._forward_s)
         self.backward_s = lru_cache(maxsize=None)(self._backward_s)
+        self.backward_input_s = lru_cache(maxsize=None)(self._backward_input_s)
+        self.weight_grad_s = lru_cache(maxsize=None)(self._weight_grad_s)
         self.heads: dict[str, Mapping[str, LayerProfile]] = {}
 
     def on(self, cluster: Cluster) -> CostModel:
@@ -115,6 +117,17 @@ class CostModel:
         """Seconds for backward (plus the forward re-run when ``recompute``)."""
         lps = self._layers(rank, layers)
         work = sum(lp.backward_at(b) + (lp.forward_at(b) if recompute else 0.0) for lp in lps)
+        return self.action_overhead_s + work / self.cluster.devices[rank].speed
+
+    def _backward_input_s(self, layers: tuple[str, ...], b: int, rank: int) -> float:
+        """Seconds of the input-gradient part (B) of a split backward (method zb1, Qi et al. 2024)."""
+        work = sum(lp.input_grad_at(b) for lp in self._layers(rank, layers))
+        return self.action_overhead_s + work / self.cluster.devices[rank].speed
+
+    def _weight_grad_s(self, layers: tuple[str, ...], b: int, rank: int) -> float:
+        """Seconds of the weight-gradient part (W) of a split backward; B and W together cost the
+        backward plus one more per-action overhead."""
+        work = sum(lp.weight_grad_at(b) for lp in self._layers(rank, layers))
         return self.action_overhead_s + work / self.cluster.devices[rank].speed
 
     def layer_work_s(self, name: str, b: int, rank: int) -> float:

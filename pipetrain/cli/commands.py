@@ -63,6 +63,7 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
 
 ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
+SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ONE_F_ONE_B.value)
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
@@ -178,9 +179,12 @@ def _plan_local(args: argparse.Namespace) -> None:
 def _save_plan(args: argparse.Namespace, result: api.PlanningResult, cluster: Cluster) -> None:
     """Write the plan (and the sub-cluster it uses) and print the planner's tables."""
     save_text(args.out, result.plan.to_json(), "plan")
-    if result.cluster.n_devices != cluster.n_devices:
+    n, planned = result.plan.n_ranks, result.cluster
+    if n < planned.n_devices:  # the plan's ranks are the first n devices of the planner's cluster
+        planned = dataclasses.replace(planned, devices=planned.devices[:n], name=f"{planned.name}[:{n}]")
+    if planned.n_devices != cluster.n_devices:
         used = args.out.with_suffix(".cluster.json")
-        save_text(used, result.cluster.to_json(), f"the {result.cluster.n_devices} devices the plan uses")
+        save_text(used, planned.to_json(), f"the {planned.n_devices} devices the plan uses")
         console.print(f"[dim]the plan leaves devices idle; pass --cluster {used} to simulate it[/dim]")
     from pipetrain.viz.plan_tables import result_tables
 
@@ -189,15 +193,15 @@ def _save_plan(args: argparse.Namespace, result: api.PlanningResult, cluster: Cl
 
 
 def _run_by(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
-    """``plan`` run by ``--method pipedream|2bw`` (with ``--vertical-sync``) or ``--method local`` (with
+    """``plan`` run by ``--method pipedream|2bw`` (with ``--vertical-sync``), ``zb1|1f1b``, or ``--method local`` (with
     ``--aux``, ``--queue-depth``) when given; else as it is."""
     local = args.method == Method.LOCAL.value
     _check_local_flags(args, local or (args.method is None and plan.method is Method.LOCAL))
     if args.vertical_sync and args.method != Method.PIPEDREAM.value:
         raise UserError("--vertical-sync applies to --method pipedream; add --method pipedream or drop it")
-    if args.method in ASYNC_METHODS:
+    if args.method in ASYNC_METHODS or args.method in SYNC_RERUN_METHODS:
         if plan.method.value == args.method and not args.vertical_sync:
-            return plan  # planned for it (--planner pipedream|2bw): keep the steady-state prediction
+            return plan  # planned for it (e.g. --planner pipedream|2bw): keep the prediction
         return plan.run_by(Method(args.method), args.vertical_sync)
     if local or (plan.method is Method.LOCAL and (args.aux is not None or args.queue_depth is not None)):
         depth = args.queue_depth or (plan.queue_depth if plan.method is Method.LOCAL else DEFAULT_QUEUE_DEPTH)

@@ -151,8 +151,8 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
                                                          Method.UEDP.value, Method.LOCAL.value, Method.GRAPH.value,
                                                          Method.INTERLEAVED.value, *ASYNC_METHODS],
-                   help="auto: the fastest of gpipe and 1f1b; uedp: UMPIPE's unequal micro-batches "
-                        "per stage on the best equal plan's stages; local: PPLL's local learning, stages "
+                   help="auto: the fastest of gpipe, 1f1b and zb1 (zero-bubble ZB-H1); uedp: UMPIPE's unequal "
+                        "micro-batches per stage on the best equal plan's stages; local: PPLL's local learning, stages "
                         "balanced with their auxiliary heads' time; graph: GraphPipe's DAG of stages for a "
                         "model that branches (the graphpipe planner); interleaved: v model chunks per rank "
                         "(interleaved 1F1B, any micro-batch count); pipedream, 2bw: the best 1f1b plan run "
@@ -195,6 +195,8 @@ def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) 
 
 
 ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
+SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ONE_F_ONE_B.value)
+"""Synchronous methods ``simulate`` and ``train`` can run a plan's stages by (same sizes, another order)."""
 
 
 def _vertical_sync_arg(p: argparse.ArgumentParser) -> None:
@@ -212,9 +214,10 @@ def _local_args(p: argparse.ArgumentParser) -> None:
 
 
 def _async_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=[*ASYNC_METHODS, Method.LOCAL.value],
+    p.add_argument("--method", choices=[*ASYNC_METHODS, Method.LOCAL.value, *SYNC_RERUN_METHODS],
                    help="run the plan's stages by another method: pipedream (weight stashing) or 2bw (two "
-                        "versions), asynchronously; local: PPLL's local learning (default: the plan's own method)")
+                        "versions), asynchronously; local: PPLL's local learning; zb1: zero-bubble ZB-H1 "
+                        "(backward split into B and W); 1f1b (default: the plan's own method)")
     _local_args(p)
     _vertical_sync_arg(p)
 

@@ -60,6 +60,7 @@ class Method(str, Enum):
     GRAPH = "graph"
     LOCAL = "local"
     INTERLEAVED = "interleaved"
+    ZB1 = "zb1"  # ZB-H1 (Qi et al. 2024): backward split into B (input gradients) and W (weight gradients)
 
 
 class WeightPolicy(str, Enum):
@@ -291,6 +292,9 @@ class Plan:
         self._validate_edges()
         if self.replicated:
             self._validate_replicas()
+        if self.method is Method.ZB1 and (self.recompute or self.edges):
+            raise UserError("method zb1 splits each kept forward graph into B and W on a chain of stages; drop "
+                            '"recompute" and "edges" from the plan, or use method 1f1b (recompute) or graph (a DAG)')
         self._validate_local()
         if self.asynchronous or self.weights not in (WeightPolicy.SYNC, WeightPolicy.LOCAL):
             self._validate_async()
@@ -321,7 +325,8 @@ class Plan:
                     f"stage {k}: {label} micro-batch sizes {list(sizes)} sum to {sum(sizes)} but the "
                     f"batch has {self.batch_size} samples; make them sum to {self.batch_size}"
                 )
-        if self.method in (Method.ONE_F_ONE_B, Method.GRAPH) and stage.backward_sizes != stage.forward_sizes:
+        one_partition = (Method.ONE_F_ONE_B, Method.GRAPH, Method.ZB1)
+        if self.method in one_partition and stage.backward_sizes != stage.forward_sizes:
             raise UserError(
                 f"stage {k}: method {self.method.value} needs the same micro-batch sizes for forward and backward "
                 f"(forward {list(stage.forward_sizes)}, backward {list(stage.backward_sizes)}); use "

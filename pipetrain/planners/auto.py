@@ -6,7 +6,7 @@
 
 The planners, each simulated by the event simulator on the same cost model:
 
-* ``balanced``: GPipe and 1F1B with an exact min–max layer split and equal micro-batches
+* ``balanced``: GPipe, 1F1B and ZB-H1 (``zb1``) with an exact min–max layer split and equal micro-batches
   (:func:`~pipetrain.planners.balanced.plan_balanced`), one stage per device;
 * ``tidgap`` and ``1f1b-ga``: UMPIPE's unequal micro-batches (docs/algorithms.md §2) on the balanced plan's
   stages, under memory caps (:func:`~pipetrain.planners.unequal.plan_unequal`);

@@ -1,4 +1,4 @@
-"""The ``balanced`` planner: equal-micro-batch pipelines (GPipe, 1F1B), one stage per device.
+"""The ``balanced`` planner: equal-micro-batch pipelines (GPipe, 1F1B, ZB-H1), one stage per device.
 
     result = plan_balanced(PlanningProblem(ModelRef.of(graph), cost, batch_size=64))
     result.plan, result.candidates       # the fastest, and every (method, count) simulated
@@ -27,7 +27,7 @@ __all__ = ["BALANCED_METHODS", "balanced_candidates", "build_balanced_plan", "pl
 
 log = logging.getLogger(__name__)
 
-BALANCED_METHODS = (Method.GPIPE, Method.ONE_F_ONE_B)
+BALANCED_METHODS = (Method.GPIPE, Method.ONE_F_ONE_B, Method.ZB1)
 """The schedules the balanced planner searches."""
 
 
@@ -64,7 +64,7 @@ def balanced_candidates(problem: PlanningProblem, method: Method) -> list[Candid
 
 
 def plan_balanced(problem: PlanningProblem) -> PlanningResult:
-    """The fastest balanced plan over the methods (``constraints.method``, default gpipe and 1f1b) and
+    """The fastest balanced plan over the methods (``constraints.method``, default gpipe, 1f1b and zb1) and
     micro-batch counts (``constraints.n_micro``, default: search), with every candidate."""
     method = problem.constraints.method
     if method is not None and method not in BALANCED_METHODS:

@@ -19,6 +19,14 @@ and a layer's forward (backward) time is the sum over its forward (backward) ker
 not guessed: their FLOPs come out near 2× the forward's (input and weight gradients), more for
 attention, which recomputes its scores.
 
+The split backward of method ``zb1`` (Qi et al. 2024) needs the weight-gradient part ``W`` of each
+backward: at the grid's largest size the layer's backward is traced a second time with
+``inputs=[x]`` (input gradients only, the kernels of ``B``); ``W``'s share there is the whole
+backward's seconds minus ``B``'s, clamped at 0, and every grid size's backward is split at that
+share (one extra trace per layer, which keeps estimation fast). A layer whose input takes no
+gradient (an embedding's indices) puts its whole backward in ``W``. Where the restricted trace fails
+the layer keeps the profile's default split (:data:`~pipetrain.profile.table.DEFAULT_WEIGHT_GRAD_SHARE`).
+
 Attention (``scaled_dot_product_attention`` without a mask) is traced as torch's fused
 memory-efficient kernel, as GPUs run it, instead of the unfused math path the meta device would
 take, which would charge the ``[b, heads, T, T]`` score matrix to memory traffic. Bytes are
@@ -168,9 +176,11 @@ def _record(run: Callable[[], object]) -> tuple[Kernel, ...]:
 
 
 def trace_kernels(
-    module: nn.Module, x: torch.Tensor
+    module: nn.Module, x: torch.Tensor, input_only: bool = False
 ) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
-    """The forward and backward kernels of ``module`` (built on meta) on a meta ``x``.
+    """The forward and backward kernels of ``module`` (built on meta) on a meta ``x``; with
+    ``input_only``, the backward's kernels for the input gradient alone (``inputs=[x]``; empty when
+    ``x`` takes no gradient).
 
     The backward is that of the layer alone, for an output gradient of the output's shape; it is
     empty when nothing in the layer needs a gradient. Parameter gradients are accumulated into
@@ -187,7 +197,10 @@ def trace_kernels(
         if not out.requires_grad:
             return forward, ()
         grad = torch.empty_like(out)
-        backward = _record(lambda: torch.autograd.backward(out, grad))
+        if input_only:
+            backward = _record(lambda: torch.autograd.backward(out, grad, inputs=[x])) if x.requires_grad else ()
+        else:
+            backward = _record(lambda: torch.autograd.backward(out, grad))
     return forward, backward
 
 
@@ -206,6 +219,7 @@ def _estimate_layer(
             forward, backward = trace_kernels(module, _meta_input(spec, b))
             forward_s.append(sum(kernel_seconds(k, device) for k in forward))
             backward_s.append(sum(kernel_seconds(k, device) for k in backward))
+        weight_grad_s = _weight_grad_s(module, spec, grid, device, backward_s)
         with _FusedAttention():
             stats, out = layer_stats(module, _meta_input(spec, grid[-1]))
     except (NotImplementedError, RuntimeError) as e:
@@ -224,8 +238,22 @@ def _estimate_layer(
         flops_per_sample=stats.flops_per_sample,
         saved_input_bytes_per_sample=stats.saved_input_bytes_per_sample,
         saved_output_bytes_per_sample=stats.saved_output_bytes_per_sample,
+        weight_grad_s=weight_grad_s,
     )
     return profile, TensorSpec.of(out)
+
+
+def _weight_grad_s(module: nn.Module, spec: TensorSpec, grid: tuple[int, ...], device: DeviceModel,
+                   backward_s: Sequence[float]) -> tuple[float, ...] | None:
+    """Per grid size, the backward's seconds at the weight-gradient share traced at the largest size
+    (module docstring); None where the restricted trace fails (the default split then applies)."""
+    try:
+        kernels = trace_kernels(module, _meta_input(spec, grid[-1]), input_only=True)[1]
+    except (NotImplementedError, RuntimeError):
+        return None
+    whole = backward_s[-1]
+    share = max(0.0, whole - sum(kernel_seconds(k, device) for k in kernels)) / whole if whole > 0 else 0.0
+    return tuple(share * b for b in backward_s)
 
 
 def estimate_profile(

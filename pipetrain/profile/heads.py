@@ -93,7 +93,7 @@ def _measured(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profi
         for b in grid:
             times.append(_time_layer(timer, module, h[:b], torch.ones((), device=timer.device)))
         step_s = _time_step(timer, module)
-    return LayerProfile(name, grid, tuple(f for f, _ in times), tuple(g for _, g in times), 0, 0,
+    return LayerProfile(name, grid, tuple(f for f, _, _ in times), tuple(g for _, g, _ in times), 0, 0,
                         _parameter_bytes(module), 0.0, step_s)
 
 

@@ -9,6 +9,9 @@ PipeDream's:
 * forward seconds: ``module(x)`` with autograd recording, as in training;
 * backward seconds: ``torch.autograd.backward(out, grad)`` of that layer alone, for a random
   ``grad`` (input and weight gradients; the forward that builds the graph is not timed);
+* weight-gradient seconds (the W of a split backward, method ``zb1``, Qi et al. 2024): the whole
+  backward's minus that of ``torch.autograd.backward(out, grad, inputs=[x])`` (the input gradient
+  alone), clamped at 0; the whole backward when the input takes no gradient;
 * once per layer, the seconds of a plain SGD step over its parameters (``step_s``);
 
 each after ``warmup`` untimed runs, as the median of ``repeats`` timed runs. Layers are fed real
@@ -260,22 +263,28 @@ class _Timer:
 
 def _time_layer(
     timer: _Timer, module: nn.Module, x: torch.Tensor, grad: torch.Tensor | None, grow_heap: bool = False
-) -> tuple[float, float]:
-    """Forward and backward seconds of ``module`` on ``x``; backward is 0 when ``grad`` is None.
+) -> tuple[float, float, float]:
+    """Forward, backward and weight-gradient seconds of ``module`` on ``x`` (module docstring);
+    backward and weight gradient are 0 when ``grad`` is None.
 
-    With ``grow_heap`` it only runs :meth:`_Timer.grow_heap` for both (call it once, at the largest
-    size, before timing any size) and returns zeros.
+    With ``grow_heap`` it only runs :meth:`_Timer.grow_heap` for all three (call it once, at the
+    largest size, before timing any size) and returns zeros.
     """
     x = x.detach().requires_grad_(x.is_floating_point())
     run = timer.grow_heap if grow_heap else timer.median_s
     forward_s = run(lambda: functools.partial(module, x)) or 0.0
     if grad is None:
-        return forward_s, 0.0
+        return forward_s, 0.0, 0.0
 
     def prepare_backward() -> Callable[[], object]:
         return functools.partial(torch.autograd.backward, module(x), grad)
 
-    return forward_s, run(prepare_backward) or 0.0
+    def prepare_input_grad() -> Callable[[], object]:
+        return functools.partial(torch.autograd.backward, module(x), grad, inputs=[x])
+
+    whole = run(prepare_backward) or 0.0
+    input_only = (run(prepare_input_grad) or 0.0) if x.requires_grad else 0.0
+    return forward_s, whole, max(0.0, whole - input_only)
 
 
 def _time_step(timer: _Timer, module: nn.Module) -> float:
@@ -337,8 +346,9 @@ def _measure_layer(
     profile = LayerProfile(
         name=name,
         sizes=grid,
-        forward_s=tuple(f for f, _ in times),
-        backward_s=tuple(g for _, g in times),
+        forward_s=tuple(f for f, _, _ in times),
+        backward_s=tuple(g for _, g, _ in times),
+        weight_grad_s=tuple(w for _, _, w in times),
         output_bytes_per_sample=stats.output_bytes_per_sample,
         saved_bytes_per_sample=stats.saved_bytes_per_sample,
         parameter_bytes=stats.parameter_bytes,

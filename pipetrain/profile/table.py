@@ -4,6 +4,13 @@ Forward and backward seconds are stored on a grid of micro-batch sizes (powers o
 batch, plus the batch) and interpolated piecewise-linearly in between; beyond the grid they are
 extrapolated from the last two points. Measured and estimated profiles have this same type, so the
 planner cannot tell them apart except by ``source``.
+
+A split backward (method ``zb1``; Qi et al. 2024, "Zero Bubble Pipeline Parallelism") needs the
+backward's two parts: ``weight_grad_s`` holds, per grid size, the seconds of the weight-gradient
+part ``W``; the input-gradient part ``B`` is the rest of ``backward_s``. A profile without it (one
+written before it existed) splits each layer with parameters at :data:`DEFAULT_WEIGHT_GRAD_SHARE`
+of its backward (a matmul's input and weight gradients cost the same FLOPs), and gives a layer
+without parameters no W.
 """
 
 from __future__ import annotations
@@ -20,7 +27,10 @@ from typing import Any
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 
-__all__ = ["LayerProfile", "Profile", "interpolate"]
+__all__ = ["DEFAULT_WEIGHT_GRAD_SHARE", "LayerProfile", "Profile", "interpolate"]
+
+DEFAULT_WEIGHT_GRAD_SHARE = 0.5
+"""The weight-gradient share of a layer's backward when its profile does not say (module docstring)."""
 
 
 def interpolate(sizes: tuple[int, ...], values: tuple[float, ...], b: float) -> float:
@@ -43,8 +53,10 @@ def _check_layer(i: int, layer: LayerProfile) -> None:
     if not sizes or sizes[0] < 1 or any(a >= b for a, b in pairwise(sizes)):
         raise UserError(f"profile JSON {where}: sizes {list(sizes)} must be increasing micro-batch sizes >= 1; "
                         "re-create it with `pipetrain profile`")
-    for field in ("forward_s", "backward_s"):
+    for field in ("forward_s", "backward_s", "weight_grad_s"):
         values = getattr(layer, field)
+        if values is None:
+            continue
         if len(values) != len(sizes) or not all(0 <= v < math.inf for v in values):
             raise UserError(f"profile JSON {where}: {field} needs one finite number of seconds >= 0 per size "
                             f"({len(sizes)}), got {list(values)}; re-create it with `pipetrain profile`")
@@ -72,6 +84,8 @@ class LayerProfile:
         step_s: seconds for an SGD step of the layer's parameters, if measured.
         saved_input_bytes_per_sample: of the saved bytes, those of the layer's input (0: not saved).
         saved_output_bytes_per_sample: of the saved bytes, those of the layer's output (0: not saved).
+        weight_grad_s: of the backward seconds at each grid size, those of the weight gradients (the
+            split backward's W); None: the default split (module docstring).
     """
 
     name: str
@@ -85,12 +99,24 @@ class LayerProfile:
     step_s: float | None = None
     saved_input_bytes_per_sample: int = 0
     saved_output_bytes_per_sample: int = 0
+    weight_grad_s: tuple[float, ...] | None = None
 
     def forward_at(self, b: float) -> float:
         return interpolate(self.sizes, self.forward_s, b)
 
     def backward_at(self, b: float) -> float:
         return interpolate(self.sizes, self.backward_s, b)
+
+    def weight_grad_at(self, b: float) -> float:
+        """Seconds of the weight-gradient part (W) of the backward on ``b`` samples, at most the backward."""
+        whole = self.backward_at(b)
+        if self.weight_grad_s is None:
+            return DEFAULT_WEIGHT_GRAD_SHARE * whole if self.parameter_bytes > 0 else 0.0
+        return min(whole, interpolate(self.sizes, self.weight_grad_s, b))
+
+    def input_grad_at(self, b: float) -> float:
+        """Seconds of the input-gradient part (B) of the backward on ``b`` samples: the rest of it."""
+        return self.backward_at(b) - self.weight_grad_at(b)
 
 
 @dataclass(frozen=True)
@@ -192,6 +218,8 @@ class Profile:
                     step_s=None if x.get("step_s") is None else float(x["step_s"]),
                     saved_input_bytes_per_sample=int(x.get("saved_input_bytes_per_sample", 0)),
                     saved_output_bytes_per_sample=int(x.get("saved_output_bytes_per_sample", 0)),
+                    weight_grad_s=None if x.get("weight_grad_s") is None else tuple(
+                        float(v) for v in x["weight_grad_s"]),
                 )
                 for x in data["layers"]
             )

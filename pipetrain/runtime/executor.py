@@ -13,6 +13,8 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
     SEND_F  post a send of the stored outputs [lo, hi) to peer
     RECV_B  receive output gradients [hi-lo, *out] from peer; store by range
     B       backward(y, grad of y) for the F of exactly [lo, hi); store x.grad for SEND_B
+            (split backward, a program with W actions: the gradients of x and of each layer's
+            output in one pass that keeps the graph; they are kept for W)
             (recomputing stage: x = kept inputs [lo, hi), re-chunked; y = layers(x) with
             autograd; then the same backward, so [lo, hi) need not match any F range)
     SEND_B  post a send of the stored input gradients [lo, hi) to peer
@@ -20,7 +22,8 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
             rank has posted that step's receives); on a replicated stage, all-reduce (sum) the gradients and the
             loss over the stage's ranks; clip the global gradient norm (if set); optimizer step;
             zero gradients
-    W       not supported yet (split backward)
+    W       weight gradients of the B of exactly [lo, hi): per layer backward(h, grad of h,
+            inputs=its params), accumulated into .grad; then the micro-batch's activations are released
 
 Local learning (method ``local``): on a rank whose context has ``local`` state, F, B and STEP are
 :mod:`pipetrain.runtime.local_handlers`' (a local loss through an auxiliary head, a local backward
@@ -38,6 +41,14 @@ The program spans the run and runs one batch's chunk per step (:func:`~pipetrain
 batch_chunks`), so in-flight micro-batches stay kept across steps and ranges index the run
 (``sample_offset``); under ``pipedream`` each micro-batch is a mini-batch and its loss is divided by
 its own size.
+
+Split backward (method ``zb1``, Qi et al. 2024 "Zero Bubble Pipeline Parallelism" §2): a rank whose
+program has W actions runs each backward in two parts (:mod:`pipetrain.runtime.split_backward`).
+Forward runs the stage's layers one by one and keeps each layer's output; B back-propagates ``grad
+[hi-lo, *out]`` (the last stage: the scalar loss) to the stage input ``x [hi-lo, *in]`` and to every
+layer output, keeping the graph; W later back-propagates each layer's output gradient to that
+layer's parameters and frees the graph. The weight gradients are the fused backward's, so training
+is unchanged.
 
 Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes` says: a
 stage whose backward partition differs from its forward one cannot back-propagate part of a forward
@@ -58,7 +69,7 @@ from torch import nn
 from pipetrain.data import EvalTally, Loss
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import TensorSpec
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.dag_handlers import DagStage, dag_backward, dag_forward, dag_message_spec, dag_recv, dag_send
 from pipetrain.runtime.local_handlers import (
@@ -68,6 +79,7 @@ from pipetrain.runtime.local_handlers import (
     local_step,
 )
 from pipetrain.runtime.memory import ActivationMeter
+from pipetrain.runtime.split_backward import LayerPart, WeightWork, input_grads, layer_outputs, weight_grads
 from pipetrain.runtime.transport import Direction, Message, Transport
 from pipetrain.runtime.versions import WeightVersions
 from pipetrain.schedule.action import Action, ActionKind
@@ -128,6 +140,9 @@ class RankContext:
         loss_count: the micro-batches in ``loss_total``.
         dag: method ``graph``: the stage's ports toward each neighbouring stage (a DAG of stages);
             None for a chain.
+        split_backward: the program splits backward into B and W (it has W actions).
+        layer_parts: per forward range, each layer's output and parameters (split backward).
+        weight_pending: per range, the work a B left for its W (split backward).
     """
 
     rank: int
@@ -160,6 +175,9 @@ class RankContext:
     microbatch_loss: bool = False
     loss_count: int = 0
     dag: DagStage | None = None
+    split_backward: bool = False
+    layer_parts: dict[Range, list[LayerPart]] = field(default_factory=dict)
+    weight_pending: dict[Range, WeightWork] = field(default_factory=dict)
 
     @property
     def is_first(self) -> bool:
@@ -184,6 +202,8 @@ class RankContext:
                 buffer.clear()
         if self.versions is None:
             self.saved.clear()
+            self.weight_pending.clear()
+            self.layer_parts.clear()
             if self.dag is not None:
                 self.dag.saved.clear()
         self.loss_total, self.loss_count, self.sample_offset = None, 0, offset
@@ -229,7 +249,10 @@ def _run_layers(ctx: RankContext, x: torch.Tensor, a: Action) -> tuple[torch.Ten
     last stage ``y`` is the weighted loss."""
     if not ctx.is_first and x.is_floating_point() and torch.is_grad_enabled():
         x = x.detach().requires_grad_(True)
-    y = ctx.module(x) if ctx.versions is None or a.version is None else ctx.versions.call(a.version, x)
+    if ctx.split_backward and torch.is_grad_enabled():
+        y, ctx.layer_parts[(a.lo, a.hi)] = layer_outputs(ctx.module, x)
+    else:
+        y = ctx.module(x) if ctx.versions is None or a.version is None else ctx.versions.call(a.version, x)
     if ctx.is_last:
         if ctx.targets is None:
             raise ValueError("the last stage has no targets; call begin_step first")
@@ -307,6 +330,9 @@ def _backward(ctx: RankContext, a: Action) -> None:
             "whose backward ranges differ from its forward ranges must recompute"
         )
     grad = None if ctx.is_last else ctx.output_grads.take(a.lo, a.hi)
+    if ctx.split_backward:
+        _input_grad(ctx, a, x, y, grad)
+        return
     torch.autograd.backward(y, grad)
     if ctx.versions is not None and a.version is not None:
         ctx.versions.collect(a.version)
@@ -317,9 +343,21 @@ def _backward(ctx: RankContext, a: Action) -> None:
         ctx.input_grads.put(a.lo, a.hi, x_grad)
 
 
+def _input_grad(ctx: RankContext, a: Action, x: torch.Tensor, y: torch.Tensor, grad: torch.Tensor | None) -> None:
+    """B of a split backward: the gradients of the stage input and of every layer output; what W needs kept."""
+    x_grad, ctx.weight_pending[(a.lo, a.hi)] = input_grads(y, grad, x, ctx.layer_parts.pop((a.lo, a.hi)))
+    if x_grad is not None:
+        ctx.input_grads.put(a.lo, a.hi, x_grad)
+
+
 def _weight_grad(ctx: RankContext, a: Action) -> None:
-    raise UserError(f"{a}: split backward (W actions) is not supported by the runtime yet; "
-                    "use a schedule whose B computes weight gradients")
+    """W of a split backward: the parameters' gradients of the B of ``[lo, hi)``, then release its graph."""
+    key = (a.lo, a.hi)
+    if key not in ctx.weight_pending:
+        raise UserError(f"{a}: no B of exactly [{a.lo}:{a.hi}) waits for its W (pending: "
+                        f"{sorted(ctx.weight_pending)}); put each W after the B of its range")
+    weight_grads(ctx.weight_pending.pop(key))
+    ctx.meter.release(key)
 
 
 def _message(ctx: RankContext, a: Action) -> Message:
@@ -371,8 +409,9 @@ def _step(ctx: RankContext, a: Action) -> None:
         ctx.versions.commit()
         return
     leftovers = [b for b in ctx.buffers if len(b)]
-    if leftovers or ctx.saved or (ctx.dag is not None and ctx.dag.saved):
-        names = [f"{b.name} {b.ranges()}" for b in leftovers] + [f"forwards {sorted(ctx.saved)}"]
+    if leftovers or ctx.saved or ctx.weight_pending or (ctx.dag is not None and ctx.dag.saved):
+        names = [f"{b.name} {b.ranges()}" for b in leftovers] + [f"forwards {sorted(ctx.saved)}",
+                                                                 f"weight gradients {sorted(ctx.weight_pending)}"]
         raise RuntimeError(f"{a}: the step left unconsumed data: {', '.join(names)}")
 
 
@@ -425,7 +464,11 @@ def expected_receives(ctx: Contexts, program: Sequence[Action]) -> list[Message]
 
 
 def run_program(ctx: Contexts, program: Sequence[Action], hooks: Sequence[ActionHook] = ()) -> None:
-    """Execute one step's program: each action through its handler (on its stage's context), hooks around it."""
+    """Execute one step's program: each action through its handler (on its stage's context), hooks
+    around it. A program with W actions splits every backward into B and W (module docstring)."""
+    split = any(a.kind is ActionKind.W for a in program)
+    for c in [ctx] if isinstance(ctx, RankContext) else ctx.values():
+        c.split_backward = split
     for index, action in enumerate(program):
         for hook in hooks:
             hook.before(index, action)
@@ -439,16 +482,19 @@ def run_program(ctx: Contexts, program: Sequence[Action], hooks: Sequence[Action
 
 def check_runnable(schedule: Schedule, plan: Plan) -> None:
     """Reject, before launching, a schedule that does not run ``plan``
-    (:func:`~pipetrain.schedule.validate.validate_for_plan`) or that the handlers cannot run yet
-    (W actions).
+    (:func:`~pipetrain.schedule.validate.validate_for_plan`) or that the handlers cannot run: W
+    actions outside a synchronous chain plan that keeps its activations.
 
     Raises:
         UserError: naming the rank and action, and what to change.
     """
+    splits = not (plan.asynchronous or plan.method in (Method.GRAPH, Method.LOCAL)
+                  or any(plan.recomputes(k) for k in range(plan.n_stages)))
     for rank, program in schedule:
         for a in program:
-            if a.kind is ActionKind.W:
-                raise UserError(f"rank {rank}: {a}: split backward (W) is not supported by the runtime yet")
+            if a.kind is ActionKind.W and not splits:
+                raise UserError(f"rank {rank}: {a}: split backward (W) runs only on a synchronous chain plan that "
+                                "keeps its activations (method zb1 or 1f1b, no recompute); remove the W actions")
     validate_for_plan(schedule, plan)
     if plan.asynchronous:
         validate_versions(schedule, plan)

@@ -80,6 +80,7 @@ from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import local_queue, validate
 from pipetrain.schedule.versions import check_chunks, validate_versions
+from pipetrain.schedule.zero_bubble import strict_memory_sequences, zb1_sequences
 
 __all__ = [
     "DEFAULT_ASYNC_BATCHES",
@@ -92,6 +93,7 @@ __all__ = [
     "local_orders",
     "one_f_one_b_orders",
     "one_f_one_b_sequences",
+    "zb1_orders",
 ]
 
 # The plan's stages -> each stage's compute actions (F, B, STEP), in stage order.
@@ -216,9 +218,32 @@ def _ordered(stages: Sequence[StagePlan], sequences: Sequence[Sequence[tuple[boo
     return orders
 
 
+def zb1_orders(stages: Sequence[StagePlan], strict_memory: bool = False) -> list[list[Action]]:
+    """ZB-H1 orders (Qi et al. 2024 §2.1, :mod:`pipetrain.schedule.zero_bubble`): each stage's 1F1B
+    order (equal or per-stage unequal partitions) with its backward split into B and W, at most
+    ``k`` W actions deferred on stage ``k``; ``strict_memory``: the variant that holds no more than
+    1F1B on every stage (:func:`~pipetrain.schedule.zero_bubble.strict_memory_sequences`).
+
+    Raises:
+        UserError: a stage whose forward and backward sizes differ, or a replicated stage.
+    """
+    if any(len(s.ranks) > 1 for s in stages):
+        raise UserError("method zb1 cannot run replicated stages yet; give every stage one rank or use method 1f1b")
+    sequences = one_f_one_b_sequences([s.forward_sizes for s in stages])
+    _ordered(stages, sequences)  # checks forward = backward sizes
+    orders = []
+    placed = strict_memory_sequences(sequences) if strict_memory else zb1_sequences(sequences)
+    for k, (stage, sequence) in enumerate(zip(stages, placed, strict=True)):
+        spans = ranges(stage.forward_sizes)
+        actions = [Action(ActionKind(kind), k, j, *spans[j]) for kind, j in sequence]
+        orders.append([*actions, Action(ActionKind.STEP, k)])
+    return orders
+
+
 GENERATORS: dict[Method, Generator] = {
     Method.GPIPE: gpipe_orders,
     Method.ONE_F_ONE_B: one_f_one_b_orders,
+    Method.ZB1: zb1_orders,
     Method.UEDP: gpipe_orders,
     Method.LOCAL: local_orders,
 }

@@ -10,7 +10,9 @@
    gradients for B) have been received before they are used;
 4. every send is matched by a receive of the same message, in the same order on each directed link;
 5. a dry run, in which sends never block and a receive waits for its send, finishes (no deadlock);
-6. STEP is the last action of its stage, after every backward (an asynchronous schedule,
+6. a split backward (method ``zb1``, Qi et al. 2024): each W follows a B of exactly its range on
+   the same rank, once; a rank with any W has one for every B;
+7. STEP is the last action of its stage, after every backward and W (an asynchronous schedule,
    ``steps_anywhere``, steps after its backwards as it goes; :mod:`pipetrain.schedule.versions`
    checks its weight versions).
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipetrain.errors import UserError
 from pipetrain.plan.plan import Method, Plan
@@ -106,6 +108,8 @@ class _RankState:
     have_grad: list[int]  # ... and one from each successor
     needs: tuple[int, int]  # (predecessors, successors)
     stepped: bool = False
+    b_ranges: set[tuple[int, int]] = field(default_factory=set)  # ranges back-propagated (B) ...
+    w_ranges: set[tuple[int, int]] = field(default_factory=set)  # ... and their weight gradients (W) done
 
     def apply(self, a: Action) -> str | None:
         """Replay ``a``; return why it is invalid, or None."""
@@ -120,6 +124,9 @@ class _RankState:
             if not all(self.have_grad[i] >= self.needs[1] for i in samples):
                 return "backward before its output gradients were received"
             _bump(self.backwarded, samples)
+            self.b_ranges.add((a.lo, a.hi))
+        elif a.kind is ActionKind.W:
+            return self._weight_grad(a)
         elif a.kind is ActionKind.SEND_F and not all(self.forwarded[i] for i in samples):
             return "sends activations that were not computed yet"
         elif a.kind is ActionKind.SEND_B and not all(self.backwarded[i] for i in samples):
@@ -128,6 +135,16 @@ class _RankState:
             _bump(self.have_act if a.kind is ActionKind.RECV_F else self.have_grad, samples)
         elif a.kind is ActionKind.STEP:
             self.stepped = True
+        return None
+
+
+    def _weight_grad(self, a: Action) -> str | None:
+        key = (a.lo, a.hi)
+        if key not in self.b_ranges:
+            return "W before a B of exactly its range on this rank; put each W after its B"
+        if key in self.w_ranges:
+            return "a second W of the same range; every B has exactly one W"
+        self.w_ranges.add(key)
         return None
 
 
@@ -165,6 +182,10 @@ def _check_rank(
             raise _fail(schedule, rank, step, why)
     if not state.stepped or last is None or last.kind is not ActionKind.STEP:
         raise _fail(schedule, rank, len(program), f"the program does not end with STEP (stage {stage})")
+    if state.w_ranges and state.w_ranges != state.b_ranges:
+        missing = sorted(state.b_ranges - state.w_ranges)
+        raise _fail(schedule, rank, len(program), f"the B actions of ranges {missing[:4]} have no W; give every B "
+                    "of a split backward one W before the STEP")
     return state
 
 

@@ -18,6 +18,10 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   :meth:`~pipetrain.cost.CostModel.with_heads`; none counted when it has none); steady state is then
   1 / max over stages of (F + B + head + STEP + transfer) per micro-batch
   (:func:`~pipetrain.simulate.steady.steady_state`);
+* a split backward (method ``zb1``, Qi et al. 2024; a rank whose program has W actions): B costs
+  the stage's input-gradient seconds and W its weight-gradient seconds
+  (:meth:`~pipetrain.cost.CostModel.backward_input_s`, :meth:`~pipetrain.cost.CostModel.weight_grad_s`),
+  as the runtime splits them per layer (:mod:`pipetrain.runtime.split_backward`);
 * held activations follow :class:`~pipetrain.simulate.memory.ActivationLedger`: saved bytes from F to B,
   or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage;
 * the replicas of a replicated stage start their STEP together (their ``i``-th), once the last one reaches it, and
@@ -69,7 +73,8 @@ class _Simulator:
                              for _, p in schedule]
         self.busy: dict[int, _Busy] = {}
         self.wait_since: dict[int, float] = {}
-        self.ledgers = [ActivationLedger(plan, cost) for _ in range(n)]
+        self.split = [any(a.kind is ActionKind.W for a in p) for _, p in schedule]
+        self.ledgers = [ActivationLedger(plan, cost, self.split[r]) for r in range(n)]
         self.link_free: dict[tuple[int, int], float] = defaultdict(float)
         self.arrivals: dict[_Channel, deque[float]] = defaultdict(deque)
         self.queued: dict[_Channel, int] = defaultdict(int)  # sent, not yet received
@@ -87,12 +92,21 @@ class _Simulator:
         layers = self.layers(a)
         if a.kind is ActionKind.F:
             return self.cost.forward_s(layers, a.size, rank) + self.head_s(rank, a)
-        if a.kind is ActionKind.B:
+        if a.kind is ActionKind.B and not self.split[rank]:
             own = self.cost.backward_s(layers, a.size, rank, self.plan.recomputes(a.stage))
             return own + self.head_s(rank, a)
+        if a.kind in (ActionKind.B, ActionKind.W):
+            return self.split_s(rank, a)
         stage = self.plan.stages[a.stage]
         sync = self.cost.allreduce_s(self.cost.parameter_bytes(layers), stage.ranks)
         return sync + self.cost.step_s(layers, rank) + self.head_s(rank, a)
+
+    def split_s(self, rank: int, a: Action) -> float:
+        """Seconds of B or W of a split backward (module docstring)."""
+        layers = self.layers(a)
+        if a.kind is ActionKind.B:
+            return self.cost.backward_input_s(layers, a.size, rank)
+        return self.cost.weight_grad_s(layers, a.size, rank)
 
     def head_s(self, rank: int, a: Action) -> float:
         """The auxiliary head's part of F, B or STEP (0 but for method local with heads in the cost model)."""
@@ -203,7 +217,7 @@ class _Simulator:
                 continue
             del self.busy[rank]
             self.events.append(Event(rank, b.action, b.start_s, t))
-            if b.action.kind in (ActionKind.F, ActionKind.B):
+            if b.action.kind in (ActionKind.F, ActionKind.B, ActionKind.W):
                 self.track_memory(rank, b.action)
             self.pos[rank] += 1
 

@@ -15,6 +15,9 @@ Per action, with ``A(b)`` the stage's saved bytes and ``I(b)`` its input bytes f
     stage keeps activations    F of b samples: +A(b)     B of b samples: −A(b)
     stage recomputes           F: +I(b) (stashed input)  B: holds A(b) while it runs, then −I(b)
 
+A split backward (method ``zb1``, a program with W actions; Qi et al. 2024) releases at W instead
+of B: the B keeps the graph for the W (``−A(b)`` moves from B to W).
+
 For ``m`` equal micro-batches of ``b = B/m`` samples on stage ``k`` of ``K`` (``k = 0..K−1``) the
 replay reproduces these closed forms (checked on a grid by the unit tests)::
 
@@ -71,17 +74,21 @@ class ActivationLedger:
     Args:
         plan: the plan; says which stage's layers an action runs and whether the stage recomputes.
         cost: the profile's bytes.
+        split: the rank's program splits backward into B and W (it has W actions): W releases.
     """
 
-    def __init__(self, plan: Plan, cost: CostModel) -> None:
+    def __init__(self, plan: Plan, cost: CostModel, split: bool = False) -> None:
         self._plan = plan
+        self._split = split
         self._cost = cost
         self.held_bytes = 0
         self.peak_bytes = 0
 
     def record(self, action: Action) -> None:
-        """Account for ``action`` having run; actions other than F and B hold nothing."""
-        if action.kind not in (ActionKind.F, ActionKind.B):
+        """Account for ``action`` having run; actions other than F, B and W hold nothing."""
+        if action.kind not in (ActionKind.F, ActionKind.B, ActionKind.W):
+            return
+        if action.kind is (ActionKind.B if self._split else ActionKind.W):  # the release is at W exactly when split
             return
         layers, recompute = self._plan.stages[action.stage].layers, self._plan.recomputes(action.stage)
         saved = self._cost.saved_bytes(layers, action.size)
@@ -108,7 +115,7 @@ def activation_peaks(plan: Plan, cost: CostModel, schedule: Schedule | None = No
     schedule = build_schedule(plan) if schedule is None else schedule
     peaks = []
     for _, program in schedule:
-        ledger = ActivationLedger(plan, cost)
+        ledger = ActivationLedger(plan, cost, any(a.kind is ActionKind.W for a in program))
         for action in program:
             ledger.record(action)
         peaks.append(ledger.peak_bytes)

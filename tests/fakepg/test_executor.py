@@ -81,10 +81,16 @@ def test_stage_specs() -> None:
     assert stage_specs(graph, [4]) == (TensorSpec((16,)), TensorSpec((4,)))
 
 
-def test_w_is_rejected_before_launch() -> None:
+def test_misplaced_or_unsupported_w_is_rejected_before_launch() -> None:
+    """A W needs its B first (the validator), and a plan whose B and W the runtime can split."""
+    plan = Plan("m", "", 2, Method.GPIPE, (StagePlan(("l0",), (0,), (2,), (2,)),))
     w = Schedule.from_lists([[Action.parse("0F0[0:2]"), Action.parse("0W0[0:2]"), Action.parse("0STEP")]])
+    with pytest.raises(UserError, match="W before a B"):
+        check_runnable(w, plan)
+    split = Schedule.from_lists([[Action.parse(t) for t in ("0F0[0:2]", "0B0[0:2]", "0W0[0:2]", "0STEP")]])
+    check_runnable(split, plan)
     with pytest.raises(UserError, match="split backward"):
-        check_runnable(w, Plan("m", "", 2, Method.GPIPE, (StagePlan(("l0",), (0,), (2,), (2,)),)))
+        check_runnable(split, replace(plan, recompute=True))
 
 
 def test_backward_without_matching_forward_raises() -> None:

@@ -18,6 +18,7 @@ from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_s
 from pipetrain.plan.plan import Method
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.runtime.data import make_batch
+from pipetrain.runtime.rank_setup import stage_specs
 
 from .models import chain_plan, max_param_diff, uneven_plan
 
@@ -80,7 +81,8 @@ def results() -> dict[str, TrainResult]:
 def test_the_skip_cut_between_ranks_carries_two_tensors() -> None:
     assert SKIP.names == ("stem", "a", "b", "head")
     assert CASES["skip-2stages-packed-between-ranks"].stages[0].layers == ("stem", "a")
-    assert SKIP.output_specs()[1] == TensorSpec((32 + 24,))
+    assert not SKIP.is_chain and SKIP.output_specs()[1] == TensorSpec((24,))  # a DAG: b reads stem and a
+    assert stage_specs(SKIP, [0, 1])[1] == TensorSpec((32 + 24,))  # the linearised cut carries both
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -1,10 +1,10 @@
 """Golden schedules: ``build_schedule(plan).to_csv()`` matches tests/golden/schedules/<case>.csv byte for byte.
 
 Each case is a small hand-made Plan (``CASES`` below): gpipe and 1f1b on 2–4 stages with several
-micro-batch counts, 1f1b with per-stage unequal partitions, uedp with unequal forward and backward
-sizes per stage, replicated stages, and recompute. A golden file holds one CSV row per rank, one
-action per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so a changed schedule shows
-up in review as a diff of the file.
+micro-batch counts, zb1 (equal and unequal), 1f1b with per-stage unequal partitions, uedp with
+unequal forward and backward sizes per stage, replicated stages, and recompute. A golden file holds
+one CSV row per rank, one action per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so
+a changed schedule shows up in review as a diff of the file.
 
 When a schedule changes on purpose, regenerate the files and review the diff::
 
@@ -80,6 +80,11 @@ CASES: dict[str, Callable[[], Plan]] = {
     "1f1b-replicated-1x2x1-m4": lambda: replicated(Method.ONE_F_ONE_B, [1, 2, 1], 8, 4),
     "1f1b-replicated-2x2-m6": lambda: replicated(Method.ONE_F_ONE_B, [2, 2], 12, 6),
     "1f1b-replicated-1x1x2x1-m5": lambda: replicated(Method.ONE_F_ONE_B, [1, 1, 2, 1], 10, 5),
+    # zb1 (ZB-H1): backward split into B and W, stage k deferring at most k W actions.
+    "zb1-s2-m4": lambda: equal(Method.ZB1, 2, 8, 4),
+    "zb1-s4-m7": lambda: equal(Method.ZB1, 4, 10, 7),
+    "zb1-s4-m2": lambda: equal(Method.ZB1, 4, 8, 2),
+    "zb1-unequal-s3": lambda: chain(Method.ZB1, [[4, 4, 4], [2, 2, 2, 2, 2, 2], [6, 3, 3]]),
     # Recompute on every stage: the runtime re-runs forward, the schedule itself is unchanged.
     "gpipe-recompute-s3-m4": lambda: equal(Method.GPIPE, 3, 8, 4, recompute=True),
     "1f1b-recompute-s3-m4": lambda: equal(Method.ONE_F_ONE_B, 3, 8, 4, recompute=True),

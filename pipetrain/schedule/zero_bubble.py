@@ -1,0 +1,93 @@
+"""Zero-bubble ZB-H1 orders: 1F1B with the backward split into ``B`` and ``W`` (method ``zb1``).
+
+Qi, Wan, Huang and Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024, §2.1 ("memory efficient
+schedule", ZB-H1). A backward splits into ``B``, the gradient of the stage's input (what the
+previous stage waits for), and ``W``, the gradient of its weights (what only the optimizer step
+waits for). ``B`` keeps 1F1B's place, so gradients travel upstream without waiting for weight
+gradients; ``W`` is deferred to fill the pipeline's bubbles. A micro-batch's activations are
+held from its ``F`` to its ``W``.
+
+ZB-H1's rule, as pipetrain builds it: stage ``k`` of ``K`` runs 1F1B's F/B order (warm-up ``w_k =
+K - k - 1`` forwards), and defers at most ``d_k = K - 1 - w_k = k`` W actions: after each ``B``,
+the oldest pending ``W`` runs once more than ``d_k`` are pending, and, once the stage has no
+forward left (the cool-down), after every ``B``; the rest run before the step. Every stage then
+holds at most ``w_k + 1 + d_k = K`` micro-batches from F to W, which is 1F1B's peak (stage 0's):
+the first stage, which holds the most under 1F1B, holds no more, and later stages use memory 1F1B
+left unused. With ``T_F = T_B = T_W`` the bubble shrinks from 1F1B's ``(K-1)(T_F+T_B+T_W)`` towards
+ZB-H1's ``(K-1)(T_F+T_B-T_W)``, a third (the paper's Figure 3). ``K = 2``, ``m = 4``::
+
+    stage 0:  F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3 STEP
+    stage 1:  F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3 STEP
+
+Unequal micro-batches (each stage its own partition, forward = backward): the F/B order is
+pipetrain's unequal 1F1B order (:func:`~pipetrain.schedule.generators.one_f_one_b_sequences`, whose
+second rule may add forwards a successor needs); before such a forward, pending W actions run first
+while the stage already holds ``K`` micro-batches, so the count bound holds there too. W actions
+depend on nothing but their own B, so inserting them never creates a deadlock.
+
+Data: per stage a list of ``(kind, j)`` with kind ``"F"``, ``"B"`` or ``"W"`` and ``j`` the
+micro-batch index in the stage's own partition; every ``j`` appears once per kind.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Literal
+
+__all__ = ["ZbKind", "strict_memory_sequences", "zb1_sequences"]
+
+ZbKind = Literal["F", "B", "W"]
+
+
+def zb1_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]], deferred: Sequence[int] | None = None,
+                  bounds: Sequence[int] | None = None, cooldown: bool = True) -> list[list[tuple[ZbKind, int]]]:
+    """Per stage, the ZB-H1 order: its 1F1B order with W actions placed (module docstring).
+
+    Args:
+        fb_orders: per stage of ``K``, its 1F1B order as ``(is_backward, j)`` pairs.
+        deferred: per stage, the most W actions it may defer; default ``d_k = k`` (ZB-H1).
+        bounds: per stage, the most micro-batches held from F to W before a forward; default ``K``.
+        cooldown: once no forward is left, run one W after every B (ZB-H1); False: defer up to
+            ``deferred`` there too.
+
+    :func:`strict_memory_sequences` is the variant that holds no more than 1F1B on every stage.
+    """
+    n = len(fb_orders)
+    delays = list(deferred) if deferred is not None else list(range(n))
+    limits = list(bounds) if bounds is not None else [n] * n
+    return [_stage_order(order, delays[k], limits[k], cooldown) for k, order in enumerate(fb_orders)]
+
+
+def strict_memory_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]]) -> list[list[tuple[ZbKind, int]]]:
+    """A memory-strict variant (not the paper's, not a method): stage ``k`` holds at most its own
+    1F1B count ``K - k`` from F to W and defers at most its warm-up's ``K - k - 1`` W actions, so in
+    steady state each W follows its B and only the cool-down's W actions move after later B actions.
+    Every stage's activation bytes are then exactly 1F1B's (benchmarks/bench_zb.py compares it)."""
+    n = len(fb_orders)
+    return zb1_sequences(fb_orders, [n - k - 1 for k in range(n)], [n - k for k in range(n)], cooldown=False)
+
+
+def _stage_order(order: Sequence[tuple[bool, int]], delay: int, bound: int, cooldown: bool) -> list[tuple[ZbKind, int]]:
+    """One stage's order: ``order``'s F and B, with its W actions inserted; ``bound`` micro-batches
+    (from F to W) at most before a forward, unless nothing is pending."""
+    forwards_left = sum(not backward for backward, _ in order)
+    pending: deque[int] = deque()
+    held = 0
+    out: list[tuple[ZbKind, int]] = []
+    for backward, j in order:
+        if not backward:
+            while pending and held >= bound:
+                out.append(("W", pending.popleft()))
+                held -= 1
+            out.append(("F", j))
+            held += 1
+            forwards_left -= 1
+            continue
+        out.append(("B", j))
+        pending.append(j)
+        if len(pending) > delay or (cooldown and forwards_left == 0):
+            out.append(("W", pending.popleft()))
+            held -= 1
+    out += [("W", j) for j in pending]
+    return out
