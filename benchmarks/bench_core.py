@@ -248,7 +248,7 @@ def run_config(setup: ModelSetup, config: Config, round_: int, timeout_s: float)
     start = time.perf_counter()
     timeline: Timeline | None = None
     if config.kind == "torch":
-        result = run_torch_pipelining(setup.name, setup.batch, config.n_micro, config.schedule,  # type: ignore[arg-type]
+        result = run_torch_pipelining(setup.name, setup.batch, config.n_micro, config.schedule,
                                       setup.steps, timeout_s)
         run.status, run.samples_per_s, run.iteration_s = result.status, result.samples_per_s, result.iteration_s
         run.step_times_s = list(result.step_times_s)

@@ -19,8 +19,11 @@ __all__ = ["micro_of", "torch_schedule_lines"]
 class _Row(Protocol):
     """What this module reads of ``bench_core.Summary``."""
 
-    samples_per_s: float | None
-    status: str
+    @property
+    def samples_per_s(self) -> float | None: ...
+
+    @property
+    def status(self) -> str: ...
 
 
 def micro_of(labels: Sequence[str]) -> list[int]:
