@@ -4,10 +4,10 @@
     .venv/bin/python benchmarks/bench_core.py --quick --out /tmp/core-quick      # smoke run
 
 (a) Throughput on 2 local ranks (gloo, one thread each) for each model: single-process training
-(one thread), torch.distributed.pipelining GPipe and 1F1B at 1, 2, 4, 8 micro-batches, pipetrain
-gpipe/1f1b at the same settings (its balanced two-stage partition, checked to equal torch's
-equal-layer split), and pipetrain at the setting its planner picks. (b) Fidelity: the simulator's
-predicted iteration time against the measured one for every pipetrain run.
+(one thread), every torch.distributed.pipelining schedule at the 1, 2, 4, 8 micro-batches torch allows
+(``torch_schedules``), pipetrain gpipe/1f1b at the same m (its balanced two-stage partition, checked to
+equal torch's GPipe/1F1B split), and pipetrain at the setting its planner picks. (b) Fidelity: the
+simulator's predicted iteration time against the measured one for every pipetrain run.
 
 Every configuration of every model runs once per round, the rounds repeat ``--repeats`` times (the
 starting configuration rotates each round), and each configuration's result is the median over
@@ -47,7 +47,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from core_torch_report import micro_of, torch_schedule_lines
 from torch_baseline import Schedule, run_torch_pipelining, stage_layers
+from torch_schedules import SCHEDULES as TORCH_SCHEDULES
 
 import pipetrain
 from pipetrain import api
@@ -85,9 +87,8 @@ class Config:
 
     @property
     def label(self) -> str:
-        if self.kind in ("single", "single+alloc", "planned", "planned-noalloc"):
-            return self.kind
-        return f"{self.kind} {self.schedule} m={self.n_micro}"
+        plain = self.kind in ("single", "single+alloc", "planned", "planned-noalloc")
+        return self.kind if plain else f"{self.kind} {self.schedule} m={self.n_micro}"
 
 
 @dataclass
@@ -123,9 +124,9 @@ class ModelSetup:
 
 
 def configs(micro: Sequence[int]) -> list[Config]:
-    """Single process, torch × schedule × m, pipetrain × schedule × m, planned."""
+    """Single process, torch × schedule × m (those torch allows), pipetrain × schedule × m, planned."""
     out = [Config("single"), Config("single+alloc")]
-    out += [Config("torch", s, m) for s in SCHEDULES for m in micro]
+    out += [Config("torch", s, m) for s in TORCH_SCHEDULES for m in micro if TORCH_SCHEDULES[s].allows(m, 2)]
     out += [Config("pipetrain", s, m) for s in SCHEDULES for m in micro]
     out += [Config("planned"), Config("planned-noalloc")]
     return out
@@ -247,7 +248,7 @@ def run_config(setup: ModelSetup, config: Config, round_: int, timeout_s: float)
     start = time.perf_counter()
     timeline: Timeline | None = None
     if config.kind == "torch":
-        result = run_torch_pipelining(setup.name, setup.batch, config.n_micro, config.schedule,  # type: ignore[arg-type]
+        result = run_torch_pipelining(setup.name, setup.batch, config.n_micro, config.schedule,
                                       setup.steps, timeout_s)
         run.status, run.samples_per_s, run.iteration_s = result.status, result.samples_per_s, result.iteration_s
         run.step_times_s = list(result.step_times_s)
@@ -374,9 +375,8 @@ class Summary:
 
     @property
     def error(self) -> float | None:
-        if self.predicted_s is None or self.iteration_s is None:
-            return None
-        return (self.predicted_s - self.iteration_s) / self.iteration_s
+        known = self.predicted_s is not None and self.iteration_s is not None
+        return (self.predicted_s - self.iteration_s) / self.iteration_s if known else None  # type: ignore[operator]
 
 
 def summarize(runs: Sequence[Run], label: str) -> Summary:
@@ -405,7 +405,8 @@ def model_report(setup: ModelSetup, runs: Sequence[Run], labels: Sequence[str]) 
     best_label = next((k for k, s in rows.items() if s.samples_per_s == torch_best and k.startswith("torch")), "—")
     lines = [f"### {setup.name}, batch {setup.batch}", "",
              f"Planned setting: **{_describe(setup.plans['planned'])}**; {setup.partition_note}. "
-             f"Best torch configuration: {best_label}.", "",
+             f"Best torch configuration (of all schedules): {best_label}.", "",
+             *torch_schedule_lines(rows, rows["planned"].samples_per_s, micro_of(labels)),
              "| configuration | samples/s (median) | min–max | × single | × best torch | × torch same m "
              "| measured ms | predicted ms | pred. error | pred. ms, no contention | runs |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -425,8 +426,7 @@ def model_report(setup: ModelSetup, runs: Sequence[Run], labels: Sequence[str]) 
             f"| {_fmt(s.error, '+.1%') if pipetrain_run or label == 'single' else ''} "
             f"| {_fmt(setup.predicted_alone_s.get(label), '.1f', 1e3) if pipetrain_run else ''} | {s.n_ok} |"
         )
-    lines += ["", *_targets(rows, single, torch_best), ""]
-    return lines, errors
+    return [*lines, "", *_targets(rows, single, torch_best), ""], errors
 
 
 def _ratio(x: float | None, base: float | None) -> str:
@@ -448,9 +448,9 @@ def _targets(rows: dict[str, Summary], single: float | None, torch_best: float |
     if plain and torch_best and single:
         out.append(f"- without the allocator setting: planned / best torch = {plain / torch_best:.2f}×, "
                    f"planned / single = {plain / single:.2f}×")
-    same = [(k, s.samples_per_s / rows[k.replace("pipetrain", "torch")].samples_per_s)  # type: ignore[operator]
-            for k, s in rows.items() if k.startswith("pipetrain") and s.samples_per_s
-            and rows[k.replace("pipetrain", "torch")].samples_per_s]
+    twin = {k: rows.get(k.replace("pipetrain", "torch")) for k in rows if k.startswith("pipetrain")}
+    same = [(k, rows[k].samples_per_s / t.samples_per_s) for k, t in twin.items()  # type: ignore[operator]
+            if t is not None and t.samples_per_s and rows[k].samples_per_s]
     if same:
         below = [f"{k} ({r:.2f}×)" for k, r in same if r < 1.0]
         out.append(f"- same-setting pipetrain / torch ≥ 1.0× (target): {len(same) - len(below)} of {len(same)} "

@@ -1,19 +1,22 @@
 """The baseline: ``torch.distributed.pipelining`` on two local processes, same maths as pipetrain.
 
 Each run spawns two rank processes (gloo on 127.0.0.1, one thread each). Rank ``k`` builds the
-layers of stage ``k`` of pipetrain's two-stage equal-layer split (``[0, L/2)`` and ``[L/2, L)``)
-from the zoo graph, wraps them in a ``PipelineStage`` built by hand (no tracer), and runs
-``ScheduleGPipe`` or ``Schedule1F1B`` with ``scale_grads=False`` and the loss
-``loss_sum(kind, output, target) / batch``, so the gradients are those of single-process training
-(and of pipetrain) whatever the micro-batching. SGD, synthetic data from pipetrain's
-``make_batch`` (generated before the step's clock starts).
+layers of its stages from the zoo graph, wraps each in a ``PipelineStage`` built by hand (no
+tracer), and runs one of torch's schedules (:data:`torch_schedules.SCHEDULES`: GPipe and 1F1B on
+pipetrain's two-stage equal-layer split ``[0, L/2)``, ``[L/2, L)``; Interleaved1F1B, LoopedBFS,
+InterleavedZeroBubble, ZBVZeroBubble and DualPipeV on two model chunks per rank) with
+``scale_grads=False`` and the loss ``loss_sum(kind, output, target) / batch``, so the gradients are
+those of single-process training (and of pipetrain) whatever the micro-batching. SGD, synthetic
+data from pipetrain's ``make_batch`` (generated before the step's clock starts).
 
 Timing mirrors pipetrain's runtime: a barrier, then each rank times its step (schedule step,
 optimizer step, zero_grad); a step's time is the slower rank's; samples/s is the batch over the
 median timed step (warm-up steps excluded). A run that does not finish within ``timeout_s``
-(torch's schedules can hang) is killed, with its processes, and reported as ``None``.
+(torch's schedules can hang) is killed, with its processes, and reported as ``"timeout"``; one that
+raises is reported with its error.
 
     .venv/bin/python benchmarks/torch_baseline.py --model mlp --batch 128 --micro 4 --schedule gpipe
+    .venv/bin/python benchmarks/torch_baseline.py --model gpt-tiny --batch 64 --schedule all
 """
 
 from __future__ import annotations
@@ -23,19 +26,30 @@ import os
 import queue
 import socket
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
-from typing import Literal
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-Schedule = Literal["gpipe", "1f1b"]
+from pipetrain.graph.layer_graph import LayerGraph
 
-__all__ = ["Schedule", "TorchRun", "run_torch_pipelining", "stage_layers", "torch_pipelining_samples_per_s"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from torch_schedules import SCHEDULES, TorchSchedule, chunk_layers, schedule_of
+from torch_schedules import stage_layers as _stage_layers
+
+Schedule = str  # a key of torch_schedules.SCHEDULES
+
+__all__ = ["Schedule", "TorchRun", "one_step_grads", "run_torch_pipelining", "stage_layers",
+           "torch_pipelining_samples_per_s"]
 
 WARMUP_STEPS = 2
 N_RANKS = 2
@@ -64,11 +78,37 @@ class TorchRun:
         return statistics.median(timed) if timed else None
 
 
+@dataclass(frozen=True)
+class RankJob:
+    """What every rank of one run does (picklable: it crosses to the spawned processes).
+
+    Attributes:
+        model: zoo name; ``overrides`` change its sizes (``build_model``).
+        chunks: the layers of each pipeline stage, by stage index.
+        grads: run one step and return the gradients instead of timing ``steps`` steps.
+    """
+
+    model: str
+    batch: int
+    n_micro: int
+    schedule: str
+    steps: int
+    lr: float
+    chunks: tuple[range, ...]
+    overrides: tuple[tuple[str, float], ...] = ()
+    grads: bool = False
+
+
 def stage_layers(n_layers: int, stage: int, n_stages: int = N_RANKS) -> range:
     """Layer indices of ``stage`` in the equal-layer split (the first stages get any extra layer)."""
-    q, r = divmod(n_layers, n_stages)
-    first = stage * q + min(stage, r)
-    return range(first, first + q + (1 if stage < r else 0))
+    return _stage_layers(n_layers, stage, n_stages)
+
+
+def _graph(model: str, overrides: dict[str, float]) -> LayerGraph:
+    """The zoo model ``model`` with ``overrides`` (sizes) applied."""
+    from pipetrain.graph.zoo import build_model
+
+    return build_model(model, **overrides)  # type: ignore[arg-type]  # sizes are ints or floats
 
 
 def _free_port() -> int:
@@ -78,53 +118,63 @@ def _free_port() -> int:
         return port
 
 
-def _rank_main(
-    rank: int, port: int, model: str, batch: int, n_micro: int, schedule: Schedule, steps: int,
-    lr: float, results: mp.Queue,  # type: ignore[type-arg]
-) -> None:
-    """One rank: build its stage, run ``steps`` steps, put ``(rank, "ok", times)`` on ``results``."""
+def _rank_main(rank: int, port: int, job: RankJob, results: mp.Queue) -> None:  # type: ignore[type-arg]
+    """One rank: run ``job``, put ``(rank, "ok", times or gradients)`` on ``results``."""
     try:
-        times = _train_rank(rank, port, model, batch, n_micro, schedule, steps, lr)
-        results.put((rank, "ok", times))
+        results.put((rank, "ok", _run_rank(rank, port, job)))
     except BaseException as e:  # report anything, then let the parent clean up
-        results.put((rank, f"error: {type(e).__name__}: {e}", []))
+        first = str(e).splitlines()[0] if str(e) else ""
+        results.put((rank, f"error: {type(e).__name__}: {first}", []))
 
 
-def _train_rank(
-    rank: int, port: int, model: str, batch: int, n_micro: int, schedule: Schedule, steps: int, lr: float
-) -> list[float]:
+def _build_pipe(rank: int, job: RankJob, spec: TorchSchedule) -> tuple[Any, list[torch.nn.Sequential]]:
+    """This rank's stages (their modules, in stage order) and the schedule that runs them."""
+    import torch.distributed.pipelining as pipelining
+
+    from pipetrain.graph.layer_graph import loss_sum
+    graph = _graph(job.model, dict(job.overrides))
+    n_stages = spec.n_stages(N_RANKS)
+    modules, stages = [], []
+    for s in spec.rank_stages(rank, N_RANKS):
+        module = torch.nn.Sequential(*(graph.build_layer(i) for i in job.chunks[s]))
+        modules.append(module)
+        stages.append(pipelining.PipelineStage(module, s, n_stages, torch.device("cpu")))
+    kind, batch = graph.loss, job.batch
+
+    def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return loss_sum(kind, output, target) / batch
+
+    cls = getattr(pipelining, spec.class_name)
+    pipe = cls(stages if spec.multi else stages[0], job.n_micro, loss_fn=loss_fn, scale_grads=False)
+    return pipe, modules
+
+
+def _run_rank(rank: int, port: int, job: RankJob) -> list[float] | dict[str, np.ndarray]:
+    """Build this rank's part, then time ``job.steps`` steps (or return one step's gradients)."""
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    from pipetrain.graph.layer_graph import loss_sum
-    from pipetrain.graph.zoo import build_model
     from pipetrain.runtime.data import make_batch
 
+    spec = schedule_of(job.schedule)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=N_RANKS, timeout=timedelta(seconds=600))
     try:
-        graph = build_model(model)
-        module = torch.nn.Sequential(*(graph.build_layer(i) for i in stage_layers(len(graph), rank)))
-        stage = PipelineStage(module, rank, N_RANKS, torch.device("cpu"))
-        kind = graph.loss
-
-        def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            return loss_sum(kind, output, target) / batch
-
-        cls = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
-        pipe = cls(stage, n_micro, loss_fn=loss_fn, scale_grads=False)
-        optimizer = torch.optim.SGD(module.parameters(), lr=lr)
+        graph = _graph(job.model, dict(job.overrides))
+        pipe, modules = _build_pipe(rank, job, spec)
+        mine = spec.rank_stages(rank, N_RANKS)
+        first, last = 0 in mine, spec.n_stages(N_RANKS) - 1 in mine
+        optimizer = torch.optim.SGD([p for m in modules for p in m.parameters()], lr=job.lr)
         times = []
-        for step in range(steps):
-            inputs, targets = make_batch(graph, batch, step, 0, "synthetic")
+        for step in range(1 if job.grads else job.steps):
+            inputs, targets = make_batch(graph, job.batch, step, 0, "synthetic")
+            args = (inputs,) if first else ()
             dist.barrier()
             t0 = time.perf_counter()
-            if rank == 0:
-                pipe.step(inputs)
-            else:
-                pipe.step(target=targets)
+            pipe.step(*args, target=targets if last else None)
+            if job.grads:
+                return _gradients(mine, modules, job.chunks)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             times.append(time.perf_counter() - t0)
@@ -132,6 +182,18 @@ def _train_rank(
         return times
     finally:
         dist.destroy_process_group()
+
+
+def _gradients(mine: Sequence[int], modules: Sequence[torch.nn.Sequential],
+               chunks: Sequence[range]) -> dict[str, np.ndarray]:
+    """The gradients of this rank's parameters, named ``"<layer index>.<parameter name>"``."""
+    out = {}
+    for s, module in zip(mine, modules, strict=True):
+        for offset, layer in zip(chunks[s], module, strict=True):
+            for name, p in layer.named_parameters():
+                assert p.grad is not None, f"layer {offset} {name} has no gradient"
+                out[f"{offset}.{name}"] = p.grad.detach().numpy().copy()
+    return out
 
 
 def _stop(procs: Sequence[BaseProcess]) -> None:
@@ -143,6 +205,54 @@ def _stop(procs: Sequence[BaseProcess]) -> None:
         p.join(timeout=10)
 
 
+def layer_weights(model: str, overrides: dict[str, float] | None = None) -> list[float]:
+    """Parameters per layer of a zoo model (built on the meta device: free), the chunks' balance."""
+    graph = _graph(model, overrides or {})
+    return [float(sum(p.numel() for p in graph.build_layer(i, "meta").parameters())) for i in range(len(graph))]
+
+
+def _launch(job: RankJob, timeout_s: float) -> tuple[str, dict[int, Any], float]:
+    """Run ``job`` on ``N_RANKS`` spawned ranks: (status, each rank's result, wall seconds)."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    start = time.perf_counter()
+    procs = [ctx.Process(target=_rank_main, args=(r, port, job, results), daemon=True) for r in range(N_RANKS)]
+    for p in procs:
+        p.start()
+    got: dict[int, Any] = {}
+    status = "ok"
+    try:
+        while len(got) < N_RANKS:
+            left = timeout_s - (time.perf_counter() - start)
+            if left <= 0:
+                status = "timeout"
+                break
+            try:
+                rank, rank_status, out = results.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                if any(p.exitcode not in (None, 0) for p in procs) and results.empty():
+                    status = "error: a rank died"
+                    break
+                continue
+            if rank_status != "ok":
+                status = f"rank {rank} {rank_status}"
+                break
+            got[rank] = out
+    finally:
+        _stop(procs)
+        results.close()
+    return status, got, time.perf_counter() - start
+
+
+def _job(model: str, batch: int, n_micro: int, schedule: Schedule, steps: int, lr: float,
+         overrides: dict[str, float] | None = None, grads: bool = False) -> RankJob:
+    spec = schedule_of(schedule)
+    chunks = tuple(chunk_layers(layer_weights(model, overrides), spec, N_RANKS))
+    return RankJob(model, batch, n_micro, schedule, steps, lr, chunks, tuple(sorted((overrides or {}).items())),
+                   grads)
+
+
 def run_torch_pipelining(
     model: str, batch: int, n_micro: int, schedule: Schedule, steps: int, timeout_s: float, lr: float = 0.01
 ) -> TorchRun:
@@ -152,51 +262,31 @@ def run_torch_pipelining(
         model: a zoo name (``"mlp"``, ``"gpt-tiny"``).
         batch: samples per mini-batch.
         n_micro: equal micro-batches per mini-batch.
-        schedule: ``"gpipe"`` or ``"1f1b"``.
+        schedule: a key of :data:`torch_schedules.SCHEDULES` (``"gpipe"``, ``"1f1b"``, ``"zbv"``, ...).
         steps: optimizer steps, the first ``WARMUP_STEPS`` untimed; must exceed ``WARMUP_STEPS``.
         timeout_s: wall-clock limit for the whole run.
     """
     if steps <= WARMUP_STEPS:
         raise ValueError(f"steps must exceed the {WARMUP_STEPS} warm-up steps, got {steps}")
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    start = time.perf_counter()
-    procs = [
-        ctx.Process(target=_rank_main, args=(r, port, model, batch, n_micro, schedule, steps, lr, results),
-                    daemon=True)
-        for r in range(N_RANKS)
-    ]
-    for p in procs:
-        p.start()
-    got: dict[int, list[float]] = {}
-    status = "ok"
-    try:
-        while len(got) < N_RANKS:
-            left = timeout_s - (time.perf_counter() - start)
-            if left <= 0:
-                status = "timeout"
-                break
-            try:
-                rank, rank_status, times = results.get(timeout=min(left, 1.0))
-            except queue.Empty:
-                if any(p.exitcode not in (None, 0) for p in procs) and results.empty():
-                    status = "error: a rank died"
-                    break
-                continue
-            if rank_status != "ok":
-                status = f"rank {rank} {rank_status}"
-                break
-            got[rank] = times
-    finally:
-        _stop(procs)
-        results.close()
-    wall = time.perf_counter() - start
+    status, got, wall = _launch(_job(model, batch, n_micro, schedule, steps, lr), timeout_s)
     if status != "ok":
         return TorchRun(status, wall_s=wall)
     step_times = tuple(max(per_step) for per_step in zip(*got.values(), strict=True))
     timed = step_times[WARMUP_STEPS:]
     return TorchRun("ok", batch / statistics.median(timed), step_times, wall)
+
+
+def one_step_grads(
+    model: str, batch: int, n_micro: int, schedule: Schedule, timeout_s: float = 60.0,
+    overrides: dict[str, float] | None = None,
+) -> tuple[str, dict[str, np.ndarray]]:
+    """One step of ``schedule`` (step 0's synthetic batch): status and every parameter's gradient,
+    named ``"<layer index>.<parameter name>"`` (the ranks' gradients together)."""
+    status, got, _ = _launch(_job(model, batch, n_micro, schedule, 1, 0.0, overrides, grads=True), timeout_s)
+    grads: dict[str, np.ndarray] = {}
+    for part in got.values():
+        grads.update(part)
+    return status, grads
 
 
 def torch_pipelining_samples_per_s(
@@ -207,21 +297,22 @@ def torch_pipelining_samples_per_s(
 
 
 def _main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--schedule", choices=["gpipe", "1f1b"], nargs="+", default=["gpipe", "1f1b"])
+    parser.add_argument("--schedule", choices=[*SCHEDULES, "all"], nargs="+", default=["all"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()
+    schedules = list(SCHEDULES) if "all" in args.schedule else args.schedule
     print(f"torch {torch.__version__}, pid {os.getpid()}")
-    for schedule in args.schedule:
+    for schedule in schedules:
         for m in args.micro:
             run = run_torch_pipelining(args.model, args.batch, m, schedule, args.steps, args.timeout)
             sps = f"{run.samples_per_s:8.1f} samples/s" if run.samples_per_s else "       -          "
             it = f"{run.iteration_s * 1e3:8.1f} ms" if run.iteration_s else ""
-            print(f"{args.model:9s} b={args.batch:<4d} {schedule:5s} m={m:<2d} {sps} {it}  "
+            print(f"{args.model:9s} b={args.batch:<4d} {schedule:16s} m={m:<2d} {sps} {it}  "
                   f"[{run.status}; {run.wall_s:.1f} s]", flush=True)
 
 
