@@ -86,8 +86,10 @@ class DagStage:
         inputs, outputs = dag_ports(graph, plan, stage)
         reads = inputs[:1] == [(MODEL_INPUT,)]
         preds, succs = plan.stage_predecessors(stage), plan.stage_successors(stage)
-        dag = cls(reads, preds, succs, dict(zip(preds, (port_spec(graph, p) for p in inputs[reads:]), strict=True)),
-                  dict(zip(succs, (port_spec(graph, p) for p in outputs), strict=False)), plan.rank_stages)
+        made = graph.output_specs()  # one meta pass for every port's spec
+        dag = cls(reads, preds, succs,
+                  dict(zip(preds, (port_spec(graph, p, made) for p in inputs[reads:]), strict=True)),
+                  dict(zip(succs, (port_spec(graph, p, made) for p in outputs), strict=False)), plan.rank_stages)
         for label, buffers, peers in (("input activations", dag.inputs, preds), ("outputs", dag.outputs, succs),
                                       ("output gradients", dag.output_grads, succs),
                                       ("input gradients", dag.input_grads, preds)):

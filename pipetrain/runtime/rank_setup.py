@@ -35,7 +35,8 @@ def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[Tensor
     """Per-sample specs of the tensors entering and leaving a stage of consecutive layers (of a DAG
     model run by a chain plan: everything crossing the cut, packed, :mod:`pipetrain.graph.dataflow`)."""
     inputs, outputs = chain_ports(graph, layer_indices)
-    return port_spec(graph, inputs[0]), port_spec(graph, outputs[0])
+    made = graph.output_specs()  # one meta pass for both ports
+    return port_spec(graph, inputs[0], made), port_spec(graph, outputs[0], made)
 
 
 def build_stage_module(graph: LayerGraph, plan: Plan, stage: int, device: torch.device) -> nn.Module:
