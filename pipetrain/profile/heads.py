@@ -91,9 +91,9 @@ def _measured(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profi
     times = []
     with _torch_threads(1), torch.enable_grad():
         for b in grid:
-            times.append(_time_layer(timer, module, h[:b], torch.ones((), device=timer.device)))
+            times.append(_time_layer(timer, module, h[:b], torch.ones((), device=timer.device), split=False))
         step_s = _time_step(timer, module)
-    return LayerProfile(name, grid, tuple(f for f, _, _ in times), tuple(g for _, g, _ in times), 0, 0,
+    return LayerProfile(name, grid, tuple(t[0] for t in times), tuple(t[1] for t in times), 0, 0,
                         _parameter_bytes(module), 0.0, step_s)
 
 

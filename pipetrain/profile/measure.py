@@ -9,9 +9,11 @@ PipeDream's:
 * forward seconds: ``module(x)`` with autograd recording, as in training;
 * backward seconds: ``torch.autograd.backward(out, grad)`` of that layer alone, for a random
   ``grad`` (input and weight gradients; the forward that builds the graph is not timed);
-* weight-gradient seconds (the W of a split backward, method ``zb1``, Qi et al. 2024): the whole
-  backward's minus that of ``torch.autograd.backward(out, grad, inputs=[x])`` (the input gradient
-  alone), clamped at 0; the whole backward when the input takes no gradient;
+* the two parts of a split backward (methods ``zb1``, Qi et al. 2024), timed as the runtime runs
+  them (:mod:`pipetrain.graph.split_backward`): B, the input and activation gradients of one pass
+  that keeps the graph, and W, the weight gradients from B's activation gradients. B + W is the
+  backward plus what splitting costs on this device (about 1.1x the backward on gpt-tiny's blocks
+  here), which the planners then weigh against the bubbles it fills;
 * once per layer, the seconds of a plain SGD step over its parameters (``step_s``);
 
 each after ``warmup`` untimed runs, as the median of ``repeats`` timed runs. Layers are fed real
@@ -41,6 +43,7 @@ from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import layer_input, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec, loss_sum
+from pipetrain.graph.split_backward import input_grads, layer_outputs, weight_grads
 from pipetrain.profile.table import LayerProfile, Profile
 
 __all__ = [
@@ -262,29 +265,36 @@ class _Timer:
 
 
 def _time_layer(
-    timer: _Timer, module: nn.Module, x: torch.Tensor, grad: torch.Tensor | None, grow_heap: bool = False
-) -> tuple[float, float, float]:
-    """Forward, backward and weight-gradient seconds of ``module`` on ``x`` (module docstring);
-    backward and weight gradient are 0 when ``grad`` is None.
+    timer: _Timer, module: nn.Module, x: torch.Tensor, grad: torch.Tensor | None, grow_heap: bool = False,
+    split: bool = True,
+) -> tuple[float, float, float, float]:
+    """Forward, backward, input-gradient (B) and weight-gradient (W) seconds of ``module`` on ``x``
+    (module docstring); the last three are 0 when ``grad`` is None, B and W when not ``split``.
 
-    With ``grow_heap`` it only runs :meth:`_Timer.grow_heap` for all three (call it once, at the
+    With ``grow_heap`` it only runs :meth:`_Timer.grow_heap` for all four (call it once, at the
     largest size, before timing any size) and returns zeros.
     """
     x = x.detach().requires_grad_(x.is_floating_point())
     run = timer.grow_heap if grow_heap else timer.median_s
     forward_s = run(lambda: functools.partial(module, x)) or 0.0
     if grad is None:
-        return forward_s, 0.0, 0.0
+        return forward_s, 0.0, 0.0, 0.0
 
     def prepare_backward() -> Callable[[], object]:
         return functools.partial(torch.autograd.backward, module(x), grad)
 
     def prepare_input_grad() -> Callable[[], object]:
-        return functools.partial(torch.autograd.backward, module(x), grad, inputs=[x])
+        y, record = layer_outputs(module, x)
+        return functools.partial(input_grads, y, grad, x, record)
+
+    def prepare_weight_grad() -> Callable[[], object]:
+        y, record = layer_outputs(module, x)
+        return functools.partial(weight_grads, input_grads(y, grad, x, record)[1])
 
     whole = run(prepare_backward) or 0.0
-    input_only = (run(prepare_input_grad) or 0.0) if x.requires_grad else 0.0
-    return forward_s, whole, max(0.0, whole - input_only)
+    if not split:
+        return forward_s, whole, 0.0, 0.0
+    return forward_s, whole, run(prepare_input_grad) or 0.0, run(prepare_weight_grad) or 0.0
 
 
 def _time_step(timer: _Timer, module: nn.Module) -> float:
@@ -343,12 +353,14 @@ def _measure_layer(
     for b, grad in zip(grid, grads, strict=True):
         times.append(_time_layer(timer, module, x[:b], grad if has_backward else None))
         on_size(f"{name} b={b}")
+    forward_s, backward_s, input_grad_s, weight_grad_s = (tuple(column) for column in zip(*times, strict=True))
     profile = LayerProfile(
         name=name,
         sizes=grid,
-        forward_s=tuple(f for f, _, _ in times),
-        backward_s=tuple(g for _, g, _ in times),
-        weight_grad_s=tuple(w for _, _, w in times),
+        forward_s=forward_s,
+        backward_s=backward_s,
+        input_grad_s=input_grad_s,
+        weight_grad_s=weight_grad_s,
         output_bytes_per_sample=stats.output_bytes_per_sample,
         saved_bytes_per_sample=stats.saved_bytes_per_sample,
         parameter_bytes=stats.parameter_bytes,
@@ -391,24 +403,28 @@ def _measure_layers(
 def _with_loss(
     last: LayerProfile, graph: LayerGraph, out: torch.Tensor, timer: _Timer, generator: torch.Generator, loss_fn: LossFn
 ) -> LayerProfile:
-    """The last layer's profile with the loss's forward and backward added (the last stage runs it).
+    """The last layer's profile with the loss's forward and backward added (the last stage runs it;
+    in a split backward, its B).
 
     ``out`` is the last layer's output ``[max(grid), ...]``.
     """
     targets = sample_input(graph.target, out.shape[0], timer.device, generator)
     forward, backward = [], []
-    for grow, b, f, g in [(True, last.sizes[-1], 0.0, 0.0),
-                          *zip([False] * len(last.sizes), last.sizes, last.forward_s, last.backward_s, strict=True)]:
+    for grow, b in [(True, last.sizes[-1]), *((False, b) for b in last.sizes)]:
         run = timer.grow_heap if grow else timer.median_s  # the heap once, at the largest size
         y = out[:b].detach().requires_grad_(out.is_floating_point())
         loss: Callable[[], torch.Tensor] = functools.partial(_scaled_loss, loss_fn, y, targets[:b], out.shape[0])
-        f += run(functools.partial(_identity, loss)) or 0.0
-        if y.requires_grad:
-            g += run(functools.partial(_backward_of, loss)) or 0.0
+        f = run(functools.partial(_identity, loss)) or 0.0
+        g = (run(functools.partial(_backward_of, loss)) or 0.0) if y.requires_grad else 0.0
         if not grow:
             forward.append(f)
             backward.append(g)
-    return replace(last, forward_s=tuple(forward), backward_s=tuple(backward))
+
+    def plus(values: tuple[float, ...], extra: list[float]) -> tuple[float, ...]:
+        return tuple(v + e for v, e in zip(values, extra, strict=True))
+
+    return replace(last, forward_s=plus(last.forward_s, forward), backward_s=plus(last.backward_s, backward),
+                   input_grad_s=None if last.input_grad_s is None else plus(last.input_grad_s, backward))
 
 
 def _identity(run: Callable[[], torch.Tensor]) -> Callable[[], object]:

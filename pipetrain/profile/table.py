@@ -6,11 +6,13 @@ extrapolated from the last two points. Measured and estimated profiles have this
 planner cannot tell them apart except by ``source``.
 
 A split backward (method ``zb1``; Qi et al. 2024, "Zero Bubble Pipeline Parallelism") needs the
-backward's two parts: ``weight_grad_s`` holds, per grid size, the seconds of the weight-gradient
-part ``W``; the input-gradient part ``B`` is the rest of ``backward_s``. A profile without it (one
-written before it existed) splits each layer with parameters at :data:`DEFAULT_WEIGHT_GRAD_SHARE`
-of its backward (a matmul's input and weight gradients cost the same FLOPs), and gives a layer
-without parameters no W.
+backward's two parts. A measured profile times them as the runtime runs them: ``input_grad_s`` (B)
+and ``weight_grad_s`` (W), per grid size; together they may cost more than ``backward_s`` (the price
+of splitting on that device). A profile with ``weight_grad_s`` alone (an estimated one, or one
+written before ``input_grad_s`` existed) holds W as a part of the backward, at most all of it, and
+B is the rest. A profile with neither splits each layer with parameters at
+:data:`DEFAULT_WEIGHT_GRAD_SHARE` of its backward (a matmul's input and weight gradients cost the
+same FLOPs), and gives a layer without parameters no W.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def _check_layer(i: int, layer: LayerProfile) -> None:
     if not sizes or sizes[0] < 1 or any(a >= b for a, b in pairwise(sizes)):
         raise UserError(f"profile JSON {where}: sizes {list(sizes)} must be increasing micro-batch sizes >= 1; "
                         "re-create it with `pipetrain profile`")
-    for field in ("forward_s", "backward_s", "weight_grad_s"):
+    for field in ("forward_s", "backward_s", "weight_grad_s", "input_grad_s"):
         values = getattr(layer, field)
         if values is None:
             continue
@@ -66,6 +68,10 @@ def _check_layer(i: int, layer: LayerProfile) -> None:
             raise UserError(f"profile JSON {where}: {field} is {getattr(layer, field)}; give 0 or more bytes")
     if not 0 <= layer.flops_per_sample < math.inf or (layer.step_s is not None and not 0 <= layer.step_s < math.inf):
         raise UserError(f"profile JSON {where}: flops_per_sample and step_s must be finite and >= 0")
+
+
+def _optional_times(layer: dict[str, Any], field: str) -> tuple[float, ...] | None:
+    return None if layer.get(field) is None else tuple(float(v) for v in layer[field])
 
 
 @dataclass(frozen=True)
@@ -84,8 +90,10 @@ class LayerProfile:
         step_s: seconds for an SGD step of the layer's parameters, if measured.
         saved_input_bytes_per_sample: of the saved bytes, those of the layer's input (0: not saved).
         saved_output_bytes_per_sample: of the saved bytes, those of the layer's output (0: not saved).
-        weight_grad_s: of the backward seconds at each grid size, those of the weight gradients (the
-            split backward's W); None: the default split (module docstring).
+        weight_grad_s: seconds of the weight gradients (the split backward's W) at each grid size;
+            None: the default split (module docstring).
+        input_grad_s: seconds of the split backward's B at each grid size, as measured beside W;
+            None: B is the backward minus W (module docstring).
     """
 
     name: str
@@ -100,6 +108,7 @@ class LayerProfile:
     saved_input_bytes_per_sample: int = 0
     saved_output_bytes_per_sample: int = 0
     weight_grad_s: tuple[float, ...] | None = None
+    input_grad_s: tuple[float, ...] | None = None
 
     def forward_at(self, b: float) -> float:
         return interpolate(self.sizes, self.forward_s, b)
@@ -112,10 +121,14 @@ class LayerProfile:
         whole = self.backward_at(b)
         if self.weight_grad_s is None:
             return DEFAULT_WEIGHT_GRAD_SHARE * whole if self.parameter_bytes > 0 else 0.0
-        return min(whole, interpolate(self.sizes, self.weight_grad_s, b))
+        w = interpolate(self.sizes, self.weight_grad_s, b)
+        return w if self.input_grad_s is not None else min(whole, w)
 
     def input_grad_at(self, b: float) -> float:
-        """Seconds of the input-gradient part (B) of the backward on ``b`` samples: the rest of it."""
+        """Seconds of the input-gradient part (B) of the backward on ``b`` samples: as measured, or
+        the rest of the backward."""
+        if self.input_grad_s is not None:
+            return interpolate(self.sizes, self.input_grad_s, b)
         return self.backward_at(b) - self.weight_grad_at(b)
 
 
@@ -218,8 +231,8 @@ class Profile:
                     step_s=None if x.get("step_s") is None else float(x["step_s"]),
                     saved_input_bytes_per_sample=int(x.get("saved_input_bytes_per_sample", 0)),
                     saved_output_bytes_per_sample=int(x.get("saved_output_bytes_per_sample", 0)),
-                    weight_grad_s=None if x.get("weight_grad_s") is None else tuple(
-                        float(v) for v in x["weight_grad_s"]),
+                    weight_grad_s=_optional_times(x, "weight_grad_s"),
+                    input_grad_s=_optional_times(x, "input_grad_s"),
                 )
                 for x in data["layers"]
             )

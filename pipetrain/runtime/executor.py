@@ -22,8 +22,8 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
             rank has posted that step's receives); on a replicated stage, all-reduce (sum) the gradients and the
             loss over the stage's ranks; clip the global gradient norm (if set); optimizer step;
             zero gradients
-    W       weight gradients of the B of exactly [lo, hi): per layer backward(h, grad of h,
-            inputs=its params), accumulated into .grad; then the micro-batch's activations are released
+    W       weight gradients of the B of exactly [lo, hi): per parameter owner, from the gradient of
+            its output, accumulated into .grad; then the micro-batch's activations are released
 
 Local learning (method ``local``): on a rank whose context has ``local`` state, F, B and STEP are
 :mod:`pipetrain.runtime.local_handlers`' (a local loss through an auxiliary head, a local backward
@@ -43,11 +43,11 @@ batch_chunks`), so in-flight micro-batches stay kept across steps and ranges ind
 its own size.
 
 Split backward (method ``zb1``, Qi et al. 2024 "Zero Bubble Pipeline Parallelism" §2): a rank whose
-program has W actions runs each backward in two parts (:mod:`pipetrain.runtime.split_backward`).
-Forward runs the stage's layers one by one and keeps each layer's output; B back-propagates ``grad
-[hi-lo, *out]`` (the last stage: the scalar loss) to the stage input ``x [hi-lo, *in]`` and to every
-layer output, keeping the graph; W later back-propagates each layer's output gradient to that
-layer's parameters and frees the graph. The weight gradients are the fused backward's, so training
+program has W actions runs each backward in two parts (:mod:`pipetrain.graph.split_backward`).
+Forward records the output of every module holding parameters of its own; B back-propagates
+``grad [hi-lo, *out]`` (the last stage: the scalar loss) to the stage input ``x [hi-lo, *in]`` and
+to every recorded output, keeping the graph; W later computes each such module's weight gradients
+from its output's gradient and frees the graph. The weight gradients are the fused backward's, so training
 is unchanged.
 
 Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes` says: a
@@ -69,6 +69,7 @@ from torch import nn
 from pipetrain.data import EvalTally, Loss
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import TensorSpec
+from pipetrain.graph.split_backward import StageParts, WeightWork, input_grads, layer_outputs, weight_grads
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.dag_handlers import DagStage, dag_backward, dag_forward, dag_message_spec, dag_recv, dag_send
@@ -79,7 +80,6 @@ from pipetrain.runtime.local_handlers import (
     local_step,
 )
 from pipetrain.runtime.memory import ActivationMeter
-from pipetrain.runtime.split_backward import LayerPart, WeightWork, input_grads, layer_outputs, weight_grads
 from pipetrain.runtime.transport import Direction, Message, Transport
 from pipetrain.runtime.versions import WeightVersions
 from pipetrain.schedule.action import Action, ActionKind
@@ -141,7 +141,7 @@ class RankContext:
         dag: method ``graph``: the stage's ports toward each neighbouring stage (a DAG of stages);
             None for a chain.
         split_backward: the program splits backward into B and W (it has W actions).
-        layer_parts: per forward range, each layer's output and parameters (split backward).
+        layer_parts: per forward range, what its forward recorded for the split backward.
         weight_pending: per range, the work a B left for its W (split backward).
     """
 
@@ -176,7 +176,7 @@ class RankContext:
     loss_count: int = 0
     dag: DagStage | None = None
     split_backward: bool = False
-    layer_parts: dict[Range, list[LayerPart]] = field(default_factory=dict)
+    layer_parts: dict[Range, StageParts] = field(default_factory=dict)
     weight_pending: dict[Range, WeightWork] = field(default_factory=dict)
 
     @property

@@ -21,7 +21,7 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
 * a split backward (method ``zb1``, Qi et al. 2024; a rank whose program has W actions): B costs
   the stage's input-gradient seconds and W its weight-gradient seconds
   (:meth:`~pipetrain.cost.CostModel.backward_input_s`, :meth:`~pipetrain.cost.CostModel.weight_grad_s`),
-  as the runtime splits them per layer (:mod:`pipetrain.runtime.split_backward`);
+  as the runtime splits them per parameter owner (:mod:`pipetrain.graph.split_backward`);
 * held activations follow :class:`~pipetrain.simulate.memory.ActivationLedger`: saved bytes from F to B,
   or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage;
 * the replicas of a replicated stage start their STEP together (their ``i``-th), once the last one reaches it, and

@@ -130,13 +130,15 @@ class CountingLinear(nn.Linear):
 
 
 def test_the_heap_is_grown_once_per_layer_at_its_largest_size() -> None:
-    """Each size is timed with ``warmup + repeats`` forwards, as many whole backwards and as many
-    input-only backwards (each needing a forward; the weight-gradient time of zb1 is their
-    difference); the untimed heap-growing pass runs once, at the largest size only."""
+    """Each size is timed with ``warmup + repeats`` forwards, as many whole backwards, as many split
+    backwards' B and as many W (each needing a forward, W also its B); the untimed heap-growing pass
+    runs once, at the largest size only."""
     module = CountingLinear()
     timer = _Timer(torch.device("cpu"), warmup=1, repeats=2)
     profile, _ = _measure_layer("counting", module, torch.randn(4, 8), (1, 2, 4), timer, torch.Generator(),
                                 lambda _: None)
-    runs = 3 * (1 + 2)  # timed forwards, then the forwards behind the timed whole and input-only backwards
+    runs = 4 * (1 + 2)  # timed forwards, then the forwards behind the timed whole backwards, Bs and Ws
     assert module.forwards == {1: runs, 2: runs, 4: 1 + 2 * runs}  # 1: the stats pass
     assert min(profile.forward_s + profile.backward_s) > 0
+    assert profile.input_grad_s is not None and profile.weight_grad_s is not None
+    assert min(profile.input_grad_s + profile.weight_grad_s) > 0

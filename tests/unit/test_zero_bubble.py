@@ -183,6 +183,19 @@ def test_profile_default_split_and_json() -> None:
         Profile.from_json(json.dumps(data))
 
 
+def test_measured_split_prices_b_and_w_as_timed() -> None:
+    """A measured split (B and W both timed) is taken as it is: B + W may exceed the backward."""
+    profile = flat_profile(2, 1.0, 2.0, parameter_bytes=4)
+    split = replace(profile, layers=tuple(replace(lp, input_grad_s=(1.5, 3.0), weight_grad_s=(1.0, 2.5))
+                                          for lp in profile.layers))
+    layer = Profile.from_json(split.to_json()).layers[0]
+    assert (layer.input_grad_at(2), layer.weight_grad_at(2)) == (3.0, 2.5)  # 5.5 > the backward's 4.0
+    data = json.loads(split.to_json())
+    data["layers"][1]["input_grad_s"] = [-1.0, 1.0]
+    with pytest.raises(UserError, match="input_grad_s"):
+        Profile.from_json(json.dumps(data))
+
+
 @pytest.mark.parametrize("n_stages", [2, 4, 5])
 @pytest.mark.parametrize("n_micro", [1, 3, 8])
 def test_strict_memory_variant_holds_1f1b_counts(n_stages: int, n_micro: int) -> None:

@@ -1,0 +1,115 @@
+"""The split backward (B, then W per parameter owner) gives the gradients of one ordinary backward."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from pipetrain.graph.dataflow import profiled_layer
+from pipetrain.graph.split_backward import input_grads, layer_outputs, weight_grads
+from pipetrain.graph.zoo import build_model
+from pipetrain.profile.measure import sample_input
+
+Grads = tuple[list[torch.Tensor], torch.Tensor | None, bool]
+
+
+def _gradients(module: nn.Module, x: torch.Tensor, grad: torch.Tensor, split: bool) -> Grads:
+    """Parameter gradients, the input's gradient, and whether the per-owner split was exact."""
+    module.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_(x.is_floating_point())
+    exact = False
+    if split:
+        y, record = layer_outputs(module, x)
+        exact = record.exact()
+        x_grad, work = input_grads(y, grad, x, record)
+        weight_grads(work)
+    else:
+        torch.autograd.backward(module(x), grad)
+        x_grad = x.grad
+    return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in module.parameters()], x_grad, exact
+
+
+def _assert_same(module: nn.Module, x: torch.Tensor) -> bool:
+    grad = torch.randn_like(module(x).float())
+    ref, ref_x, _ = _gradients(module, x, grad, split=False)
+    got, got_x, exact = _gradients(module, x, grad, split=True)
+    for a, b in zip(ref, got, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    if ref_x is not None:
+        assert got_x is not None
+        torch.testing.assert_close(got_x, ref_x, rtol=1e-5, atol=1e-6)
+    return exact
+
+
+class _Tied(nn.Module):
+    """One linear called twice: not exact per owner, so W re-walks the stage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.lin(torch.relu(self.lin(x)))
+        return out
+
+
+class _Nested(nn.Module):
+    """An owner (``scale``) whose own weight is reached through a child owner."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(8))
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.lin(x * self.scale)
+        return out
+
+
+class _InPlace(nn.Module):
+    """A recorded output changed in place: the split falls back to the whole stage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        h.mul_(2.0)
+        out: torch.Tensor = self.b(h)
+        return out
+
+
+@pytest.mark.parametrize(("module", "exact"), [
+    (_Tied(), False),
+    (_Nested(), True),
+    (_InPlace(), False),
+    (nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True), nn.Linear(8, 8)), False),
+    (nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 8, bias=False)), True),
+])
+def test_split_equals_one_backward(module: nn.Module, exact: bool) -> None:
+    torch.manual_seed(0)
+    assert _assert_same(module, torch.randn(4, 3, 8)) is exact
+
+
+@pytest.mark.parametrize("model", ["gpt-tiny", "mlp"])
+def test_zoo_stages_split_exactly(model: str) -> None:
+    graph = build_model(model)
+    x = sample_input(graph.input, 4, torch.device("cpu"), torch.Generator().manual_seed(0))
+    stage = nn.Sequential(*[profiled_layer(graph, i, torch.device("cpu")) for i in range(len(graph))])
+    assert _assert_same(stage, x)
+
+
+@settings(max_examples=25, deadline=None)
+@given(widths=st.lists(st.integers(1, 6), min_size=2, max_size=5), tie=st.booleans(), seed=st.integers(0, 99))
+def test_random_stacks(widths: list[int], tie: bool, seed: int) -> None:
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = [nn.Linear(a, b) for a, b in itertools.pairwise(widths)]
+    if tie:
+        layers += [nn.Linear(widths[-1], widths[0]), layers[0]]  # the first weights used twice
+    assert _assert_same(nn.Sequential(*layers), torch.randn(3, widths[0])) is not tie
