@@ -140,8 +140,9 @@ def profile_args(p: argparse.ArgumentParser) -> None:
 def probe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=_ranks, default=2, help="ranks of the local cluster (default: 2)")
     p.add_argument("--probes", type=_count, default=3, help="probes to take the median of (default: 3)")
-    p.add_argument("--overhead", type=_seconds, default=CPU_ACTION_OVERHEAD_S,
-                   help=f"the runtime's seconds per forward or backward action (default: {CPU_ACTION_OVERHEAD_S})")
+    p.add_argument("--overhead", type=_seconds, default=None,
+                   help="the runtime's seconds per forward or backward action (default: measured by three short "
+                        f"2-rank runs of a tiny model, ~15 s; {CPU_ACTION_OVERHEAD_S} was typical on a 2-core CPU)")
     _out_file(p, "out/cluster.json", "cluster JSON to write")
 
 

@@ -1,0 +1,109 @@
+"""Overhead probe: the runtime's fixed seconds per forward or backward action, measured on this machine.
+
+    overhead = probe_action_overhead(link)           # ~15 s: three short 2-rank runs of a tiny model
+    cluster = probe_local_cluster(2)                 # the link, the contention and the overhead
+
+The simulator prices every F, B and W action at ``action_overhead_s`` plus its layers' profiled
+seconds (:class:`~pipetrain.cost.CostModel`). That overhead is the runtime's own work around the
+kernels — Python dispatch, posting receives and sends, buffer bookkeeping — and it is what prices
+many small actions (many micro-batches, interleaved chunks, the split backward's W) against a few
+large ones. It used to be a constant calibrated once on one machine
+(:data:`~pipetrain.cluster.CPU_ACTION_OVERHEAD_S`); this probe measures it where the job runs.
+
+How: a tiny MLP (``mlp`` of the zoo at width 8, so each action's kernels take microseconds) is
+profiled, cut into one stage per rank by the balanced planner, and trained for a few steps with
+1F1B on ``micro`` one-sample micro-batches; each step then consists almost only of overhead and
+messages. The simulator's iteration time ``T(o)`` of that plan is linear in the overhead ``o``
+where actions dominate (``T(o) = T(0) + n·o``, ``n`` the actions on the critical path, found from
+two simulations), so the measured median step ``T_m`` gives ``o = (T_m - T(0)) / n``. The link
+``link`` (from :func:`~pipetrain.profile.link.probe_link`) prices the messages, so they are not
+counted twice.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+
+from pipetrain.cluster import Cluster, Link
+from pipetrain.cost import CostModel
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.graph.zoo import build_model
+from pipetrain.plan.plan import Method, Plan
+from pipetrain.planners.balanced import build_balanced_plan
+from pipetrain.planners.contract import ModelRef
+from pipetrain.profile.link import probe_cluster
+from pipetrain.profile.measure import measure_profile
+from pipetrain.profile.table import Profile
+from pipetrain.runtime.config import TrainConfig
+from pipetrain.runtime.train import train
+from pipetrain.schedule.generators import build_schedule
+from pipetrain.simulate.events import simulate
+
+__all__ = ["OverheadProbe", "probe_action_overhead", "probe_local_cluster"]
+
+_PROBE_WIDTH = 8
+_SLOPE_STEP_S = 1e-3
+
+
+@dataclass(frozen=True)
+class OverheadProbe:
+    """What :func:`probe_action_overhead` measured.
+
+    Attributes:
+        overhead_s: the fitted seconds per F/B action (0 when the run was faster than ``base_s``).
+        measured_s: per run, the median step of the tiny model's pipeline.
+        base_s: the simulated step with no overhead (kernels and messages only).
+        actions: the simulated step's growth per second of overhead (actions on its critical path).
+    """
+
+    overhead_s: float
+    measured_s: tuple[float, ...]
+    base_s: float
+    actions: float
+
+
+def _tiny_plan(n_ranks: int, micro: int, link: Link) -> tuple[LayerGraph, Plan, Profile]:
+    """The tiny MLP, its 1F1B plan on ``micro`` one-sample micro-batches, and its profile."""
+    graph = build_model("mlp", n_layers=2 * n_ranks, inputs=_PROBE_WIDTH, width=_PROBE_WIDTH,
+                        hidden=_PROBE_WIDTH, classes=_PROBE_WIDTH)
+    profile = measure_profile(graph, micro, sizes=(1,), progress=False)
+    cost = CostModel(profile, Cluster.local(n_ranks, link=link))
+    plan = build_balanced_plan(ModelRef.of(graph), cost, method=Method.ONE_F_ONE_B, n_stages=n_ranks,
+                               batch_size=micro, n_micro=micro)
+    return graph, plan, profile
+
+
+def _simulated_s(plan: Plan, profile: Profile, link: Link, overhead_s: float) -> float:
+    cluster = Cluster.local(plan.n_ranks, link=link, action_overhead_s=overhead_s)
+    return simulate(build_schedule(plan), plan, CostModel(profile, cluster)).iteration_s
+
+
+def probe_action_overhead(link: Link, n_ranks: int = 2, *, micro: int = 16, steps: int = 12,
+                          runs: int = 3) -> OverheadProbe:
+    """Measure the runtime's seconds per F/B action on ``n_ranks`` local ranks (module docstring).
+
+    Args:
+        link: the rank-to-rank link, as probed (messages are priced by it, not by the overhead).
+        n_ranks: ranks of the probe pipeline (one stage each).
+        micro: one-sample micro-batches per step (more: more actions per step, a steadier fit).
+        steps: timed steps per run (after 2 warm-up steps).
+        runs: runs to take the median of.
+    """
+    graph, plan, profile = _tiny_plan(n_ranks, micro, link)
+    config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1)
+    measured = tuple(plan.batch_size / train(graph, plan, config).samples_per_s for _ in range(max(1, runs)))
+    base = _simulated_s(plan, profile, link, 0.0)
+    actions = (_simulated_s(plan, profile, link, _SLOPE_STEP_S) - base) / _SLOPE_STEP_S
+    overhead = max(0.0, (statistics.median(measured) - base) / actions)
+    return OverheadProbe(overhead, measured, base, actions)
+
+
+def probe_local_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float | None = None) -> Cluster:
+    """This machine as a cluster of ``n_ranks`` CPU ranks: the link and contention of
+    :func:`~pipetrain.profile.link.probe_cluster`, and the per-action overhead measured by
+    :func:`probe_action_overhead` on 2 ranks unless ``action_overhead_s`` gives it."""
+    cluster = probe_cluster(n_ranks, probes=probes)
+    if action_overhead_s is None:
+        action_overhead_s = probe_action_overhead(cluster.intra_node).overhead_s
+    return replace(cluster, action_overhead_s=action_overhead_s)
