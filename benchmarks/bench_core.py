@@ -61,6 +61,7 @@ from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
+from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.profile.table import Profile
 from pipetrain.runtime.config import TrainConfig as TrainConfigT
 from pipetrain.runtime.config import TrainResult as TrainResultT
@@ -70,8 +71,9 @@ Kind = Literal["single", "single+alloc", "torch", "pipetrain", "planned", "plann
 T = TypeVar("T")
 
 WARMUP_STEPS = 2
-SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b")
-METHOD_OF: dict[str, Method] = {"gpipe": Method.GPIPE, "1f1b": Method.ONE_F_ONE_B}
+SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b", "zb1", "interleaved")
+METHOD_OF: dict[str, Method] = {"gpipe": Method.GPIPE, "1f1b": Method.ONE_F_ONE_B, "zb1": Method.ZB1}
+CHUNKS = 2  # model chunks per rank of pipetrain's interleaved settings (torch's interleaved ones: see torch_schedules)
 
 
 # ---- what runs --------------------------------------------------------------------------------
@@ -135,16 +137,18 @@ def configs(micro: Sequence[int]) -> list[Config]:
 # ---- setup ------------------------------------------------------------------------------------
 
 
-def probe_cluster(overhead_s: float, n_probes: int) -> tuple[Cluster, dict[str, object]]:
-    """This machine as a 2-rank cluster (:func:`pipetrain.profile.link.probe_cluster`)."""
-    from pipetrain.profile.link import probe_cluster as probe
+def probe_cluster(overhead_s: float | None, n_probes: int) -> tuple[Cluster, dict[str, object]]:
+    """This machine as a 2-rank cluster (:func:`pipetrain.runtime.overhead_probe.probe_local_cluster`;
+    ``overhead_s`` None: the per-action overhead measured too)."""
+    from pipetrain.runtime.overhead_probe import probe_local_cluster
 
-    cluster = probe(2, probes=n_probes, action_overhead_s=overhead_s)
+    cluster = probe_local_cluster(2, probes=n_probes, action_overhead_s=overhead_s)
     info: dict[str, object] = {
         "latency_s": cluster.intra_node.latency_s,
         "bandwidth_bytes_per_s": cluster.intra_node.bandwidth_bytes_per_s,
         "shared_speed": list(cluster.shared_speed),
-        "action_overhead_s": overhead_s,
+        "action_overhead_s": cluster.action_overhead_s,
+        "overhead_measured": overhead_s is None,
         "probes": n_probes,
     }
     return cluster, info
@@ -171,9 +175,11 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
     plans: dict[str, Plan] = {}
     for schedule in SCHEDULES:
         for m in micro:
-            plans[Config("pipetrain", schedule, m).label] = build_balanced_plan(
-                ModelRef.of(graph), cost, method=METHOD_OF[schedule], n_stages=2, batch_size=batch, n_micro=m,
-            )
+            plans[Config("pipetrain", schedule, m).label] = (
+                build_interleaved_plan(ModelRef.of(graph), cost, n_ranks=2, chunks=CHUNKS, batch_size=batch, n_micro=m)
+                if schedule == "interleaved" else
+                build_balanced_plan(ModelRef.of(graph), cost, method=METHOD_OF[schedule], n_stages=2, batch_size=batch,
+                                    n_micro=m))
     planned, candidates = api.plan_pipeline(graph, profile, cluster, batch_size=batch)
     plans["planned"] = planned
     predicted = {label: api.predict(plan, profile, cluster)[1] for label, plan in plans.items()}
@@ -525,7 +531,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpt-batch", type=int, default=64)
     p.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--timeout", type=float, default=150.0, help="wall-clock bound per run (s)")
-    p.add_argument("--overhead", type=float, default=CPU_ACTION_OVERHEAD_S, help="cluster action_overhead_s")
+    p.add_argument("--overhead", type=float, default=None,
+                   help=f"cluster action_overhead_s (default: measured by the probe; {CPU_ACTION_OVERHEAD_S} before)")
     p.add_argument("--probes", type=int, default=5, help="link/contention probes, median kept (default 5)")
     args = p.parse_args(argv)
     if args.quick:
