@@ -62,6 +62,7 @@ from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
+from pipetrain.profile.link import Workload
 from pipetrain.profile.table import Profile
 from pipetrain.runtime.config import TrainConfig as TrainConfigT
 from pipetrain.runtime.config import TrainResult as TrainResultT
@@ -137,12 +138,13 @@ def configs(micro: Sequence[int]) -> list[Config]:
 # ---- setup ------------------------------------------------------------------------------------
 
 
-def probe_cluster(overhead_s: float | None, n_probes: int) -> tuple[Cluster, dict[str, object]]:
+def probe_cluster(overhead_s: float | None, n_probes: int, model: Workload | None = None
+                  ) -> tuple[Cluster, dict[str, object]]:
     """This machine as a 2-rank cluster (:func:`pipetrain.runtime.overhead_probe.probe_local_cluster`;
-    ``overhead_s`` None: the per-action overhead measured too)."""
+    ``overhead_s`` None: the per-action overhead measured too; ``model``: contention on its work)."""
     from pipetrain.runtime.overhead_probe import probe_local_cluster
 
-    cluster = probe_local_cluster(2, probes=n_probes, action_overhead_s=overhead_s)
+    cluster = probe_local_cluster(2, probes=n_probes, action_overhead_s=overhead_s, model=model)
     info: dict[str, object] = {
         "latency_s": cluster.intra_node.latency_s,
         "bandwidth_bytes_per_s": cluster.intra_node.bandwidth_bytes_per_s,
@@ -499,7 +501,9 @@ def _meta_line(meta: dict[str, object]) -> str:
             f"probe: latency {probe.get('latency_s', 0) * 1e6:.0f} µs, bandwidth "
             f"{probe.get('bandwidth_bytes_per_s', 0) / 1e9:.2f} GB/s, two ranks computing at once run at "
             f"{(probe.get('shared_speed') or [1.0, 1.0])[-1]:.2f}× each, "
-            f"action overhead {probe.get('action_overhead_s', 0) * 1e6:.0f} µs. "
+            f"action overhead {probe.get('action_overhead_s', 0) * 1e6:.0f} µs "
+            f"({'measured' if probe.get('overhead_measured') else 'given'}); each model's own work at once: "
+            f"{probe.get('model_shared_speed', {})}. "
             "Ratios are of medians over rounds; errors are (predicted − measured) / measured.")
 
 
@@ -571,13 +575,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     t0 = time.perf_counter()
     cluster, probe = probe_cluster(args.overhead, args.probes)
     print(f"probe: {probe}", flush=True)
-    setups = [setup_model(m, batches.get(m, 64), steps_for(m, args.quick), cluster, args.micro) for m in args.models]
+    clusters, contention = {}, {}
+    for m in args.models:  # the contention of each model's own work (two halves at a quarter of its batch)
+        clusters[m], info = probe_cluster(cluster.action_overhead_s, args.probes,
+                                          (build_model(m), max(1, batches.get(m, 64) // 4)))
+        contention[m] = info["shared_speed"]
+        print(f"[{m}] contention probe: {info}", flush=True)
+    probe["model_shared_speed"] = contention
+    setups = [setup_model(m, batches.get(m, 64), steps_for(m, args.quick), clusters[m], args.micro)
+              for m in args.models]
     meta: dict[str, object] = {"torch": torch.__version__, "python": platform.python_version(),
                                "cpu_count": torch.multiprocessing.cpu_count(), "repeats": args.repeats,
                                "quick": args.quick, "micro": args.micro, "probe": probe,
                                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "git_head": _git_head(),
                                "pipetrain": f"working-tree snapshot at start, imported from {pipetrain.__file__}"}
     write_atomic(args.out / "cluster.json", cluster.to_json())
+    for m, c in clusters.items():
+        write_atomic(args.out / f"cluster_{m}.json", c.to_json())
     for setup in setups:  # enough to re-predict any configuration later (e.g. at another speed)
         write_atomic(args.out / f"profile_{setup.name}.json", setup.profile.to_json())
     bench = Bench(setups, configs(args.micro), args.repeats, args.timeout, args.out, meta)

@@ -52,14 +52,16 @@ def cmd_profile(args: argparse.Namespace) -> None:
 def cmd_probe(args: argparse.Namespace) -> None:
     from pipetrain.runtime.overhead_probe import probe_local_cluster
 
-    cluster = probe_local_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead)
+    model = None if args.model is None else (graph_of(args), max(1, args.batch // 4))
+    cluster = probe_local_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead, model=model)
     save_text(args.out, cluster.to_json(), "cluster")
     link = cluster.intra_node
     how = "measured" if args.overhead is None else "given"
     out.print(
         f"link: latency {link.latency_s * 1e6:.0f} µs, bandwidth {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s; "
         f"two ranks computing at once each run at {cluster.concurrency_speed(2):.2f}× their speed alone "
-        f"(median of {args.probes} probes); {cluster.action_overhead_s * 1e6:.0f} µs per action ({how})"
+        f"(median of {args.probes} probes{'' if model is None else f', on {model[0].name} work'}); "
+        f"{cluster.action_overhead_s * 1e6:.0f} µs per action ({how})"
     )
 
 

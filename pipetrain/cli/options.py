@@ -143,6 +143,11 @@ def probe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overhead", type=_seconds, default=None,
                    help="the runtime's seconds per forward or backward action (default: measured by three short "
                         f"2-rank runs of a tiny model, ~15 s; {CPU_ACTION_OVERHEAD_S} was typical on a 2-core CPU)")
+    p.add_argument("--model", help="measure the contention on this model's own work (zoo name or "
+                   "module.path:callable; its two halves of layers, one per rank, on a quarter of --batch) instead "
+                   "of a generic block: models that stream their weights slow each other more (default: the block)")
+    p.add_argument("--batch", type=_batch_size, default=32, help="with --model: samples per mini-batch (default: 32)")
+    _data_args(p)
     _out_file(p, "out/cluster.json", "cluster JSON to write")
 
 

@@ -10,12 +10,16 @@ group over TCP on 127.0.0.1 and
    the round trip, the median of ``repeats`` after a short warm-up; then :func:`fit_link` fits
    ``time_s = latency_s + bytes / bandwidth_bytes_per_s`` (the link model of ``cluster.Link``,
    the communication cost of docs/algorithms.md §2.2);
-2. time a compute loop (forward and backward of one ``mlp`` zoo block, 1024 → 4096 → 1024, on 32
-   samples) on rank 0 alone, then on both ranks at once. ``contention_speed`` is the ratio of the
-   two speeds, ``t_alone / t_together``: ranks sharing a machine share its caches and memory
-   bandwidth, so each runs slower while both compute (``Cluster.shared_speed``, which the
-   simulator applies only while both are busy). Each phase runs three times and the median ratio
-   is kept, because shared machines are noisy.
+2. time a compute loop on each rank alone in turn, then on both ranks at once. ``contention_speed``
+   is the ratio of the two speeds, ``t_alone / t_together``: ranks sharing a machine share its
+   caches and memory bandwidth, so each runs slower while both compute (``Cluster.shared_speed``,
+   which the simulator applies only while both are busy). How much depends on the work: a layer
+   that streams its weights from memory suffers more than one that stays in cache. The loop is
+   therefore the model's own when one is given (``model=(graph, micro)``: rank 0 runs the forward
+   and backward of the first half of its layers, rank 1 of the second half, on ``micro`` samples,
+   which is what a 2-stage pipeline of it runs), else a generic block (one ``mlp`` zoo block,
+   1024 → 4096 → 1024, on 32 samples). Each phase runs three times and the median ratio over
+   rounds and ranks is kept, because shared machines are noisy.
 """
 
 from __future__ import annotations
@@ -37,11 +41,15 @@ from torch.multiprocessing.spawn import spawn as _untyped_spawn
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster, Link
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
+from pipetrain.graph.dataflow import chain_stage
+from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo.mlp import MLPBlock
+from pipetrain.profile.measure import sample_input
 
 __all__ = [
     "DEFAULT_SIZES_BYTES",
     "LinkProbe",
+    "Workload",
     "fit_error",
     "fit_link",
     "probe_cluster",
@@ -50,6 +58,8 @@ __all__ = [
 
 DEFAULT_SIZES_BYTES: tuple[int, ...] = tuple(64 * 4**k for k in range(10))  # 64 B … 16 MiB
 _spawn: Callable[..., object] = _untyped_spawn  # torch leaves it unannotated
+Workload = tuple[LayerGraph, int]
+"""A model and a micro-batch size: the contention probe's work (:func:`probe_link`)."""
 _WARMUP = 3
 _CONTENTION_ROUNDS = 3
 _COMPUTE_STEPS = 8
@@ -135,28 +145,46 @@ def _one_way_s(rank: int, n_bytes: int, repeats: int) -> float:
 def _compute_s(block: torch.nn.Module, x: torch.Tensor) -> float:
     start = time.perf_counter()
     for _ in range(_COMPUTE_STEPS):
-        block(x).sum().backward()
+        block(x).float().sum().backward()
     return time.perf_counter() - start
 
 
-def _contention_speed(rank: int) -> float:
-    """``t_alone / t_together`` of the compute loop, median over rounds (meaningful on rank 0)."""
-    block = MLPBlock(1024, 4096, 1024, last=False)
-    x = torch.randn(32, 1024)
+def _workload(rank: int, model: Workload | None) -> tuple[torch.nn.Module, torch.Tensor]:
+    """What ``rank`` computes while contention is measured: the generic block, or its half of the
+    model (the first or second half of its layers) on ``micro`` samples, with the input that half sees."""
+    if model is None:
+        return MLPBlock(1024, 4096, 1024, last=False), torch.randn(32, 1024)
+    graph, micro = model
+    half = len(graph) // 2
+    indices = range(half) if rank == 0 else range(half, len(graph))
+    x = sample_input(graph.input, micro, torch.device("cpu"), torch.Generator().manual_seed(graph.seed))
+    if rank == 1:
+        with torch.no_grad():
+            x = chain_stage(graph, range(half))(x)
+        x = x.requires_grad_(x.is_floating_point())
+    return chain_stage(graph, indices), x
+
+
+def _contention_speed(rank: int, model: Workload | None) -> float:
+    """The median over rounds and both ranks of ``t_alone / t_together`` (the same on every rank)."""
+    block, x = _workload(rank, model)
     _compute_s(block, x)  # warm-up
     ratios = []
     for _ in range(_CONTENTION_ROUNDS):
+        alone = 1.0
+        for turn in range(2):  # each rank alone in turn, the other waiting in the barrier
+            dist.barrier()
+            if rank == turn:
+                alone = _compute_s(block, x)
         dist.barrier()
-        alone = _compute_s(block, x) if rank == 0 else 1.0  # rank 1 waits in the barrier
-        dist.barrier()
-        together = _compute_s(block, x)
-        ratios.append(alone / together)
-    dist.barrier()
-    return statistics.median(ratios)
+        ratios.append(alone / _compute_s(block, x))
+    gathered = [torch.zeros(len(ratios), dtype=torch.float64) for _ in range(2)]
+    dist.all_gather(gathered, torch.tensor(ratios, dtype=torch.float64))
+    return statistics.median(float(r) for t in gathered for r in t)
 
 
 def _rank_main(
-    rank: int, port: int, sizes: tuple[int, ...], repeats: int, backend: str, out: str
+    rank: int, port: int, sizes: tuple[int, ...], repeats: int, backend: str, out: str, model: Workload | None
 ) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -164,7 +192,7 @@ def _rank_main(
     )
     try:
         points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]
-        speed = _contention_speed(rank)
+        speed = _contention_speed(rank, model)
         if rank == 0:
             write_atomic(out, json.dumps({"points": points, "contention_speed": speed}))
     finally:
@@ -179,7 +207,8 @@ def _free_port() -> int:
 
 
 def probe_link(
-    sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, repeats: int = 20, backend: str = "gloo"
+    sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, repeats: int = 20, backend: str = "gloo",
+    model: Workload | None = None,
 ) -> LinkProbe:
     """Measure the link between two local ranks and their compute contention.
 
@@ -187,6 +216,8 @@ def probe_link(
         sizes_bytes: message sizes to ping-pong; at least two different ones.
         repeats: timed round trips per size (after 3 untimed ones).
         backend: ``torch.distributed`` backend (``"gloo"`` on CPU).
+        model: ``(graph, micro)``: measure the contention of this model's two halves on ``micro``
+            samples (what a 2-stage pipeline of it runs) instead of the generic block.
 
     Returns:
         The fitted link, the raw points, the fit's error and the contention speed.
@@ -195,6 +226,10 @@ def probe_link(
         UserError: fewer than two distinct positive sizes, or ``repeats < 1``.
     """
     sizes = tuple(sorted(set(sizes_bytes)))
+    if model is not None and (len(model[0]) < 2 or model[1] < 1):
+        raise UserError(f"the contention probe splits the model in two halves of its layers on micro-batches of "
+                        f"1 or more samples; {model[0].name!r} has {len(model[0])} layers and the micro-batch "
+                        f"{model[1]}: probe without the model")
     if len(sizes) < 2 or sizes[0] < 1 or repeats < 1:
         raise UserError(
             f"probe_link needs two or more positive sizes and repeats >= 1, "
@@ -202,7 +237,7 @@ def probe_link(
         )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "probe.json"
-        args = (_free_port(), sizes, repeats, backend, str(out))
+        args = (_free_port(), sizes, repeats, backend, str(out), model)
         _spawn(_rank_main, args=args, nprocs=2, join=True)
         result = json.loads(out.read_text())
     points = tuple((int(n), float(t)) for n, t in result["points"])
@@ -217,7 +252,8 @@ def probe_link(
 
 
 def probe_cluster(
-    n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float = CPU_ACTION_OVERHEAD_S
+    n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float = CPU_ACTION_OVERHEAD_S,
+    model: Workload | None = None,
 ) -> Cluster:
     """This machine as a cluster of ``n_ranks`` CPU ranks, from the median of ``probes`` probes.
 
@@ -228,8 +264,9 @@ def probe_cluster(
         n_ranks: ranks of the cluster (all on this machine).
         probes: probes to take the median of (about 3 s each).
         action_overhead_s: the runtime's fixed seconds per F or B action.
+        model: ``(graph, micro)`` to measure contention on that model's work (:func:`probe_link`).
     """
-    results = [probe_link() for _ in range(max(1, probes))]
+    results = [probe_link(model=model) for _ in range(max(1, probes))]
     link = Link(statistics.median(r.link.latency_s for r in results),
                 statistics.median(r.link.bandwidth_bytes_per_s for r in results))
     speed = min(1.0, statistics.median(r.contention_speed for r in results))

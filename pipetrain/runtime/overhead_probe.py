@@ -32,7 +32,7 @@ from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
-from pipetrain.profile.link import probe_cluster
+from pipetrain.profile.link import Workload, probe_cluster
 from pipetrain.profile.measure import measure_profile
 from pipetrain.profile.table import Profile
 from pipetrain.runtime.config import TrainConfig
@@ -99,11 +99,13 @@ def probe_action_overhead(link: Link, n_ranks: int = 2, *, micro: int = 16, step
     return OverheadProbe(overhead, measured, base, actions)
 
 
-def probe_local_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float | None = None) -> Cluster:
+def probe_local_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float | None = None,
+                        model: Workload | None = None) -> Cluster:
     """This machine as a cluster of ``n_ranks`` CPU ranks: the link and contention of
-    :func:`~pipetrain.profile.link.probe_cluster`, and the per-action overhead measured by
-    :func:`probe_action_overhead` on 2 ranks unless ``action_overhead_s`` gives it."""
-    cluster = probe_cluster(n_ranks, probes=probes)
+    :func:`~pipetrain.profile.link.probe_cluster` (on ``model``'s work when given), and the
+    per-action overhead measured by :func:`probe_action_overhead` on 2 ranks unless
+    ``action_overhead_s`` gives it."""
+    cluster = probe_cluster(n_ranks, probes=probes, model=model)
     if action_overhead_s is None:
         action_overhead_s = probe_action_overhead(cluster.intra_node).overhead_s
     return replace(cluster, action_overhead_s=action_overhead_s)

@@ -6,6 +6,7 @@ import pytest
 
 from pipetrain.cluster import Link
 from pipetrain.errors import UserError
+from pipetrain.graph.zoo import build_model
 from pipetrain.profile.link import DEFAULT_SIZES_BYTES, fit_error, fit_link, probe_link
 
 
@@ -68,3 +69,19 @@ def test_probe_two_local_ranks() -> None:
     assert probe.max_relative_error == pytest.approx(fit_error(probe.link, probe.points))
     assert 0.2 < probe.contention_speed < 1.5
     assert probe.backend == "gloo"
+
+
+@pytest.mark.slow
+def test_probe_contention_on_a_models_own_work() -> None:
+    """Rank 0 runs the first half of the model's layers, rank 1 the second half, alone then together."""
+    graph = build_model("mlp", n_layers=4, inputs=64, width=64, hidden=128, classes=8)
+    probe = probe_link(sizes_bytes=(64, 1 << 16), repeats=3, model=(graph, 8))
+    assert 0.2 < probe.contention_speed < 1.5
+
+
+def test_contention_on_a_model_needs_two_halves() -> None:
+    one_layer = build_model("mlp", n_layers=1)
+    with pytest.raises(UserError, match="two halves"):
+        probe_link(model=(one_layer, 4))
+    with pytest.raises(UserError, match="two halves"):
+        probe_link(model=(build_model("mlp", n_layers=2), 0))
