@@ -49,11 +49,12 @@ class DemoSettings:
     folder: Path = Path("out/demo")
 
 
-def _probe(n_ranks: int, console: Console) -> Cluster:
-    from pipetrain.profile.link import probe_cluster
+def _probe(graph: LayerGraph, settings: DemoSettings, console: Console) -> Cluster:
+    from pipetrain.runtime.overhead_probe import probe_local_cluster
 
-    console.print("[bold]2/7[/bold] probing the link and the contention between two local ranks")
-    return probe_cluster(n_ranks)
+    console.print("[bold]2/7[/bold] probing the link, the contention between two local ranks on "
+                  f"{graph.name}'s work, and the runtime's cost per action")
+    return probe_local_cluster(settings.ranks, model=(graph, max(1, settings.batch // 4)))
 
 
 def run_demo(settings: DemoSettings, out: Console, console: Console) -> None:
@@ -77,7 +78,7 @@ def _plan(graph: LayerGraph, settings: DemoSettings, out: Console, console: Cons
     console.print(f"[bold]1/7[/bold] profiling {graph.name} ({len(graph)} layers) for micro-batches up to {batch}")
     profile = api.profile_model(graph, batch, progress=True)
     write_atomic(folder / "profile.json", profile.to_json())
-    cluster = _probe(settings.ranks, console)
+    cluster = _probe(graph, settings, console)
     write_atomic(folder / "cluster.json", cluster.to_json())
     console.print("[bold]3/7[/bold] planning: every method × micro-batch count, simulated")
     plan, candidates = api.plan_pipeline(graph, profile, cluster, batch_size=batch)
