@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pipetrain.data import EvalResult, Loss, model_loss, resolve_loss
-from pipetrain.errors import Interrupted
+from pipetrain.errors import Interrupted, UserError
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime import job_checkpoint
 from pipetrain.runtime.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult
@@ -39,7 +39,7 @@ from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
 from pipetrain.runtime.rank_setup import build_rank_context, head_parameters, stage_parameters
 from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
 from pipetrain.runtime.transport import Transport
-from pipetrain.schedule.action import Action
+from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.versions import batch_chunks
 
 __all__ = ["JobSession", "job_loss", "run_job"]
@@ -93,6 +93,12 @@ class _FaultHook:
         pass
 
 
+def _clip_all(clip: Callable[[list[nn.Parameter]], object], params: list[nn.Parameter],
+              _stage_params: list[nn.Parameter]) -> object:
+    """A STEP's clipping that covers ``params`` (every stage of the rank), not only its own stage's."""
+    return clip(params)
+
+
 class _JobRun:
     """A job's state on one rank while it trains."""
 
@@ -114,6 +120,8 @@ class _JobRun:
                                          groups.get(stage), loss=job_loss(job), program=self.program, stage=stage)
                 ctx.clip = self._clipper(len(plan.stages[stage].ranks))
                 self.ctxs[stage] = ctx
+            if len(self.ctxs) > 1:
+                self._clip_once()
         self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss
         self.receives = [expected_receives(self.contexts, p) if self.ctx is not None else []
                          for p in (self.chunks if self.chunks is not None else [self.program])]
@@ -121,7 +129,7 @@ class _JobRun:
         self.fault = _FaultHook(job.config.fault, rank, len(self.program))
         self.reports = self.ctx is not None and self.ctx.is_last and rank == plan.stages[-1].ranks[0]
         self.rows: list[StepMetrics] = []
-        self.first_step = job_checkpoint.resume(job, self.ctx, rank)
+        self.first_step = job_checkpoint.resume(job, list(self.ctxs.values()), rank)
         out = job.config.out
         self.log = MetricsLog.open(out, self.first_step or None) if self.reports and out is not None else None
         self.waits: list[float] = []
@@ -174,8 +182,8 @@ class _JobRun:
         start = time.perf_counter()
         if self.manifest_fields is None and self.session.rank == 0:
             self.manifest_fields = job_checkpoint.manifest_fields(self.job)
-        folder = job_checkpoint.save(self.job, self.ctx, self.session.rank, self.session.world_size, done,
-                                     self.manifest_fields)
+        folder = job_checkpoint.save(self.job, list(self.ctxs.values()), self.session.rank,
+                                     self.session.world_size, done, self.manifest_fields)
         self.saves.append(time.perf_counter() - start)
         return folder
 
@@ -187,6 +195,23 @@ class _JobRun:
         world = self.group if self.group is not None else dist.group.WORLD
         return functools.partial(clip_grad_norm_global, max_norm=max_norm, world=world, replicas=replicas,
                                  device=self.session.device)
+
+    def _clip_once(self) -> None:
+        """Several stages on this rank (method interleaved): its first STEP clips the gradients of all
+        of them, as one rank's share of the global norm, and its later STEPs clip nothing; the
+        program runs every compute action before its first STEP (checked here)."""
+        steps = [i for i, a in enumerate(self.program) if a.kind is ActionKind.STEP]
+        if self.job.config.clip_grad_norm is None or not steps:
+            return
+        if any(a.kind is not ActionKind.STEP for a in self.program[steps[0]:]):
+            raise UserError(f"--clip-grad-norm with several stages on rank {self.session.rank} needs every forward "
+                            "and backward before its first STEP; this schedule interleaves them: leave out "
+                            "--clip-grad-norm or use the method's own schedule")
+        params = [p for c in self.ctxs.values() for p in c.module.parameters() if p.requires_grad]
+        clip = self._clipper(1)
+        first = self.program[steps[0]].stage
+        for stage, ctx in self.ctxs.items():
+            ctx.clip = None if stage != first or clip is None else functools.partial(_clip_all, clip, params)
 
     def _load_batch(self, ctx: RankContext, step: int) -> float:
         """Load step ``step``'s batch; returns the seconds spent waiting for it."""

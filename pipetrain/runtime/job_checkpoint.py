@@ -11,6 +11,7 @@ for bit; with another layout the tensors are resharded by name and the RNG state
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime.checkpoint import (
     MANIFEST,
     Checkpoint,
+    State,
     newest_checkpoint,
     open_checkpoint,
     plan_layout,
@@ -69,19 +71,23 @@ def find_resume(job: TrainJob) -> Checkpoint | None:
     return checkpoint
 
 
-def save(job: TrainJob, ctx: RankContext | None, rank: int, world_size: int, done: int,
+def save(job: TrainJob, ctxs: Sequence[RankContext], rank: int, world_size: int, done: int,
          fields: dict[str, Any] | None = None) -> Path:
-    """Every rank: write this rank's shard of the checkpoint after ``done`` steps; rank 0 then writes
-    the manifest (with ``fields``, :func:`manifest_fields` of the job, computed once per job by the
-    caller; None computes them now). Returns the checkpoint's folder."""
+    """Every rank: write this rank's shard of the checkpoint after ``done`` steps (every stage it runs:
+    one, or several under method interleaved); rank 0 then writes the manifest (with ``fields``,
+    :func:`manifest_fields` of the job, computed once per job by the caller; None computes them now).
+    Returns the checkpoint's folder."""
     config, plan = job.config, job.plan
     assert config.checkpoint_dir is not None
     entry = None
-    if ctx is not None:
-        owner = rank == plan.stages[ctx.stage].ranks[0]
-        module, layers = _with_head(ctx, job.graph.layers_named(plan.stages[ctx.stage].layers))
-        entry = write_shard(config.checkpoint_dir, done, rank, stage_state(module, layers, ctx.optimizer,
-                                                                          owner=owner))
+    if ctxs:
+        state: State = {}
+        for ctx in ctxs:
+            owner = rank == plan.stages[ctx.stage].ranks[0]
+            module, layers = _with_head(ctx, job.graph.layers_named(plan.stages[ctx.stage].layers))
+            for part, values in stage_state(module, layers, ctx.optimizer, owner=owner).items():
+                state.setdefault(part, {}).update(values)
+        entry = write_shard(config.checkpoint_dir, done, rank, state)
     entries: list[Any] | None = [None] * world_size if rank == 0 else None
     dist.gather_object(entry, entries, dst=0)
     if entries is not None:
@@ -123,9 +129,10 @@ def _state_keys(job: TrainJob) -> list[str]:
     return keys
 
 
-def resume(job: TrainJob, ctx: RankContext | None, rank: int) -> int:
-    """Load this rank's stage from the checkpoint folder ``config.resume`` names (the one
-    :func:`find_resume` chose before launch); returns its step (0 when not resuming)."""
+def resume(job: TrainJob, ctxs: Sequence[RankContext], rank: int) -> int:
+    """Load this rank's stages (one, or several under method interleaved) from the checkpoint folder
+    ``config.resume`` names (the one :func:`find_resume` chose before launch); returns its step (0 when
+    not resuming)."""
     folder = job.config.resume
     if folder is None:
         return 0
@@ -135,16 +142,16 @@ def resume(job: TrainJob, ctx: RankContext | None, rank: int) -> int:
     if not same and rank == 0:
         log.warning("resuming %s with another plan layout: tensors resharded by name, RNG states start afresh",
                     checkpoint.folder)
-    if ctx is not None:
+    other_optimizer = checkpoint.manifest.get("optimizer") != job.config.optimizer
+    if ctxs and other_optimizer and rank == 0:
+        log.warning("the checkpoint's optimizer is %s: its state is not restored", checkpoint.manifest.get("optimizer"))
+    for ctx in ctxs:
         saved_heads = f"{HEAD_PREFIX}{ctx.stage}" in checkpoint.manifest.get("heads", [])
         module, layers = _with_head(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers), saved_heads)
         keys = [layer.qualified(k) for layer, child in zip(layers, module.children(), strict=True)
                 for k in child.state_dict()]
         state = checkpoint.load(keys, rank=rank if same else None)
-        if checkpoint.manifest.get("optimizer") != job.config.optimizer:
+        if other_optimizer:
             state["optimizer"] = {}
-            if rank == 0:
-                log.warning("the checkpoint's optimizer is %s: its state is not restored",
-                            checkpoint.manifest.get("optimizer"))
         restore_stage(state, module, layers, ctx.optimizer)
     return checkpoint.step

@@ -115,8 +115,6 @@ def check_job(job: TrainJob) -> TrainJob:
     config = _resolve_steps(job)
     if plan.asynchronous:
         _check_async(plan, config)
-    if plan.method is Method.INTERLEAVED:
-        _check_interleaved(config)
     if plan.method is Method.LOCAL and config.clip_grad_norm is not None:
         raise UserError("--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
                         "drop it with --method local")
@@ -161,17 +159,6 @@ def _check_async(plan: Plan, config: TrainConfig) -> None:
     if config.checkpoint_dir is not None or config.resume is not None:
         raise UserError(f"method {method} cannot checkpoint or resume yet (micro-batches are in flight between "
                         "steps); leave out --checkpoint-dir and --resume")
-
-
-def _check_interleaved(config: TrainConfig) -> None:
-    """What a rank running several stages cannot do yet: one clipping norm and one checkpoint shard
-    cover one stage per rank."""
-    if config.clip_grad_norm is not None:
-        raise UserError("method interleaved cannot clip the global gradient norm yet (a rank steps several "
-                        "stages); leave out --clip-grad-norm")
-    if config.checkpoint_dir is not None or config.resume is not None:
-        raise UserError("method interleaved cannot checkpoint or resume yet (a rank holds several stages); "
-                        "leave out --checkpoint-dir and --resume")
 
 
 def rank_label(plan: Plan | None, rank: int) -> str:
