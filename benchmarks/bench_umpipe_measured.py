@@ -50,7 +50,8 @@ from pipetrain.viz.gantt import save_gantt
 
 MODELS = {"mlp": 128, "gpt-tiny": 64}
 TORCH = [("gpipe", 2), ("gpipe", 4), ("1f1b", 2), ("1f1b", 4)]
-PIPETRAIN = ["gpipe", "1f1b", "tidgap", "1f1b-ga"]
+PIPETRAIN = ["gpipe", "1f1b", "zb1", "tidgap", "1f1b-ga"]
+EQUAL = ("gpipe", "1f1b", "zb1")
 
 
 @dataclass
@@ -79,11 +80,11 @@ def setup(model: str, batch: int, cluster: Cluster, ga: GAConfig, seed: int) -> 
     profile = profile_logged(graph, batch)
     cost = CostModel(profile, cluster)
     plans: dict[str, Plan] = {}
-    for method in (Method.GPIPE, Method.ONE_F_ONE_B):
+    for method in (Method.GPIPE, Method.ONE_F_ONE_B, Method.ZB1):
         problem = PlanningProblem(ModelRef.of(graph), cost, batch, constraints=Constraints(method=method, n_stages=2))
         plans[method.value] = plan_balanced(problem).plan
     predicted = {label: api.predict(plan, profile, cluster)[1] for label, plan in plans.items()}
-    base = plans[min(plans, key=lambda label: predicted[label].iteration_s)]
+    base = plans[min(("gpipe", "1f1b"), key=lambda label: predicted[label].iteration_s)]
     for planner in ("tidgap", "1f1b-ga"):
         t0 = time.perf_counter()
         plans[planner] = plan_uedp(base, cost, planner=planner, seed=seed, config=ga)  # type: ignore[arg-type]
@@ -126,7 +127,7 @@ def report(setups: list[Setup], runs: list[Run], labels: list[str], meta: dict[s
         rows = {label: [r for r in runs if r.model == s.model and r.label == label and r.samples_per_s]
                 for label in labels}
         sps = {label: median([r.samples_per_s for r in rs if r.samples_per_s]) for label, rs in rows.items()}
-        best_equal = max((sps[k] or 0.0, k) for k in ("gpipe", "1f1b"))
+        best_equal = max((sps[k] or 0.0, k) for k in EQUAL)
         torch_labels = [k for k in labels if k.startswith("torch")]
         best_torch = max(((sps[k] or 0.0, k) for k in torch_labels), default=(float("nan"), "none run"))
         lines += [f"## {s.model}, batch {s.batch}", "",
@@ -164,15 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=240.0)
+    parser.add_argument("--models", nargs="+", default=[f"{m}:{b}" for m, b in MODELS.items()],
+                        help="model:batch pairs (default: mlp:128 gpt-tiny:64)")
+    parser.add_argument("--no-torch", action="store_true", help="pipetrain's configurations only")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    cluster, info = probe_cluster(CPU_ACTION_OVERHEAD_S, 1 if args.quick else 3)
+    cluster, info = probe_cluster(CPU_ACTION_OVERHEAD_S if args.quick else None, 1 if args.quick else 3)
     ga = GAConfig(population=16, generations=10) if args.quick else GAConfig()
-    models = {"mlp-digits": 32} if args.quick else MODELS
+    models = {"mlp-digits": 32} if args.quick else {m: int(b) for m, b in (x.split(":") for x in args.models)}
     setups = [setup(m, b, cluster, ga, args.seed) for m, b in models.items()]
     labels = [*PIPETRAIN, *(f"torch {s} m={m}" for s, m in TORCH)]
-    if args.quick:
+    if args.quick or args.no_torch:
         labels = PIPETRAIN
     steps = 4 if args.quick else 8
     repeats = 1 if args.quick else args.repeats
@@ -191,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             write_atomic(args.out / "umpipe_measured.json", json.dumps([asdict(x) for x in runs], indent=1))
     for s in setups:
         panels, names = [], []
-        for label in ("gpipe", "1f1b", "tidgap"):
+        for label in ("gpipe", "1f1b", "zb1", "tidgap"):
             measured = sorted(timelines.get((s.model, label), []), key=lambda x: x[0])
             panels.append(s.predicted[label])
             names.append(f"{label} predicted")
