@@ -5,8 +5,10 @@
 
 (a) Throughput on 2 local ranks (gloo, one thread each) for each model: single-process training
 (one thread), every torch.distributed.pipelining schedule at the 1, 2, 4, 8 micro-batches torch allows
-(``torch_schedules``), pipetrain gpipe/1f1b at the same m (its balanced two-stage partition, checked to
-equal torch's GPipe/1F1B split), and pipetrain at the setting its planner picks. (b) Fidelity: the
+(``torch_schedules``), pipetrain gpipe/1f1b/zb1 at the same m (its balanced two-stage partition, checked to
+equal torch's GPipe/1F1B split) and interleaved (2 chunks per rank), and pipetrain at the setting its
+``auto`` planner picks (every planner tried, the fastest prediction kept), from a cluster probed with each
+model's own work (contention) and the runtime's measured cost per action. (b) Fidelity: the
 simulator's predicted iteration time against the measured one for every pipetrain run.
 
 Every configuration of every model runs once per round, the rounds repeat ``--repeats`` times (the
@@ -22,7 +24,8 @@ so the two effects can be told apart.
 
 Output under ``--out``: ``core.json`` (every run, rewritten after each), ``core.md`` (tables),
 ``gantt_<model>.png`` (predicted beside measured for the planned setting, the median run),
-``cluster.json`` and ``profile_<model>.json`` (what the predictions were made from).
+``cluster.json`` (the generic probe), ``cluster_<model>.json`` and ``profile_<model>.json`` (what
+each model's predictions were made from).
 """
 
 from __future__ import annotations
@@ -182,7 +185,8 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
                 if schedule == "interleaved" else
                 build_balanced_plan(ModelRef.of(graph), cost, method=METHOD_OF[schedule], n_stages=2, batch_size=batch,
                                     n_micro=m))
-    planned, candidates = api.plan_pipeline(graph, profile, cluster, batch_size=batch)
+    auto = api.plan(graph, profile, cluster, batch_size=batch, planner="auto")  # every planner, the fastest kept
+    planned, candidates = auto.plan, list(auto.candidates)
     plans["planned"] = planned
     predicted = {label: api.predict(plan, profile, cluster)[1] for label, plan in plans.items()}
     predicted["single"] = _predict_single(graph, profile, batch, cluster.action_overhead_s)
