@@ -27,7 +27,7 @@ from pipetrain.cost import CostModel
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import check_aux, default_aux
-from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, Method, Plan
+from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, LOOPING_METHODS, Method, Plan
 from pipetrain.planners import PlannerSpec
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.simulate.timeline import Timeline
@@ -63,7 +63,8 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
 
 ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
-SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ONE_F_ONE_B.value)
+SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ONE_F_ONE_B.value, Method.INTERLEAVED.value,
+                      Method.INTERLEAVED_ZB.value)
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
@@ -74,14 +75,16 @@ def _planner_name(args: argparse.Namespace) -> str:
     """The registry name `plan`'s --method and --planner select; a UserError for combinations that
     do not go together (checked before any profiling)."""
     uedp = args.method == Method.UEDP.value
-    own = {Method.GRAPH.value: "graphpipe", Method.INTERLEAVED.value: "interleaved"}  # a method's own planner
+    own = {Method.GRAPH.value: "graphpipe", Method.INTERLEAVED.value: "interleaved",
+           Method.INTERLEAVED_ZB.value: "interleaved"}  # a method's own planner
     if args.method in own:
         if args.planner not in (None, own[args.method]):
             raise UserError(f"--method {args.method} is planned by --planner {own[args.method]}, not {args.planner}; "
                             f"drop --planner or --method {args.method}")
         return own[args.method]
     if args.virtual_stages is not None:
-        raise UserError("--virtual-stages is for --method interleaved; add it or drop --virtual-stages")
+        raise UserError("--virtual-stages is for --method interleaved or interleaved-zb; add one or drop "
+                        "--virtual-stages")
     flags = ("planner", "seed", "population", "generations")
     given = [f"--{name}" for name in flags if getattr(args, name) is not None]
     if not uedp and given and (args.planner is None or args.planner in api.MICROBATCH_PLANNERS):
@@ -103,7 +106,8 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
     except ValueError as e:
         raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
     method = _planned_method(args, spec)
-    fixed = method if method in (*(m.value for m in api.PLANNABLE_METHODS), *_ASYNC_PLANNERS.values()) else None
+    fixed = method if method in (*(m.value for m in (*api.PLANNABLE_METHODS, *LOOPING_METHODS)),
+                                 *_ASYNC_PLANNERS.values()) else None
     constraints = api.Constraints(method=None if fixed is None else Method(fixed), n_stages=args.stages,
                                   n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga,
                                   virtual_stages=args.virtual_stages, allow_async=args.allow_async)

@@ -24,7 +24,7 @@ from torch.distributed.distributed_c10d import PrefixStore, Store
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.plan import LOOPING_METHODS, Method, Plan
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.runtime import interrupts
 from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
@@ -115,8 +115,8 @@ def check_job(job: TrainJob) -> TrainJob:
     config = _resolve_steps(job)
     if plan.asynchronous:
         _check_async(plan, config)
-    if plan.method is Method.INTERLEAVED:
-        _check_interleaved(config)
+    if plan.method in LOOPING_METHODS:
+        _check_interleaved(plan, config)
     if plan.method is Method.LOCAL and config.clip_grad_norm is not None:
         raise UserError("--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
                         "drop it with --method local")
@@ -163,15 +163,16 @@ def _check_async(plan: Plan, config: TrainConfig) -> None:
                         "steps); leave out --checkpoint-dir and --resume")
 
 
-def _check_interleaved(config: TrainConfig) -> None:
-    """What a rank running several stages cannot do yet: one clipping norm and one checkpoint shard
-    cover one stage per rank."""
+def _check_interleaved(plan: Plan, config: TrainConfig) -> None:
+    """What a rank running several stages (``interleaved``, ``interleaved-zb``) cannot do yet: one
+    clipping norm and one checkpoint shard cover one stage per rank."""
+    method = plan.method.value
     if config.clip_grad_norm is not None:
-        raise UserError("method interleaved cannot clip the global gradient norm yet (a rank steps several "
-                        "stages); leave out --clip-grad-norm")
+        raise UserError(f"method {method} cannot clip the global gradient norm yet (a rank steps several "
+                        "stages); leave out --clip-grad-norm, or use method zb1 or 1f1b")
     if config.checkpoint_dir is not None or config.resume is not None:
-        raise UserError("method interleaved cannot checkpoint or resume yet (a rank holds several stages); "
-                        "leave out --checkpoint-dir and --resume")
+        raise UserError(f"method {method} cannot checkpoint or resume yet (a rank holds several stages); "
+                        "leave out --checkpoint-dir and --resume, or use method zb1 or 1f1b")
 
 
 def rank_label(plan: Plan | None, rank: int) -> str:
