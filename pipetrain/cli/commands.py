@@ -29,6 +29,8 @@ from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import check_aux, default_aux
 from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, LOOPING_METHODS, Method, Plan
 from pipetrain.planners import PlannerSpec
+from pipetrain.planners.contract import ModelRef
+from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.simulate.timeline import Timeline
 
@@ -214,6 +216,23 @@ def _run_by(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
     return plan
 
 
+def _rechunked(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
+    """``simulate|train --method interleaved|interleaved-zb --virtual-stages V``: the plan's layers cut
+    into ``V·R`` stages balanced on the profile, stage ``s`` on rank ``s mod R``, with the plan's
+    micro-batch count (equal sizes); the plan itself without ``--virtual-stages``."""
+    if args.virtual_stages is None:
+        return plan
+    if args.method not in (m.value for m in LOOPING_METHODS):
+        raise UserError("--virtual-stages is for --method interleaved or interleaved-zb; add one or drop "
+                        "--virtual-stages")
+    if plan.edges or plan.replicated:
+        raise UserError("--virtual-stages re-cuts a chain plan with one rank per stage; drop it for this plan")
+    cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, plan.n_ranks)
+    return build_interleaved_plan(ModelRef.of(graph), CostModel(profile, cluster), n_ranks=plan.n_ranks,
+                                  chunks=args.virtual_stages, batch_size=plan.batch_size,
+                                  n_micro=len(plan.stages[0].forward_sizes), method=Method(args.method))
+
+
 def _predict(args: argparse.Namespace, plan: Plan, graph: LayerGraph) -> tuple[CostModel, Timeline]:
     n_ranks = args.ranks or plan.n_ranks
     if n_ranks < plan.n_ranks:
@@ -228,7 +247,7 @@ def _predict(args: argparse.Namespace, plan: Plan, graph: LayerGraph) -> tuple[C
 def cmd_simulate(args: argparse.Namespace) -> None:
     plan = load_plan(args.plan)
     graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
-    plan = _run_by(plan, args, graph)
+    plan = _run_by(_rechunked(plan, args, graph), args, graph)
     cost, predicted = _predict(args, plan, graph)
     _write_timeline(args.out_dir, "predicted", predicted, plan)
     from pipetrain.simulate.memory import device_memory, stage_memory
@@ -274,7 +293,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         graph = graph_of(args)
         plan, _ = api.plan_pipeline(graph, load_profile(args, graph, args.batch),
                                     api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch)
-    plan = _run_by(plan, args, graph)
+    plan = _run_by(_rechunked(plan, args, graph), args, graph)
     schedule = load_schedule(args)
     from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
 

@@ -217,6 +217,13 @@ def _local_args(p: argparse.ArgumentParser) -> None:
                         f"(default: {DEFAULT_QUEUE_DEPTH})")
 
 
+def _rechunk_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--virtual-stages", type=_count, metavar="V",
+                   help="--method interleaved or interleaved-zb: re-cut the plan's layers into V model chunks per "
+                        "rank (V·R stages balanced on the profile, looping placement, the plan's micro-batch "
+                        "count; default: the plan's own stages)")
+
+
 def _async_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=[*ASYNC_METHODS, Method.LOCAL.value, *SYNC_RERUN_METHODS],
                    help="run the plan's stages by another method: pipedream (weight stashing) or 2bw (two "
@@ -230,6 +237,7 @@ def _async_args(p: argparse.ArgumentParser) -> None:
 def simulate_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=True)
     _async_args(p)
+    _rechunk_arg(p)
     _cost_args(p)
     _data_args(p)
     _out_dir(p, "out/sim", "predicted.json, the Chrome trace, the Gantt PNG and schedule.csv")
@@ -240,6 +248,7 @@ def simulate_args(p: argparse.ArgumentParser) -> None:
 def train_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=False)
     _async_args(p)
+    _rechunk_arg(p)
     _model_args(p)
     _cost_args(p)
     length = p.add_mutually_exclusive_group()

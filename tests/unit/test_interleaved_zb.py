@@ -156,3 +156,20 @@ def test_cli_plans_and_simulates_interleaved_zb(tmp_path: Path, capsys: pytest.C
     assert code == 0, capsys.readouterr().out
     schedule = Schedule.from_csv((tmp_path / "sim" / "schedule.csv").read_text())
     assert any(a.kind is ActionKind.W for a in schedule.ranks[0])
+
+
+def test_cli_simulate_recuts_a_plan_into_chunks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``simulate --method interleaved-zb --virtual-stages 3`` on a 2-stage 1f1b plan: 6 looping stages."""
+    profile = tmp_path / "profile.json"
+    estimate_profile(build_model("gpt-tiny"), "cpu", 16).save(profile)
+    one = tmp_path / "1f1b.json"
+    assert main(["plan", "--model", "gpt-tiny", "--batch", "16", "--ranks", "2", "--profile", str(profile),
+                 "--method", "1f1b", "--micro", "4", "--out", str(one)]) == 0, capsys.readouterr().out
+    code = main(["simulate", "--plan", str(one), "--method", "interleaved-zb", "--virtual-stages", "3",
+                 "--profile", str(profile), "--out-dir", str(tmp_path / "sim")])
+    assert code == 0, capsys.readouterr().out
+    schedule = Schedule.from_csv((tmp_path / "sim" / "schedule.csv").read_text())
+    assert {a.stage for a in schedule.ranks[1] if a.kind is ActionKind.W} == {1, 3, 5}
+    assert len({a.microbatch for a in schedule.ranks[0] if a.kind is ActionKind.F}) == 4
+    code = main(["simulate", "--plan", str(one), "--virtual-stages", "2", "--profile", str(profile)])
+    assert code != 0 and "--virtual-stages is for --method interleaved" in capsys.readouterr().err
