@@ -80,6 +80,14 @@ def test_orders_are_valid_complete_and_within_interleaved_memory(n_ranks: int, c
     assert max(held) <= max(_held_counts(plan(n_ranks, chunks, n_micro, Method.INTERLEAVED)))
 
 
+@pytest.mark.parametrize(("n_ranks", "chunks"), [(r, v) for r in (2, 3, 4) for v in (2, 3)])
+def test_whole_grid_validates(n_ranks: int, chunks: int) -> None:
+    """Every m in 1..9 (the property test above samples the same grid): validator and dry run pass."""
+    for n_micro in range(1, 10):
+        schedule = build_schedule(plan(n_ranks, chunks, n_micro))
+        assert sum(a.kind is ActionKind.W for _, program in schedule for a in program) == n_ranks * chunks * n_micro
+
+
 def test_f_and_b_keep_interleaved_order() -> None:
     for n_micro in (3, 4, 7):
         zb, fused = (compute_schedule(plan(3, 2, n_micro, m)) for m in (Method.INTERLEAVED_ZB, Method.INTERLEAVED))
