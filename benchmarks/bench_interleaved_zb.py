@@ -10,7 +10,9 @@ et al. 2021, §2.2) with each backward split into B and a deferred W (Qi et al. 
 **Simulated.** gpt1-14 with ``--blocks`` transformer blocks (default 30), estimated V100 profiles and
 links (:func:`pipetrain.api.estimated_cluster`), batch ``--batch`` (default 64), R = 4 and 8 ranks,
 m = 8, 16, 32 equal micro-batches: 1f1b and zb1 on R balanced stages; interleaved and interleaved-zb
-with v = 2 and 4 chunks (``v·R`` balanced stages, looping placement); the event simulator's iteration
+with v = 2 and 4 chunks (``v·R`` balanced stages, looping placement), and interleaved-zb's
+memory-strict variant (``interleaved-zb-strict``: no rank holds more than under interleaved;
+:func:`~pipetrain.schedule.interleaved_zb.interleaved_zb_sequence`); the event simulator's iteration
 time, bubble and the most activation bytes any rank holds.
 
 **Measured.** On two local CPU ranks (gloo, one thread each; the cluster probed for contention),
@@ -53,9 +55,14 @@ from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
 from pipetrain.schedule.generators import build_schedule
+from pipetrain.schedule.interleaved_zb import interleaved_zb_programs
+from pipetrain.schedule.passes import add_communication
+from pipetrain.schedule.schedule import Schedule
+from pipetrain.schedule.validate import validate_for_plan
 from pipetrain.simulate.events import simulate
 
 METHODS = (Method.ONE_F_ONE_B, Method.ZB1, Method.INTERLEAVED, Method.INTERLEAVED_ZB)
+STRICT = "interleaved-zb-strict"  # simulated only: interleaved_zb_programs(plan, strict_memory=True)
 MEASURED = {"mlp": 128, "gpt-tiny": 64}
 
 
@@ -93,6 +100,13 @@ def plan_for(model: ModelRef, cost: CostModel, method: Method, ranks: int, chunk
     return build_balanced_plan(model, cost, method=method, n_stages=ranks, batch_size=batch, n_micro=m)
 
 
+def strict_schedule(plan: Plan) -> Schedule:
+    """The memory-strict interleaved-zb variant's validated schedule (no method runs it)."""
+    schedule = add_communication(Schedule.from_mapping(interleaved_zb_programs(plan, strict_memory=True)), plan)
+    validate_for_plan(schedule, plan)
+    return schedule
+
+
 def simulate_grid(args: argparse.Namespace) -> list[SimRow]:
     """Every (R, m, method, v) row of the simulated part (module docstring)."""
     graph = build_model("gpt1-14", blocks=args.blocks)
@@ -101,12 +115,14 @@ def simulate_grid(args: argparse.Namespace) -> list[SimRow]:
         cost = CostModel(profile, api.estimated_cluster("v100", ranks)[0])
         for m in (8, 16, 32):
             base = 0.0
-            for method in METHODS:
+            for label in (*(method.value for method in METHODS), STRICT):
+                method = Method.INTERLEAVED_ZB if label == STRICT else Method(label)
                 for chunks in ((2, 4) if method in (Method.INTERLEAVED, Method.INTERLEAVED_ZB) else (1,)):
                     plan = plan_for(model, cost, method, ranks, chunks, args.batch, m)
-                    timeline = simulate(build_schedule(plan), plan, cost)
+                    schedule = strict_schedule(plan) if label == STRICT else build_schedule(plan)
+                    timeline = simulate(schedule, plan, cost)
                     base = base or timeline.iteration_s
-                    rows.append(SimRow(ranks, m, method.value, chunks, timeline.iteration_s * 1e3,
+                    rows.append(SimRow(ranks, m, label, chunks, timeline.iteration_s * 1e3,
                                        timeline.bubble_fraction(), max(timeline.peak_activation_bytes) / 2**20,
                                        base / timeline.iteration_s))
             print(f"simulated R={ranks} m={m}", flush=True)

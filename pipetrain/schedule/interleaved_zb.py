@@ -49,21 +49,38 @@ def held_bound(n_ranks: int, chunks: int) -> int:
     return (chunks + 1) * n_ranks - 1
 
 
-def interleaved_zb_sequence(rank: int, n_micro: int, n_ranks: int, chunks: int) -> list[tuple[ZbKind, Pair]]:
+def _held_peak(order: list[tuple[bool, Pair]]) -> int:
+    """The most pairs ``order`` holds from F to B (fused backward)."""
+    held = peak = 0
+    for backward, _ in order:
+        held += -1 if backward else 1
+        peak = max(peak, held)
+    return peak
+
+
+def interleaved_zb_sequence(rank: int, n_micro: int, n_ranks: int, chunks: int,
+                            strict_memory: bool = False) -> list[tuple[ZbKind, Pair]]:
     """Rank ``rank``'s ``(kind, (chunk, micro-batch))`` order without the steps (module docstring):
-    its interleaved order with W placed, ``d_r = 2r`` deferred at most and ``H`` pairs held."""
-    return place_weight_grads(rank_order(rank, n_micro, n_ranks, chunks), 2 * rank, held_bound(n_ranks, chunks))
+    its interleaved order with W placed, ``d_r = 2r`` deferred at most and ``H`` pairs held.
+
+    ``strict_memory``: a variant (not a method; benchmarks/bench_interleaved_zb.py simulates it)
+    that holds no more pairs than the rank itself does under interleaved 1F1B, so its activation
+    bytes stay at interleaved's (equal in the V100-scale simulation); it keeps about a third of the
+    time saved."""
+    order = rank_order(rank, n_micro, n_ranks, chunks)
+    bound = _held_peak(order) if strict_memory else held_bound(n_ranks, chunks)
+    return place_weight_grads(order, 2 * rank, bound)
 
 
-def interleaved_zb_programs(plan: Plan) -> dict[int, list[Action]]:
+def interleaved_zb_programs(plan: Plan, strict_memory: bool = False) -> dict[int, list[Action]]:
     """Every rank's compute actions for a plan of method ``interleaved-zb``: F, B, W, then one STEP
-    per chunk, in chunk order."""
+    per chunk, in chunk order; ``strict_memory``: the variant of :func:`interleaved_zb_sequence`."""
     n_ranks, chunks = plan.n_ranks, plan.virtual_stages
     spans = ranges(plan.stages[0].forward_sizes)
     programs: dict[int, list[Action]] = {}
     for rank in range(n_ranks):
         out = [Action(ActionKind(kind), chunk * n_ranks + rank, j, *spans[j])
-               for kind, (chunk, j) in interleaved_zb_sequence(rank, len(spans), n_ranks, chunks)]
+               for kind, (chunk, j) in interleaved_zb_sequence(rank, len(spans), n_ranks, chunks, strict_memory)]
         out += [Action(ActionKind.STEP, chunk * n_ranks + rank) for chunk in range(chunks)]
         programs[rank] = out
     return programs

@@ -23,8 +23,9 @@ from pipetrain.runtime.executor import check_runnable
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule, compute_schedule
 from pipetrain.schedule.interleaved_zb import held_bound, interleaved_zb_programs
+from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
-from pipetrain.schedule.validate import ScheduleError
+from pipetrain.schedule.validate import ScheduleError, validate_for_plan
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import activation_peaks
 from tests.conftest import flat_profile
@@ -86,6 +87,16 @@ def test_whole_grid_validates(n_ranks: int, chunks: int) -> None:
     for n_micro in range(1, 10):
         schedule = build_schedule(plan(n_ranks, chunks, n_micro))
         assert sum(a.kind is ActionKind.W for _, program in schedule for a in program) == n_ranks * chunks * n_micro
+
+
+def test_strict_memory_variant_holds_each_ranks_interleaved_count() -> None:
+    for n_ranks, chunks, n_micro in ((2, 2, 4), (3, 2, 5), (4, 3, 9), (4, 2, 3)):
+        p = plan(n_ranks, chunks, n_micro)
+        strict = add_communication(Schedule.from_mapping(interleaved_zb_programs(p, strict_memory=True)), p)
+        validate_for_plan(strict, p)
+        cost = CostModel(flat_profile(p.n_stages, saved_bytes=1), Cluster.local(n_ranks, link=FREE))
+        fused = plan(n_ranks, chunks, n_micro, Method.INTERLEAVED)
+        assert activation_peaks(p, cost, strict) == activation_peaks(fused, cost)
 
 
 def test_f_and_b_keep_interleaved_order() -> None:
