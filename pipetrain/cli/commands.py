@@ -27,8 +27,10 @@ from pipetrain.cost import CostModel
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import check_aux, default_aux
-from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, Method, Plan
+from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, LOOPING_METHODS, Method, Plan
 from pipetrain.planners import PlannerSpec
+from pipetrain.planners.contract import ModelRef
+from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.simulate.timeline import Timeline
 
@@ -66,7 +68,8 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
 
 ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
-SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ONE_F_ONE_B.value)
+SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ONE_F_ONE_B.value, Method.INTERLEAVED.value,
+                      Method.INTERLEAVED_ZB.value)
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
@@ -77,14 +80,16 @@ def _planner_name(args: argparse.Namespace) -> str:
     """The registry name `plan`'s --method and --planner select; a UserError for combinations that
     do not go together (checked before any profiling)."""
     uedp = args.method == Method.UEDP.value
-    own = {Method.GRAPH.value: "graphpipe", Method.INTERLEAVED.value: "interleaved"}  # a method's own planner
+    own = {Method.GRAPH.value: "graphpipe", Method.INTERLEAVED.value: "interleaved",
+           Method.INTERLEAVED_ZB.value: "interleaved"}  # a method's own planner
     if args.method in own:
         if args.planner not in (None, own[args.method]):
             raise UserError(f"--method {args.method} is planned by --planner {own[args.method]}, not {args.planner}; "
                             f"drop --planner or --method {args.method}")
         return own[args.method]
     if args.virtual_stages is not None:
-        raise UserError("--virtual-stages is for --method interleaved; add it or drop --virtual-stages")
+        raise UserError("--virtual-stages is for --method interleaved or interleaved-zb; add one or drop "
+                        "--virtual-stages")
     flags = ("planner", "seed", "population", "generations")
     given = [f"--{name}" for name in flags if getattr(args, name) is not None]
     if not uedp and given and (args.planner is None or args.planner in api.MICROBATCH_PLANNERS):
@@ -106,7 +111,8 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
     except ValueError as e:
         raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
     method = _planned_method(args, spec)
-    fixed = method if method in (*(m.value for m in api.PLANNABLE_METHODS), *_ASYNC_PLANNERS.values()) else None
+    fixed = method if method in (*(m.value for m in (*api.PLANNABLE_METHODS, *LOOPING_METHODS)),
+                                 *_ASYNC_PLANNERS.values()) else None
     constraints = api.Constraints(method=None if fixed is None else Method(fixed), n_stages=args.stages,
                                   n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga,
                                   virtual_stages=args.virtual_stages, allow_async=args.allow_async)
@@ -213,6 +219,23 @@ def _run_by(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
     return plan
 
 
+def _rechunked(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
+    """``simulate|train --method interleaved|interleaved-zb --virtual-stages V``: the plan's layers cut
+    into ``V·R`` stages balanced on the profile, stage ``s`` on rank ``s mod R``, with the plan's
+    micro-batch count (equal sizes); the plan itself without ``--virtual-stages``."""
+    if args.virtual_stages is None:
+        return plan
+    if args.method not in (m.value for m in LOOPING_METHODS):
+        raise UserError("--virtual-stages is for --method interleaved or interleaved-zb; add one or drop "
+                        "--virtual-stages")
+    if plan.edges or plan.replicated:
+        raise UserError("--virtual-stages re-cuts a chain plan with one rank per stage; drop it for this plan")
+    cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, plan.n_ranks)
+    return build_interleaved_plan(ModelRef.of(graph), CostModel(profile, cluster), n_ranks=plan.n_ranks,
+                                  chunks=args.virtual_stages, batch_size=plan.batch_size,
+                                  n_micro=len(plan.stages[0].forward_sizes), method=Method(args.method))
+
+
 def _predict(args: argparse.Namespace, plan: Plan, graph: LayerGraph) -> tuple[CostModel, Timeline]:
     n_ranks = args.ranks or plan.n_ranks
     if n_ranks < plan.n_ranks:
@@ -227,7 +250,7 @@ def _predict(args: argparse.Namespace, plan: Plan, graph: LayerGraph) -> tuple[C
 def cmd_simulate(args: argparse.Namespace) -> None:
     plan = load_plan(args.plan)
     graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
-    plan = _run_by(plan, args, graph)
+    plan = _run_by(_rechunked(plan, args, graph), args, graph)
     cost, predicted = _predict(args, plan, graph)
     _write_timeline(args.out_dir, "predicted", predicted, plan)
     from pipetrain.simulate.memory import device_memory, stage_memory
@@ -273,7 +296,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         graph = graph_of(args)
         plan, _ = api.plan_pipeline(graph, load_profile(args, graph, args.batch),
                                     api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch)
-    plan = _run_by(plan, args, graph)
+    plan = _run_by(_rechunked(plan, args, graph), args, graph)
     schedule = load_schedule(args)
     from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
 

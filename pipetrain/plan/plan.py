@@ -19,11 +19,9 @@ evaluator and the runtime all follow it.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
 
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import AUX_KINDS
@@ -31,7 +29,9 @@ from pipetrain.graph.aux_heads import AUX_KINDS
 __all__ = [
     "ASYNC_WEIGHTS",
     "DEFAULT_QUEUE_DEPTH",
+    "LOOPING_METHODS",
     "MAX_BATCH_SIZE",
+    "SPLIT_METHODS",
     "Method",
     "Plan",
     "Prediction",
@@ -61,6 +61,14 @@ class Method(str, Enum):
     LOCAL = "local"
     INTERLEAVED = "interleaved"
     ZB1 = "zb1"  # ZB-H1 (Qi et al. 2024): backward split into B (input gradients) and W (weight gradients)
+    INTERLEAVED_ZB = "interleaved-zb"  # interleaved 1F1B with zb1's split backward (pipetrain's own combination)
+
+
+LOOPING_METHODS = (Method.INTERLEAVED, Method.INTERLEAVED_ZB)
+"""Methods whose ranks each run ``v`` stages, stage ``s`` on rank ``s mod R`` (looping placement)."""
+
+SPLIT_METHODS = (Method.ZB1, Method.INTERLEAVED_ZB)
+"""Methods that split every backward into B (input gradients) and W (weight gradients)."""
 
 
 class WeightPolicy(str, Enum):
@@ -195,11 +203,12 @@ class Plan:
 
     @property
     def virtual_stages(self) -> int:
-        """Stages per rank: ``v`` for method ``interleaved`` (model chunks, looping placement), else 1."""
-        return self.n_stages // self.n_ranks if self.method is Method.INTERLEAVED else 1
+        """Stages per rank: ``v`` for methods ``interleaved`` and ``interleaved-zb`` (model chunks, looping
+        placement), else 1."""
+        return self.n_stages // self.n_ranks if self.method in LOOPING_METHODS else 1
 
     def stages_of_rank(self, rank: int) -> tuple[int, ...]:
-        """The stages ``rank`` runs, in increasing order: one, or ``v`` under method ``interleaved``."""
+        """The stages ``rank`` runs, in increasing order: one, or ``v`` under a looping method."""
         found = tuple(k for k, stage in enumerate(self.stages) if rank in stage.ranks)
         if not found:
             raise UserError(f"rank {rank} runs no stage of this plan; the plan uses {self.n_ranks} ranks")
@@ -292,9 +301,10 @@ class Plan:
         self._validate_edges()
         if self.replicated:
             self._validate_replicas()
-        if self.method is Method.ZB1 and (self.recompute or self.edges):
-            raise UserError("method zb1 splits each kept forward graph into B and W on a chain of stages; drop "
-                            '"recompute" and "edges" from the plan, or use method 1f1b (recompute) or graph (a DAG)')
+        if self.method in SPLIT_METHODS and (self.recompute or self.edges):
+            raise UserError(f"method {self.method.value} splits each kept forward graph into B and W on a chain of "
+                            'stages; drop "recompute" and "edges" from the plan, or use method 1f1b (recompute) or '
+                            "graph (a DAG)")
         self._validate_local()
         if self.asynchronous or self.weights not in (WeightPolicy.SYNC, WeightPolicy.LOCAL):
             self._validate_async()
@@ -341,10 +351,10 @@ class Plan:
             )
 
     def _validate_ranks(self) -> None:
-        """Each of ranks 0..R-1 runs exactly one stage; under method interleaved, stage ``s`` runs on
-        rank ``s mod R`` (looping placement, ``v = K / R`` stages per rank)."""
+        """Each of ranks 0..R-1 runs exactly one stage; under a looping method (:data:`LOOPING_METHODS`),
+        stage ``s`` runs on rank ``s mod R`` (looping placement, ``v = K / R`` stages per rank)."""
         ranks = sorted(r for s in self.stages for r in s.ranks)
-        if self.method is not Method.INTERLEAVED:
+        if self.method not in LOOPING_METHODS:
             if ranks != list(range(len(ranks))):
                 raise UserError(f"stages use ranks {ranks}; each of ranks 0..{len(ranks) - 1} must run exactly one "
                                 "stage")
@@ -352,13 +362,13 @@ class Plan:
         n = self.n_ranks
         looping = tuple((k % n,) for k in range(self.n_stages))
         if tuple(s.ranks for s in self.stages) != looping or self.n_stages % n or sorted(set(ranks)) != list(range(n)):
-            raise UserError(f"method interleaved places stage s on rank s mod R, every rank the same number of stages "
-                            f"(here {self.n_stages} stages on {n} ranks); give stage s the ranks [s % {n}] and a "
-                            "multiple of the rank count of stages")
+            raise UserError(f"method {self.method.value} places stage s on rank s mod R, every rank the same number "
+                            f"of stages (here {self.n_stages} stages on {n} ranks); give stage s the ranks [s % {n}] "
+                            "and a multiple of the rank count of stages")
         sizes = self.stages[0].forward_sizes
         if any(s.forward_sizes != sizes or s.backward_sizes != sizes for s in self.stages):
-            raise UserError(f"method interleaved needs one partition for every stage, forward and backward (stage 0 "
-                            f"has {list(sizes)}); use the same micro-batch sizes everywhere")
+            raise UserError(f"method {self.method.value} needs one partition for every stage, forward and backward "
+                            f"(stage 0 has {list(sizes)}); use the same micro-batch sizes everywhere")
 
     def _validate_edges(self) -> None:
         """Chain methods run the chain 0 -> 1 -> ...; method graph a DAG of stages in topological
@@ -444,55 +454,18 @@ class Plan:
             raise UserError(f"stage {bad[0]} runs on {replicas[bad[0]]} ranks, which do not divide the {len(sizes)} "
                             "micro-batches; use a multiple of every stage's replica count")
 
-    # ---- JSON -------------------------------------------------------------------------------
+    # ---- JSON (pipetrain.plan.plan_json) -----------------------------------------------------
 
     def to_json(self) -> str:
-        data: dict[str, Any] = asdict(self)
-        data["method"] = self.method.value
-        data["weights"] = self.weights.value
-        if self.method is not Method.LOCAL:
-            del data["aux"], data["queue_depth"]
-        return json.dumps(data, indent=2)
+        """The plan as JSON text (:func:`~pipetrain.plan.plan_json.plan_to_json`)."""
+        from pipetrain.plan.plan_json import plan_to_json  # plan_json builds on this module
+
+        return plan_to_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
-        """Parse a plan; any malformation raises :class:`UserError` naming the field."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise UserError(
-                f"plan is not valid JSON ({e}); fix the file or re-create it with `pipetrain plan`"
-            ) from None
-        if not isinstance(data, dict):
-            raise UserError("plan JSON must be an object with fields model, batch_size, method, stages")
-        try:
-            stages = tuple(
-                StagePlan(
-                    layers=tuple(str(n) for n in s["layers"]),
-                    ranks=tuple(int(r) for r in s["ranks"]),
-                    forward_sizes=tuple(int(x) for x in s["forward_sizes"]),
-                    backward_sizes=tuple(int(x) for x in s.get("backward_sizes", s["forward_sizes"])),
-                )
-                for s in data["stages"]
-            )
-            pred = data.get("prediction")
-            return cls(
-                model=str(data["model"]),
-                model_fingerprint=str(data.get("model_fingerprint", "")),
-                batch_size=int(data["batch_size"]),
-                method=Method(data["method"]),
-                stages=stages,
-                edges=tuple((int(a), int(b)) for a, b in data.get("edges", ())),
-                recompute=bool(data.get("recompute", False)),
-                weights=WeightPolicy(data.get("weights", "sync")),
-                aux=None if data.get("aux") is None else str(data["aux"]),
-                queue_depth=int(data.get("queue_depth", DEFAULT_QUEUE_DEPTH)),
-                prediction=None if pred is None else Prediction(
-                    float(pred["iteration_s"]), float(pred["bubble_fraction"]),
-                    tuple(int(x) for x in pred["peak_memory_bytes"]), str(pred["basis"]),
-                ),
-            )
-        except KeyError as e:
-            raise UserError(f"plan JSON lacks the field {e.args[0]!r}; add it or re-create the plan") from None
-        except (TypeError, ValueError, OverflowError, AttributeError) as e:
-            raise UserError(f"plan JSON has a malformed field ({e}); fix it or re-create the plan") from None
+        """Parse a plan; any malformation raises :class:`UserError` naming the field
+        (:func:`~pipetrain.plan.plan_json.plan_from_json`)."""
+        from pipetrain.plan.plan_json import plan_from_json
+
+        return plan_from_json(text)

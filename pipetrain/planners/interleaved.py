@@ -1,5 +1,7 @@
 """The ``interleaved`` planner: ``v`` model chunks per rank under interleaved 1F1B (Narayanan et al.
-2021, §2.2; :mod:`pipetrain.schedule.interleaved`).
+2021, §2.2; :mod:`pipetrain.schedule.interleaved`), with the backward fused (method ``interleaved``)
+or split into B and deferred W (method ``interleaved-zb``, Qi et al. 2024 §2–3;
+:mod:`pipetrain.schedule.interleaved_zb`).
 
     result = plan_interleaved(PlanningProblem(ModelRef.of(graph), cost, batch_size=64))
     result.plan.virtual_stages, result.candidates
@@ -9,15 +11,16 @@ layers per device, at most :data:`MAX_CHUNKS`) and micro-batch count ``m`` (``co
 default :func:`~pipetrain.planners.counts.thinned_counts`), the layers are cut into ``v·R`` stages by
 the exact min–max partition at that micro-batch size, stage ``s`` placed on rank ``s mod R`` (R: the
 devices, or fewer when the model has under two layers per device: a sub-cluster); every
-plan is simulated (:func:`~pipetrain.planners.score.score`, the event simulator with the cluster's
-contention) and the fastest is kept. Unlike torch's interleaved schedule any ``m`` is allowed.
+plan is run by each method (``constraints.method``, default both) and simulated
+(:func:`~pipetrain.planners.score.score`, the event simulator with the cluster's contention); the
+fastest is kept. Unlike torch's interleaved schedules any ``m`` is allowed.
 """
 
 from __future__ import annotations
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.plan import LOOPING_METHODS, Method, Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import thinned_counts
 from pipetrain.planners.device_orders import placed_cluster
@@ -31,9 +34,9 @@ MAX_CHUNKS = 4
 
 
 def build_interleaved_plan(model: ModelRef, cost: CostModel, *, n_ranks: int, chunks: int, batch_size: int,
-                           n_micro: int) -> Plan:
+                           n_micro: int, method: Method = Method.INTERLEAVED) -> Plan:
     """``chunks · n_ranks`` balanced stages, stage ``s`` on rank ``s mod n_ranks``, ``n_micro`` equal
-    micro-batches (no simulation).
+    micro-batches, run by ``method`` (``interleaved`` or ``interleaved-zb``; no simulation).
 
     Raises:
         UserError: fewer layers than stages.
@@ -48,16 +51,21 @@ def build_interleaved_plan(model: ModelRef, cost: CostModel, *, n_ranks: int, ch
     for k, count in enumerate(counts):
         stages.append(StagePlan(model.layer_names[first:first + count], (k % n_ranks,), sizes, sizes))
         first += count
-    return Plan(model.name, model.fingerprint, batch_size, Method.INTERLEAVED, tuple(stages))
+    return Plan(model.name, model.fingerprint, batch_size, method, tuple(stages))
 
 
 def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
-    """The fastest interleaved plan over chunk and micro-batch counts (module docstring).
+    """The fastest interleaved plan over methods, chunk and micro-batch counts (module docstring).
 
     Raises:
-        UserError: one device, or a model with fewer than two layers per device.
+        UserError: one device, a model with fewer than two layers per device, or a method that does
+            not loop.
     """
     c, n_layers = problem.constraints, len(problem.model.layer_names)
+    if c.method is not None and c.method not in LOOPING_METHODS:
+        raise UserError(f"the interleaved planner plans methods interleaved and interleaved-zb, not "
+                        f"{c.method.value}; drop the method or use the balanced planner")
+    methods = LOOPING_METHODS if c.method is None else (c.method,)
     n_ranks = min(problem.cost.cluster.n_devices, n_layers // 2)  # at least 2 layers (chunks) per rank
     cluster, _ = placed_cluster(problem.cost.cluster, range(n_ranks))
     cost = problem.cost.on(cluster)
@@ -72,6 +80,6 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
         for m in counts:
             plan = build_interleaved_plan(problem.model, cost, n_ranks=n_ranks, chunks=chunks,
                                           batch_size=problem.batch_size, n_micro=m)
-            candidates.append(score(plan, cost))
+            candidates += [score(plan.run_by(method), cost) for method in methods]
     candidates.sort(key=rank_key)
     return PlanningResult("interleaved", candidates[0].plan, cluster, tuple(candidates))

@@ -76,6 +76,7 @@ from pipetrain.errors import UserError
 from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, ranges
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.interleaved import interleaved_programs
+from pipetrain.schedule.interleaved_zb import interleaved_zb_programs
 from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import local_queue, validate
@@ -248,6 +249,12 @@ GENERATORS: dict[Method, Generator] = {
     Method.LOCAL: local_orders,
 }
 
+LOOPING: dict[Method, Callable[[Plan], dict[int, list[Action]]]] = {
+    Method.INTERLEAVED: interleaved_programs,  # Narayanan et al. 2021 §2.2
+    Method.INTERLEAVED_ZB: interleaved_zb_programs,  # the same with zb1's split backward
+}
+"""The looping methods' generators: the plan -> every rank's compute actions (its ``v`` stages')."""
+
 
 DEFAULT_ASYNC_BATCHES = 4
 """Batches an asynchronous schedule spans when no run length is given (plan, simulate, Gantt)."""
@@ -303,14 +310,14 @@ def compute_schedule(plan: Plan) -> Schedule:
     STEP. Dropping actions from a deadlock-free program only removes ordering constraints, so the
     replicated schedule cannot deadlock either (the validator's dry run checks it).
     """
-    if plan.method is Method.INTERLEAVED:
-        return Schedule.from_mapping(interleaved_programs(plan))
+    if plan.method in LOOPING:
+        return Schedule.from_mapping(LOOPING[plan.method](plan))
     if plan.method is Method.GRAPH:
         orders = graph_orders(plan.stages, plan.stage_edges)
     elif plan.method in GENERATORS:
         orders = GENERATORS[plan.method](plan.stages)
     else:
-        known = ", ".join(m.value for m in (*GENERATORS, Method.GRAPH, Method.INTERLEAVED))
+        known = ", ".join(m.value for m in (*GENERATORS, Method.GRAPH, *LOOPING))
         raise UserError(f"method {plan.method.value!r} has no schedule generator yet; use one of: {known}")
     programs: dict[int, list[Action]] = {}
     for k, (stage, actions) in enumerate(zip(plan.stages, orders, strict=True)):

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
 
-__all__ = ["interleaved_programs", "interleaved_sequence"]
+__all__ = ["interleaved_programs", "interleaved_sequence", "rank_order"]
 
 Pair = tuple[int, int]  # (chunk, micro-batch)
 
@@ -46,7 +46,7 @@ def _warmup(rank: int, n_ranks: int, chunks: int, total: int) -> int:
     return min(total, (n_ranks - rank - 1) * 2 + (chunks - 1) * n_ranks)
 
 
-def _rank_order(rank: int, n_micro: int, n_ranks: int, chunks: int) -> list[tuple[bool, Pair]]:
+def rank_order(rank: int, n_micro: int, n_ranks: int, chunks: int) -> list[tuple[bool, Pair]]:
     """Rank ``rank``'s ``(is_backward, (chunk, micro-batch))`` order (module docstring): Megatron's
     order for the micro-batch count rounded up to whole groups, without the padding micro-batches."""
     padded = -(-n_micro // n_ranks) * n_ranks
@@ -68,7 +68,7 @@ def interleaved_programs(plan: Plan) -> dict[int, list[Action]]:
     programs: dict[int, list[Action]] = {}
     for rank in range(n_ranks):
         out: list[Action] = []
-        for backward, (chunk, j) in _rank_order(rank, len(spans), n_ranks, chunks):
+        for backward, (chunk, j) in rank_order(rank, len(spans), n_ranks, chunks):
             kind = ActionKind.B if backward else ActionKind.F
             out.append(Action(kind, chunk * n_ranks + rank, j, *spans[j]))
         out += [Action(ActionKind.STEP, chunk * n_ranks + rank) for chunk in range(chunks)]

@@ -10,8 +10,9 @@
    gradients for B) have been received before they are used;
 4. every send is matched by a receive of the same message, in the same order on each directed link;
 5. a dry run, in which sends never block and a receive waits for its send, finishes (no deadlock);
-6. a split backward (method ``zb1``, Qi et al. 2024): each W follows a B of exactly its range on
-   the same rank, once; a rank with any W has one for every B;
+6. a split backward (methods ``zb1`` and ``interleaved-zb``, Qi et al. 2024): each W follows a B
+   of exactly its range and stage on the same rank, once; a rank with any W has one for every B of
+   every stage it runs (the runtime splits all of a rank's backwards or none);
 7. STEP is the last action of its stage, after every backward and W (an asynchronous schedule,
    ``steps_anywhere``, steps after its backwards as it goes; :mod:`pipetrain.schedule.versions`
    checks its weight versions).
@@ -81,6 +82,7 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
     coverage: dict[int, tuple[list[int], list[int], int]] = {}
     for rank, program in schedule:
         stages = tuple(stages_of_rank[rank]) if stages_of_rank is not None else (stage_of_rank[rank],)
+        _check_all_split(schedule, rank, program)
         for stage in stages:
             needs = (sum(b == stage for _, b in edges),
                      0 if local_queue is not None else sum(a == stage for a, _ in edges))
@@ -187,6 +189,17 @@ def _check_rank(
         raise _fail(schedule, rank, len(program), f"the B actions of ranges {missing[:4]} have no W; give every B "
                     "of a split backward one W before the STEP")
     return state
+
+
+def _check_all_split(schedule: Schedule, rank: int, program: Sequence[Action]) -> None:
+    """A rank with any W splits every backward, on each of its stages (invariant 6)."""
+    if not any(a.kind is ActionKind.W for a in program):
+        return
+    split = {a.stage for a in program if a.kind is ActionKind.W}
+    for step, a in enumerate(program):
+        if a.kind is ActionKind.B and a.stage not in split:
+            raise _fail(schedule, rank, step, f"stage {a.stage} has no W actions while rank {rank}'s other stages "
+                        "split their backwards; give every B on this rank a W, or remove all of its W actions")
 
 
 def _check_coverage(schedule: Schedule, rank: int, end: int, counts: list[int], label: str) -> None:

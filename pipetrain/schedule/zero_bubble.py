@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
-__all__ = ["ZbKind", "strict_memory_sequences", "zb1_sequences"]
+__all__ = ["ZbKind", "place_weight_grads", "strict_memory_sequences", "zb1_sequences"]
 
 ZbKind = Literal["F", "B", "W"]
+Item = TypeVar("Item")  # what an action runs on: a micro-batch index, or (chunk, micro-batch) (interleaved-zb)
 
 
 def zb1_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]], deferred: Sequence[int] | None = None,
@@ -56,7 +57,7 @@ def zb1_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]], deferred: Seq
     n = len(fb_orders)
     delays = list(deferred) if deferred is not None else list(range(n))
     limits = list(bounds) if bounds is not None else [n] * n
-    return [_stage_order(order, delays[k], limits[k], cooldown) for k, order in enumerate(fb_orders)]
+    return [place_weight_grads(order, delays[k], limits[k], cooldown) for k, order in enumerate(fb_orders)]
 
 
 def strict_memory_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]]) -> list[list[tuple[ZbKind, int]]]:
@@ -68,13 +69,18 @@ def strict_memory_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]]) -> 
     return zb1_sequences(fb_orders, [n - k - 1 for k in range(n)], [n - k for k in range(n)], cooldown=False)
 
 
-def _stage_order(order: Sequence[tuple[bool, int]], delay: int, bound: int, cooldown: bool) -> list[tuple[ZbKind, int]]:
-    """One stage's order: ``order``'s F and B, with its W actions inserted; ``bound`` micro-batches
-    (from F to W) at most before a forward, unless nothing is pending."""
+def place_weight_grads(order: Sequence[tuple[bool, Item]], delay: int, bound: int,
+                       cooldown: bool = True) -> list[tuple[ZbKind, Item]]:
+    """One program's order: ``order``'s F and B (``(is_backward, item)`` pairs), with a W after each B
+    placed by the rule of the module docstring: at most ``delay`` W actions pending after a B (and
+    none during the cool-down when ``cooldown``), at most ``bound`` items held from F to W before a
+    forward unless nothing is pending, the rest before the step. ``item`` is a stage's micro-batch
+    index (``zb1``) or a rank's ``(chunk, micro-batch)`` (``interleaved-zb``,
+    :mod:`pipetrain.schedule.interleaved_zb`)."""
     forwards_left = sum(not backward for backward, _ in order)
-    pending: deque[int] = deque()
+    pending: deque[Item] = deque()
     held = 0
-    out: list[tuple[ZbKind, int]] = []
+    out: list[tuple[ZbKind, Item]] = []
     for backward, j in order:
         if not backward:
             while pending and held >= bound:

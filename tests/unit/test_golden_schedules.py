@@ -1,7 +1,7 @@
 """Golden schedules: ``build_schedule(plan).to_csv()`` matches tests/golden/schedules/<case>.csv byte for byte.
 
 Each case is a small hand-made Plan (``CASES`` below): gpipe and 1f1b on 2–4 stages with several
-micro-batch counts, zb1 (equal and unequal), 1f1b with per-stage unequal partitions, uedp with
+micro-batch counts, zb1 (equal and unequal), interleaved-zb, 1f1b with per-stage unequal partitions, uedp with
 unequal forward and backward sizes per stage, replicated stages, and recompute. A golden file holds
 one CSV row per rank, one action per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so
 a changed schedule shows up in review as a diff of the file.
@@ -56,6 +56,13 @@ def replicated(method: Method, replicas: Sequence[int], batch: int, n_micro: int
     return Plan("m", "", batch, method, tuple(stages))
 
 
+def looping(method: Method, n_ranks: int, chunks: int, batch: int, n_micro: int) -> Plan:
+    """``chunks · n_ranks`` stages, stage ``s`` on rank ``s mod n_ranks`` (interleaved methods)."""
+    sizes = equal_sizes(batch, n_micro)
+    stages = tuple(StagePlan((f"l{k}",), (k % n_ranks,), sizes, sizes) for k in range(n_ranks * chunks))
+    return Plan("m", "", batch, method, stages)
+
+
 CASES: dict[str, Callable[[], Plan]] = {
     # Equal partitions; batch 10 in 7 micro-batches gives sizes (2, 2, 2, 1, 1, 1, 1).
     **{
@@ -85,6 +92,9 @@ CASES: dict[str, Callable[[], Plan]] = {
     "zb1-s4-m7": lambda: equal(Method.ZB1, 4, 10, 7),
     "zb1-s4-m2": lambda: equal(Method.ZB1, 4, 8, 2),
     "zb1-unequal-s3": lambda: chain(Method.ZB1, [[4, 4, 4], [2, 2, 2, 2, 2, 2], [6, 3, 3]]),
+    # interleaved-zb: interleaved 1F1B with B and deferred W, rank r deferring at most 2r W actions.
+    "interleaved-zb-r2-v2-m4": lambda: looping(Method.INTERLEAVED_ZB, 2, 2, 8, 4),
+    "interleaved-zb-r3-v2-m5": lambda: looping(Method.INTERLEAVED_ZB, 3, 2, 10, 5),
     # Recompute on every stage: the runtime re-runs forward, the schedule itself is unchanged.
     "gpipe-recompute-s3-m4": lambda: equal(Method.GPIPE, 3, 8, 4, recompute=True),
     "1f1b-recompute-s3-m4": lambda: equal(Method.ONE_F_ONE_B, 3, 8, 4, recompute=True),

@@ -1,0 +1,75 @@
+"""A plan's JSON form: the hand-editable artefact ``pipetrain plan`` writes (docs/architecture.md §2).
+
+    text = plan_to_json(plan)          # also plan.to_json()
+    plan = plan_from_json(text)        # also Plan.from_json(text)
+
+The object has the :class:`~pipetrain.plan.plan.Plan` fields by name; ``method`` and ``weights`` are
+their enum values; ``aux`` and ``queue_depth`` appear only for method ``local``. On reading,
+``backward_sizes`` defaults to ``forward_sizes``, ``edges`` to the chain and ``weights`` to
+``"sync"``. The two functions are exact inverses on every plan (a round-trip test checks it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from pipetrain.errors import UserError
+from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, Method, Plan, Prediction, StagePlan, WeightPolicy
+
+__all__ = ["plan_from_json", "plan_to_json"]
+
+
+def plan_to_json(plan: Plan) -> str:
+    """The plan as indented JSON text (module docstring)."""
+    data: dict[str, Any] = asdict(plan)
+    data["method"] = plan.method.value
+    data["weights"] = plan.weights.value
+    if plan.method is not Method.LOCAL:
+        del data["aux"], data["queue_depth"]
+    return json.dumps(data, indent=2)
+
+
+def _stage(s: dict[str, Any]) -> StagePlan:
+    return StagePlan(
+        layers=tuple(str(n) for n in s["layers"]),
+        ranks=tuple(int(r) for r in s["ranks"]),
+        forward_sizes=tuple(int(x) for x in s["forward_sizes"]),
+        backward_sizes=tuple(int(x) for x in s.get("backward_sizes", s["forward_sizes"])),
+    )
+
+
+def _prediction(pred: dict[str, Any] | None) -> Prediction | None:
+    if pred is None:
+        return None
+    return Prediction(float(pred["iteration_s"]), float(pred["bubble_fraction"]),
+                      tuple(int(x) for x in pred["peak_memory_bytes"]), str(pred["basis"]))
+
+
+def plan_from_json(text: str) -> Plan:
+    """Parse a plan; any malformation raises :class:`UserError` naming the field."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"plan is not valid JSON ({e}); fix the file or re-create it with `pipetrain plan`") from None
+    if not isinstance(data, dict):
+        raise UserError("plan JSON must be an object with fields model, batch_size, method, stages")
+    try:
+        return Plan(
+            model=str(data["model"]),
+            model_fingerprint=str(data.get("model_fingerprint", "")),
+            batch_size=int(data["batch_size"]),
+            method=Method(data["method"]),
+            stages=tuple(_stage(s) for s in data["stages"]),
+            edges=tuple((int(a), int(b)) for a, b in data.get("edges", ())),
+            recompute=bool(data.get("recompute", False)),
+            weights=WeightPolicy(data.get("weights", "sync")),
+            aux=None if data.get("aux") is None else str(data["aux"]),
+            queue_depth=int(data.get("queue_depth", DEFAULT_QUEUE_DEPTH)),
+            prediction=_prediction(data.get("prediction")),
+        )
+    except KeyError as e:
+        raise UserError(f"plan JSON lacks the field {e.args[0]!r}; add it or re-create the plan") from None
+    except (TypeError, ValueError, OverflowError, AttributeError) as e:
+        raise UserError(f"plan JSON has a malformed field ({e}); fix it or re-create the plan") from None
