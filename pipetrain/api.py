@@ -308,7 +308,7 @@ def plan(
         cluster: the devices and links.
         batch_size: samples per mini-batch.
         planner: ``balanced`` (default), ``pipedream``, ``bapipe``, ``auto``, ``2bw``, or a micro-batch planner
-            (``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``).
+            (``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``, ``zb1-ga``).
         optimizer: whose state counts against device memory (``sgd``, ``sgd-momentum``, ``adam``, ``adamw``).
         constraints: what to fix (method, stages, micro-batches, base plan, seed, GA budget); a
             planner refuses the ones it does not use.
@@ -378,9 +378,9 @@ def plan_microbatches(
 
     Args:
         base: a chain plan with one rank per stage.
-        planner: ``"equal"``, ``"greedy"``, ``"dp"``, ``"dgap"``, ``"tidgap"``, ``"single"`` or
-            ``"1f1b-ga"`` (unequal micro-batches under the 1F1B order; the plan's method is ``1f1b``)
-            (:mod:`pipetrain.planners.microbatch`).
+        planner: ``"equal"``, ``"greedy"``, ``"dp"``, ``"dgap"``, ``"tidgap"``, ``"single"``, ``"1f1b-ga"``
+            (unequal micro-batches under the 1F1B order; method ``1f1b``) or ``"zb1-ga"`` (under the ZB-H1
+            order, Qi et al. 2024; method ``zb1``) (:mod:`pipetrain.planners.microbatch`).
         seed: GA seed; the same arguments give the same plan.
         ga: GA hyperparameters (:class:`GAConfig`: population, generations...); GA planners only.
         memory_cap: keep every stage within its device's memory (docs/algorithms.md §2.6): micro-batches

@@ -1,7 +1,7 @@
 """Micro-batch planners on a base plan's stages: UMPIPE's unequal micro-batches (docs/algorithms.md §2).
 
     result = plan_unequal(problem, "tidgap")     # base: constraints.base, or the balanced planner's best
-    result.plan                                  # method uedp (1f1b for '1f1b-ga'), per-stage sizes
+    result.plan                                  # method uedp (1f1b for '1f1b-ga', zb1 for 'zb1-ga')
     result.report.baselines                      # what to compare its speedup with
 
 The base plan fixes the stages (layers, ranks) and the batch; the planner

@@ -38,7 +38,7 @@ from pipetrain.planners.microbatch import (
 )
 from pipetrain.planners.microbatch.dp import stage_dp
 from pipetrain.planners.microbatch.ga import _sync, one_f_one_b_ga
-from pipetrain.planners.microbatch.uedp import PlannerName
+from pipetrain.planners.microbatch.uedp import ORDERED_PLANNERS, PlannerName
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
@@ -319,7 +319,7 @@ def test_plan_uedp_builds_a_simulated_uedp_plan(planner: PlannerName) -> None:
                 tuple(StagePlan((f"l{k}",), (k,), sizes, sizes) for k in range(3)))
     plan = plan_uedp(base, cost, planner=planner, seed=0, config=SMALL)
     plan.validate()
-    assert plan.method is (Method.ONE_F_ONE_B if planner == "1f1b-ga" else Method.UEDP)
+    assert plan.method is ORDERED_PLANNERS.get(planner, Method.UEDP)
     assert [s.layers for s in plan.stages] == [s.layers for s in base.stages]
     tables = StageTables.from_plan(plan, cost)
     predicted = run_microbatch_planner(planner, tables, seed=0, config=SMALL)

@@ -26,7 +26,12 @@ reconstruction** (docs/algorithms.md §2.4):
 * single-chromosome ablation: the backward chromosome is the forward one;
 * unequal 1F1B (pipetrain's extension): single chromosome, each individual timed under its 1F1B
   order (:func:`~pipetrain.schedule.generators.one_f_one_b_sequences`) by
-  :func:`~pipetrain.simulate.chain.order_time`, one at a time, seeded with the equal 1F1B plans.
+  :func:`~pipetrain.simulate.chain.order_time`, one at a time, seeded with the equal 1F1B plans;
+* unequal ZB-H1 (pipetrain's extension, planner ``zb1-ga``): the same, each individual timed under its
+  ZB-H1 order (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §2.1): the unequal 1F1B
+  order with the backward split into ``B`` and ``W``, W deferred by
+  :func:`~pipetrain.schedule.zero_bubble.zb1_sequences`, each timed with its own seconds by
+  :func:`~pipetrain.simulate.chain.split_order_time`; seeded with the equal ZB-H1 plans.
 
 The state is an immutable :class:`GAState`; :func:`ask` and :func:`tell` are pure apart from drawing
 from the ``numpy.random.Generator`` passed in (the evotorch functional style of STYLE.md L8). Cost
@@ -47,7 +52,8 @@ import numpy.typing as npt
 from pipetrain.planners.microbatch.encoding import BoolArray, cap_cuts, cuts_to_partition, equal_seeds
 from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
 from pipetrain.schedule.generators import one_f_one_b_sequences
-from pipetrain.simulate.chain import order_time
+from pipetrain.schedule.zero_bubble import zb1_sequences
+from pipetrain.simulate.chain import order_time, split_order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
 
 if TYPE_CHECKING:
@@ -68,11 +74,12 @@ __all__ = [
     "single_chromosome",
     "tell",
     "tidgap",
+    "zb1_ga",
 ]
 
 FloatArray = npt.NDArray[np.float64]
 Mode = Literal["dual", "single"]
-EvaluatorKind = Literal["vectorised", "loop", "1f1b"]
+EvaluatorKind = Literal["vectorised", "loop", "1f1b", "zb1"]
 Evaluator = Callable[[BoolArray, BoolArray], FloatArray]
 """``(forward [N, K, B], backward [N, K, B]) -> [N]`` iteration seconds."""
 OnGeneration = Callable[[int, float], None]
@@ -312,12 +319,20 @@ def _evaluator(tables: StageTables, kind: EvaluatorKind) -> Evaluator:
             times.append(order_time(one_f_one_b_sequences(sizes), sizes, sizes, tables))
         return np.array(times)
 
-    return one_f_one_b if kind == "1f1b" else one_at_a_time
+    def zb1(forward: BoolArray, backward: BoolArray) -> FloatArray:
+        del backward  # single chromosome
+        times = []
+        for cuts in forward:
+            sizes = cuts_to_partition(cuts)
+            times.append(split_order_time(zb1_sequences(one_f_one_b_sequences(sizes)), sizes, tables))
+        return np.array(times)
+
+    return {"1f1b": one_f_one_b, "zb1": zb1}.get(kind, one_at_a_time)
 
 
 def _planner_name(mode: Mode, evaluator: EvaluatorKind) -> str:
-    if evaluator == "1f1b":
-        return "1f1b-ga"
+    if evaluator in ("1f1b", "zb1"):
+        return f"{evaluator}-ga"
     if mode == "dual":
         return "tidgap" if evaluator == "vectorised" else "dgap"
     return "single" if evaluator == "vectorised" else "single-loop"
@@ -343,15 +358,17 @@ def ga(
             forward, the ablation).
         evaluator: ``"vectorised"`` (the whole population per call: TiDGAP) or ``"loop"`` (one
             individual at a time: DGAP); both time the flush order and give the same plan for a
-            seed. ``"1f1b"`` times each individual under its unequal 1F1B order (needs
-            ``mode="single"``).
+            seed. ``"1f1b"`` times each individual under its unequal 1F1B order, ``"zb1"`` under its
+            unequal ZB-H1 order (both need ``mode="single"``; ``"zb1"`` needs tables with split-backward
+            rows, as :meth:`StageTables.from_cost_model` builds).
         caps: per stage, the largest micro-batch allowed; None for no cap.
         on_generation: called as ``on_generation(generation, best_s)`` after each generation
             (1-based), e.g. to drive a progress bar.
     """
     config = config or GAConfig()
-    if evaluator == "1f1b" and mode != "single":
-        raise ValueError("the 1F1B order needs one partition per stage for forward and backward: mode='single'")
+    if evaluator in ("1f1b", "zb1") and mode != "single":
+        raise ValueError(f"the {evaluator} order needs one partition per stage for forward and backward: "
+                         "mode='single'")
     caps = check_caps(caps, tables.n_stages)
     rng = np.random.default_rng(seed)
     evaluate = _evaluator(tables, evaluator)
@@ -399,3 +416,10 @@ def one_f_one_b_ga(tables: StageTables, **options: Unpack[GAOptions]) -> Microba
     """Unequal micro-batches under the 1F1B order: per-stage partitions, forward = backward
     (arguments as for :func:`ga`)."""
     return ga(tables, mode="single", evaluator="1f1b", **options)
+
+
+def zb1_ga(tables: StageTables, **options: Unpack[GAOptions]) -> MicrobatchPlan:
+    """Unequal micro-batches under the ZB-H1 order (Qi et al. 2024, §2.1): per-stage partitions,
+    forward = backward, the backward split into B and W (arguments as for :func:`ga`; ``tables``
+    need split-backward rows)."""
+    return ga(tables, mode="single", evaluator="zb1", **options)

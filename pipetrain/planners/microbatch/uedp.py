@@ -1,7 +1,8 @@
 """UEDP plans: run a micro-batch planner on a chain plan's stages and return a ``uedp`` Plan.
 
 Planner ``1f1b-ga`` (pipetrain's extension) returns a ``1f1b`` plan instead: per-stage unequal
-micro-batches, the same for forward and backward, under the 1F1B order.
+micro-batches, the same for forward and backward, under the 1F1B order; planner ``zb1-ga`` a ``zb1``
+plan: the same under the ZB-H1 order (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024).
 
 The stages (layers, ranks), batch and recompute flag come from a base plan, e.g. the equal planner's
 (:func:`pipetrain.planners.balanced.plan_balanced`); only the per-stage size vectors change. The chosen plan
@@ -16,23 +17,35 @@ from dataclasses import replace
 from typing import Literal
 
 from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners.microbatch.dp import global_dp
 from pipetrain.planners.microbatch.equal import best_equal
-from pipetrain.planners.microbatch.ga import GAConfig, OnGeneration, dgap, one_f_one_b_ga, single_chromosome, tidgap
+from pipetrain.planners.microbatch.ga import (
+    GAConfig,
+    OnGeneration,
+    dgap,
+    one_f_one_b_ga,
+    single_chromosome,
+    tidgap,
+    zb1_ga,
+)
 from pipetrain.planners.microbatch.greedy import local_greedy
 from pipetrain.planners.microbatch.result import MicrobatchPlan
 from pipetrain.planners.score import score
 from pipetrain.simulate.vectorised import StageTables
 
-__all__ = ["GA_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_microbatch_planner", "with_sizes"]
+__all__ = ["GA_PLANNERS", "ORDERED_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_microbatch_planner",
+           "with_sizes"]
 
 log = logging.getLogger(__name__)
 
-PlannerName = Literal["equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga"]
-PLANNER_NAMES: tuple[PlannerName, ...] = ("equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga")
-GA_PLANNERS: tuple[PlannerName, ...] = ("dgap", "tidgap", "single", "1f1b-ga")
+PlannerName = Literal["equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga", "zb1-ga"]
+PLANNER_NAMES: tuple[PlannerName, ...] = ("equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga", "zb1-ga")
+GA_PLANNERS: tuple[PlannerName, ...] = ("dgap", "tidgap", "single", "1f1b-ga", "zb1-ga")
 """The planners that are genetic algorithms: they take a seed, a GAConfig and ``on_generation``."""
+ORDERED_PLANNERS: dict[str, Method] = {"1f1b-ga": Method.ONE_F_ONE_B, "zb1-ga": Method.ZB1}
+"""The planners whose plans run another order than UEDP's flush, and the method they plan."""
 
 
 def run_microbatch_planner(
@@ -55,7 +68,8 @@ def run_microbatch_planner(
         return local_greedy(tables, caps)
     if name == "dp":
         return global_dp(tables, caps)
-    ga_planners = {"dgap": dgap, "tidgap": tidgap, "single": single_chromosome, "1f1b-ga": one_f_one_b_ga}
+    ga_planners = {"dgap": dgap, "tidgap": tidgap, "single": single_chromosome, "1f1b-ga": one_f_one_b_ga,
+                   "zb1-ga": zb1_ga}
     if name not in ga_planners:
         raise ValueError(f"unknown micro-batch planner {name!r}; choose one of {', '.join(PLANNER_NAMES)}")
     return ga_planners[name](tables, seed=seed, config=config, caps=caps, on_generation=on_generation)
@@ -63,12 +77,13 @@ def run_microbatch_planner(
 
 def with_sizes(base: Plan, result: MicrobatchPlan) -> Plan:
     """``base`` with ``result``'s per-stage forward and backward sizes and no prediction; method
-    ``uedp``, or ``1f1b`` for a ``1f1b-ga`` result (its order is 1F1B, forward = backward)."""
+    ``uedp``, or ``1f1b`` for a ``1f1b-ga`` result (its order is 1F1B, forward = backward), ``zb1``
+    for a ``zb1-ga`` result (ZB-H1, forward = backward)."""
     stages = tuple(
         replace(stage, forward_sizes=fwd, backward_sizes=bwd)
         for stage, fwd, bwd in zip(base.stages, result.forward_sizes, result.backward_sizes, strict=True)
     )
-    method = Method.ONE_F_ONE_B if result.planner == "1f1b-ga" else Method.UEDP
+    method = ORDERED_PLANNERS.get(result.planner, Method.UEDP)
     return replace(base, method=method, stages=stages, prediction=None)
 
 
@@ -83,7 +98,7 @@ def plan_uedp(
     on_generation: OnGeneration | None = None,
 ) -> Plan:
     """The base plan's stages with the planner's per-stage forward and backward sizes, method ``uedp``
-    (``1f1b`` for planner ``1f1b-ga``).
+    (``1f1b`` for planner ``1f1b-ga``, ``zb1`` for ``zb1-ga``).
 
     Args:
         base: a chain plan with one rank per stage; its sizes and method are replaced.
@@ -96,11 +111,19 @@ def plan_uedp(
             or on all.
         on_generation: GA progress callback ``(generation, best_s)``.
 
+    Raises:
+        UserError: planner ``zb1-ga`` on a base plan that recomputes (method zb1 cannot).
+
     Note:
         A stage whose backward sizes differ from its forward sizes recomputes (docs/algorithms.md §2.6,
         :meth:`Plan.recomputes`); the tables cost that wherever a planner chooses it, and every
         stage's backward as recompute when the base plan's ``recompute`` flag is on.
     """
+    if planner == "zb1-ga" and base.recompute:
+        raise UserError("planner zb1-ga plans method zb1, which keeps every forward's activations until its W "
+                        "and cannot recompute, but the base plan recomputes (some stage cannot hold a whole "
+                        "batch's activations); use planner 1f1b-ga or tidgap, which may recompute, or a base "
+                        "plan without recompute (--no-memory-cap)")
     tables = StageTables.from_plan(base, cost)
     limits = None if caps is None or all(c is None for c in caps) else [
         base.batch_size if c is None else c for c in caps
