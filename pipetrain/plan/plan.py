@@ -355,10 +355,10 @@ class Plan:
             raise UserError(f"method interleaved places stage s on rank s mod R, every rank the same number of stages "
                             f"(here {self.n_stages} stages on {n} ranks); give stage s the ranks [s % {n}] and a "
                             "multiple of the rank count of stages")
-        sizes = self.stages[0].forward_sizes
-        if any(s.forward_sizes != sizes or s.backward_sizes != sizes for s in self.stages):
-            raise UserError(f"method interleaved needs one partition for every stage, forward and backward (stage 0 "
-                            f"has {list(sizes)}); use the same micro-batch sizes everywhere")
+        mixed = [k for k, s in enumerate(self.stages) if s.forward_sizes != s.backward_sizes]
+        if mixed:  # each stage may cut the batch its own way (schedule/interleaved_unequal.py)
+            raise UserError(f"method interleaved needs each stage's backward sizes equal to its forward sizes (stage "
+                            f"{mixed[0]} differs); give stage {mixed[0]} one partition for both")
 
     def _validate_edges(self) -> None:
         """Chain methods run the chain 0 -> 1 -> ...; method graph a DAG of stages in topological

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.interleaved_unequal import unequal_interleaved_orders
 
 __all__ = ["interleaved_programs", "interleaved_sequence"]
 
@@ -62,15 +63,21 @@ def _rank_order(rank: int, n_micro: int, n_ranks: int, chunks: int) -> list[tupl
 
 
 def interleaved_programs(plan: Plan) -> dict[int, list[Action]]:
-    """Every rank's compute actions (F, B, then one STEP per chunk) for a plan of method ``interleaved``."""
+    """Every rank's compute actions (F, B, then one STEP per chunk) for a plan of method ``interleaved``;
+    stages with their own partitions take :func:`~pipetrain.schedule.interleaved_unequal.unequal_interleaved_orders`."""
     n_ranks, chunks = plan.n_ranks, plan.virtual_stages
-    spans = ranges(plan.stages[0].forward_sizes)
+    partitions = [s.forward_sizes for s in plan.stages]
+    spans = [ranges(sizes) for sizes in partitions]
+    if len(set(partitions)) == 1:
+        orders = [[(b, c * n_ranks + r, j) for b, (c, j) in _rank_order(r, len(partitions[0]), n_ranks, chunks)]
+                  for r in range(n_ranks)]
+    else:
+        orders = unequal_interleaved_orders(partitions, n_ranks)
     programs: dict[int, list[Action]] = {}
     for rank in range(n_ranks):
         out: list[Action] = []
-        for backward, (chunk, j) in _rank_order(rank, len(spans), n_ranks, chunks):
-            kind = ActionKind.B if backward else ActionKind.F
-            out.append(Action(kind, chunk * n_ranks + rank, j, *spans[j]))
+        for backward, stage, j in orders[rank]:
+            out.append(Action(ActionKind.B if backward else ActionKind.F, stage, j, *spans[stage][j]))
         out += [Action(ActionKind.STEP, chunk * n_ranks + rank) for chunk in range(chunks)]
         programs[rank] = out
     return programs
