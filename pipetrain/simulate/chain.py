@@ -33,7 +33,7 @@ from itertools import accumulate
 from pipetrain.schedule.zero_bubble import ZbKind
 from pipetrain.simulate.vectorised import StageTables
 
-__all__ = ["order_time", "split_order_time"]
+__all__ = ["interleaved_order_time", "order_time", "split_order_time"]
 
 _NEG_INF = float("-inf")
 _B, _W = 1, 2
@@ -75,7 +75,8 @@ def order_time(
     if not len(sequences) == len(forward_sizes) == len(backward_sizes) == n:
         raise ValueError(f"give an order and sizes for each of the {n} stages")
     g = [g_plain[k] if list(forward_sizes[k]) == list(backward_sizes[k]) else g_rc[k] for k in range(n)]
-    free = _play_out(sequences, forward_sizes, backward_sizes, (f, g, c_f, c_b, []))
+    programs = [[(kind, k, j) for kind, j in sequence] for k, sequence in enumerate(sequences)]
+    free = _play_out(programs, (forward_sizes, backward_sizes), (f, g, c_f, c_b, []), list(range(n)))
     return max(free[k] + float(tables.step_s[k]) for k in range(n))
 
 
@@ -107,29 +108,68 @@ def split_order_time(
         raise ValueError(f"give an order and sizes for each of the {n} stages")
     b_in, w = tables.split_rows
     f, _, c_f, c_b, _ = tables.rows
-    coded = [[(_CODES[kind], j) for kind, j in sequence] for sequence in sequences]
-    free = _play_out(coded, sizes, sizes, (f, b_in, c_f, c_b, w))
+    programs = [[(_CODES[kind], k, j) for kind, j in sequence] for k, sequence in enumerate(sequences)]
+    free = _play_out(programs, (sizes, sizes), (f, b_in, c_f, c_b, w), list(range(n)))
     return max(free[k] + float(tables.step_s[k]) for k in range(n))
 
 
+def interleaved_order_time(
+    orders: Sequence[Sequence[tuple[bool, int, int]]],
+    sizes: Sequence[Sequence[int]],
+    n_ranks: int,
+    tables: StageTables,
+) -> float:
+    """Iteration seconds of an interleaved plan (Narayanan et al., SC'21): stage ``s`` of ``K = v R``
+    on rank ``s mod R``, each stage with its own partition (forward = backward).
+
+    The model above with one clock per *rank*: a rank runs its stages' actions in its order, and
+    the messages of two stage pairs between the same two ranks share that directed link (one FIFO
+    channel, as in the event simulator). A rank ends with one optimizer step per stage it holds.
+
+    Args:
+        orders: per rank, its order as ``(is_backward, stage, j)`` triples, as
+            :func:`~pipetrain.schedule.interleaved_unequal.unequal_interleaved_orders` returns.
+        sizes: per stage, its micro-batch sizes, each summing to ``B``.
+        n_ranks: ``R``.
+        tables: per-stage costs, the stages' ranks being ``s mod R``.
+
+    Raises:
+        ValueError: the orders deadlock, or sizes and tables disagree.
+    """
+    n = tables.n_stages
+    if len(sizes) != n or len(orders) != n_ranks or n % n_ranks:
+        raise ValueError(f"give sizes for each of the {n} stages and an order for each of the {n_ranks} ranks")
+    f, g, c_f, c_b, _ = tables.rows
+    free = _play_out(orders, (sizes, sizes), (f, g, c_f, c_b, []), [s % n_ranks for s in range(n)])
+    return max(free[r] + sum(float(tables.step_s[s]) for s in range(r, n, n_ranks)) for r in range(n_ranks))
+
+
 class _Chain:
-    """The state of :func:`_play_out`: each stage's clock and position, and the messages in flight."""
+    """The state of :func:`_play_out`: each processor's clock, each link's, and the messages in flight.
+
+    ``owner[k]`` is the processor (stage, or rank) that runs stage ``k``; the links are directed
+    processor pairs, so two stage pairs between the same processors share one.
+    """
 
     def __init__(self, sizes: tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]],
-                 rows: tuple[list[list[float]], ...]) -> None:
+                 rows: tuple[list[list[float]], ...], owner: Sequence[int]) -> None:
         n = len(sizes[0])
-        self.sizes = sizes
+        self.sizes, self.owner = sizes, owner
         self.f, self.g, self.c_f, self.c_b, self.w = rows
         self.ends = [(list(accumulate(x)), list(accumulate(y))) for x, y in zip(*sizes, strict=True)]
         self.from_up, self.from_down = [_Inbox() for _ in range(n)], [_Inbox() for _ in range(n)]
-        self.link_up, self.link_down = [_NEG_INF] * n, [_NEG_INF] * n
-        self.free = [0.0] * n
+        pairs = {(owner[k], owner[t]) for k in range(n) for t in (k - 1, k + 1) if 0 <= t < n}
+        index = {pair: i for i, pair in enumerate(sorted(pairs))}
+        self.up = [index[(owner[k], owner[k + 1])] if k + 1 < n else -1 for k in range(n)]
+        self.down = [index[(owner[k], owner[k - 1])] if k else -1 for k in range(n)]
+        self.links = [_NEG_INF] * len(index)
+        self.free = [0.0] * (max(owner) + 1)
 
-    def step(self, k: int, kind: int, j: int) -> bool:
+    def step(self, kind: int, k: int, j: int) -> bool:
         """Run stage ``k``'s action ``(kind, j)`` if its input has been sent; False if not yet."""
-        n = len(self.free)
+        n, c = len(self.ends), self.owner[k]
         if kind == _W:  # needs only its own B, earlier on this stage
-            self.free[k] += self.w[k][self.sizes[1][k][j]]
+            self.free[c] += self.w[k][self.sizes[1][k][j]]
             return True
         backward = kind == _B
         hi, size = self.ends[k][backward][j], self.sizes[backward][k][j]
@@ -139,38 +179,40 @@ class _Chain:
             ready = self.from_up[k].ready(hi) if k > 0 else 0.0
         if ready is None:
             return False
-        end = self.free[k] = max(self.free[k], ready) + (self.g[k][size] if backward else self.f[k][size])
+        end = self.free[c] = max(self.free[c], ready) + (self.g[k][size] if backward else self.f[k][size])
         if backward and k > 0:
-            self.link_down[k] = max(self.link_down[k], end) + self.c_b[k][size]
+            arrival = self.links[self.down[k]] = max(self.links[self.down[k]], end) + self.c_b[k][size]
             self.from_down[k - 1].ends.append(hi)
-            self.from_down[k - 1].arrivals.append(self.link_down[k])
+            self.from_down[k - 1].arrivals.append(arrival)
         elif not backward and k < n - 1:
-            self.link_up[k] = max(self.link_up[k], end) + self.c_f[k][size]
+            arrival = self.links[self.up[k]] = max(self.links[self.up[k]], end) + self.c_f[k][size]
             self.from_up[k + 1].ends.append(hi)
-            self.from_up[k + 1].arrivals.append(self.link_up[k])
+            self.from_up[k + 1].arrivals.append(arrival)
         return True
 
 
 def _play_out(
-    sequences: Sequence[Sequence[tuple[int, int]]],
-    forward_sizes: Sequence[Sequence[int]],
-    backward_sizes: Sequence[Sequence[int]],
+    programs: Sequence[Sequence[tuple[int, int, int]]],
+    sizes: tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]],
     rows: tuple[list[list[float]], ...],
+    owner: Sequence[int],
 ) -> list[float]:
-    """Play the orders out; ``rows``: per stage ``f``, ``g`` (the backward row it pays: with
-    recompute or not, or a split backward's ``B``), ``cF``, ``cB`` and ``W`` by micro-batch size.
-    Returns when each stage's last action ends.
+    """Play the programs out: per processor, ``(kind code, stage, j)`` triples; ``sizes``: per stage
+    its forward and backward size vectors; ``rows``: per stage ``f``, ``g`` (the backward row it
+    pays: with recompute or not, or a split backward's ``B``), ``cF``, ``cB`` and ``W`` by
+    micro-batch size; ``owner[k]``: the processor of stage ``k``. Returns when each processor's last
+    action ends.
 
     Raises:
         ValueError: the orders deadlock.
     """
-    chain = _Chain((forward_sizes, backward_sizes), rows)
-    pos = [0] * len(sequences)
-    remaining = sum(len(s) for s in sequences)
+    chain = _Chain(sizes, rows, owner)
+    pos = [0] * len(programs)
+    remaining = sum(len(s) for s in programs)
     while remaining:
         progressed = False
-        for k, sequence in enumerate(sequences):
-            while pos[k] < len(sequence) and chain.step(k, *sequence[pos[k]]):
+        for k, sequence in enumerate(programs):
+            while pos[k] < len(sequence) and chain.step(*sequence[pos[k]]):
                 pos[k] += 1
                 remaining -= 1
                 progressed = True
