@@ -182,7 +182,8 @@ def test_plan_uedp_each_planner(
     expected = ORDERED_PLANNERS.get(planner, Method.UEDP)  # unequal 1F1B and ZB-H1: pipetrain's extensions
     kept = "found nothing faster than the best equal plan" in text  # then the equal plan is what was saved
     assert (plan.method is expected) != kept and plan.prediction is not None
-    assert [s.layers for s in plan.stages] == [s.layers for s in gpipe_plan.stages]
+    if planner != "interleaved-ga":  # that one keeps the interleaved planner's stages, v per rank
+        assert [s.layers for s in plan.stages] == [s.layers for s in gpipe_plan.stages]
     assert ("speedup" in text and "count F/B" in text) or kept
     if planner in ("equal", "dgap", "tidgap", "single"):  # seeded with the equal flush-order plans: never slower
         assert gpipe_plan.prediction is not None
