@@ -14,7 +14,9 @@ plays the orders out, one action at a time, with the same model (docs/algorithms
 
 This is the event simulator's model of a chain without processor sharing, so both agree
 (tested to 1e-9). :func:`split_order_time` does the same for a split backward (method ``zb1``,
-Zero Bubble, Qi et al., ICLR 2024): ``B`` in the backward's place, ``W`` a local action.
+Zero Bubble, Qi et al., ICLR 2024): ``B`` in the backward's place, ``W`` a local action;
+:func:`interleaved_order_time` for interleaved 1F1B (several stages per rank: one clock per rank,
+one FIFO per directed rank pair).
 Cost: ``O(actions)`` Python steps per plan, about 0.1–0.5 ms for 4–8 stages of 8–32 micro-batches:
 the evaluator of the GA over unequal 1F1B (ZB-H1) plans, one individual at a time.
 
