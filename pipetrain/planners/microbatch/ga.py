@@ -355,11 +355,9 @@ def ga(
             forward, the ablation).
         evaluator: ``"vectorised"`` (the whole population per call: TiDGAP) or ``"loop"`` (one
             individual at a time: DGAP); both time the flush order and give the same plan for a
-            seed. ``"1f1b"`` times each individual under its unequal 1F1B order, ``"zb1"`` under its
-            unequal ZB-H1 order (both need ``mode="single"``; ``"zb1"`` needs tables with split-backward
-            rows, as :meth:`StageTables.from_cost_model` builds); ``"interleaved"`` under its interleaved
-            1F1B order (:func:`~pipetrain.schedule.interleaved.interleaved_orders`, stage ``s`` on
-            rank ``s mod n_ranks``; ``mode="single"``).
+            seed. ``"1f1b"``, ``"zb1"`` and ``"interleaved"`` (stage ``s`` on rank ``s mod n_ranks``)
+            time each individual under its unequal order of that method (:func:`_ordered_time`; they
+            need ``mode="single"``, and ``"zb1"`` tables with split-backward rows).
         caps: per stage, the largest micro-batch allowed; None for no cap.
         on_generation: called as ``on_generation(generation, best_s)`` after each generation
             (1-based), e.g. to drive a progress bar.
@@ -367,8 +365,7 @@ def ga(
     """
     config = config or GAConfig()
     if evaluator in ("1f1b", "zb1", "interleaved") and mode != "single":
-        raise ValueError(f"the {evaluator} order needs one partition per stage for forward and backward: "
-                         "mode='single'")
+        raise ValueError(f"the {evaluator} order needs one partition per stage for both passes: mode='single'")
     caps = check_caps(caps, tables.n_stages)
     rng = np.random.default_rng(seed)
     evaluate = _evaluator(tables, evaluator, n_ranks)
