@@ -308,7 +308,8 @@ def plan(
         cluster: the devices and links.
         batch_size: samples per mini-batch.
         planner: ``balanced`` (default), ``pipedream``, ``bapipe``, ``auto``, ``2bw``, or a micro-batch planner
-            (``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``).
+            (``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``, ``zb1-ga``,
+            ``interleaved-ga``).
         optimizer: whose state counts against device memory (``sgd``, ``sgd-momentum``, ``adam``, ``adamw``).
         constraints: what to fix (method, stages, micro-batches, base plan, seed, GA budget); a
             planner refuses the ones it does not use.
@@ -377,10 +378,11 @@ def plan_microbatches(
     Compare ``result.prediction.iteration_s`` with ``base.prediction.iteration_s`` for the speedup.
 
     Args:
-        base: a chain plan with one rank per stage.
-        planner: ``"equal"``, ``"greedy"``, ``"dp"``, ``"dgap"``, ``"tidgap"``, ``"single"`` or
-            ``"1f1b-ga"`` (unequal micro-batches under the 1F1B order; the plan's method is ``1f1b``)
-            (:mod:`pipetrain.planners.microbatch`).
+        base: a chain plan with one rank per stage (method ``interleaved`` for ``interleaved-ga``).
+        planner: ``"equal"``, ``"greedy"``, ``"dp"``, ``"dgap"``, ``"tidgap"``, ``"single"``, ``"1f1b-ga"``
+            (unequal micro-batches under the 1F1B order; method ``1f1b``), ``"zb1-ga"`` (under the ZB-H1
+            order, Qi et al. 2024; method ``zb1``) or ``"interleaved-ga"`` (per virtual stage of an
+            interleaved base) (:mod:`pipetrain.planners.microbatch`).
         seed: GA seed; the same arguments give the same plan.
         ga: GA hyperparameters (:class:`GAConfig`: population, generations...); GA planners only.
         memory_cap: keep every stage within its device's memory (docs/algorithms.md §2.6): micro-batches

@@ -365,10 +365,14 @@ class Plan:
             raise UserError(f"method {self.method.value} places stage s on rank s mod R, every rank the same number "
                             f"of stages (here {self.n_stages} stages on {n} ranks); give stage s the ranks [s % {n}] "
                             "and a multiple of the rank count of stages")
+        mixed = [k for k, s in enumerate(self.stages) if s.forward_sizes != s.backward_sizes]
+        if mixed:  # each stage may cut the batch its own way (schedule/interleaved_unequal.py)
+            raise UserError(f"method {self.method.value} needs each stage's backward sizes equal to its forward sizes "
+                            f"(stage {mixed[0]} differs); give stage {mixed[0]} one partition for both")
         sizes = self.stages[0].forward_sizes
-        if any(s.forward_sizes != sizes or s.backward_sizes != sizes for s in self.stages):
-            raise UserError(f"method {self.method.value} needs one partition for every stage, forward and backward "
-                            f"(stage 0 has {list(sizes)}); use the same micro-batch sizes everywhere")
+        if self.method is Method.INTERLEAVED_ZB and any(s.forward_sizes != sizes for s in self.stages):
+            raise UserError(f"method interleaved-zb needs one partition for every stage (stage 0 has {list(sizes)}); "
+                            "use the same micro-batch sizes everywhere, or method interleaved for per-stage ones")
 
     def _validate_edges(self) -> None:
         """Chain methods run the chain 0 -> 1 -> ...; method graph a DAG of stages in topological

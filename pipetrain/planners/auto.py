@@ -8,8 +8,8 @@ The planners, each simulated by the event simulator on the same cost model:
 
 * ``balanced``: GPipe, 1F1B and ZB-H1 (``zb1``) with an exact min–max layer split and equal micro-batches
   (:func:`~pipetrain.planners.balanced.plan_balanced`), one stage per device;
-* ``tidgap`` and ``1f1b-ga``: UMPIPE's unequal micro-batches (docs/algorithms.md §2) on the balanced plan's
-  stages, under memory caps (:func:`~pipetrain.planners.unequal.plan_unequal`);
+* ``tidgap``, ``1f1b-ga`` and ``zb1-ga``: UMPIPE's unequal micro-batches (docs/algorithms.md §2) on the
+  balanced plan's stages, under memory caps (:func:`~pipetrain.planners.unequal.plan_unequal`);
 * ``pipedream``: PipeDream's DP over layers, machines and replication (docs/algorithms.md §3,
   :func:`~pipetrain.planners.pipedream.plan_pipedream`);
 * ``bapipe``: BaPipe's exploration of method × stages × micro-batches × device order (docs/algorithms.md §4,
@@ -57,7 +57,7 @@ __all__ = ["ASYNC_AUTO_PLANNERS", "ASYNC_NOTE", "AUTO_PLANNERS", "AutoReport", "
 
 log = logging.getLogger(__name__)
 
-AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "pipedream", "bapipe", "interleaved", "graphpipe")
+AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "zb1-ga", "pipedream", "bapipe", "interleaved", "graphpipe")
 """Every synchronous planner auto may run; ``graphpipe`` only for a model that branches (:func:`auto_planners`)."""
 ASYNC_AUTO_PLANNERS = ("pipedream-async", "2bw")
 """The asynchronous candidates ``auto`` adds with ``constraints.allow_async``."""
@@ -128,7 +128,8 @@ def _runners(problem: PlanningProblem) -> dict[str, Callable[[], PlanningResult]
     sync = replace(problem, constraints=replace(problem.constraints, allow_async=False))
     pipedream_async = replace(sync, constraints=replace(sync.constraints, method=Method.PIPEDREAM))
     return {"balanced": run_balanced, "tidgap": lambda: plan_unequal(ga, "tidgap"),
-            "1f1b-ga": lambda: plan_unequal(ga, "1f1b-ga"), "pipedream": lambda: plan_pipedream(sync),
+            "1f1b-ga": lambda: plan_unequal(ga, "1f1b-ga"), "zb1-ga": lambda: plan_unequal(ga, "zb1-ga"),
+            "pipedream": lambda: plan_pipedream(sync),
             "bapipe": lambda: plan_bapipe(sync), "interleaved": lambda: plan_interleaved(sync),
             "graphpipe": lambda: plan_graphpipe(sync), "pipedream-async": lambda: plan_pipedream(pipedream_async),
             "2bw": lambda: plan_2bw(sync)}

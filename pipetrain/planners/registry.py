@@ -10,7 +10,8 @@ Two kinds of planner:
   ``balanced``, ``pipedream``, ``bapipe``, ``graphpipe``, ``interleaved``, ``auto``, ``2bw``;
 * **micro-batch planners** keep a base plan's stages (``constraints.base``, default the ``balanced``
   planner's best plan) and choose each stage's forward and backward micro-batch sizes (UMPIPE,
-  docs/algorithms.md §2): ``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``.
+  docs/algorithms.md §2): ``equal``, ``greedy``, ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``,
+  ``zb1-ga``, ``interleaved-ga`` (whose default base is the ``interleaved`` planner's plan).
 """
 
 from __future__ import annotations
@@ -72,8 +73,12 @@ class PlannerSpec:
 def _microbatch(name: PlannerName) -> PlannerSpec:
     ga = name in GA_PLANNERS
     # n_stages and n_micro shape the balanced base plan when no base is given
-    accepts = {"base", "memory_cap", "n_stages", "n_micro", *(("seed", "ga") if ga else ())}
-    what = "under the 1F1B order, forward = backward" if name == "1f1b-ga" else "per stage, forward and backward"
+    accepts = {"base", "memory_cap", "n_stages", "n_micro", *(("seed", "ga") if ga else ()),
+               *(("virtual_stages",) if name == "interleaved-ga" else ())}
+    what = {"1f1b-ga": "under the 1F1B order, forward = backward",
+            "zb1-ga": "under the ZB-H1 order (backward split into B and W), forward = backward",
+            "interleaved-ga": "per virtual stage of an interleaved plan, forward = backward"}.get(
+        name, "per stage, forward and backward")
     return PlannerSpec(name, "microbatch", f"UMPIPE micro-batch planner {name!r}: unequal sizes {what}",
                        frozenset(accepts), lambda problem: plan_unequal(problem, name))
 

@@ -1,7 +1,7 @@
 """Micro-batch planners on a base plan's stages: UMPIPE's unequal micro-batches (docs/algorithms.md §2).
 
     result = plan_unequal(problem, "tidgap")     # base: constraints.base, or the balanced planner's best
-    result.plan                                  # method uedp (1f1b for '1f1b-ga'), per-stage sizes
+    result.plan                                  # method uedp (1f1b for '1f1b-ga', zb1 for 'zb1-ga')
     result.report.baselines                      # what to compare its speedup with
 
 The base plan fixes the stages (layers, ranks) and the batch; the planner
@@ -17,9 +17,10 @@ import logging
 from dataclasses import dataclass, replace
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult
+from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig, PlannerName, fits_without_recompute, microbatch_caps
 from pipetrain.planners.microbatch.uedp import plan_uedp
 from pipetrain.planners.progress import generation_bar
@@ -50,7 +51,9 @@ class UnequalReport:
     kept_baseline: str | None = None
 
 
-def _base(problem: PlanningProblem) -> tuple[Plan, tuple[Candidate, ...]]:
+def _base(problem: PlanningProblem, planner: PlannerName) -> tuple[Plan, tuple[Candidate, ...]]:
+    """The given base plan, else the balanced planner's best (the interleaved planner's for
+    ``interleaved-ga``), with the candidates it was chosen from."""
     given = problem.constraints.base
     if given is not None:
         if given.n_ranks > problem.cost.cluster.n_devices:
@@ -61,6 +64,9 @@ def _base(problem: PlanningProblem) -> tuple[Plan, tuple[Candidate, ...]]:
             raise UserError(f"the profile is of another model than the base plan's {given.model!r}; "
                             "profile that model")
         return given, ()
+    if planner == "interleaved-ga":
+        interleaved = plan_interleaved(problem)
+        return interleaved.plan, interleaved.candidates
     balanced = plan_balanced(replace(problem, constraints=replace(problem.constraints, method=None)))
     return balanced.plan, balanced.candidates
 
@@ -78,7 +84,7 @@ def _capped(problem: PlanningProblem, base: Plan) -> tuple[Plan, tuple[int | Non
 
 def plan_unequal(problem: PlanningProblem, planner: PlannerName) -> PlanningResult:
     """Run micro-batch planner ``planner`` on the base plan's stages (see the module docstring)."""
-    base, base_candidates = _base(problem)
+    base, base_candidates = _base(problem, planner)
     start, caps = _capped(problem, replace(base, prediction=None))
     c = problem.constraints
     generations = (c.ga or GAConfig()).generations
@@ -87,7 +93,8 @@ def plan_unequal(problem: PlanningProblem, planner: PlannerName) -> PlanningResu
                          on_generation=on_generation)
     baselines: tuple[tuple[str, Plan], ...] = (("best equal plan", base),)
     over = overflows(base, problem.cost, optimizer=problem.optimizer) if caps is not None else []
-    if over:
+    _check_interleaved_memory(plan, problem, caps)
+    if over and base.method is not Method.INTERLEAVED:  # interleaved stages take no other planner
         fitting = plan_uedp(start, problem.cost, planner="equal", caps=caps)
         baselines = ((f"best equal plan, over memory on stage {over[0][0]}", base),
                      ("best equal plan within memory", fitting))
@@ -111,3 +118,20 @@ def _better(plan: Plan, planner: str, baseline: tuple[str, Plan]) -> tuple[Plan,
     ratio = theirs.iteration_s / mine.iteration_s
     return other, (f"{planner} found nothing faster than the {label} (its best: {ratio:.3f}×): kept the "
                    f"{label} ({other.method.value}), which is what was saved")
+
+
+def _check_interleaved_memory(plan: Plan, problem: PlanningProblem, caps: tuple[int | None, ...] | None) -> None:
+    """The caps bound each stage alone; a rank of an interleaved plan holds all its stages at once,
+    so check their sum (:func:`~pipetrain.simulate.memory.overflows`).
+
+    Raises:
+        UserError: the plan does not fit, naming the stage and what to change.
+    """
+    if caps is None or plan.method is not Method.INTERLEAVED:
+        return
+    over = overflows(plan, problem.cost, optimizer=problem.optimizer)
+    if over:
+        stage, need, room = over[0]
+        raise UserError(f"the interleaved-ga plan needs {need} bytes on the rank of stage {stage}, which has {room}: "
+                        "its chunks together do not fit; use fewer virtual stages (--virtual-stages), more devices "
+                        "or a smaller batch")

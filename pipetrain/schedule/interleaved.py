@@ -24,10 +24,13 @@ chunks, two ranks, four micro-batches (rank 0 holds stages 0 and 2, rank 1 stage
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.interleaved_unequal import Step, unequal_interleaved_orders
 
-__all__ = ["interleaved_programs", "interleaved_sequence", "rank_order"]
+__all__ = ["interleaved_orders", "interleaved_programs", "interleaved_sequence", "rank_order"]
 
 Pair = tuple[int, int]  # (chunk, micro-batch)
 
@@ -61,16 +64,27 @@ def rank_order(rank: int, n_micro: int, n_ranks: int, chunks: int) -> list[tuple
     return [(backward, (c, j)) for backward, (c, j) in order if j < n_micro]
 
 
+def interleaved_orders(partitions: Sequence[tuple[int, ...]], n_ranks: int) -> list[list[Step]]:
+    """Per rank, its ``(is_backward, stage, micro-batch)`` order: Megatron's (above) when every stage
+    has the same partition, else :func:`~pipetrain.schedule.interleaved_unequal.unequal_interleaved_orders`."""
+    if len(set(partitions)) != 1:
+        return unequal_interleaved_orders(partitions, n_ranks)
+    chunks = len(partitions) // n_ranks
+    return [[(b, c * n_ranks + r, j) for b, (c, j) in rank_order(r, len(partitions[0]), n_ranks, chunks)]
+            for r in range(n_ranks)]
+
+
 def interleaved_programs(plan: Plan) -> dict[int, list[Action]]:
     """Every rank's compute actions (F, B, then one STEP per chunk) for a plan of method ``interleaved``."""
     n_ranks, chunks = plan.n_ranks, plan.virtual_stages
-    spans = ranges(plan.stages[0].forward_sizes)
+    partitions = [s.forward_sizes for s in plan.stages]
+    spans = [ranges(sizes) for sizes in partitions]
+    orders = interleaved_orders(partitions, n_ranks)
     programs: dict[int, list[Action]] = {}
     for rank in range(n_ranks):
         out: list[Action] = []
-        for backward, (chunk, j) in rank_order(rank, len(spans), n_ranks, chunks):
-            kind = ActionKind.B if backward else ActionKind.F
-            out.append(Action(kind, chunk * n_ranks + rank, j, *spans[j]))
+        for backward, stage, j in orders[rank]:
+            out.append(Action(ActionKind.B if backward else ActionKind.F, stage, j, *spans[stage][j]))
         out += [Action(ActionKind.STEP, chunk * n_ranks + rank) for chunk in range(chunks)]
         programs[rank] = out
     return programs

@@ -19,12 +19,16 @@ micro-batches.
 Method ``local`` (no gradient crosses a stage) gets only the SEND_F and RECV_F.
 
 Messages on one directed link are received in the order they are sent, which is what FIFO
-transports (gloo, NCCL) require; the validator checks it.
+transports (gloo, NCCL) require; the validator checks it. A rank that runs several stages (method
+``interleaved``) may consume two stages' messages from one link in another order than they were sent
+(with per-stage partitions, :mod:`pipetrain.schedule.interleaved_unequal`), so each receive is
+preceded by the receives of every message sent before it on its link (:class:`_InOrder`): those are
+received early and held. With one stage pair per link this changes nothing.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Sequence
 
 from pipetrain.plan.plan import Method, Plan, ranges
@@ -57,15 +61,16 @@ def add_communication(schedule: Schedule, plan: Plan) -> Schedule:
     programs: list[list[Action]] = []
     for rank, program in schedule:
         pending = {k: _pending(plan, rank, k, gradients) for k in plan.stages_of_rank(rank)}
+        in_order = _InOrder(schedule, plan, rank, gradients)
         out: list[Action] = []
         for a in program:
             fwd_in, bwd_in = pending[a.stage]
             if a.kind is ActionKind.F:
                 for p, queue in fwd_in.items():
-                    out += _receives(ActionKind.RECV_F, plan, p, a.stage, a.hi, queue)
+                    out += in_order.take(_receives(ActionKind.RECV_F, plan, p, a.stage, a.hi, queue))
             if a.kind is ActionKind.B:
                 for t, queue in bwd_in.items():
-                    out += _receives(ActionKind.RECV_B, plan, t, a.stage, a.hi, queue)
+                    out += in_order.take(_receives(ActionKind.RECV_B, plan, t, a.stage, a.hi, queue))
             out.append(a)
             out += _sends(plan, a, gradients)
         programs.append(out)
@@ -82,13 +87,42 @@ def _pending(plan: Plan, rank: int, k: int, gradients: bool) -> tuple[Pending, P
     return fwd_in, bwd_in if gradients else {}
 
 
+def _targets(plan: Plan, a: Action, gradients: bool) -> list[int]:
+    """The stages ``a``'s output goes to: every successor (F), every predecessor (B, its input gradients)."""
+    if a.kind is ActionKind.F:
+        return list(plan.stage_successors(a.stage))
+    if a.kind is ActionKind.B and gradients:
+        return list(plan.stage_predecessors(a.stage))
+    return []
+
+
 def _sends(plan: Plan, a: Action, gradients: bool) -> list[Action]:
     """The sends after ``a``: its activations to every successor (F), its input gradients to every predecessor (B)."""
-    k, j = a.stage, a.microbatch
-    if a.kind is ActionKind.F:
-        return [Action(ActionKind.SEND_F, k, j, a.lo, a.hi, peer=plan.replica_rank(t, j))
-                for t in plan.stage_successors(k)]
-    if a.kind is ActionKind.B and gradients:
-        return [Action(ActionKind.SEND_B, k, j, a.lo, a.hi, peer=plan.replica_rank(p, j))
-                for p in plan.stage_predecessors(k)]
-    return []
+    kind = ActionKind.SEND_F if a.kind is ActionKind.F else ActionKind.SEND_B
+    return [Action(kind, a.stage, a.microbatch, a.lo, a.hi, peer=plan.replica_rank(t, a.microbatch))
+            for t in _targets(plan, a, gradients)]
+
+
+class _InOrder:
+    """One rank's receives in the order their senders send them, per directed link and direction."""
+
+    def __init__(self, schedule: Schedule, plan: Plan, rank: int, gradients: bool) -> None:
+        self.links: dict[tuple[int | None, ActionKind], deque[Action]] = defaultdict(deque)
+        for peer, program in schedule:
+            for a in program:
+                kind = ActionKind.RECV_F if a.kind is ActionKind.F else ActionKind.RECV_B
+                for t in _targets(plan, a, gradients):
+                    if plan.replica_rank(t, a.microbatch) == rank:
+                        self.links[(peer, kind)].append(Action(kind, t, a.microbatch, a.lo, a.hi, peer=peer))
+        self.taken: set[Action] = set()
+
+    def take(self, receives: list[Action]) -> list[Action]:
+        """``receives`` not taken yet, each after the not yet taken ones sent before it on its link."""
+        out: list[Action] = []
+        for receive in receives:
+            queue = self.links[(receive.peer, receive.kind)]
+            while receive not in self.taken:
+                head = queue.popleft()
+                self.taken.add(head)
+                out.append(head)
+        return out

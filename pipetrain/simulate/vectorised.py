@@ -92,6 +92,10 @@ class StageTables:
         backward_recompute_s: ``g`` of a stage that recomputes, ``[K, B + 1]``: backward plus the
             forward re-run; used where a plan's backward partition differs from its forward one.
             Empty means the same as ``backward_s`` (recompute costs nothing: the paper's model).
+        backward_input_s: ``B`` of a split backward (method ``zb1``; Qi et al., "Zero Bubble
+            Pipeline Parallelism", ICLR 2024), ``[K, B + 1]``: the input-gradient seconds.
+        weight_grad_s: ``W`` of a split backward, ``[K, B + 1]``: the weight-gradient seconds.
+            Give both or neither; empty (the default) means the tables cannot time a split backward.
 
     Column 0 (size 0) is never read; :meth:`from_cost_model` sets it to 0. Arrays are copied and
     made read-only.
@@ -103,11 +107,17 @@ class StageTables:
     send_backward_s: FloatArray
     step_s: FloatArray = field(default_factory=lambda: np.zeros(0))
     backward_recompute_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    backward_input_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    weight_grad_s: FloatArray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         if not np.size(self.backward_recompute_s):
             object.__setattr__(self, "backward_recompute_s", self.backward_s)
-        names = ("forward_s", "backward_s", "send_forward_s", "send_backward_s", "backward_recompute_s")
+        split = ("backward_input_s", "weight_grad_s")
+        if bool(np.size(self.backward_input_s)) != bool(np.size(self.weight_grad_s)):
+            raise ValueError("give both backward_input_s and weight_grad_s (a split backward), or neither")
+        names = ("forward_s", "backward_s", "send_forward_s", "send_backward_s", "backward_recompute_s",
+                 *(split if np.size(self.backward_input_s) else ()))
         tables = {name: _frozen(getattr(self, name)) for name in names}
         shape = tables["forward_s"].shape
         if len(shape) != 2 or shape[0] < 1 or shape[1] < 2:
@@ -143,6 +153,19 @@ class StageTables:
                   self.backward_recompute_s)
         return tuple([[float(v) for v in row] for row in table] for table in tables)
 
+    @cached_property
+    def split_rows(self) -> tuple[list[list[float]], list[list[float]]]:
+        """``B`` and ``W`` of a split backward as Python lists, ``[K][B + 1]`` each.
+
+        Raises:
+            ValueError: the tables have no split-backward costs.
+        """
+        if not np.size(self.weight_grad_s):
+            raise ValueError("these tables cannot time a split backward (method zb1): build them with "
+                             "StageTables.from_cost_model, or give backward_input_s and weight_grad_s")
+        b_in, w = ([[float(v) for v in row] for row in table] for table in (self.backward_input_s, self.weight_grad_s))
+        return b_in, w
+
     @classmethod
     def from_cost_model(
         cls,
@@ -152,7 +175,8 @@ class StageTables:
         batch: int,
         recompute: bool = False,
     ) -> StageTables:
-        """Cost every size ``0..batch`` exactly as the event simulator costs actions.
+        """Cost every size ``0..batch`` exactly as the event simulator costs actions, the split
+        backward's ``B`` and ``W`` included.
 
         Args:
             cost: the cost model (its per-action overhead is part of ``f`` and ``g``).
@@ -166,9 +190,11 @@ class StageTables:
         if len(ranks) != n:
             raise ValueError(f"{n} stages but {len(ranks)} ranks; give one rank per stage")
         sizes = range(batch + 1)
-        f, g, g_rc, c_f, c_b = (np.zeros((n, batch + 1)) for _ in range(5))
+        f, g, g_rc, c_f, c_b, b_in, w = (np.zeros((n, batch + 1)) for _ in range(7))
         for k, (layers, rank) in enumerate(zip(stages, ranks, strict=True)):
             f[k] = cost.forward_table(layers, batch, rank)
+            b_in[k, 1:] = [cost.backward_input_s(tuple(layers), b, rank) for b in sizes[1:]]
+            w[k, 1:] = [cost.weight_grad_s(tuple(layers), b, rank) for b in sizes[1:]]
             g_rc[k] = cost.backward_table(layers, batch, rank, True)
             g[k] = g_rc[k] if recompute else cost.backward_table(layers, batch, rank, False)
             if k + 1 < n:
@@ -176,7 +202,7 @@ class StageTables:
             if k > 0:
                 c_b[k, 1:] = [cost.transfer_s(cost.input_bytes(layers, b), rank, ranks[k - 1]) for b in sizes[1:]]
         step = np.array([cost.step_s(layers, rank) for layers, rank in zip(stages, ranks, strict=True)])
-        return cls(f, g, c_f, c_b, step, g_rc)
+        return cls(f, g, c_f, c_b, step, g_rc, b_in, w)
 
     @classmethod
     def from_plan(cls, plan: Plan, cost: CostModel) -> StageTables:

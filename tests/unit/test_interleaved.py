@@ -58,15 +58,16 @@ def test_every_micro_batch_count_gives_a_valid_deadlock_free_schedule(n_ranks: i
             assert {a.stage for a in program} == {rank + c * n_ranks for c in range(chunks)}
 
 
-def test_plans_must_loop_over_the_ranks_with_one_partition() -> None:
+def test_plans_must_loop_over_the_ranks_with_one_partition_per_stage() -> None:
     good = plan(2, 2, 4)
     assert good.n_ranks == 2 and good.virtual_stages == 2 and good.stages_of_rank(1) == (1, 3)
     swapped = good.stages[1], good.stages[0], *good.stages[2:]
     with pytest.raises(UserError, match="stage s on rank s mod R"):
         Plan("toy", "", 8, Method.INTERLEAVED, tuple(swapped)).validate()
-    uneven = (StagePlan(("l0",), (0,), (4, 4), (4, 4)), *good.stages[1:])
-    with pytest.raises(UserError, match="one partition for every stage"):
-        Plan("toy", "", 8, Method.INTERLEAVED, uneven).validate()
+    Plan("toy", "", 8, Method.INTERLEAVED, (StagePlan(("l0",), (0,), (4, 4), (4, 4)), *good.stages[1:])).validate()
+    mixed = (StagePlan(("l0",), (0,), (4, 4), (2, 6)), *good.stages[1:])
+    with pytest.raises(UserError, match="stage 0 differs"):
+        Plan("toy", "", 8, Method.INTERLEAVED, mixed).validate()
 
 
 def _cost(n_ranks: int, batch: int) -> tuple[CostModel, tuple[str, ...]]:

@@ -38,7 +38,7 @@ from pipetrain.planners.microbatch import (
 )
 from pipetrain.planners.microbatch.dp import stage_dp
 from pipetrain.planners.microbatch.ga import _sync, one_f_one_b_ga
-from pipetrain.planners.microbatch.uedp import PlannerName
+from pipetrain.planners.microbatch.uedp import ORDERED_PLANNERS, PlannerName
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
@@ -315,14 +315,14 @@ def test_plan_uedp_builds_a_simulated_uedp_plan(planner: PlannerName) -> None:
     profile = flat_profile(3, [0.2, 0.4, 0.3], [0.5, 0.6, 0.4], per_sample=True, output_bytes=1000)
     cost = CostModel(profile, Cluster.local(3, link=Link(0.05, 1e5), action_overhead_s=0.1))
     sizes = equal_sizes(12, 3)
-    base = Plan("synthetic", "", 12, Method.GPIPE,
-                tuple(StagePlan((f"l{k}",), (k,), sizes, sizes) for k in range(3)))
+    method = Method.INTERLEAVED if planner == "interleaved-ga" else Method.GPIPE  # v = 1: a looping placement
+    base = Plan("synthetic", "", 12, method, tuple(StagePlan((f"l{k}",), (k,), sizes, sizes) for k in range(3)))
     plan = plan_uedp(base, cost, planner=planner, seed=0, config=SMALL)
     plan.validate()
-    assert plan.method is (Method.ONE_F_ONE_B if planner == "1f1b-ga" else Method.UEDP)
+    assert plan.method is ORDERED_PLANNERS.get(planner, Method.UEDP)
     assert [s.layers for s in plan.stages] == [s.layers for s in base.stages]
     tables = StageTables.from_plan(plan, cost)
-    predicted = run_microbatch_planner(planner, tables, seed=0, config=SMALL)
+    predicted = run_microbatch_planner(planner, tables, seed=0, config=SMALL, n_ranks=plan.n_ranks)
     assert plan.prediction is not None
     assert plan.prediction.iteration_s == pytest.approx(predicted.iteration_s, rel=1e-9)
     assert tuple(s.forward_sizes for s in plan.stages) == predicted.forward_sizes

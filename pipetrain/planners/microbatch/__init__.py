@@ -10,6 +10,9 @@ size) and return a :class:`MicrobatchPlan`; :func:`plan_uedp` turns one into a `
 ``dgap``    :func:`dgap`: the dual-chromosome GA, one individual timed at a time
 ``tidgap``  :func:`tidgap`: the same GA on the vectorised evaluator
 ``single``  :func:`single_chromosome`: the GA with backward partition = forward
+``1f1b-ga`` :func:`~.ga.one_f_one_b_ga`: the GA under the 1F1B order, forward = backward
+``zb1-ga``  :func:`~.ga.zb1_ga`: the GA under the ZB-H1 order (Qi et al. 2024), forward = backward
+``interleaved-ga`` :func:`~.ga.interleaved_ga`: the GA per virtual stage of an interleaved plan
 ==========  ==================================================================
 
 :func:`microbatch_caps` bounds each stage's micro-batch by its device's memory (docs/algorithms.md §2.6).

@@ -26,7 +26,14 @@ reconstruction** (docs/algorithms.md §2.4):
 * single-chromosome ablation: the backward chromosome is the forward one;
 * unequal 1F1B (pipetrain's extension): single chromosome, each individual timed under its 1F1B
   order (:func:`~pipetrain.schedule.generators.one_f_one_b_sequences`) by
-  :func:`~pipetrain.simulate.chain.order_time`, one at a time, seeded with the equal 1F1B plans.
+  :func:`~pipetrain.simulate.chain.order_time`, one at a time, seeded with the equal 1F1B plans;
+* unequal ZB-H1 (pipetrain's extension, planner ``zb1-ga``): the same, each individual timed under its
+  ZB-H1 order (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §2.1): the unequal 1F1B
+  order with the backward split into ``B`` and ``W``, W deferred by
+  :func:`~pipetrain.schedule.zero_bubble.zb1_sequences`, each timed with its own seconds by
+  :func:`~pipetrain.simulate.chain.split_order_time`; seeded with the equal ZB-H1 plans;
+* unequal interleaved 1F1B (:func:`interleaved_ga`): the same for ``v`` stages per rank, timed per
+  rank by :func:`~pipetrain.simulate.chain.interleaved_order_time`; seeded with Megatron's equal order.
 
 The state is an immutable :class:`GAState`; :func:`ask` and :func:`tell` are pure apart from drawing
 from the ``numpy.random.Generator`` passed in (the evotorch functional style of STYLE.md L8). Cost
@@ -44,10 +51,12 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from pipetrain.planners.microbatch.encoding import BoolArray, cap_cuts, cuts_to_partition, equal_seeds
+from pipetrain.planners.microbatch.encoding import BoolArray, Partition, cap_cuts, cuts_to_partition, equal_seeds
 from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
 from pipetrain.schedule.generators import one_f_one_b_sequences
-from pipetrain.simulate.chain import order_time
+from pipetrain.schedule.interleaved import interleaved_orders
+from pipetrain.schedule.zero_bubble import zb1_sequences
+from pipetrain.simulate.chain import interleaved_order_time, order_time, split_order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
 
 if TYPE_CHECKING:
@@ -64,15 +73,17 @@ __all__ = [
     "dgap",
     "ga",
     "init_state",
+    "interleaved_ga",
     "one_f_one_b_ga",
     "single_chromosome",
     "tell",
     "tidgap",
+    "zb1_ga",
 ]
 
 FloatArray = npt.NDArray[np.float64]
 Mode = Literal["dual", "single"]
-EvaluatorKind = Literal["vectorised", "loop", "1f1b"]
+EvaluatorKind = Literal["vectorised", "loop", "1f1b", "zb1", "interleaved"]
 Evaluator = Callable[[BoolArray, BoolArray], FloatArray]
 """``(forward [N, K, B], backward [N, K, B]) -> [N]`` iteration seconds."""
 OnGeneration = Callable[[int, float], None]
@@ -294,30 +305,30 @@ def tell(state: GAState, forward: BoolArray, backward: BoolArray, times_s: Float
 # ---- drivers ----------------------------------------------------------------------------------
 
 
-def _evaluator(tables: StageTables, kind: EvaluatorKind) -> Evaluator:
+def _ordered_time(tables: StageTables, kind: EvaluatorKind, n_ranks: int) -> Callable[[Partition], float]:
+    """Seconds of one per-stage partition (forward = backward) under the order ``kind`` names."""
+    if kind == "1f1b":
+        return lambda sizes: order_time(one_f_one_b_sequences(sizes), sizes, sizes, tables)
+    if kind == "zb1":
+        return lambda sizes: split_order_time(zb1_sequences(one_f_one_b_sequences(sizes)), sizes, tables)
+    return lambda sizes: interleaved_order_time(interleaved_orders(sizes, n_ranks), sizes, n_ranks, tables)
+
+
+def _evaluator(tables: StageTables, kind: EvaluatorKind, n_ranks: int) -> Evaluator:
     if kind == "vectorised":
         return lambda forward, backward: iteration_times(forward, backward, tables)
-
-    def one_at_a_time(forward: BoolArray, backward: BoolArray) -> FloatArray:
-        return np.array([
+    if kind == "loop":
+        return lambda forward, backward: np.array([
             iteration_time(cuts_to_partition(f), cuts_to_partition(b), tables)
             for f, b in zip(forward, backward, strict=True)
         ])
-
-    def one_f_one_b(forward: BoolArray, backward: BoolArray) -> FloatArray:
-        del backward  # single chromosome
-        times = []
-        for cuts in forward:
-            sizes = cuts_to_partition(cuts)
-            times.append(order_time(one_f_one_b_sequences(sizes), sizes, sizes, tables))
-        return np.array(times)
-
-    return one_f_one_b if kind == "1f1b" else one_at_a_time
+    time_one = _ordered_time(tables, kind, n_ranks)
+    return lambda forward, _: np.array([time_one(cuts_to_partition(cuts)) for cuts in forward])  # single chromosome
 
 
 def _planner_name(mode: Mode, evaluator: EvaluatorKind) -> str:
-    if evaluator == "1f1b":
-        return "1f1b-ga"
+    if evaluator in ("1f1b", "zb1", "interleaved"):
+        return f"{evaluator}-ga"
     if mode == "dual":
         return "tidgap" if evaluator == "vectorised" else "dgap"
     return "single" if evaluator == "vectorised" else "single-loop"
@@ -332,6 +343,7 @@ def ga(
     evaluator: EvaluatorKind = "vectorised",
     caps: Sequence[int] | None = None,
     on_generation: OnGeneration | None = None,
+    n_ranks: int = 1,
 ) -> MicrobatchPlan:
     """Run the GA and return the fastest plan it saw.
 
@@ -343,18 +355,20 @@ def ga(
             forward, the ablation).
         evaluator: ``"vectorised"`` (the whole population per call: TiDGAP) or ``"loop"`` (one
             individual at a time: DGAP); both time the flush order and give the same plan for a
-            seed. ``"1f1b"`` times each individual under its unequal 1F1B order (needs
-            ``mode="single"``).
+            seed. ``"1f1b"``, ``"zb1"`` and ``"interleaved"`` (stage ``s`` on rank ``s mod n_ranks``)
+            time each individual under its unequal order of that method (:func:`_ordered_time`; they
+            need ``mode="single"``, and ``"zb1"`` tables with split-backward rows).
         caps: per stage, the largest micro-batch allowed; None for no cap.
         on_generation: called as ``on_generation(generation, best_s)`` after each generation
             (1-based), e.g. to drive a progress bar.
+        n_ranks: evaluator ``"interleaved"``: the ranks the stages loop over.
     """
     config = config or GAConfig()
-    if evaluator == "1f1b" and mode != "single":
-        raise ValueError("the 1F1B order needs one partition per stage for forward and backward: mode='single'")
+    if evaluator in ("1f1b", "zb1", "interleaved") and mode != "single":
+        raise ValueError(f"the {evaluator} order needs one partition per stage for both passes: mode='single'")
     caps = check_caps(caps, tables.n_stages)
     rng = np.random.default_rng(seed)
-    evaluate = _evaluator(tables, evaluator)
+    evaluate = _evaluator(tables, evaluator, n_ranks)
     state = init_state(tables, config, rng, evaluate, mode=mode, caps=caps)
     history = []
     coupled = round(config.coupled_fraction * config.generations) if mode == "dual" else 0
@@ -399,3 +413,17 @@ def one_f_one_b_ga(tables: StageTables, **options: Unpack[GAOptions]) -> Microba
     """Unequal micro-batches under the 1F1B order: per-stage partitions, forward = backward
     (arguments as for :func:`ga`)."""
     return ga(tables, mode="single", evaluator="1f1b", **options)
+
+
+def zb1_ga(tables: StageTables, **options: Unpack[GAOptions]) -> MicrobatchPlan:
+    """Unequal micro-batches under the ZB-H1 order (Qi et al. 2024, §2.1): per-stage partitions,
+    forward = backward, the backward split into B and W (arguments as for :func:`ga`; ``tables``
+    need split-backward rows)."""
+    return ga(tables, mode="single", evaluator="zb1", **options)
+
+
+def interleaved_ga(tables: StageTables, n_ranks: int, **options: Unpack[GAOptions]) -> MicrobatchPlan:
+    """Unequal micro-batches under interleaved 1F1B (Narayanan et al., SC'21): one partition per
+    virtual stage, forward = backward, stage ``s`` on rank ``s mod n_ranks``, each individual timed
+    by :func:`~pipetrain.simulate.chain.interleaved_order_time` (arguments as for :func:`ga`)."""
+    return ga(tables, mode="single", evaluator="interleaved", n_ranks=n_ranks, **options)

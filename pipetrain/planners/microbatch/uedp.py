@@ -1,7 +1,10 @@
 """UEDP plans: run a micro-batch planner on a chain plan's stages and return a ``uedp`` Plan.
 
 Planner ``1f1b-ga`` (pipetrain's extension) returns a ``1f1b`` plan instead: per-stage unequal
-micro-batches, the same for forward and backward, under the 1F1B order.
+micro-batches, the same for forward and backward, under the 1F1B order; planner ``zb1-ga`` a ``zb1``
+plan: the same under the ZB-H1 order (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024);
+planner ``interleaved-ga`` keeps an ``interleaved`` base plan's looping stages (Narayanan et al.,
+SC'21) and gives each its own partition.
 
 The stages (layers, ranks), batch and recompute flag come from a base plan, e.g. the equal planner's
 (:func:`pipetrain.planners.balanced.plan_balanced`); only the per-stage size vectors change. The chosen plan
@@ -16,23 +19,38 @@ from dataclasses import replace
 from typing import Literal
 
 from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.planners.microbatch.dp import global_dp
 from pipetrain.planners.microbatch.equal import best_equal
-from pipetrain.planners.microbatch.ga import GAConfig, OnGeneration, dgap, one_f_one_b_ga, single_chromosome, tidgap
+from pipetrain.planners.microbatch.ga import (
+    GAConfig,
+    OnGeneration,
+    dgap,
+    interleaved_ga,
+    one_f_one_b_ga,
+    single_chromosome,
+    tidgap,
+    zb1_ga,
+)
 from pipetrain.planners.microbatch.greedy import local_greedy
 from pipetrain.planners.microbatch.result import MicrobatchPlan
 from pipetrain.planners.score import score
 from pipetrain.simulate.vectorised import StageTables
 
-__all__ = ["GA_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_microbatch_planner", "with_sizes"]
+__all__ = ["GA_PLANNERS", "ORDERED_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_microbatch_planner",
+           "with_sizes"]
 
 log = logging.getLogger(__name__)
 
-PlannerName = Literal["equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga"]
-PLANNER_NAMES: tuple[PlannerName, ...] = ("equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga")
-GA_PLANNERS: tuple[PlannerName, ...] = ("dgap", "tidgap", "single", "1f1b-ga")
+PlannerName = Literal["equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga", "zb1-ga", "interleaved-ga"]
+PLANNER_NAMES: tuple[PlannerName, ...] = ("equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga", "zb1-ga",
+                                          "interleaved-ga")
+GA_PLANNERS: tuple[PlannerName, ...] = ("dgap", "tidgap", "single", "1f1b-ga", "zb1-ga", "interleaved-ga")
 """The planners that are genetic algorithms: they take a seed, a GAConfig and ``on_generation``."""
+ORDERED_PLANNERS: dict[str, Method] = {"1f1b-ga": Method.ONE_F_ONE_B, "zb1-ga": Method.ZB1,
+                                       "interleaved-ga": Method.INTERLEAVED}
+"""The planners whose plans run another order than UEDP's flush, and the method they plan."""
 
 
 def run_microbatch_planner(
@@ -43,11 +61,13 @@ def run_microbatch_planner(
     config: GAConfig | None = None,
     caps: Sequence[int] | None = None,
     on_generation: OnGeneration | None = None,
+    n_ranks: int | None = None,
 ) -> MicrobatchPlan:
-    """Run one planner by its CLI name (``seed``, ``config``, ``on_generation``: GA planners only).
+    """Run one planner by its CLI name (``seed``, ``config``, ``on_generation``: GA planners only;
+    ``n_ranks``: the ranks an ``interleaved-ga`` plan's stages loop over).
 
     Raises:
-        ValueError: an unknown name.
+        ValueError: an unknown name, or ``interleaved-ga`` without ``n_ranks``.
     """
     if name == "equal":
         return best_equal(tables, caps)
@@ -55,7 +75,12 @@ def run_microbatch_planner(
         return local_greedy(tables, caps)
     if name == "dp":
         return global_dp(tables, caps)
-    ga_planners = {"dgap": dgap, "tidgap": tidgap, "single": single_chromosome, "1f1b-ga": one_f_one_b_ga}
+    if name == "interleaved-ga":
+        if n_ranks is None:
+            raise ValueError("planner interleaved-ga needs n_ranks: the ranks the stages loop over (plan.n_ranks)")
+        return interleaved_ga(tables, n_ranks, seed=seed, config=config, caps=caps, on_generation=on_generation)
+    ga_planners = {"dgap": dgap, "tidgap": tidgap, "single": single_chromosome, "1f1b-ga": one_f_one_b_ga,
+                   "zb1-ga": zb1_ga}
     if name not in ga_planners:
         raise ValueError(f"unknown micro-batch planner {name!r}; choose one of {', '.join(PLANNER_NAMES)}")
     return ga_planners[name](tables, seed=seed, config=config, caps=caps, on_generation=on_generation)
@@ -63,12 +88,13 @@ def run_microbatch_planner(
 
 def with_sizes(base: Plan, result: MicrobatchPlan) -> Plan:
     """``base`` with ``result``'s per-stage forward and backward sizes and no prediction; method
-    ``uedp``, or ``1f1b`` for a ``1f1b-ga`` result (its order is 1F1B, forward = backward)."""
+    ``uedp``, or ``1f1b`` for a ``1f1b-ga`` result (its order is 1F1B, forward = backward), ``zb1``
+    for a ``zb1-ga`` result (ZB-H1, forward = backward), ``interleaved`` for an ``interleaved-ga`` one."""
     stages = tuple(
         replace(stage, forward_sizes=fwd, backward_sizes=bwd)
         for stage, fwd, bwd in zip(base.stages, result.forward_sizes, result.backward_sizes, strict=True)
     )
-    method = Method.ONE_F_ONE_B if result.planner == "1f1b-ga" else Method.UEDP
+    method = ORDERED_PLANNERS.get(result.planner, Method.UEDP)
     return replace(base, method=method, stages=stages, prediction=None)
 
 
@@ -83,7 +109,7 @@ def plan_uedp(
     on_generation: OnGeneration | None = None,
 ) -> Plan:
     """The base plan's stages with the planner's per-stage forward and backward sizes, method ``uedp``
-    (``1f1b`` for planner ``1f1b-ga``).
+    (``1f1b`` for planner ``1f1b-ga``, ``zb1`` for ``zb1-ga``, ``interleaved`` for ``interleaved-ga``).
 
     Args:
         base: a chain plan with one rank per stage; its sizes and method are replaced.
@@ -96,17 +122,37 @@ def plan_uedp(
             or on all.
         on_generation: GA progress callback ``(generation, best_s)``.
 
+    Raises:
+        UserError: planner ``zb1-ga`` on a base plan that recomputes (method zb1 cannot);
+            ``interleaved-ga`` on a base that is not interleaved, or another planner on one that is.
+
     Note:
         A stage whose backward sizes differ from its forward sizes recomputes (docs/algorithms.md §2.6,
         :meth:`Plan.recomputes`); the tables cost that wherever a planner chooses it, and every
         stage's backward as recompute when the base plan's ``recompute`` flag is on.
     """
+    _check_base(planner, base)
     tables = StageTables.from_plan(base, cost)
     limits = None if caps is None or all(c is None for c in caps) else [
         base.batch_size if c is None else c for c in caps
     ]
-    result = run_microbatch_planner(planner, tables, seed=seed, config=config, caps=limits, on_generation=on_generation)
+    result = run_microbatch_planner(planner, tables, seed=seed, config=config, caps=limits, on_generation=on_generation,
+                                    n_ranks=base.n_ranks)
     label = f"{result.planner}{f' (seed {seed})' if planner in GA_PLANNERS else ''}"
     scored = score(with_sizes(base, result), cost, label=label)
     log.debug("%s predicted %.9f s, event simulator %.9f s", result.planner, result.iteration_s, scored.iteration_s)
     return scored.plan
+
+
+def _check_base(planner: PlannerName, base: Plan) -> None:
+    """Refuse a base plan the planner's method cannot run (see :func:`plan_uedp`)."""
+    if planner == "zb1-ga" and base.recompute:
+        raise UserError("planner zb1-ga plans method zb1, which keeps every forward's activations until its W "
+                        "and cannot recompute, but the base plan recomputes (some stage cannot hold a whole "
+                        "batch's activations); use planner 1f1b-ga or tidgap, which may recompute, or a base "
+                        "plan without recompute (--no-memory-cap)")
+    interleaved = base.method is Method.INTERLEAVED
+    if interleaved != (planner == "interleaved-ga"):
+        raise UserError(f"planner {planner} cannot keep the base plan's {base.method.value} stages: interleaved "
+                        "stages (v per rank) take planner interleaved-ga, and planner interleaved-ga needs a base "
+                        "plan of method interleaved (the interleaved planner's); choose the matching pair")
