@@ -64,8 +64,9 @@ def _base(problem: PlanningProblem, planner: PlannerName) -> tuple[Plan, tuple[C
             raise UserError(f"the profile is of another model than the base plan's {given.model!r}; "
                             "profile that model")
         return given, ()
-    if planner == "interleaved-ga":
-        interleaved = plan_interleaved(problem)
+    if planner == "interleaved-ga":  # its orders are interleaved 1F1B's: not interleaved-zb's
+        interleaved = plan_interleaved(replace(problem, constraints=replace(problem.constraints,
+                                                                            method=Method.INTERLEAVED)))
         return interleaved.plan, interleaved.candidates
     balanced = plan_balanced(replace(problem, constraints=replace(problem.constraints, method=None)))
     return balanced.plan, balanced.candidates

@@ -127,14 +127,14 @@ def _save(job: TrainJob, ctxs: list[RankContext], done: int, monkeypatch: pytest
             out[: len(gathered)] = gathered
 
     monkeypatch.setattr(dist, "gather_object", gather)  # what job_checkpoint calls
-    folders = {job_checkpoint.save(job, ctx, ctx.rank, len(ctxs), done) for ctx in reversed(ctxs)}
+    folders = {job_checkpoint.save(job, [ctx], ctx.rank, len(ctxs), done) for ctx in reversed(ctxs)}
     return folders.pop()
 
 
 def _resume(job: TrainJob) -> tuple[list[RankContext], int]:
     """Fresh contexts for ``job`` (``config.resume`` set), each restored; and the step to go on at."""
     ctxs = _contexts(job)
-    firsts = {job_checkpoint.resume(job, ctx, ctx.rank) for ctx in ctxs}
+    firsts = {job_checkpoint.resume(job, [ctx], ctx.rank) for ctx in ctxs}
     assert len(firsts) == 1
     return ctxs, firsts.pop()
 
