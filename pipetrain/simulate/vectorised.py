@@ -194,38 +194,49 @@ class StageTables:
 
 @dataclass(frozen=True)
 class _Cuts:
-    """One stage's micro-batches in all ``P`` plans, packed to the left of a ``[P, W]`` grid.
+    """One stage's micro-batches in all ``P`` plans, packed to the left of a ``[P, W + 1]`` grid.
 
     ``W`` is the most micro-batches any plan has at this stage (at most ``B``, usually far fewer),
-    so the scans of :func:`_maxplus` cost ``O(P W)`` rather than ``O(P B)``.
+    so the scans of :func:`_maxplus` cost ``O(P W)`` rather than ``O(P B)``. Column 0 of the grid
+    holds each plan's initial value, micro-batch ``j`` (0-based) sits in column ``j + 1``.
 
     Attributes:
         flat: ``[M]`` increasing positions ``p * B + i`` where a micro-batch ends (sample ``i``
             of plan ``p``), over all plans.
-        row: ``[M]`` the plan ``p`` of each micro-batch.
         size: ``[M]`` its number of samples.
-        cell: ``[M]`` its cell ``p * W + j`` (``j``: its index in plan ``p``'s partition).
-        cell_sums: ``[M]`` the cell ``p * (W + 1) + j`` on a ``[P, W + 1]`` grid of prefix sums.
+        cell_sums: ``[M]`` the cell ``p * (W + 1) + j``: the column before the micro-batch's own.
+        cell_next: ``[M]`` ``cell_sums + 1``, the micro-batch's own cell.
+        row: ``[M]`` the plan ``p`` of each micro-batch.
         last: ``[P]`` the index in ``flat`` of each plan's final micro-batch.
         width: ``W``.
     """
 
     flat: IntArray
-    row: IntArray
     size: IntArray
-    cell: IntArray
     cell_sums: IntArray
+    cell_next: IntArray
+    row: IntArray
     last: IntArray
     width: int
+
+
+def _same_stages(cuts: BoolArray) -> bool:
+    """Whether every stage of every plan has stage 0's row (``[P, K, B]``); plan 0 is checked first."""
+    return np.array_equal(cuts[0], np.broadcast_to(cuts[0, :1], cuts.shape[1:])) and np.array_equal(
+        cuts, np.broadcast_to(cuts[:, :1], cuts.shape))
 
 
 def _stages(cuts: BoolArray) -> list[_Cuts]:
     """Each stage's micro-batches, from ``[P, K, B]`` masks, in one pass over all stages.
 
     Every row's last entry is a cut, so no micro-batch straddles rows (or stages) and a size is
-    the distance to the previous cut in the flattened ``[K, P, B]`` grid.
+    the distance to the previous cut in the flattened ``[K, P, B]`` grid. Where every stage of
+    every plan has the same row (TiDGAP's equal seeds), the stages share one :class:`_Cuts`.
     """
     n_plans, n_stages, batch = cuts.shape
+    if n_stages > 1 and _same_stages(cuts):
+        shared: _Cuts = _stages(cuts[:, :1])[0]
+        return [shared] * n_stages
     flat = np.flatnonzero(cuts.transpose(1, 0, 2))
     stage_row, col = np.divmod(flat, batch)
     last = np.flatnonzero(col == batch - 1)  # [K * P]
@@ -236,38 +247,37 @@ def _stages(cuts: BoolArray) -> list[_Cuts]:
     out = []
     for k, (lo, hi) in enumerate(zip(first[::n_plans], last[n_plans - 1::n_plans] + 1, strict=True)):
         row = stage_row[lo:hi] - k * n_plans
-        cell = row * widths[k] + index[lo:hi]
-        out.append(_Cuts(flat[lo:hi] - k * n_plans * batch, row, size[lo:hi], cell, cell + row,
+        cell_sums = row * (widths[k] + 1) + index[lo:hi]
+        out.append(_Cuts(flat[lo:hi] - k * n_plans * batch, size[lo:hi], cell_sums, cell_sums + 1, row,
                          last[k * n_plans:(k + 1) * n_plans] - lo, int(widths[k])))
     return out
 
 
-def _maxplus(cuts: _Cuts, ready: FloatArray, duration: FloatArray, start: FloatArray | None) -> FloatArray:
+def _maxplus(cuts: _Cuts, ready: FloatArray, duration: FloatArray, start: FloatArray | float) -> FloatArray:
     """``E_j = max(E_{j-1}, r_j) + d_j`` with ``E_0 = start``, for every plan at once, closed form.
 
-    On the ``[P, W]`` grid, cells past a plan's last micro-batch carry ``d = 0`` and ``r = -inf``,
-    so they repeat its end and are never read; ``fmax`` is ``max`` here, as nothing is NaN.
+    Two ``[P, W + 1]`` grids: ``S`` (a prefix sum of the durations) and the slack, whose column 0
+    is ``E_0`` and whose running maximum is ``max(E_0, max_{i <= j} (r_i - S_{i-1}))``. Cells past
+    a plan's last micro-batch hold 0; the scans run left to right, so they are never read.
 
     Args:
         cuts: the micro-batches (``M`` in all).
         ready: ``[M]`` ready times ``r``.
         duration: ``[M]`` durations ``d``.
-        start: ``[P]`` the initial end time ``E_0`` of each plan; None for ``-inf``.
+        start: ``[P]`` the initial end time ``E_0`` of each plan, or one value for all.
 
     Returns:
         ``[M]`` end times ``E``.
     """
-    n_plans, width = len(cuts.last), cuts.width
-    sums = np.zeros((n_plans, width + 1))  # sums[p, j] = S_j: durations before micro-batch j
-    flat_sums = sums.reshape(-1)
-    flat_sums[cuts.cell_sums + 1] = duration
+    shape = (len(cuts.last), cuts.width + 1)
+    sums, slack = np.zeros(shape), np.zeros(shape)
+    flat_sums, flat_slack = sums.reshape(-1), slack.reshape(-1)
+    flat_sums[cuts.cell_next] = duration
     np.cumsum(sums, axis=1, out=sums)
-    slack = np.full((n_plans, width), _NEG_INF)
-    slack.reshape(-1)[cuts.cell] = ready - flat_sums[cuts.cell_sums]
-    if start is not None:
-        np.fmax(slack, start[:, None], out=slack)
-    np.fmax.accumulate(slack, axis=1, out=slack)
-    out: FloatArray = flat_sums[cuts.cell_sums + 1] + slack.reshape(-1)[cuts.cell]
+    slack[:, 0] = start
+    flat_slack[cuts.cell_next] = ready - flat_sums[cuts.cell_sums]
+    np.maximum.accumulate(slack, axis=1, out=slack)
+    out: FloatArray = flat_sums[cuts.cell_next] + flat_slack[cuts.cell_next]
     return out
 
 
@@ -299,8 +309,9 @@ def _pass(
         done = _maxplus(cuts, arrival, compute_s[k], start[k])
         last[k] = done[cuts.last]
         if after is not None:  # FIFO link; the next stage waits for the message holding its last sample
-            sent = _maxplus(cuts, done, send_s[k, cuts.size], None)
-            arrival = sent[np.searchsorted(cuts.flat, stages[after].flat)]
+            sent = _maxplus(cuts, done, send_s[k, cuts.size], _NEG_INF)
+            downstream = stages[after]
+            arrival = sent if downstream is cuts else sent[np.searchsorted(cuts.flat, downstream.flat)]
     return last
 
 
@@ -321,7 +332,9 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
     Args:
         forward_cuts: ``[P, K, B]`` bool; ``[p, k, i]`` is True where a forward micro-batch of
             stage ``k`` ends at sample ``i`` (0-based). The last column must be True.
-        backward_cuts: ``[P, K, B]`` bool, the same for backward (forward sample order).
+        backward_cuts: ``[P, K, B]`` bool, the same for backward (forward sample order); pass
+            the very same array as ``forward_cuts`` for single-chromosome plans, which then are
+            read once and never recompute.
         tables: costs, ``[K, B + 1]`` each.
 
     Returns:
@@ -330,11 +343,12 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
     forward_cuts, backward_cuts = np.asarray(forward_cuts, bool), np.asarray(backward_cuts, bool)
     _check_cuts(forward_cuts, backward_cuts, tables)
     n_plans, n_stages, _ = forward_cuts.shape
-    forward, backward = _stages(forward_cuts), _stages(backward_cuts)
+    forward = _stages(forward_cuts)
+    backward = forward if backward_cuts is forward_cuts else _stages(backward_cuts)
     order = range(n_stages)
     f = [tables.forward_s[k, cuts.size] for k, cuts in enumerate(forward)]
     g = [tables.backward_s[k, cuts.size] for k, cuts in enumerate(backward)]
-    if tables.recompute_costs:
+    if tables.recompute_costs and backward is not forward:
         same = np.all(forward_cuts == backward_cuts, axis=2)  # [P, K]: True where the stage keeps activations
         g = [np.where(same[cuts.row, k], g[k], tables.backward_recompute_s[k, cuts.size])
              for k, cuts in enumerate(backward)]

@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from pipetrain.planners.microbatch.encoding import BoolArray, cap_cuts, cuts_to_partition, equal_seeds
 from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
+from pipetrain.planners.microbatch.seeding import fastest_seeds, seed_bounds
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
@@ -242,11 +243,17 @@ def init_state(
     *,
     mode: Mode = "dual",
     caps: Sequence[int] | None = None,
+    prune_seeds: bool = False,
 ) -> GAState:
-    """Generation 0: the fastest equal plans (up to half of ``P``), the rest random."""
+    """Generation 0: the fastest equal plans (up to half of ``P``), the rest random.
+
+    The kept equal plans are timed once (:func:`~pipetrain.planners.microbatch.seeding.fastest_seeds`);
+    ``prune_seeds`` (TiDGAP) skips those that a lower bound proves slower, with the same result.
+    """
     n_stages, batch = tables.n_stages, tables.batch_size
     seeds = cap_cuts(equal_seeds(n_stages, batch), caps)
-    keep = np.argsort(evaluate(seeds, seeds), kind="stable")[: min(batch, math.ceil(config.population / 2))]
+    bounds = seed_bounds(seeds, tables) if prune_seeds else None
+    keep, seed_times = fastest_seeds(seeds, min(batch, math.ceil(config.population / 2)), evaluate, bounds)
     n_random = config.population - len(keep)
     forward = cap_cuts(_random_cuts(n_random, n_stages, batch, rng), caps)
     backward = forward
@@ -254,8 +261,9 @@ def init_state(
         backward = forward.copy()
         half = n_random // 2
         backward[half:] = cap_cuts(_random_cuts(n_random - half, n_stages, batch, rng), caps)
+    times = np.concatenate([seed_times, evaluate(forward, backward) if n_random else []])
     forward, backward = np.concatenate([seeds[keep], forward]), np.concatenate([seeds[keep], backward])
-    return _state(forward, backward, evaluate(forward, backward), None)
+    return _state(forward, backward, times, None)
 
 
 def ask(
@@ -355,7 +363,7 @@ def ga(
     caps = check_caps(caps, tables.n_stages)
     rng = np.random.default_rng(seed)
     evaluate = _evaluator(tables, evaluator)
-    state = init_state(tables, config, rng, evaluate, mode=mode, caps=caps)
+    state = init_state(tables, config, rng, evaluate, mode=mode, caps=caps, prune_seeds=evaluator == "vectorised")
     history = []
     coupled = round(config.coupled_fraction * config.generations) if mode == "dual" else 0
     for generation in range(config.generations):
