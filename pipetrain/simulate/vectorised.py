@@ -197,7 +197,7 @@ class _Cuts:
     """One stage's micro-batches in all ``P`` plans, packed to the left of a ``[P, W + 1]`` grid.
 
     ``W`` is the most micro-batches any plan has at this stage (at most ``B``, usually far fewer),
-    so the scans of :func:`_maxplus` cost ``O(P W)`` rather than ``O(P B)``. Column 0 of the grid
+    so the scans of :func:`_compute` and :func:`_link` cost ``O(P W)`` rather than ``O(P B)``. Column 0 of the grid
     holds each plan's initial value, micro-batch ``j`` (0-based) sits in column ``j + 1``.
 
     Attributes:
@@ -207,7 +207,7 @@ class _Cuts:
         cell_sums: ``[M]`` the cell ``p * (W + 1) + j``: the column before the micro-batch's own.
         cell_next: ``[M]`` ``cell_sums + 1``, the micro-batch's own cell.
         row: ``[M]`` the plan ``p`` of each micro-batch.
-        last: ``[P]`` the index in ``flat`` of each plan's final micro-batch.
+        last_cell: ``[P]`` the cell of each plan's final micro-batch.
         width: ``W``.
     """
 
@@ -216,7 +216,7 @@ class _Cuts:
     cell_sums: IntArray
     cell_next: IntArray
     row: IntArray
-    last: IntArray
+    last_cell: IntArray
     width: int
 
 
@@ -248,37 +248,75 @@ def _stages(cuts: BoolArray) -> list[_Cuts]:
     for k, (lo, hi) in enumerate(zip(first[::n_plans], last[n_plans - 1::n_plans] + 1, strict=True)):
         row = stage_row[lo:hi] - k * n_plans
         cell_sums = row * (widths[k] + 1) + index[lo:hi]
-        out.append(_Cuts(flat[lo:hi] - k * n_plans * batch, size[lo:hi], cell_sums, cell_sums + 1, row,
-                         last[k * n_plans:(k + 1) * n_plans] - lo, int(widths[k])))
+        cell_next = cell_sums + 1
+        out.append(_Cuts(flat[lo:hi] - k * n_plans * batch, size[lo:hi], cell_sums, cell_next, row,
+                         cell_next[last[k * n_plans:(k + 1) * n_plans] - lo], int(widths[k])))
     return out
 
 
-def _maxplus(cuts: _Cuts, ready: FloatArray, duration: FloatArray, start: FloatArray | float) -> FloatArray:
-    """``E_j = max(E_{j-1}, r_j) + d_j`` with ``E_0 = start``, for every plan at once, closed form.
-
-    Two ``[P, W + 1]`` grids: ``S`` (a prefix sum of the durations) and the slack, whose column 0
-    is ``E_0`` and whose running maximum is ``max(E_0, max_{i <= j} (r_i - S_{i-1}))``. Cells past
-    a plan's last micro-batch hold 0; the scans run left to right, so they are never read.
+def _grid_sums(cuts: _Cuts, duration: FloatArray) -> FloatArray:
+    """``S`` on the stage's ``[P, W + 1]`` grid: column ``j`` is the sum of the first ``j`` durations.
 
     Args:
         cuts: the micro-batches (``M`` in all).
-        ready: ``[M]`` ready times ``r``.
         duration: ``[M]`` durations ``d``.
-        start: ``[P]`` the initial end time ``E_0`` of each plan, or one value for all.
+    """
+    sums = np.zeros((len(cuts.last_cell), cuts.width + 1))
+    sums.reshape(-1)[cuts.cell_next] = duration
+    np.cumsum(sums, axis=1, out=sums)
+    return sums
+
+
+def _compute(cuts: _Cuts, ready: FloatArray | None, duration: FloatArray, start: FloatArray) -> FloatArray:
+    """A stage's chain ``E_j = max(E_{j-1}, r_j) + d_j``, ``E_0 = start``, for every plan at once.
+
+    Closed form on ``[P, W + 1]`` grids: ``S`` (:func:`_grid_sums`) and the slack, whose column 0 is
+    ``E_0`` and whose running maximum is ``max(E_0, max_{i <= j} (r_i - S_{i-1}))``; ``E = S + slack``.
+    Cells past a plan's last micro-batch hold 0 before the scans, which run left to right, so they
+    change nothing that is read.
+
+    Args:
+        cuts: the micro-batches (``M`` in all).
+        ready: ``[M]`` ready times ``r``; None where none is later than ``start`` (the first
+            stage of a pass), so the slack is ``E_0`` throughout and ``E = S + E_0``.
+        duration: ``[M]`` durations ``d``.
+        start: ``[P]`` the initial end time ``E_0`` of each plan.
 
     Returns:
-        ``[M]`` end times ``E``.
+        ``[P, W + 1]`` end times: micro-batch ``j`` (0-based) of plan ``p`` at ``[p, j + 1]``.
     """
-    shape = (len(cuts.last), cuts.width + 1)
-    sums, slack = np.zeros(shape), np.zeros(shape)
-    flat_sums, flat_slack = sums.reshape(-1), slack.reshape(-1)
-    flat_sums[cuts.cell_next] = duration
-    np.cumsum(sums, axis=1, out=sums)
+    sums = _grid_sums(cuts, duration)
+    if ready is None:
+        sums += start[:, None]
+        return sums
+    slack = np.zeros_like(sums)
     slack[:, 0] = start
-    flat_slack[cuts.cell_next] = ready - flat_sums[cuts.cell_sums]
+    slack.reshape(-1)[cuts.cell_next] = ready - sums.reshape(-1)[cuts.cell_sums]
     np.maximum.accumulate(slack, axis=1, out=slack)
-    out: FloatArray = flat_sums[cuts.cell_next] + flat_slack[cuts.cell_next]
-    return out
+    sums += slack
+    return sums
+
+
+def _link(cuts: _Cuts, done: FloatArray, duration: FloatArray) -> FloatArray:
+    """The FIFO link after a stage, ``C_j = max(C_{j-1}, E_j) + c_j`` with ``C_0 = -inf``.
+
+    The same closed form as :func:`_compute`, with the ready times already on the grid.
+
+    Args:
+        cuts: the stage's micro-batches (``M`` in all).
+        done: ``[P, W + 1]`` their end times ``E`` (:func:`_compute`).
+        duration: ``[M]`` send seconds ``c``.
+
+    Returns:
+        ``[P, W + 1]`` arrival times, laid out as ``done``.
+    """
+    sums = _grid_sums(cuts, duration)
+    slack = np.empty_like(sums)
+    slack[:, 0] = _NEG_INF
+    np.subtract(done[:, 1:], sums[:, :-1], out=slack[:, 1:])
+    np.maximum.accumulate(slack, axis=1, out=slack)
+    sums += slack
+    return sums
 
 
 def _pass(
@@ -287,31 +325,35 @@ def _pass(
     compute_s: Sequence[FloatArray],
     send_s: FloatArray,
     start: FloatArray,
-    ready: float,
 ) -> FloatArray:
     """One direction (forward or backward) through the stages in ``order``.
+
+    The first stage's input is ready before the stage is free (at 0 forward, never waited for
+    backward), so its chain needs no ready times.
 
     Args:
         order: stage indices, in the order the pass visits them.
         stages: per stage, its micro-batches.
         compute_s: per stage, ``[M]`` compute seconds of its micro-batches (``f`` or ``g``).
         send_s: ``[K, B + 1]`` link seconds (``cF`` or ``cB``) towards the next stage in ``order``.
-        start: ``[K, P]`` when each stage is free to start.
-        ready: when the first stage's input is ready (0 forward, -inf backward).
+        start: ``[K, P]`` when each stage is free to start (>= 0).
 
     Returns:
         ``[K, P]`` the end of each stage's last micro-batch.
     """
     last = np.empty_like(start)
-    arrival = np.full(len(stages[order[0]].flat), ready)
+    arrival: FloatArray | None = None
     for k, after in zip(order, (*order[1:], None), strict=True):
         cuts = stages[k]
-        done = _maxplus(cuts, arrival, compute_s[k], start[k])
-        last[k] = done[cuts.last]
+        done = _compute(cuts, arrival, compute_s[k], start[k])
+        last[k] = done.reshape(-1)[cuts.last_cell]
         if after is not None:  # FIFO link; the next stage waits for the message holding its last sample
-            sent = _maxplus(cuts, done, send_s[k, cuts.size], _NEG_INF)
+            sent = _link(cuts, done, send_s[k, cuts.size]).reshape(-1)
             downstream = stages[after]
-            arrival = sent if downstream is cuts else sent[np.searchsorted(cuts.flat, downstream.flat)]
+            if downstream is cuts:
+                arrival = sent[cuts.cell_next]
+            else:
+                arrival = sent[cuts.cell_next[np.searchsorted(cuts.flat, downstream.flat)]]
     return last
 
 
@@ -349,11 +391,11 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
     f = [tables.forward_s[k, cuts.size] for k, cuts in enumerate(forward)]
     g = [tables.backward_s[k, cuts.size] for k, cuts in enumerate(backward)]
     if tables.recompute_costs and backward is not forward:
-        same = np.all(forward_cuts == backward_cuts, axis=2)  # [P, K]: True where the stage keeps activations
-        g = [np.where(same[cuts.row, k], g[k], tables.backward_recompute_s[k, cuts.size])
+        same = np.all(forward_cuts == backward_cuts, axis=2).T.copy()  # [K, P]: the stage keeps activations
+        g = [np.where(same[k][cuts.row], g[k], tables.backward_recompute_s[k, cuts.size])
              for k, cuts in enumerate(backward)]
-    forward_end = _pass(order, forward, f, tables.send_forward_s, np.zeros((n_stages, n_plans)), 0.0)
-    finish = _pass(order[::-1], backward, g, tables.send_backward_s, forward_end, _NEG_INF)
+    forward_end = _pass(order, forward, f, tables.send_forward_s, np.zeros((n_stages, n_plans)))
+    finish = _pass(order[::-1], backward, g, tables.send_backward_s, forward_end)
     return np.asarray((finish + tables.step_s[:, None]).max(axis=0), dtype=np.float64)
 
 
@@ -361,7 +403,7 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
 
 
 def _chain(ready: Sequence[float], duration: Sequence[float], start: float) -> list[float]:
-    """The loop form of :func:`_maxplus`, with the same operations in the same order."""
+    """The loop form of :func:`_compute` and :func:`_link`, with the same operations in the same order."""
     out, total, slack = [], 0.0, start
     for r, d in zip(ready, duration, strict=True):
         slack = max(slack, r - total)

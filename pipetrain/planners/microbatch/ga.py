@@ -205,31 +205,31 @@ def _sync(forward: BoolArray, backward: BoolArray, p_row: float, rng: np.random.
     forward[bf] = backward[bf]
 
 
-def _mutate(cuts: BoolArray, p_row: float, rng: np.random.Generator) -> BoolArray:
-    """Each row mutates with ``p_row``: shift a random existing cut by ±1, else flip a random bit.
+def _mutate(cuts: BoolArray, p_row: float, rng: np.random.Generator) -> None:
+    """In place on ``[N, K, B]`` masks: each row mutates with ``p_row``: shift a random existing cut
+    by ±1, else flip a random bit.
 
     A row chooses shift or flip with p 1/2; a shift that has no cut to move, or would move it off
     the row or onto another cut, becomes a flip. The last column is never touched.
     """
     batch = cuts.shape[-1]
-    out = cuts.copy()
     if batch == 1:
-        return out
+        return
     who, stage = np.nonzero(rng.random(cuts.shape[:2]) < p_row)
-    rows, n = out[who, stage], len(who)
+    rows, n = cuts[who, stage], len(who)
     flip_at = rng.integers(0, batch - 1, size=n)
     wants_shift = rng.random(n) < 0.5
     step = 2 * rng.integers(0, 2, size=n) - 1
     keys = np.where(rows[:, :-1], rng.random((n, batch - 1)), -1.0)
     src = np.argmax(keys, axis=1)
     dst = src + step
-    ok = wants_shift & (keys[np.arange(n), src] >= 0.0) & (dst >= 0) & (dst <= batch - 2)
-    ok &= ~rows[np.arange(n), np.clip(dst, 0, batch - 1)]
-    rows[np.flatnonzero(ok), src[ok]] = False
-    rows[np.flatnonzero(ok), dst[ok]] = True
-    rows[np.flatnonzero(~ok), flip_at[~ok]] ^= True
-    out[who, stage] = rows
-    return out
+    each = np.arange(n)
+    ok = wants_shift & (keys[each, src] >= 0.0) & (dst >= 0) & (dst <= batch - 2)
+    ok &= ~rows[each, np.clip(dst, 0, batch - 1)]
+    rows[each, np.where(ok, src, flip_at)] ^= True  # a shift clears its cut (set), a flip flips
+    shifted = np.flatnonzero(ok)
+    rows[shifted, dst[shifted]] = True
+    cuts[who, stage] = rows
 
 
 # ---- ask / tell -------------------------------------------------------------------------------
@@ -279,11 +279,13 @@ def ask(
     parents = _tournament(state.times_s, 2 * math.ceil(n_kids / 2), config.tournament, rng)
     source = _crossover(parents, state.forward.shape[1], config, rng)[:n_kids]
     rows = np.arange(state.forward.shape[1])
-    forward = _mutate(state.forward[source, rows], config.row_mutation_p, rng)
+    forward = state.forward[source, rows]
+    _mutate(forward, config.row_mutation_p, rng)
     if mode == "single":
         forward = cap_cuts(forward, caps)
         return forward, forward
-    backward = _mutate(state.backward[source, rows], config.row_mutation_p, rng)
+    backward = state.backward[source, rows]
+    _mutate(backward, config.row_mutation_p, rng)
     _sync(forward, backward, config.row_sync_p, rng)
     return cap_cuts(forward, caps), cap_cuts(backward, caps)
 
