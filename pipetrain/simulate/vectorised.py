@@ -222,8 +222,7 @@ class _Cuts:
 
 def _same_stages(cuts: BoolArray) -> bool:
     """Whether every stage of every plan has stage 0's row (``[P, K, B]``); plan 0 is checked first."""
-    return np.array_equal(cuts[0], np.broadcast_to(cuts[0, :1], cuts.shape[1:])) and np.array_equal(
-        cuts, np.broadcast_to(cuts[:, :1], cuts.shape))
+    return bool(np.all(cuts[0] == cuts[0, :1])) and np.array_equal(cuts, np.broadcast_to(cuts[:, :1], cuts.shape))
 
 
 def _stages(cuts: BoolArray) -> list[_Cuts]:
@@ -243,15 +242,15 @@ def _stages(cuts: BoolArray) -> list[_Cuts]:
     first = np.concatenate([[0], last[:-1] + 1])
     index = np.arange(len(flat)) - first[stage_row]
     size = np.diff(flat, prepend=-1)
-    widths = np.max((last - first).reshape(n_stages, n_plans), axis=1) + 1
-    out = []
-    for k, (lo, hi) in enumerate(zip(first[::n_plans], last[n_plans - 1::n_plans] + 1, strict=True)):
-        row = stage_row[lo:hi] - k * n_plans
-        cell_sums = row * (widths[k] + 1) + index[lo:hi]
-        cell_next = cell_sums + 1
-        out.append(_Cuts(flat[lo:hi] - k * n_plans * batch, size[lo:hi], cell_sums, cell_next, row,
-                         cell_next[last[k * n_plans:(k + 1) * n_plans] - lo], int(widths[k])))
-    return out
+    widths = np.max((last - first).reshape(n_stages, n_plans), axis=1) + 1  # [K]
+    stage, row = np.divmod(stage_row, n_plans)
+    cell_sums = row * (widths + 1)[stage] + index
+    cell_next = cell_sums + 1
+    local = flat - stage * (n_plans * batch)
+    last_cell = cell_next[last].reshape(n_stages, n_plans)
+    spans = zip(first[::n_plans], last[n_plans - 1::n_plans] + 1, strict=True)
+    return [_Cuts(local[lo:hi], size[lo:hi], cell_sums[lo:hi], cell_next[lo:hi], row[lo:hi], last_cell[k],
+                  int(widths[k])) for k, (lo, hi) in enumerate(spans)]
 
 
 def _grid_sums(cuts: _Cuts, duration: FloatArray) -> FloatArray:

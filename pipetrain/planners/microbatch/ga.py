@@ -11,8 +11,10 @@ reconstruction** (docs/algorithms.md §2.4):
   than the best equal flush plan; the rest random with a log-uniform cut density per chromosome,
   half of them with backward = forward;
 * fitness: ``-T`` from :func:`~pipetrain.simulate.vectorised.iteration_times` (TiDGAP, one call per
-  generation) or :func:`~pipetrain.simulate.vectorised.iteration_time` per individual (DGAP); the
-  two give bit-identical times, so the same seed gives the same plan;
+  generation; generation 0, whose plans range from one micro-batch to ``B``, one call per width
+  group, :func:`~pipetrain.simulate.grouped.population_times`) or
+  :func:`~pipetrain.simulate.vectorised.iteration_time` per individual (DGAP); the two give
+  bit-identical times, so the same seed gives the same plan;
 * selection: tournament of 3; crossover: pairs cross with p 0.8, swapping each stage's row pair
   (forward and backward together) with p 0.5;
   mutation: each row of **each chromosome independently** (the "dual" part) with p 0.15 flips one
@@ -49,6 +51,7 @@ from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
 from pipetrain.planners.microbatch.seeding import fastest_seeds, seed_bounds
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
+from pipetrain.simulate.grouped import population_times
 from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
 
 if TYPE_CHECKING:
@@ -224,8 +227,9 @@ def _mutate(cuts: BoolArray, p_row: float, rng: np.random.Generator) -> None:
     src = np.argmax(keys, axis=1)
     dst = src + step
     each = np.arange(n)
-    ok = wants_shift & (keys[each, src] >= 0.0) & (dst >= 0) & (dst <= batch - 2)
-    ok &= ~rows[each, np.clip(dst, 0, batch - 1)]
+    in_row = (dst >= 0) & (dst <= batch - 2)
+    ok = wants_shift & (keys[each, src] >= 0.0) & in_row
+    ok &= ~rows[each, np.where(in_row, dst, src)]
     rows[each, np.where(ok, src, flip_at)] ^= True  # a shift clears its cut (set), a flip flips
     shifted = np.flatnonzero(ok)
     rows[shifted, dst[shifted]] = True
@@ -365,7 +369,9 @@ def ga(
     caps = check_caps(caps, tables.n_stages)
     rng = np.random.default_rng(seed)
     evaluate = _evaluator(tables, evaluator)
-    state = init_state(tables, config, rng, evaluate, mode=mode, caps=caps, prune_seeds=evaluator == "vectorised")
+    vectorised = evaluator == "vectorised"
+    first = (lambda f, b: population_times(f, b, tables)) if vectorised else evaluate  # widths vary in generation 0
+    state = init_state(tables, config, rng, first, mode=mode, caps=caps, prune_seeds=vectorised)
     history = []
     coupled = round(config.coupled_fraction * config.generations) if mode == "dual" else 0
     for generation in range(config.generations):
