@@ -347,7 +347,7 @@ def _pass(
         done = _compute(cuts, arrival, compute_s[k], start[k])
         last[k] = done.reshape(-1)[cuts.last_cell]
         if after is not None:  # FIFO link; the next stage waits for the message holding its last sample
-            sent = _link(cuts, done, send_s[k, cuts.size]).reshape(-1)
+            sent = _link(cuts, done, send_s[k][cuts.size]).reshape(-1)
             downstream = stages[after]
             if downstream is cuts:
                 arrival = sent[cuts.cell_next]
@@ -387,11 +387,11 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
     forward = _stages(forward_cuts)
     backward = forward if backward_cuts is forward_cuts else _stages(backward_cuts)
     order = range(n_stages)
-    f = [tables.forward_s[k, cuts.size] for k, cuts in enumerate(forward)]
-    g = [tables.backward_s[k, cuts.size] for k, cuts in enumerate(backward)]
+    f = [tables.forward_s[k][cuts.size] for k, cuts in enumerate(forward)]
+    g = [tables.backward_s[k][cuts.size] for k, cuts in enumerate(backward)]
     if tables.recompute_costs and backward is not forward:
         same = np.all(forward_cuts == backward_cuts, axis=2).T.copy()  # [K, P]: the stage keeps activations
-        g = [np.where(same[k][cuts.row], g[k], tables.backward_recompute_s[k, cuts.size])
+        g = [np.where(same[k][cuts.row], g[k], tables.backward_recompute_s[k][cuts.size])
              for k, cuts in enumerate(backward)]
     forward_end = _pass(order, forward, f, tables.send_forward_s, np.zeros((n_stages, n_plans)))
     finish = _pass(order[::-1], backward, g, tables.send_backward_s, forward_end)

@@ -256,8 +256,9 @@ def init_state(
     """
     n_stages, batch = tables.n_stages, tables.batch_size
     seeds = cap_cuts(equal_seeds(n_stages, batch), caps)
-    bounds = seed_bounds(seeds, tables) if prune_seeds else None
-    keep, seed_times = fastest_seeds(seeds, min(batch, math.ceil(config.population / 2)), evaluate, bounds)
+    n_keep = min(batch, math.ceil(config.population / 2))
+    bounds = seed_bounds(seeds, tables) if prune_seeds and n_keep < batch else None  # else every seed is kept
+    keep, seed_times = fastest_seeds(seeds, n_keep, evaluate, bounds)
     n_random = config.population - len(keep)
     forward = cap_cuts(_random_cuts(n_random, n_stages, batch, rng), caps)
     backward = forward
