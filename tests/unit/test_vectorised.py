@@ -15,7 +15,7 @@ from pipetrain.planners.microbatch.encoding import cuts_to_partition, partition_
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
-from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
+from pipetrain.simulate.vectorised import StageTables, _running_max, _running_sum, iteration_time, iteration_times
 
 Partition = list[tuple[int, ...]]
 FloatArray = npt.NDArray[np.float64]
@@ -162,6 +162,26 @@ def test_shared_stages_and_shared_chromosomes_take_the_same_bits(seed: int, n: i
     assert times.tolist() == iteration_times(population, population.copy(), tables).tolist()
     subset = rng.permutation(len(population))[: int(rng.integers(1, len(population) + 1))]
     assert iteration_times(population[subset], population[subset], tables).tolist() == times[subset].tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 70))
+def test_scans_match_the_loop(seed: int, rows: int, cols: int) -> None:
+    """The torch scans: sums added left to right as the loop adds them (magnitudes 1e-12 to 1e6,
+    so any other order would round differently) and exact running maxima, -inf included."""
+    rng = np.random.default_rng(seed)
+    grid = 10.0 ** rng.uniform(-12, 6, size=(rows, cols)) * rng.choice([0.0, 1.0], size=(rows, cols), p=[0.2, 0.8])
+    expected = []
+    for row in grid.tolist():
+        total, out = 0.0, []
+        for x in row:
+            total = total + x
+            out.append(total)
+        expected.append(out)
+    ready = np.where(rng.random((rows, cols)) < 0.3, -np.inf, grid - 1e3)
+    assert _running_max(ready).tolist() == np.maximum.accumulate(ready, axis=1).tolist()
+    _running_sum(grid)
+    assert grid.tolist() == expected
 
 
 def test_cost_model_tables_against_the_event_simulator() -> None:
