@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -194,8 +195,7 @@ class StageTables:
 # ---- vectorised: [P] plans at once -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Cuts:
+class _Cuts(NamedTuple):
     """One stage's micro-batches in all ``P`` plans, packed to the left of a ``[P, W + 1]`` grid.
 
     ``W`` is the most micro-batches any plan has at this stage (at most ``B``, usually far fewer),
@@ -223,8 +223,11 @@ class _Cuts:
 
 
 def _same_stages(cuts: BoolArray) -> bool:
-    """Whether every stage of every plan has stage 0's row (``[P, K, B]``); plan 0 is checked first."""
-    return bool(np.all(cuts[0] == cuts[0, :1])) and np.array_equal(cuts, np.broadcast_to(cuts[:, :1], cuts.shape))
+    """Whether every stage of every plan has stage 0's row (``[P, K, B]``); the first and last plans
+    are checked first (in a GA population they seldom pass: the elite may be an equal plan, a child
+    hardly ever is)."""
+    return (bool(np.all(cuts[0] == cuts[0, :1])) and bool(np.all(cuts[-1] == cuts[-1, :1]))
+            and np.array_equal(cuts, np.broadcast_to(cuts[:, :1], cuts.shape)))
 
 
 def _stages(cuts: BoolArray) -> list[_Cuts]:
