@@ -78,9 +78,11 @@ def cpu_timed(planner: Planner, table: StageTables, config: GAConfig, seed: int)
 
 
 def ratio(n_stages: int, batch: int, config: GAConfig, repeats: int) -> dict[str, object]:
-    """DGAP and TiDGAP alternately, ``repeats`` times each; medians (wall and CPU) and whether the
-    plans agree."""
+    """DGAP and TiDGAP alternately, ``repeats`` times each after one untimed warm-up call of each;
+    medians (wall and CPU) and whether the plans agree."""
     table = tables(n_stages, batch)
+    for planner in (dgap, tidgap):  # untimed: first calls into numpy and torch kernels, caches
+        planner(table, seed=repeats, config=GAConfig(population=config.population, generations=1))
     runs: dict[str, list[float]] = {key: [] for key in ("dgap", "tidgap", "dgap_cpu", "tidgap_cpu")}
     same = True
     for seed in range(repeats):

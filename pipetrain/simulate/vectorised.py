@@ -28,8 +28,9 @@ which is one ``cumsum`` and one running maximum. :func:`iteration_times` evaluat
 plans at once (TiDGAP's two levels: individuals and micro-batches), looping only over the
 ``2K`` compute passes and ``2K - 2`` link passes. Plans arrive as per-sample cut masks ``[P, K, B]``
 (True where a micro-batch ends, docs/algorithms.md §2.4); each stage's micro-batches are packed to the left
-of a ``[P, W]`` grid, ``W`` being the most micro-batches any plan has there, and cells past a plan's
-last micro-batch carry ``r = -inf`` and ``d = 0`` so they change nothing. A downstream micro-batch
+of a ``[P, W + 1]`` grid (column 0 holds ``E_0``), ``W`` being the most micro-batches any plan has
+there; the scans run left to right, so cells past a plan's last micro-batch change nothing that is
+read. A downstream micro-batch
 is ready when the upstream message holding its last sample has arrived (one ``searchsorted``).
 :func:`iteration_time` runs the same closed form micro-batch by micro-batch for one plan (DGAP's
 one-individual-at-a-time evaluation) with the same floating-point operations in the same order, so
