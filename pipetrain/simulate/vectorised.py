@@ -200,8 +200,9 @@ class _Cuts(NamedTuple):
     """One stage's micro-batches in all ``P`` plans, packed to the left of a ``[P, W + 1]`` grid.
 
     ``W`` is the most micro-batches any plan has at this stage (at most ``B``, usually far fewer),
-    so the scans of :func:`_compute` and :func:`_link` cost ``O(P W)`` rather than ``O(P B)``. Column 0 of the grid
-    holds each plan's initial value, micro-batch ``j`` (0-based) sits in column ``j + 1``.
+    so the scans of :func:`_compute` and :func:`_link` cost ``O(P W)`` rather than ``O(P B)``.
+    Column 0 of the grid holds each plan's initial value; micro-batch ``j`` (0-based) sits in
+    column ``j + 1``.
 
     Attributes:
         flat: ``[M]`` increasing positions ``p * B + i`` where a micro-batch ends (sample ``i``
