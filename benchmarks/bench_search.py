@@ -10,7 +10,8 @@ iteration_times` call per generation, DGAP calls :func:`~pipetrain.simulate.vect
 iteration_time` ``P`` times. The script measures:
 
 1. **ratio**: DGAP / TiDGAP wall time at equal ``P`` and ``G`` (target >= 20x), runs alternating,
-   median of ``--repeats``; it checks that both return the same plan;
+   median of ``--repeats`` per-pair ratios; also the ratio of the process's CPU seconds, which a
+   shared, loaded machine distorts less; it checks that both return the same plan;
 2. **headline**: TiDGAP on 8 stages, batch 256, population 128, 500 generations (target <= 10 s on
    the 2-core development machine), median of ``--repeats``;
 3. **scaling**: seconds per generation of both as the stage count (batch 256) and the batch
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -67,22 +69,36 @@ def timed(planner: Planner, table: StageTables, config: GAConfig, seed: int) -> 
     return time.perf_counter() - start, result
 
 
+def cpu_timed(planner: Planner, table: StageTables, config: GAConfig, seed: int) -> tuple[float, float, MicrobatchPlan]:
+    """Wall seconds, this process's CPU seconds (which time spent waiting for a shared core does not
+    inflate), and the plan."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = planner(table, seed=seed, config=config)
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
 def ratio(n_stages: int, batch: int, config: GAConfig, repeats: int) -> dict[str, object]:
-    """DGAP and TiDGAP alternately, ``repeats`` times each; medians and whether the plans agree."""
+    """DGAP and TiDGAP alternately, ``repeats`` times each after one untimed warm-up call of each;
+    medians (wall and CPU) and whether the plans agree."""
     table = tables(n_stages, batch)
-    slow: list[float] = []
-    fast: list[float] = []
+    for planner in (dgap, tidgap):  # untimed: first calls into numpy and torch kernels, caches
+        planner(table, seed=repeats, config=GAConfig(population=config.population, generations=1))
+    runs: dict[str, list[float]] = {key: [] for key in ("dgap", "tidgap", "dgap_cpu", "tidgap_cpu")}
     same = True
     for seed in range(repeats):
-        t_d, r_d = timed(dgap, table, config, seed)
-        t_t, r_t = timed(tidgap, table, config, seed)
-        slow.append(t_d)
-        fast.append(t_t)
+        *t_d, r_d = cpu_timed(dgap, table, config, seed)
+        *t_t, r_t = cpu_timed(tidgap, table, config, seed)
+        for key, (wall, cpu) in (("dgap", t_d), ("tidgap", t_t)):
+            runs[key].append(wall)
+            runs[f"{key}_cpu"].append(cpu)
         same &= (r_d.forward_sizes, r_d.backward_sizes, r_d.iteration_s) == (
             r_t.forward_sizes, r_t.backward_sizes, r_t.iteration_s)
+    ratios = [s / f for s, f in zip(runs["dgap"], runs["tidgap"], strict=True)]
+    cpu_ratios = [s / f for s, f in zip(runs["dgap_cpu"], runs["tidgap_cpu"], strict=True)]
     return {"stages": n_stages, "batch": batch, "population": config.population, "generations": config.generations,
-            "dgap_s": statistics.median(slow), "tidgap_s": statistics.median(fast),
-            "ratio": statistics.median(s / f for s, f in zip(slow, fast, strict=True)), "same_plans": same}
+            "dgap_s": statistics.median(runs["dgap"]), "tidgap_s": statistics.median(runs["tidgap"]),
+            "ratio": statistics.median(ratios), "cpu_ratio": statistics.median(cpu_ratios), "same_plans": same,
+            "ratio_runs": ratios, "cpu_ratio_runs": cpu_ratios, **{f"{key}_runs_s": v for key, v in runs.items()}}
 
 
 def scaling(points: list[tuple[int, int]], generations: int, dgap_generations: int) -> list[dict[str, float]]:
@@ -129,12 +145,14 @@ def report(result: dict[str, object], args: argparse.Namespace) -> str:
         "# UMPIPE 7(b): GA search time", "",
         f"Command: `.venv/bin/python benchmarks/bench_search.py{' --quick' if args.quick else ''} --out {args.out}`; "
         f"{result['machine']}; medians of {args.repeats} runs, DGAP and TiDGAP alternating.", "",
-        "| stages | batch | population | generations | dgap s | tidgap s | dgap / tidgap | same plans |",
-        "|---|---|---|---|---|---|---|---|",
+        "| stages | batch | population | generations | dgap s | tidgap s | dgap / tidgap | the same, CPU seconds "
+        "| same plans |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in ratios:
         lines.append(f"| {r['stages']} | {r['batch']} | {r['population']} | {r['generations']} | {r['dgap_s']:.2f} | "
-                     f"{r['tidgap_s']:.3f} | {r['ratio']:.1f}× | {'yes' if r['same_plans'] else '**no**'} |")
+                     f"{r['tidgap_s']:.3f} | {r['ratio']:.1f}× | {r['cpu_ratio']:.1f}× | "
+                     f"{'yes' if r['same_plans'] else '**no**'} |")
     lines += ["", f"Headline: TiDGAP, {headline['stages']} stages, batch {headline['batch']}, population "
               f"{headline['population']}, {headline['generations']} generations: **{headline['median_s']:.2f} s** "
               f"(runs: {', '.join(f'{t:.2f}' for t in headline['runs_s'])}).", "",
@@ -157,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.repeats, args.scaling_generations = 1, 5
     args.out.mkdir(parents=True, exist_ok=True)
-    machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads"
+    machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch "
+               f"threads, load average at start {os.getloadavg()[0]:.1f}")
     print("ratio at equal population and generations", flush=True)
     ratio_cases = [(4, 64), (8, 256)] if not args.quick else [(4, 32)]
     ratios = []
@@ -176,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.scaling_generations, dgap_generations)
     by_batch = scaling([(8, b) for b in ((32, 64) if args.quick else (32, 64, 128, 256, 512, 1024))],
                        args.scaling_generations, dgap_generations)
+    machine += f", at end {os.getloadavg()[0]:.1f}"
     result: dict[str, object] = {"machine": machine, "ratio": ratios, "headline": headline,
                                  "by_stages": by_stages, "by_batch": by_batch}
     write_atomic(args.out / "search.json", json.dumps(result, indent=1))

@@ -1,4 +1,4 @@
-"""Iteration time of UEDP plans: a vectorised evaluator for a whole GA population, and its loop twin.
+"""Iteration time of UEDP plans: a vectorised evaluator for a whole GA population (its loop twin: loop_time).
 
 The model is UMPIPE's flush schedule with unequal micro-batches (Zhou, Tian, Buyya, Wu, IEEE TPDS
 2025, doi:10.1109/TPDS.2024.3515804). Only the paper's abstract is public; the recurrence and its
@@ -28,12 +28,13 @@ which is one ``cumsum`` and one running maximum. :func:`iteration_times` evaluat
 plans at once (TiDGAP's two levels: individuals and micro-batches), looping only over the
 ``2K`` compute passes and ``2K - 2`` link passes. Plans arrive as per-sample cut masks ``[P, K, B]``
 (True where a micro-batch ends, docs/algorithms.md §2.4); each stage's micro-batches are packed to the left
-of a ``[P, W]`` grid, ``W`` being the most micro-batches any plan has there, and cells past a plan's
-last micro-batch carry ``r = -inf`` and ``d = 0`` so they change nothing. A downstream micro-batch
+of a ``[P, W + 1]`` grid (column 0 holds ``E_0``), ``W`` being the most micro-batches any plan has
+there; the scans run left to right, so cells past a plan's last micro-batch change nothing that is
+read. A downstream micro-batch
 is ready when the upstream message holding its last sample has arrived (one ``searchsorted``).
-:func:`iteration_time` runs the same closed form micro-batch by micro-batch for one plan (DGAP's
-one-individual-at-a-time evaluation) with the same floating-point operations in the same order, so
-the two return bit-identical times.
+:func:`~pipetrain.simulate.loop_time.iteration_time` runs the same closed form micro-batch by
+micro-batch for one plan (DGAP's one-individual-at-a-time evaluation) with the same floating-point
+operations in the same order, so the two return bit-identical times.
 
 Recompute (docs/algorithms.md §2.6): a stage whose backward partition differs from its forward one re-runs
 forward per backward micro-batch, so its ``g`` is ``StageTables.backward_recompute_s`` (``f + g``)
@@ -46,7 +47,8 @@ Both equal the event simulator (:func:`pipetrain.simulate.events.simulate` over
 ``step`` term (:class:`StageTables` carries the per-stage step seconds; leave it empty for zero).
 
 Cost: ``O(P K B)`` to read the masks plus ``O(P K W)`` for the scans, per call; measured on a
-2-core CPU, ``P = 128, K = 8, B = 256`` takes about 2–3 ms once the GA has converged (``W`` ≈ 25).
+2-core CPU, ``P = 128, K = 8, B = 256`` takes about 1.5–2 ms once the GA has converged (``W`` ≈ 25).
+The two scans run on torch's CPU kernels (:func:`_running_sum`, :func:`_running_max`).
 """
 
 from __future__ import annotations
@@ -54,15 +56,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.plan import Plan
 
-__all__ = ["StageTables", "iteration_time", "iteration_times"]
+__all__ = ["StageTables", "iteration_times"]
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -218,83 +222,145 @@ class StageTables:
 # ---- vectorised: [P] plans at once -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Cuts:
-    """One stage's micro-batches in all ``P`` plans, packed to the left of a ``[P, W]`` grid.
+class _Cuts(NamedTuple):
+    """One stage's micro-batches in all ``P`` plans, packed to the left of a ``[P, W + 1]`` grid.
 
     ``W`` is the most micro-batches any plan has at this stage (at most ``B``, usually far fewer),
-    so the scans of :func:`_maxplus` cost ``O(P W)`` rather than ``O(P B)``.
+    so the scans of :func:`_compute` and :func:`_link` cost ``O(P W)`` rather than ``O(P B)``.
+    Column 0 of the grid holds each plan's initial value; micro-batch ``j`` (0-based) sits in
+    column ``j + 1``.
 
     Attributes:
         flat: ``[M]`` increasing positions ``p * B + i`` where a micro-batch ends (sample ``i``
             of plan ``p``), over all plans.
-        row: ``[M]`` the plan ``p`` of each micro-batch.
         size: ``[M]`` its number of samples.
-        cell: ``[M]`` its cell ``p * W + j`` (``j``: its index in plan ``p``'s partition).
-        cell_sums: ``[M]`` the cell ``p * (W + 1) + j`` on a ``[P, W + 1]`` grid of prefix sums.
-        last: ``[P]`` the index in ``flat`` of each plan's final micro-batch.
+        cell_sums: ``[M]`` the cell ``p * (W + 1) + j``: the column before the micro-batch's own.
+        cell_next: ``[M]`` ``cell_sums + 1``, the micro-batch's own cell.
+        row: ``[M]`` the plan ``p`` of each micro-batch.
+        last_cell: ``[P]`` the cell of each plan's final micro-batch.
         width: ``W``.
     """
 
     flat: IntArray
-    row: IntArray
     size: IntArray
-    cell: IntArray
     cell_sums: IntArray
-    last: IntArray
+    cell_next: IntArray
+    row: IntArray
+    last_cell: IntArray
     width: int
+
+
+def _same_stages(cuts: BoolArray) -> bool:
+    """Whether every stage of every plan has stage 0's row (``[P, K, B]``); the first and last plans
+    are checked first (in a GA population they seldom pass: the elite may be an equal plan, a child
+    hardly ever is)."""
+    return (bool(np.all(cuts[0] == cuts[0, :1])) and bool(np.all(cuts[-1] == cuts[-1, :1]))
+            and np.array_equal(cuts, np.broadcast_to(cuts[:, :1], cuts.shape)))
 
 
 def _stages(cuts: BoolArray) -> list[_Cuts]:
     """Each stage's micro-batches, from ``[P, K, B]`` masks, in one pass over all stages.
 
     Every row's last entry is a cut, so no micro-batch straddles rows (or stages) and a size is
-    the distance to the previous cut in the flattened ``[K, P, B]`` grid.
+    the distance to the previous cut in the flattened ``[K, P, B]`` grid. Where every stage of
+    every plan has the same row (TiDGAP's equal seeds), the stages share one :class:`_Cuts`.
     """
     n_plans, n_stages, batch = cuts.shape
+    if n_stages > 1 and _same_stages(cuts):
+        shared: _Cuts = _stages(cuts[:, :1])[0]
+        return [shared] * n_stages
     flat = np.flatnonzero(cuts.transpose(1, 0, 2))
     stage_row, col = np.divmod(flat, batch)
     last = np.flatnonzero(col == batch - 1)  # [K * P]
     first = np.concatenate([[0], last[:-1] + 1])
     index = np.arange(len(flat)) - first[stage_row]
     size = np.diff(flat, prepend=-1)
-    widths = np.max((last - first).reshape(n_stages, n_plans), axis=1) + 1
-    out = []
-    for k, (lo, hi) in enumerate(zip(first[::n_plans], last[n_plans - 1::n_plans] + 1, strict=True)):
-        row = stage_row[lo:hi] - k * n_plans
-        cell = row * widths[k] + index[lo:hi]
-        out.append(_Cuts(flat[lo:hi] - k * n_plans * batch, row, size[lo:hi], cell, cell + row,
-                         last[k * n_plans:(k + 1) * n_plans] - lo, int(widths[k])))
+    widths = np.max((last - first).reshape(n_stages, n_plans), axis=1) + 1  # [K]
+    stage, row = np.divmod(stage_row, n_plans)
+    cell_sums = row * (widths + 1)[stage] + index
+    cell_next = cell_sums + 1
+    local = flat - stage * (n_plans * batch)
+    last_cell = cell_next[last].reshape(n_stages, n_plans)
+    spans = zip(first[::n_plans], last[n_plans - 1::n_plans] + 1, strict=True)
+    return [_Cuts(local[lo:hi], size[lo:hi], cell_sums[lo:hi], cell_next[lo:hi], row[lo:hi], last_cell[k],
+                  int(widths[k])) for k, (lo, hi) in enumerate(spans)]
+
+
+def _running_sum(grid: FloatArray) -> None:
+    """In place on ``[R, C]``: each row's prefix sums, added one by one from the left, so the bits
+    are the loop's (torch's CPU kernel keeps one running total per row; ~5x numpy's ``cumsum`` on
+    the GA's ``[128, ~25]`` grids)."""
+    torch.from_numpy(grid).cumsum_(dim=1)
+
+
+def _running_max(grid: FloatArray) -> FloatArray:
+    """``[R, C]`` -> ``[R, C]``: each row's running maximum (exact in any order; ~2x numpy's)."""
+    out: FloatArray = torch.cummax(torch.from_numpy(grid), dim=1).values.numpy()
     return out
 
 
-def _maxplus(cuts: _Cuts, ready: FloatArray, duration: FloatArray, start: FloatArray | None) -> FloatArray:
-    """``E_j = max(E_{j-1}, r_j) + d_j`` with ``E_0 = start``, for every plan at once, closed form.
-
-    On the ``[P, W]`` grid, cells past a plan's last micro-batch carry ``d = 0`` and ``r = -inf``,
-    so they repeat its end and are never read; ``fmax`` is ``max`` here, as nothing is NaN.
+def _grid_sums(cuts: _Cuts, duration: FloatArray) -> FloatArray:
+    """``S`` on the stage's ``[P, W + 1]`` grid: column ``j`` is the sum of the first ``j`` durations.
 
     Args:
         cuts: the micro-batches (``M`` in all).
-        ready: ``[M]`` ready times ``r``.
         duration: ``[M]`` durations ``d``.
-        start: ``[P]`` the initial end time ``E_0`` of each plan; None for ``-inf``.
+    """
+    sums = np.zeros((len(cuts.last_cell), cuts.width + 1))
+    sums.reshape(-1)[cuts.cell_next] = duration
+    _running_sum(sums)
+    return sums
+
+
+def _compute(cuts: _Cuts, ready: FloatArray | None, duration: FloatArray, start: FloatArray) -> FloatArray:
+    """A stage's chain ``E_j = max(E_{j-1}, r_j) + d_j``, ``E_0 = start``, for every plan at once.
+
+    Closed form on ``[P, W + 1]`` grids: ``S`` (:func:`_grid_sums`) and the slack, whose column 0 is
+    ``E_0`` and whose running maximum is ``max(E_0, max_{i <= j} (r_i - S_{i-1}))``; ``E = S + slack``.
+    Cells past a plan's last micro-batch hold 0 before the scans, which run left to right, so they
+    change nothing that is read.
+
+    Args:
+        cuts: the micro-batches (``M`` in all).
+        ready: ``[M]`` ready times ``r``; None where none is later than ``start`` (the first
+            stage of a pass), so the slack is ``E_0`` throughout and ``E = S + E_0``.
+        duration: ``[M]`` durations ``d``.
+        start: ``[P]`` the initial end time ``E_0`` of each plan.
 
     Returns:
-        ``[M]`` end times ``E``.
+        ``[P, W + 1]`` end times: micro-batch ``j`` (0-based) of plan ``p`` at ``[p, j + 1]``.
     """
-    n_plans, width = len(cuts.last), cuts.width
-    sums = np.zeros((n_plans, width + 1))  # sums[p, j] = S_j: durations before micro-batch j
-    flat_sums = sums.reshape(-1)
-    flat_sums[cuts.cell_sums + 1] = duration
-    np.cumsum(sums, axis=1, out=sums)
-    slack = np.full((n_plans, width), _NEG_INF)
-    slack.reshape(-1)[cuts.cell] = ready - flat_sums[cuts.cell_sums]
-    if start is not None:
-        np.fmax(slack, start[:, None], out=slack)
-    np.fmax.accumulate(slack, axis=1, out=slack)
-    out: FloatArray = flat_sums[cuts.cell_sums + 1] + slack.reshape(-1)[cuts.cell]
-    return out
+    sums = _grid_sums(cuts, duration)
+    if ready is None:
+        sums += start[:, None]
+        return sums
+    slack = np.zeros_like(sums)
+    slack[:, 0] = start
+    slack.reshape(-1)[cuts.cell_next] = ready - sums.reshape(-1)[cuts.cell_sums]
+    sums += _running_max(slack)
+    return sums
+
+
+def _link(cuts: _Cuts, done: FloatArray, duration: FloatArray) -> FloatArray:
+    """The FIFO link after a stage, ``C_j = max(C_{j-1}, E_j) + c_j`` with ``C_0 = -inf``.
+
+    The same closed form as :func:`_compute`, with the ready times already on the grid.
+
+    Args:
+        cuts: the stage's micro-batches (``M`` in all).
+        done: ``[P, W + 1]`` their end times ``E`` (:func:`_compute`).
+        duration: ``[M]`` send seconds ``c``.
+
+    Returns:
+        ``[P, W + 1]`` arrival times, laid out as ``done``.
+    """
+    sums = _grid_sums(cuts, duration)
+    slack = np.empty_like(sums)
+    flat = slack.reshape(-1)  # E_j - S_{j-1} as one contiguous difference; column 0 is then reset
+    np.subtract(done.reshape(-1)[1:], sums.reshape(-1)[:-1], out=flat[1:])
+    slack[:, 0] = _NEG_INF
+    sums += _running_max(slack)
+    return sums
 
 
 def _pass(
@@ -303,30 +369,35 @@ def _pass(
     compute_s: Sequence[FloatArray],
     send_s: FloatArray,
     start: FloatArray,
-    ready: float,
 ) -> FloatArray:
     """One direction (forward or backward) through the stages in ``order``.
+
+    The first stage's input is ready before the stage is free (at 0 forward, never waited for
+    backward), so its chain needs no ready times.
 
     Args:
         order: stage indices, in the order the pass visits them.
         stages: per stage, its micro-batches.
         compute_s: per stage, ``[M]`` compute seconds of its micro-batches (``f`` or ``g``).
         send_s: ``[K, B + 1]`` link seconds (``cF`` or ``cB``) towards the next stage in ``order``.
-        start: ``[K, P]`` when each stage is free to start.
-        ready: when the first stage's input is ready (0 forward, -inf backward).
+        start: ``[K, P]`` when each stage is free to start (>= 0).
 
     Returns:
         ``[K, P]`` the end of each stage's last micro-batch.
     """
     last = np.empty_like(start)
-    arrival = np.full(len(stages[order[0]].flat), ready)
+    arrival: FloatArray | None = None
     for k, after in zip(order, (*order[1:], None), strict=True):
         cuts = stages[k]
-        done = _maxplus(cuts, arrival, compute_s[k], start[k])
-        last[k] = done[cuts.last]
+        done = _compute(cuts, arrival, compute_s[k], start[k])
+        last[k] = done.reshape(-1)[cuts.last_cell]
         if after is not None:  # FIFO link; the next stage waits for the message holding its last sample
-            sent = _maxplus(cuts, done, send_s[k, cuts.size], None)
-            arrival = sent[np.searchsorted(cuts.flat, stages[after].flat)]
+            sent = _link(cuts, done, send_s[k][cuts.size]).reshape(-1)
+            downstream = stages[after]
+            if downstream is cuts:
+                arrival = sent[cuts.cell_next]
+            else:
+                arrival = sent[cuts.cell_next[np.searchsorted(cuts.flat, downstream.flat)]]
     return last
 
 
@@ -347,7 +418,9 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
     Args:
         forward_cuts: ``[P, K, B]`` bool; ``[p, k, i]`` is True where a forward micro-batch of
             stage ``k`` ends at sample ``i`` (0-based). The last column must be True.
-        backward_cuts: ``[P, K, B]`` bool, the same for backward (forward sample order).
+        backward_cuts: ``[P, K, B]`` bool, the same for backward (forward sample order); pass
+            the very same array as ``forward_cuts`` for single-chromosome plans, which then are
+            read once and never recompute.
         tables: costs, ``[K, B + 1]`` each.
 
     Returns:
@@ -356,86 +429,15 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
     forward_cuts, backward_cuts = np.asarray(forward_cuts, bool), np.asarray(backward_cuts, bool)
     _check_cuts(forward_cuts, backward_cuts, tables)
     n_plans, n_stages, _ = forward_cuts.shape
-    forward, backward = _stages(forward_cuts), _stages(backward_cuts)
+    forward = _stages(forward_cuts)
+    backward = forward if backward_cuts is forward_cuts else _stages(backward_cuts)
     order = range(n_stages)
-    f = [tables.forward_s[k, cuts.size] for k, cuts in enumerate(forward)]
-    g = [tables.backward_s[k, cuts.size] for k, cuts in enumerate(backward)]
-    if tables.recompute_costs:
-        same = np.all(forward_cuts == backward_cuts, axis=2)  # [P, K]: True where the stage keeps activations
-        g = [np.where(same[cuts.row, k], g[k], tables.backward_recompute_s[k, cuts.size])
+    f = [tables.forward_s[k][cuts.size] for k, cuts in enumerate(forward)]
+    g = [tables.backward_s[k][cuts.size] for k, cuts in enumerate(backward)]
+    if tables.recompute_costs and backward is not forward:
+        same = np.all(forward_cuts == backward_cuts, axis=2).T.copy()  # [K, P]: the stage keeps activations
+        g = [np.where(same[k][cuts.row], g[k], tables.backward_recompute_s[k][cuts.size])
              for k, cuts in enumerate(backward)]
-    forward_end = _pass(order, forward, f, tables.send_forward_s, np.zeros((n_stages, n_plans)), 0.0)
-    finish = _pass(order[::-1], backward, g, tables.send_backward_s, forward_end, _NEG_INF)
+    forward_end = _pass(order, forward, f, tables.send_forward_s, np.zeros((n_stages, n_plans)))
+    finish = _pass(order[::-1], backward, g, tables.send_backward_s, forward_end)
     return np.asarray((finish + tables.step_s[:, None]).max(axis=0), dtype=np.float64)
-
-
-# ---- one plan, micro-batch by micro-batch ----------------------------------------------------
-
-
-def _chain(ready: Sequence[float], duration: Sequence[float], start: float) -> list[float]:
-    """The loop form of :func:`_maxplus`, with the same operations in the same order."""
-    out, total, slack = [], 0.0, start
-    for r, d in zip(ready, duration, strict=True):
-        slack = max(slack, r - total)
-        total = total + d
-        out.append(total + slack)
-    return out
-
-
-def _ready(ends: Sequence[int], upstream: Sequence[tuple[int, float]]) -> list[float]:
-    """Arrival of the upstream message holding each micro-batch's last sample.
-
-    Args:
-        ends: the micro-batches' last samples (exclusive prefix sums), increasing.
-        upstream: ``(end, arrival)`` of each upstream message, increasing in ``end``.
-    """
-    out, i = [], 0
-    for e in ends:
-        while upstream[i][0] < e:
-            i += 1
-        out.append(upstream[i][1])
-    return out
-
-
-def _prefix(sizes: Sequence[int]) -> list[int]:
-    out, total = [], 0
-    for x in sizes:
-        total += x
-        out.append(total)
-    return out
-
-
-def iteration_time(
-    forward_sizes: Sequence[Sequence[int]], backward_sizes: Sequence[Sequence[int]], tables: StageTables
-) -> float:
-    """Iteration seconds of one UEDP plan, micro-batch by micro-batch (DGAP's evaluator).
-
-    Bit-identical to the matching entry of :func:`iteration_times`.
-
-    Args:
-        forward_sizes: per stage ``k``, the forward sizes ``x[k]`` (each sums to ``B``).
-        backward_sizes: per stage, the backward sizes ``y[k]`` (each sums to ``B``).
-        tables: costs, ``[K, B + 1]`` each.
-    """
-    f, g_plain, c_f, c_b, g_rc = tables.rows
-    n, batch = tables.n_stages, tables.batch_size
-    if len(forward_sizes) != n or len(backward_sizes) != n:
-        raise ValueError(f"give sizes for each of the {n} stages")
-    if any(sum(x) != batch or min(x) < 1 for x in (*forward_sizes, *backward_sizes)):
-        raise ValueError(f"every size vector must hold sizes >= 1 that sum to the batch ({batch})")
-    upstream = [(batch, 0.0)]
-    forward_end = []
-    for k, sizes in enumerate(forward_sizes):
-        ends = _prefix(sizes)
-        done = _chain(_ready(ends, upstream), [f[k][x] for x in sizes], 0.0)
-        forward_end.append(done[-1])
-        upstream = list(zip(ends, _chain(done, [c_f[k][x] for x in sizes], _NEG_INF), strict=True))
-    upstream = [(batch, _NEG_INF)]
-    finish = []
-    for k in range(n - 1, -1, -1):
-        sizes, ends = backward_sizes[k], _prefix(backward_sizes[k])
-        g = g_plain if list(sizes) == list(forward_sizes[k]) else g_rc
-        done = _chain(_ready(ends, upstream), [g[k][y] for y in sizes], forward_end[k])
-        finish.append(done[-1] + float(tables.step_s[k]))
-        upstream = list(zip(ends, _chain(done, [c_b[k][y] for y in sizes], _NEG_INF), strict=True))
-    return max(finish)

@@ -9,7 +9,8 @@ from pipetrain.plan.plan import Method, Plan, StagePlan
 from pipetrain.schedule.generators import build_schedule, one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.events import simulate
-from pipetrain.simulate.vectorised import StageTables, iteration_time
+from pipetrain.simulate.loop_time import iteration_time
+from pipetrain.simulate.vectorised import StageTables
 
 from .test_vectorised import random_backward, random_cost, random_partition, random_tables, uedp_plan
 

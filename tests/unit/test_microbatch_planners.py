@@ -41,7 +41,8 @@ from pipetrain.planners.microbatch.ga import _sync, one_f_one_b_ga
 from pipetrain.planners.microbatch.uedp import ORDERED_PLANNERS, PlannerName
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
-from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
+from pipetrain.simulate.loop_time import iteration_time
+from pipetrain.simulate.vectorised import StageTables, iteration_times
 from tests.conftest import flat_profile
 
 SMALL = GAConfig(population=16, generations=12)
@@ -326,3 +327,16 @@ def test_plan_uedp_builds_a_simulated_uedp_plan(planner: PlannerName) -> None:
     assert plan.prediction is not None
     assert plan.prediction.iteration_s == pytest.approx(predicted.iteration_s, rel=1e-9)
     assert tuple(s.forward_sizes for s in plan.stages) == predicted.forward_sizes
+
+
+@pytest.mark.parametrize(("caps", "forward", "backward", "seconds"), [
+    (None, ((20, 12), (16, 16), (16, 16)), ((32,), (16, 16), (16, 16)), 13.817219146030181),
+    ([5, 32, 7], ((5, 5, 5, 5, 4, 4, 4), (5, 3, 2, 5, 5, 4, 4, 4), (7, 7, 6, 6, 6)),
+     ((5, 5, 5, 5, 4, 4, 4), (5, 5, 5, 5, 4, 4, 4), (7, 7, 6, 6, 6)), 30.25940505548387),
+])
+def test_tidgap_plans_are_pinned(caps: list[int] | None, forward: Partition, backward: Partition,
+                                 seconds: float) -> None:
+    """The plans TiDGAP found before issue 17's speed-ups (commit 04843fb): operators, seeding and
+    evaluator may get faster, never different."""
+    result = tidgap(toy_tables(7, 3, 32), seed=5, config=GAConfig(population=24, generations=30), caps=caps)
+    assert (result.forward_sizes, result.backward_sizes, result.iteration_s) == (forward, backward, seconds)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
@@ -13,7 +15,8 @@ from pipetrain.planners.microbatch.encoding import cuts_to_partition, partition_
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
-from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
+from pipetrain.simulate.loop_time import iteration_time
+from pipetrain.simulate.vectorised import StageTables, _running_max, _running_sum, iteration_times
 
 Partition = list[tuple[int, ...]]
 FloatArray = npt.NDArray[np.float64]
@@ -141,6 +144,45 @@ def test_random_tables_against_the_loop_reference() -> None:
         for p, (f, b) in enumerate(plans):
             assert fast[p] == pytest.approx(reference_time(f, b, tables), rel=1e-9, abs=1e-12)
             assert fast[p] == iteration_time(f, b, tables)  # bit-identical: DGAP and TiDGAP agree
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 20), st.integers(1, 6))
+def test_shared_stages_and_shared_chromosomes_take_the_same_bits(seed: int, n: int, batch: int, plans: int) -> None:
+    """Plans whose stages all share one row (read once), ``backward is forward`` (read once, no
+    recompute) and any subset of a population (the GA re-uses the times of kept equal seeds) give
+    exactly the loop evaluator's times."""
+    rng = np.random.default_rng(seed)
+    tables = random_tables(rng, n, batch)
+    rows = [random_sizes(rng, batch) for _ in range(plans)]
+    alike = np.stack([partition_to_cuts([sizes] * n, batch) for sizes in rows])  # [P, K, B], stages alike
+    assert iteration_times(alike, alike, tables).tolist() == [iteration_time([x] * n, [x] * n, tables) for x in rows]
+    mixed = np.stack([partition_to_cuts(random_partition(rng, n, batch), batch) for _ in range(plans)])
+    population = np.concatenate([alike, mixed])
+    times = iteration_times(population, population, tables)
+    assert times.tolist() == iteration_times(population, population.copy(), tables).tolist()
+    subset = rng.permutation(len(population))[: int(rng.integers(1, len(population) + 1))]
+    assert iteration_times(population[subset], population[subset], tables).tolist() == times[subset].tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 70))
+def test_scans_match_the_loop(seed: int, rows: int, cols: int) -> None:
+    """The torch scans: sums added left to right as the loop adds them (magnitudes 1e-12 to 1e6,
+    so any other order would round differently) and exact running maxima, -inf included."""
+    rng = np.random.default_rng(seed)
+    grid = 10.0 ** rng.uniform(-12, 6, size=(rows, cols)) * rng.choice([0.0, 1.0], size=(rows, cols), p=[0.2, 0.8])
+    expected = []
+    for row in grid.tolist():
+        total, out = 0.0, []
+        for x in row:
+            total = total + x
+            out.append(total)
+        expected.append(out)
+    ready = np.where(rng.random((rows, cols)) < 0.3, -np.inf, grid - 1e3)
+    assert _running_max(ready).tolist() == np.maximum.accumulate(ready, axis=1).tolist()
+    _running_sum(grid)
+    assert grid.tolist() == expected
 
 
 def test_cost_model_tables_against_the_event_simulator() -> None:

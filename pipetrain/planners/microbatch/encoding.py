@@ -14,8 +14,6 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from pipetrain.plan.plan import equal_sizes
-
 __all__ = [
     "BoolArray",
     "Partition",
@@ -66,8 +64,16 @@ def cuts_to_partition(cuts: BoolArray) -> Partition:
 def equal_seeds(n_stages: int, batch: int) -> BoolArray:
     """Every equal-micro-batch (GPipe) plan as cut masks ``[B, K, B]``: entry ``m - 1`` splits
     every stage into ``m`` sizes :func:`~pipetrain.plan.plan.equal_sizes` ``(B, m)``; use the same
-    mask for forward and backward."""
-    rows = np.stack([sizes_to_cuts(equal_sizes(batch, m), batch) for m in range(1, batch + 1)])
+    mask for forward and backward.
+
+    Built without a Python loop: with ``q, r = divmod(B, m)`` the first ``r`` sizes are ``q + 1``,
+    so micro-batch ``i`` (0-based) ends at sample ``(i + 1) q + min(i + 1, r) - 1``."""
+    m = np.arange(1, batch + 1)[:, None]  # [B, 1] micro-batch counts
+    i = np.arange(1, batch + 1)[None, :]  # [1, B] 1-based micro-batch index
+    count, ends = np.broadcast_arrays(m, i * (batch // m) + np.minimum(i, batch % m) - 1)
+    valid = i <= m
+    rows = np.zeros((batch, batch), dtype=bool)
+    rows[count[valid] - 1, ends[valid]] = True
     return np.repeat(rows[:, None, :], n_stages, axis=1)
 
 

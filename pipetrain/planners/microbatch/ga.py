@@ -11,8 +11,10 @@ reconstruction** (docs/algorithms.md §2.4):
   than the best equal flush plan; the rest random with a log-uniform cut density per chromosome,
   half of them with backward = forward;
 * fitness: ``-T`` from :func:`~pipetrain.simulate.vectorised.iteration_times` (TiDGAP, one call per
-  generation) or :func:`~pipetrain.simulate.vectorised.iteration_time` per individual (DGAP); the
-  two give bit-identical times, so the same seed gives the same plan;
+  generation; generation 0, whose plans range from one micro-batch to ``B``, one call per width
+  group, :func:`~pipetrain.simulate.grouped.population_times`) or
+  :func:`~pipetrain.simulate.loop_time.iteration_time` per individual (DGAP); the two give
+  bit-identical times, so the same seed gives the same plan;
 * selection: tournament of 3; crossover: pairs cross with p 0.8, swapping each stage's row pair
   (forward and backward together) with p 0.5;
   mutation: each row of **each chromosome independently** (the "dual" part) with p 0.15 flips one
@@ -53,11 +55,14 @@ import numpy.typing as npt
 
 from pipetrain.planners.microbatch.encoding import BoolArray, Partition, cap_cuts, cuts_to_partition, equal_seeds
 from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
+from pipetrain.planners.microbatch.seeding import fastest_seeds, seed_bounds
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.schedule.interleaved import interleaved_orders
 from pipetrain.schedule.zero_bubble import zb1_sequences
 from pipetrain.simulate.chain import interleaved_order_time, order_time, split_order_time
-from pipetrain.simulate.vectorised import StageTables, iteration_time, iteration_times
+from pipetrain.simulate.grouped import population_times
+from pipetrain.simulate.loop_time import iteration_time
+from pipetrain.simulate.vectorised import StageTables, iteration_times
 
 if TYPE_CHECKING:
     from typing import Unpack  # Python 3.11; annotations only, so 3.10 runs this module too
@@ -215,31 +220,32 @@ def _sync(forward: BoolArray, backward: BoolArray, p_row: float, rng: np.random.
     forward[bf] = backward[bf]
 
 
-def _mutate(cuts: BoolArray, p_row: float, rng: np.random.Generator) -> BoolArray:
-    """Each row mutates with ``p_row``: shift a random existing cut by ±1, else flip a random bit.
+def _mutate(cuts: BoolArray, p_row: float, rng: np.random.Generator) -> None:
+    """In place on ``[N, K, B]`` masks: each row mutates with ``p_row``: shift a random existing cut
+    by ±1, else flip a random bit.
 
     A row chooses shift or flip with p 1/2; a shift that has no cut to move, or would move it off
     the row or onto another cut, becomes a flip. The last column is never touched.
     """
     batch = cuts.shape[-1]
-    out = cuts.copy()
     if batch == 1:
-        return out
+        return
     who, stage = np.nonzero(rng.random(cuts.shape[:2]) < p_row)
-    rows, n = out[who, stage], len(who)
+    rows, n = cuts[who, stage], len(who)
     flip_at = rng.integers(0, batch - 1, size=n)
     wants_shift = rng.random(n) < 0.5
     step = 2 * rng.integers(0, 2, size=n) - 1
     keys = np.where(rows[:, :-1], rng.random((n, batch - 1)), -1.0)
     src = np.argmax(keys, axis=1)
     dst = src + step
-    ok = wants_shift & (keys[np.arange(n), src] >= 0.0) & (dst >= 0) & (dst <= batch - 2)
-    ok &= ~rows[np.arange(n), np.clip(dst, 0, batch - 1)]
-    rows[np.flatnonzero(ok), src[ok]] = False
-    rows[np.flatnonzero(ok), dst[ok]] = True
-    rows[np.flatnonzero(~ok), flip_at[~ok]] ^= True
-    out[who, stage] = rows
-    return out
+    each = np.arange(n)
+    in_row = (dst >= 0) & (dst <= batch - 2)
+    ok = wants_shift & (keys[each, src] >= 0.0) & in_row
+    ok &= ~rows[each, np.where(in_row, dst, src)]
+    rows[each, np.where(ok, src, flip_at)] ^= True  # a shift clears its cut (set), a flip flips
+    shifted = np.flatnonzero(ok)
+    rows[shifted, dst[shifted]] = True
+    cuts[who, stage] = rows
 
 
 # ---- ask / tell -------------------------------------------------------------------------------
@@ -253,11 +259,18 @@ def init_state(
     *,
     mode: Mode = "dual",
     caps: Sequence[int] | None = None,
+    prune_seeds: bool = False,
 ) -> GAState:
-    """Generation 0: the fastest equal plans (up to half of ``P``), the rest random."""
+    """Generation 0: the fastest equal plans (up to half of ``P``), the rest random.
+
+    The kept equal plans are timed once (:func:`~pipetrain.planners.microbatch.seeding.fastest_seeds`);
+    ``prune_seeds`` (TiDGAP) skips those that a lower bound proves slower, with the same result.
+    """
     n_stages, batch = tables.n_stages, tables.batch_size
     seeds = cap_cuts(equal_seeds(n_stages, batch), caps)
-    keep = np.argsort(evaluate(seeds, seeds), kind="stable")[: min(batch, math.ceil(config.population / 2))]
+    n_keep = min(batch, math.ceil(config.population / 2))
+    bounds = seed_bounds(seeds, tables) if prune_seeds and n_keep < batch else None  # else every seed is kept
+    keep, seed_times = fastest_seeds(seeds, n_keep, evaluate, bounds)
     n_random = config.population - len(keep)
     forward = cap_cuts(_random_cuts(n_random, n_stages, batch, rng), caps)
     backward = forward
@@ -265,8 +278,9 @@ def init_state(
         backward = forward.copy()
         half = n_random // 2
         backward[half:] = cap_cuts(_random_cuts(n_random - half, n_stages, batch, rng), caps)
+    times = np.concatenate([seed_times, evaluate(forward, backward) if n_random else []])
     forward, backward = np.concatenate([seeds[keep], forward]), np.concatenate([seeds[keep], backward])
-    return _state(forward, backward, evaluate(forward, backward), None)
+    return _state(forward, backward, times, None)
 
 
 def ask(
@@ -282,11 +296,13 @@ def ask(
     parents = _tournament(state.times_s, 2 * math.ceil(n_kids / 2), config.tournament, rng)
     source = _crossover(parents, state.forward.shape[1], config, rng)[:n_kids]
     rows = np.arange(state.forward.shape[1])
-    forward = _mutate(state.forward[source, rows], config.row_mutation_p, rng)
+    forward = state.forward[source, rows]
+    _mutate(forward, config.row_mutation_p, rng)
     if mode == "single":
         forward = cap_cuts(forward, caps)
         return forward, forward
-    backward = _mutate(state.backward[source, rows], config.row_mutation_p, rng)
+    backward = state.backward[source, rows]
+    _mutate(backward, config.row_mutation_p, rng)
     _sync(forward, backward, config.row_sync_p, rng)
     return cap_cuts(forward, caps), cap_cuts(backward, caps)
 
@@ -369,7 +385,9 @@ def ga(
     caps = check_caps(caps, tables.n_stages)
     rng = np.random.default_rng(seed)
     evaluate = _evaluator(tables, evaluator, n_ranks)
-    state = init_state(tables, config, rng, evaluate, mode=mode, caps=caps)
+    vectorised = evaluator == "vectorised"
+    first = (lambda f, b: population_times(f, b, tables)) if vectorised else evaluate  # widths vary in generation 0
+    state = init_state(tables, config, rng, first, mode=mode, caps=caps, prune_seeds=vectorised)
     history = []
     coupled = round(config.coupled_fraction * config.generations) if mode == "dual" else 0
     for generation in range(config.generations):
