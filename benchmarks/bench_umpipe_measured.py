@@ -175,9 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ga = GAConfig(population=16, generations=10) if args.quick else GAConfig()
     models = {"mlp-digits": 32} if args.quick else {m: int(b) for m, b in (x.split(":") for x in args.models)}
     setups = [setup(m, b, cluster, ga, args.seed) for m, b in models.items()]
-    labels = [*PIPETRAIN, *(f"torch {s} m={m}" for s, m in TORCH)]
-    if args.quick or args.no_torch:
-        labels = PIPETRAIN
+    labels = PIPETRAIN if args.quick or args.no_torch else [*PIPETRAIN, *(f"torch {s} m={m}" for s, m in TORCH)]
     steps = 4 if args.quick else 8
     repeats = 1 if args.quick else args.repeats
     runs: list[Run] = []

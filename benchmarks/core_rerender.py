@@ -19,7 +19,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import Bench, Run, configs, write_report
+from bench_core import Bench, Run, configs
+from core_report import write_report
 
 from pipetrain.plan.plan import Plan
 

@@ -27,29 +27,25 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
-from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils.flop_counter import FlopCounterMode
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import layer_input, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec, loss_sum
 from pipetrain.graph.split_backward import input_grads, layer_outputs, weight_grads
+from pipetrain.profile.stats import SavedStorages, layer_stats
 from pipetrain.profile.table import LayerProfile, Profile
 
 __all__ = [
-    "LayerStats",
     "LossFn",
-    "layer_stats",
     "loss_saved_bytes",
     "measure_profile",
     "model_loss_fn",
@@ -95,109 +91,6 @@ def sample_input(
     return x.to(device)
 
 
-# ---- per-layer byte and FLOP counts ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LayerStats:
-    """Per-sample sizes of one layer, from one forward pass.
-
-    Attributes:
-        flops_per_sample: forward FLOPs (a multiply-add counts 2), as FlopCounterMode counts them.
-        saved_bytes_per_sample: bytes of the storages autograd saves for backward, each storage
-            once, parameters and buffers excluded (the layer's input is counted when saved).
-        output_bytes_per_sample: bytes of the output.
-        parameter_bytes: bytes of all parameters (not per sample).
-        saved_input_bytes_per_sample: of the saved bytes, the input's (0 when not saved).
-        saved_output_bytes_per_sample: of the saved bytes, the output's (0 when not saved).
-    """
-
-    flops_per_sample: float
-    saved_bytes_per_sample: int
-    output_bytes_per_sample: int
-    parameter_bytes: int
-    saved_input_bytes_per_sample: int
-    saved_output_bytes_per_sample: int
-
-
-def _attention_flops(
-    query_shape: Sequence[int],
-    key_shape: Sequence[int],
-    value_shape: Sequence[int],
-    *args: Any,
-    out_shape: Any = None,
-    **kwargs: Any,
-) -> int:
-    """``softmax(q kᵀ) v`` as two batched matmuls, ``2·n·T_q·T_k·(d_qk + d_v)`` FLOPs.
-
-    ``n`` is the product of the leading (batch, head) dimensions. The causal mask is ignored, as
-    torch's own formulas for the CUDA attention kernels ignore it.
-    """
-    n = 1
-    for d in query_shape[:-2]:
-        n *= d
-    return 2 * n * query_shape[-2] * key_shape[-2] * (query_shape[-1] + value_shape[-1])
-
-
-# torch's FlopCounterMode knows the CUDA attention kernels but not the CPU one.
-_EXTRA_FLOP_FORMULAS = {
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops,
-}
-
-
-# Equal for tensors that share a storage, on every device (data pointers are all 0 on "meta").
-# Typed here because torch leaves StorageWeakRef unannotated.
-_storage_key: Callable[[torch.UntypedStorage], Hashable] = StorageWeakRef
-
-
-class _SavedStorages:
-    """A ``saved_tensors_hooks`` pack hook that adds up the bytes of distinct saved storages."""
-
-    def __init__(self, module: nn.Module) -> None:
-        owned = [*module.parameters(), *module.buffers()]
-        self.excluded = {_storage_key(t.untyped_storage()) for t in owned}
-        self.seen: dict[Hashable, torch.Tensor] = {}
-
-    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        key = _storage_key(tensor.untyped_storage())
-        if key not in self.excluded:
-            self.seen[key] = tensor  # holding it keeps the storage (and its key) alive
-        return tensor
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(int(t.untyped_storage().nbytes()) for t in self.seen.values())
-
-    def bytes_of(self, tensor: torch.Tensor) -> int:
-        """The bytes of ``tensor``'s storage if it was saved, else 0."""
-        return int(tensor.untyped_storage().nbytes()) if _storage_key(tensor.untyped_storage()) in self.seen else 0
-
-
-def layer_stats(module: nn.Module, x: torch.Tensor) -> tuple[LayerStats, torch.Tensor]:
-    """Count one layer's FLOPs and bytes with one recorded forward on ``x`` (``[b, …]``).
-
-    Works on any device, the meta device included. Returns the stats and the output (with its
-    autograd graph, so ``output.requires_grad`` tells whether the layer has a backward).
-    """
-    b = x.shape[0]
-    x = x.detach().clone().requires_grad_(x.is_floating_point())
-    saved = _SavedStorages(module)
-    counter = FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOP_FORMULAS)
-    with torch.enable_grad(), counter, torch.autograd.graph.saved_tensors_hooks(
-        saved.pack, lambda t: t
-    ):
-        out = module(x)
-    stats = LayerStats(
-        flops_per_sample=counter.get_total_flops() / b,
-        saved_bytes_per_sample=saved.total_bytes // b,
-        output_bytes_per_sample=out.numel() * out.element_size() // b,
-        parameter_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
-        saved_input_bytes_per_sample=saved.bytes_of(x) // b,
-        saved_output_bytes_per_sample=saved.bytes_of(out) // b,
-    )
-    return stats, out
-
-
 def loss_saved_bytes(graph: LayerGraph, out: torch.Tensor, last_saves_output: bool, generator: torch.Generator,
                      loss: LossFn | None = None) -> int:
     """Bytes per sample the loss saves for backward on the last layer's output ``out`` (``[b, …]``),
@@ -207,7 +100,7 @@ def loss_saved_bytes(graph: LayerGraph, out: torch.Tensor, last_saves_output: bo
     b = out.shape[0]
     y = out.detach().requires_grad_(out.is_floating_point())
     targets = sample_input(graph.target, b, out.device, generator)
-    saved = _SavedStorages(nn.Module())
+    saved = SavedStorages(nn.Module())
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
         _scaled_loss(loss or model_loss_fn(graph), y, targets, b)
     return (saved.total_bytes - (saved.bytes_of(y) if last_saves_output else 0)) // b

@@ -19,7 +19,8 @@ from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES, OptimizerName
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
-from pipetrain.profile.measure import layer_stats, measure_profile
+from pipetrain.profile.measure import measure_profile
+from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.runtime.memory import ActivationMeter, measured_memory
 from pipetrain.schedule.generators import build_schedule

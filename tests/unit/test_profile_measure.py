@@ -11,7 +11,8 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.graph.zoo import build_model
-from pipetrain.profile.measure import _measure_layer, _Timer, layer_stats, measure_profile, sample_input, size_grid
+from pipetrain.profile.measure import _measure_layer, _Timer, measure_profile, sample_input, size_grid
+from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import Profile
 
 FAST = {"warmup": 0, "repeats": 1}

@@ -397,10 +397,8 @@ def ga(
         history.append(state.best_s)
         if on_generation is not None:
             on_generation(state.generation, state.best_s)
-    return MicrobatchPlan(
-        cuts_to_partition(state.best_forward), cuts_to_partition(state.best_backward), state.best_s,
-        _planner_name(mode, evaluator), tuple(history),
-    )
+    return MicrobatchPlan(cuts_to_partition(state.best_forward), cuts_to_partition(state.best_backward),
+                          state.best_s, _planner_name(mode, evaluator), tuple(history))
 
 
 class GAOptions(TypedDict, total=False):
