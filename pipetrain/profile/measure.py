@@ -15,6 +15,9 @@ PipeDream's:
   backward plus what splitting costs on this device (about 1.1x the backward on gpt-tiny's blocks
   here), which the planners then weigh against the bubbles it fills;
 * once per layer, the seconds of a plain SGD step over its parameters (``step_s``);
+* once per size, the whole model's forward and backward (with the loss): every layer's times at
+  that size are scaled by its ratio to the sum of the layers' (layers timed alone run in warm
+  caches that a training step, running them in sequence, does not give them);
 
 each after ``warmup`` untimed runs, as the median of ``repeats`` timed runs. Layers are fed real
 data: layer ``i`` sees layer ``i - 1``'s output on the (seeded) random input, so data-dependent
@@ -38,7 +41,7 @@ from torch import nn
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import UserError
-from pipetrain.graph.dataflow import layer_input, profiled_layer
+from pipetrain.graph.dataflow import layer_input, profiled_layer, whole_model
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec, loss_sum
 from pipetrain.graph.split_backward import input_grads, layer_outputs, weight_grads
 from pipetrain.profile.stats import SavedStorages, layer_stats
@@ -338,6 +341,52 @@ def _scaled_loss(loss: LossFn, y: torch.Tensor, targets: torch.Tensor, batch: in
     return loss(y, targets) / batch
 
 
+def _forward_backward(model: nn.Module, loss: LossFn, x: torch.Tensor, targets: torch.Tensor,
+                      batch: int) -> Callable[[], object]:
+    """One training pass of the whole model on ``x`` (``[b, ...]``), to be timed."""
+    def run() -> None:
+        out = _scaled_loss(loss, model(x), targets, batch)
+        if out.requires_grad:
+            torch.autograd.backward(out)
+    return run
+
+
+def _composition_ratios(graph: LayerGraph, layers: Sequence[LayerProfile], timer: _Timer,
+                        loss: LossFn) -> list[float]:
+    """Per grid size, the whole model's forward + backward seconds over the sum of its layers'.
+
+    Layers timed one at a time run faster than the same layers in sequence, whose weights and
+    activations evict each other from the caches (gpt-tiny on a 2-core CPU: the sum of its layers
+    predicted a training step 13 % short). Each ratio is clamped to [0.5, 2].
+    """
+    model = whole_model(graph).to(timer.device)
+    generator = torch.Generator().manual_seed(graph.seed)
+    grid = layers[0].sizes
+    x = sample_input(graph.input, grid[-1], timer.device, generator)
+    targets = sample_input(graph.target, grid[-1], timer.device, generator)
+
+    def prepare(b: int) -> Callable[[], Callable[[], object]]:
+        return functools.partial(_forward_backward, model, loss, x[:b], targets[:b], grid[-1])
+
+    timer.grow_heap(prepare(grid[-1]))
+    ratios = []
+    for i, b in enumerate(grid):
+        parts = sum(lp.forward_s[i] + lp.backward_s[i] for lp in layers)
+        ratios.append(min(2.0, max(0.5, timer.median_s(prepare(b)) / parts)) if parts > 0 else 1.0)
+    return ratios
+
+
+def _scaled(layer: LayerProfile, ratios: Sequence[float]) -> LayerProfile:
+    """``layer`` with every time at grid size ``i`` multiplied by ``ratios[i]``."""
+    def times(values: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        return None if values is None else tuple(v * r for v, r in zip(values, ratios, strict=True))
+
+    forward, backward = times(layer.forward_s), times(layer.backward_s)
+    assert forward is not None and backward is not None
+    return replace(layer, forward_s=forward, backward_s=backward, input_grad_s=times(layer.input_grad_s),
+                   weight_grad_s=times(layer.weight_grad_s))
+
+
 def _warm_heap(graph: LayerGraph, modules: Sequence[nn.Module], model_input: torch.Tensor) -> None:
     """One untimed forward and backward of the whole model at the largest size.
 
@@ -392,13 +441,17 @@ def measure_profile(
             f"got repeats={repeats}, warmup={warmup}, threads={threads}"
         )
     timer = _Timer(torch.device(device), warmup, repeats)
+    loss_fn = loss or model_loss_fn(graph)
     with _torch_threads(threads) as used:
-        layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss or model_loss_fn(graph))
+        layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss_fn)
+        ratios = _composition_ratios(graph, layers, timer, loss_fn)
+    layers = tuple(_scaled(lp, ratios) for lp in layers)
     return Profile(
         model=graph.name,
         fingerprint=graph.fingerprint(),
         device=timer.device.type,
-        source=f"measured on {timer.device}, {used} thread{'' if used == 1 else 's'}, median of {repeats}",
+        source=f"measured on {timer.device}, {used} thread{'' if used == 1 else 's'}, median of {repeats}; "
+               f"layers scaled x{statistics.median(ratios):.3f} (median over sizes) to the whole model's time",
         input_bytes_per_sample=graph.input.bytes_per_sample,
         edges=() if graph.is_chain else tuple(graph.edges),
         layers=layers,

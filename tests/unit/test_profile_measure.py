@@ -11,7 +11,16 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.graph.zoo import build_model
-from pipetrain.profile.measure import _measure_layer, _Timer, measure_profile, sample_input, size_grid
+from pipetrain.profile.measure import (
+    _composition_ratios,
+    _measure_layer,
+    _scaled,
+    _Timer,
+    measure_profile,
+    model_loss_fn,
+    sample_input,
+    size_grid,
+)
 from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import Profile
 
@@ -95,7 +104,19 @@ def test_threads_are_restored_and_reported() -> None:
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-    assert profile.source == "measured on cpu, 1 thread, median of 1"
+    assert profile.source.startswith("measured on cpu, 1 thread, median of 1; layers scaled x")
+
+
+def test_layers_are_scaled_to_the_whole_models_time() -> None:
+    """Per grid size, the layers' forward + backward add up to the whole model's pass (ratio in [0.5, 2])."""
+    graph = small_mlp()
+    timer = _Timer(torch.device("cpu"), 1, 3)
+    layers = measure_profile(graph, 4, **FAST).layers
+    ratios = _composition_ratios(graph, layers, timer, model_loss_fn(graph))
+    assert len(ratios) == len(layers[0].sizes) and all(0.5 <= r <= 2.0 for r in ratios)
+    scaled = _scaled(layers[0], [2.0] * len(ratios))
+    assert scaled.forward_s == tuple(2 * v for v in layers[0].forward_s)
+    assert scaled.weight_grad_s == tuple(2 * v for v in layers[0].weight_grad_s or ())
 
 
 def test_json_round_trip(tmp_path: Path) -> None:
