@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from pipetrain.plan.plan import Plan
 
-__all__ = ["Summary", "describe", "model_report", "save_gantts", "summarize", "write_report"]
+__all__ = ["Summary", "describe", "model_report", "ranking_line", "save_gantts", "summarize", "write_report"]
 
 
 def describe(plan: Plan) -> str:
@@ -148,11 +148,35 @@ def write_report(bench: Bench) -> str:
         if per_run:
             lines.append(f"Per individual run ({len(per_run)} runs): median |error| "
                          f"{statistics.median(per_run):.1%}, worst {max(per_run):.1%}.")
+    lines += ["", *(ranking_line(setup.name, bench.runs) for setup in bench.setups)]
     gantts = [f"![{s.name}](gantt_{s.name}.png)" for s in bench.setups if s.name in bench.planned_timelines]
     lines += ["", *gantts, ""]
     text = "\n".join(lines)
     write_atomic(bench.out / "core.md", text)
     return text
+
+
+def ranking_line(model: str, runs: Sequence[Run]) -> str:
+    """Does the simulator rank pipetrain's settings as they measured? Kendall's tau between predicted
+    and median measured iterations (target ≥ 0.8), and how far the predicted best measured from the
+    measured best (target within 5 %)."""
+    times: dict[str, list[float]] = {}
+    predicted: dict[str, float] = {}
+    for r in runs:
+        if r.model == model and r.label.startswith(("pipetrain", "planned")) and r.label != "planned-noalloc" \
+                and r.iteration_s and r.predicted_s:
+            times.setdefault(r.label, []).append(r.iteration_s)
+            predicted[r.label] = r.predicted_s
+    rows = [(statistics.median(v), predicted[k], k) for k, v in times.items()]
+    pairs = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:] if (a[0] - b[0]) * (a[1] - b[1]) != 0]
+    if not pairs:
+        return f"- {model}: too few measured settings to rank"
+    tau = sum(1 if (a[0] - b[0]) * (a[1] - b[1]) > 0 else -1 for a, b in pairs) / len(pairs)
+    best, top = min(rows), min(rows, key=lambda x: x[1])
+    return (f"- {model}: ranking of {len(rows)} settings, Kendall tau {tau:+.2f} (target ≥ 0.8: "
+            f"{'met' if tau >= 0.8 else 'NOT met'}); the predicted best ({top[2]}) measured "
+            f"{top[0] / best[0] - 1:+.1%} from the measured best ({best[2]}) (target within 5%: "
+            f"{'met' if top[0] <= 1.05 * best[0] else 'NOT met'})")
 
 
 def _meta_line(meta: dict[str, object]) -> str:
