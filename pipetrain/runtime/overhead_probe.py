@@ -55,12 +55,15 @@ class OverheadProbe:
         measured_s: per run, the median step of the tiny model's pipeline.
         base_s: the simulated step with no overhead (kernels and messages only).
         actions: the simulated step's growth per second of overhead (actions on its critical path).
+        fitted_s: the simulated step with the fitted overhead (the measured median, unless that
+            was below ``base_s``).
     """
 
     overhead_s: float
     measured_s: tuple[float, ...]
     base_s: float
     actions: float
+    fitted_s: float
 
 
 def _tiny_plan(n_ranks: int, micro: int, link: Link) -> tuple[LayerGraph, Plan, Profile]:
@@ -96,7 +99,7 @@ def probe_action_overhead(link: Link, n_ranks: int = 2, *, micro: int = 16, step
     base = _simulated_s(plan, profile, link, 0.0)
     actions = (_simulated_s(plan, profile, link, _SLOPE_STEP_S) - base) / _SLOPE_STEP_S
     overhead = max(0.0, (statistics.median(measured) - base) / actions)
-    return OverheadProbe(overhead, measured, base, actions)
+    return OverheadProbe(overhead, measured, base, actions, _simulated_s(plan, profile, link, overhead))
 
 
 def probe_local_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float | None = None,
