@@ -422,8 +422,7 @@ def measure_profile(
         batch_size: the mini-batch size B; the default grid is 1, 2, 4, … below B, and B.
         sizes: an explicit grid of micro-batch sizes instead.
         warmup, repeats: untimed runs before each measurement, then timed runs (median kept).
-        threads: torch intra-op threads while measuring (restored after; None: keep). One thread
-            matches one rank per core.
+        threads: torch intra-op threads while measuring (restored after; None: keep); one per rank.
         device: a torch device string (``"cpu"``, ``"cuda:0"``).
         progress: show a progress bar over (layer, size) pairs on stderr.
         loss: the training loss timed on the last layer (:data:`LossFn`; default ``graph.loss``).
@@ -436,24 +435,21 @@ def measure_profile(
     keep_freed_memory()  # time layers under the allocator settings the runtime trains with
     grid = size_grid(batch_size, sizes)
     if repeats < 1 or warmup < 0 or (threads is not None and threads < 1):
-        raise UserError(
-            f"need repeats >= 1, warmup >= 0 and threads >= 1 (or None); "
-            f"got repeats={repeats}, warmup={warmup}, threads={threads}"
-        )
+        raise UserError(f"need repeats >= 1, warmup >= 0 and threads >= 1 (or None); "
+                        f"got repeats={repeats}, warmup={warmup}, threads={threads}")
     timer = _Timer(torch.device(device), warmup, repeats)
     loss_fn = loss or model_loss_fn(graph)
     with _torch_threads(threads) as used:
         layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss_fn)
         ratios = _composition_ratios(graph, layers, timer, loss_fn)
-    layers = tuple(_scaled(lp, ratios) for lp in layers)
     return Profile(
         model=graph.name,
         fingerprint=graph.fingerprint(),
         device=timer.device.type,
-        source=f"measured on {timer.device}, {used} thread{'' if used == 1 else 's'}, median of {repeats}; "
-               f"layers scaled x{statistics.median(ratios):.3f} (median over sizes) to the whole model's time",
+        source=f"measured on {timer.device}, {used} thread{'' if used == 1 else 's'}, median of {repeats}; layers "
+               f"scaled x{statistics.median(ratios):.3f} (median over sizes) to the whole model's time",
         input_bytes_per_sample=graph.input.bytes_per_sample,
         edges=() if graph.is_chain else tuple(graph.edges),
-        layers=layers,
+        layers=tuple(_scaled(lp, ratios) for lp in layers),
         loss_saved_bytes_per_sample=loss_bytes,
     )
