@@ -41,12 +41,12 @@ __all__ = ["Owner", "StageParts", "WeightWork", "input_grads", "layer_outputs", 
 
 @dataclass(frozen=True)
 class Owner:
-    """One call of a parameter owner: its output ``o_i``, its own trainable parameters, and, for an
-    ``nn.Linear``, the module and its input (the direct W); the recorded tensors' versions."""
+    """One call of a parameter owner: its output ``o_i``, its own trainable parameters, for a plain
+    ``nn.Linear`` its input ``a_i`` (its W is computed directly; else None), and the recorded
+    tensors' versions."""
 
     output: torch.Tensor
     params: list[nn.Parameter]
-    linear: nn.Linear | None
     input: torch.Tensor | None
     versions: tuple[int, int]
 
@@ -94,10 +94,7 @@ def _record(owners: list[Owner], module: nn.Module, own: list[nn.Parameter], arg
     if not (isinstance(out, torch.Tensor) and out.requires_grad):
         return
     inp = _direct_input(module, args, out)
-    if inp is not None and isinstance(module, nn.Linear):
-        owners.append(Owner(out, own, module, inp, (out._version, inp._version)))
-    else:
-        owners.append(Owner(out, own, None, None, (out._version, -1)))
+    owners.append(Owner(out, own, inp, (out._version, -1 if inp is None else inp._version)))
 
 
 @contextmanager
@@ -131,7 +128,7 @@ def input_grads(y: torch.Tensor, grad: torch.Tensor | None, x: torch.Tensor,
                 record: StageParts) -> tuple[torch.Tensor | None, WeightWork]:
     """B: the gradient of ``x`` (None when ``x`` takes none) and the work W needs, from one pass that
     keeps the graph. ``y`` is the stage's output (the last stage: its loss), ``grad`` its gradient."""
-    owners = record.owners if record.exact() else [Owner(y, record.params, None, None, (0, 0))]
+    owners = record.owners if record.exact() else [Owner(y, record.params, None, (0, -1))]
     owners = [o for o in owners if o.output.requires_grad and o.params]
     targets = ([x] if x.requires_grad else []) + [o.output for o in owners]
     if not targets or not y.requires_grad:
@@ -149,23 +146,20 @@ def _accumulate(p: nn.Parameter, grad: torch.Tensor) -> None:
         p.grad += grad
 
 
-def _linear_weight_grads(linear: nn.Linear, inp: torch.Tensor, g: torch.Tensor, params: list[nn.Parameter]) -> None:
-    """``dW += gᵀ a`` and ``db += Σ g`` over every leading dimension (``g [.., out]``, ``a [.., in]``)."""
+def _linear_weight_grads(inp: torch.Tensor, g: torch.Tensor, params: list[nn.Parameter]) -> None:
+    """A plain linear's ``dW += gᵀ a`` (its 2-D weight) and ``db += Σ g`` (its 1-D bias) over every
+    leading dimension (``g [.., out]``, ``a [.., in]``)."""
     g2 = g.reshape(-1, g.shape[-1])
     for p in params:
-        if p is linear.weight:
-            _accumulate(p, g2.t() @ inp.reshape(-1, inp.shape[-1]))
-        else:
-            _accumulate(p, g2.sum(0))
+        _accumulate(p, g2.t() @ inp.reshape(-1, inp.shape[-1]) if p.dim() == 2 else g2.sum(0))
 
 
 def weight_grads(work: WeightWork) -> None:
     """W: each owner's weight gradients, accumulated into ``.grad``, latest owner first. The graph is
     kept until the work is dropped (an owner nested in another shares its nodes), then freed."""
-    with torch.no_grad():
-        for o, g in reversed(work):
-            if o.linear is not None and o.input is not None:
-                _linear_weight_grads(o.linear, o.input.detach(), g, o.params)
     for o, g in reversed(work):
-        if o.linear is None:
+        if o.input is None:
             torch.autograd.backward(o.output, g, inputs=o.params, retain_graph=True)
+        else:
+            with torch.no_grad():
+                _linear_weight_grads(o.input.detach(), g, o.params)
