@@ -61,8 +61,8 @@ def test_probe_rejects_bad_arguments() -> None:
 
 @pytest.mark.slow
 def test_probe_two_local_ranks() -> None:
-    probe = probe_link(sizes_bytes=(64, 1 << 16, 1 << 20), repeats=5)
-    assert [n for n, _ in probe.points] == [64, 1 << 16, 1 << 20]
+    probe = probe_link(sizes_bytes=(64, 1 << 16, 1 << 22), repeats=5)
+    assert [n for n, _ in probe.points] == [64, 1 << 16, 1 << 22]
     assert all(t > 0 for _, t in probe.points)
     assert 0 <= probe.link.latency_s < 0.01
     assert probe.link.bandwidth_bytes_per_s > 1e7
@@ -75,7 +75,7 @@ def test_probe_two_local_ranks() -> None:
 def test_probe_contention_on_a_models_own_work() -> None:
     """Rank 0 runs the first half of the model's layers, rank 1 the second half, alone then together."""
     graph = build_model("mlp", n_layers=4, inputs=64, width=64, hidden=128, classes=8)
-    probe = probe_link(sizes_bytes=(64, 1 << 16), repeats=3, model=(graph, 8))
+    probe = probe_link(sizes_bytes=(64, 1 << 20, 1 << 22), repeats=3, model=(graph, 8))
     assert 0.2 < probe.contention_speed < 1.5
 
 
