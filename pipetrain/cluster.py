@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
@@ -105,6 +107,11 @@ MAX_DEVICES = 1 << 16
 """The most devices (ranks) a cluster may have: more is a typo, and would not fit in memory."""
 
 
+def _link(data: Mapping[str, Any]) -> Link:
+    """A link of a cluster file: ``{"latency_s": ..., "bandwidth_bytes_per_s": ...}``."""
+    return Link(float(data["latency_s"]), float(data["bandwidth_bytes_per_s"]))
+
+
 def _check_cluster(cluster: Cluster) -> None:
     """A cluster file's numbers: memory and speeds > 0, node numbers >= 0, finite latencies >= 0 and bandwidths > 0."""
     finite = math.isfinite
@@ -113,7 +120,8 @@ def _check_cluster(cluster: Cluster) -> None:
             raise UserError(f"cluster JSON devices[{i}]: memory_bytes {d.memory_bytes}, speed {d.speed}, node "
                             f"{d.node}: need memory_bytes > 0, a finite speed > 0 and a node in 0..{MAX_DEVICES - 1}; "
                             "re-create it with `pipetrain probe`")
-    for name, link in (("intra_node", cluster.intra_node), ("inter_node", cluster.inter_node)):
+    links = (("intra_node", cluster.intra_node), ("inter_node", cluster.inter_node), ("collective", cluster.collective))
+    for name, link in ((n, k) for n, k in links if k is not None):
         if not (0 <= link.latency_s and finite(link.latency_s) and 0 < link.bandwidth_bytes_per_s
                 and finite(link.bandwidth_bytes_per_s)):
             raise UserError(f"cluster JSON {name}: latency_s {link.latency_s}, bandwidth_bytes_per_s "
@@ -140,6 +148,10 @@ class Cluster:
             of the node's ranks compute at once (``(1.0, 0.86)``: two at once run at 0.86 each).
             Past the last entry the node's throughput stays at its last value. Empty: no
             contention (separate GPUs).
+        collective: the all-reduce between ranks of one node as measured by the probe, as the step
+            of a ring: ``r`` ranks all-reduce ``n`` bytes in ``2 (r - 1) · latency + 2 (r - 1) / r · n /
+            bandwidth``. None: priced from ``intra_node`` (a collective library on a fast link; on
+            CPU gloo an all-reduce costs several times two point-to-point messages).
     """
 
     devices: tuple[Device, ...]
@@ -148,6 +160,7 @@ class Cluster:
     name: str = "cluster"
     action_overhead_s: float = 0.0
     shared_speed: tuple[float, ...] = ()
+    collective: Link | None = None
 
     def concurrency_speed(self, n_busy: int) -> float:
         """Each busy rank's speed factor when ``n_busy`` ranks of one node compute at once."""
@@ -181,13 +194,14 @@ class Cluster:
         link: Link | None = None,
         action_overhead_s: float = 0.0,
         shared_speed: tuple[float, ...] = (),
+        collective: Link | None = None,
     ) -> Cluster:
         """``n_ranks`` identical devices on this machine (the embedded default)."""
         if n_ranks < 1:
             raise UserError(f"a cluster needs at least one rank, got {n_ranks}")
         loopback = link or Link(latency_s=1.5e-4, bandwidth_bytes_per_s=1.5e9)
         devices = tuple(Device(kind, memory_bytes, speed) for _ in range(n_ranks))
-        return cls(devices, loopback, loopback, f"local-{n_ranks}x{kind}", action_overhead_s, shared_speed)
+        return cls(devices, loopback, loopback, f"local-{n_ranks}x{kind}", action_overhead_s, shared_speed, collective)
 
     def with_ranks(self, n_ranks: int) -> Cluster:
         """The same machine with ``n_ranks`` copies of its first device (local clusters)."""
@@ -207,13 +221,12 @@ class Cluster:
             cluster = cls(
                 devices=tuple(Device(str(d["kind"]), int(d["memory_bytes"]), float(d.get("speed", 1.0)),
                                      int(d.get("node", 0))) for d in data["devices"]),
-                intra_node=Link(float(data["intra_node"]["latency_s"]),
-                                float(data["intra_node"]["bandwidth_bytes_per_s"])),
-                inter_node=Link(float(data["inter_node"]["latency_s"]),
-                                float(data["inter_node"]["bandwidth_bytes_per_s"])),
+                intra_node=_link(data["intra_node"]),
+                inter_node=_link(data["inter_node"]),
                 name=str(data.get("name", "cluster")),
                 action_overhead_s=float(data.get("action_overhead_s", 0.0)),
                 shared_speed=tuple(float(x) for x in data.get("shared_speed", ())),
+                collective=_link(data["collective"]) if data.get("collective") is not None else None,
             )
             _check_cluster(cluster)
             return cluster

@@ -5,7 +5,8 @@ device's relative speed, plus a fixed per-action overhead (the runtime's own boo
 micro-batch). Transfers cost ``latency + bytes / bandwidth`` on the link between the two ranks. A replicated stage
 all-reduces its gradients with a ring over its ranks (Patarasuk and Yuan 2009; the data-parallel
 sync of PipeDream, docs/algorithms.md §3.2): ``2 (r - 1)`` steps, each moving ``bytes / r`` over the ring's
-slowest link, so ``2 (r - 1) · latency + 2 (r - 1) / r · bytes / bandwidth``.
+slowest link, so ``2 (r - 1) · latency + 2 (r - 1) / r · bytes / bandwidth``; ranks of one node use the
+probed all-reduce (``Cluster.collective``) as that link where the cluster has one.
 
 For method ``local`` a cost model can also hold the auxiliary heads' profiles
 (:meth:`CostModel.with_heads`, from :func:`~pipetrain.profile.heads.head_profiles`): a stage ending at
@@ -157,11 +158,14 @@ class CostModel:
         return self.cluster.link(src, dst).transfer_s(n_bytes)
 
     def allreduce_s(self, n_bytes: float, ranks: Sequence[int]) -> float:
-        """Seconds for a ring all-reduce of ``n_bytes`` over ``ranks`` (0 for a single rank)."""
+        """Seconds for a ring all-reduce of ``n_bytes`` over ``ranks`` (0 for a single rank); on one node
+        with a probed ``Cluster.collective``, its ring step, else the ring's slowest link's."""
         r = len(ranks)
         if r < 2:
             return 0.0
-        ring = [self.cluster.link(a, b) for a, b in zip(ranks, (*ranks[1:], ranks[0]), strict=True)]
+        one_node = len({self.cluster.devices[k].node for k in ranks}) == 1
+        ring = ([self.cluster.collective] if one_node and self.cluster.collective is not None else
+                [self.cluster.link(a, b) for a, b in zip(ranks, (*ranks[1:], ranks[0]), strict=True)])
         latency = max(link.latency_s for link in ring)
         bandwidth = min(link.bandwidth_bytes_per_s for link in ring)
         return 2 * (r - 1) * latency + 2 * (r - 1) / r * n_bytes / bandwidth

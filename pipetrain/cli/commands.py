@@ -65,6 +65,10 @@ def cmd_probe(args: argparse.Namespace) -> None:
         f"(median of {args.probes} probes{'' if model is None else f', on {model[0].name} work'}); "
         f"{cluster.action_overhead_s * 1e6:.0f} µs per action ({how})"
     )
+    if cluster.collective is not None:
+        two = cluster.collective
+        out.print(f"all-reduce over 2 ranks: {2 * two.latency_s * 1e6:.0f} µs + "
+                  f"{two.bandwidth_bytes_per_s / 1e9:.2f} GB/s (ring step: latency {two.latency_s * 1e6:.0f} µs)")
 
 
 ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)

@@ -19,7 +19,12 @@ group over TCP on 127.0.0.1 and
    and backward of the first half of its layers, rank 1 of the second half, on ``micro`` samples,
    which is what a 2-stage pipeline of it runs), else a generic block (one ``mlp`` zoo block,
    1024 → 4096 → 1024, on 32 samples). Each phase runs three times and the median ratio over
-   rounds and ranks is kept, because shared machines are noisy.
+   rounds and ranks is kept, because shared machines are noisy;
+3. all-reduce a ``float32`` tensor of each size, as the runtime sums a replicated stage's gradients
+   (one flat tensor, copied out after): on CPU gloo an all-reduce costs several times a message
+   (about 0.4 ms for 64 bytes where a message takes 0.08 ms here). The same fit, halved in latency
+   (a ring of two ranks takes two steps), gives ``Cluster.collective``, which prices the
+   all-reduce of replicated stages (``CostModel.allreduce_s``).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ __all__ = [
     "DEFAULT_SIZES_BYTES",
     "LinkProbe",
     "Workload",
+    "fit_collective",
     "fit_error",
     "fit_link",
     "probe_cluster",
@@ -75,6 +81,8 @@ class LinkProbe:
         max_relative_error: the fit's largest ``|predicted - measured| / measured`` over ``points``.
         contention_speed: a rank's compute speed with two ranks busy, relative to one alone.
         backend: the ``torch.distributed`` backend probed.
+        collective: the all-reduce's ring step fitted to ``collective_points`` (:func:`fit_collective`).
+        collective_points: ``(bytes, seconds)`` of an all-reduce over the two ranks per probed size.
     """
 
     link: Link
@@ -82,6 +90,8 @@ class LinkProbe:
     max_relative_error: float
     contention_speed: float
     backend: str
+    collective: Link
+    collective_points: tuple[tuple[int, float], ...]
 
 
 def fit_link(points: Sequence[tuple[int, float]]) -> Link:
@@ -107,6 +117,17 @@ def fit_link(points: Sequence[tuple[int, float]]) -> Link:
     if inverse_bw <= 0:
         raise UserError("link times do not grow with message size; probe larger messages")
     return Link(latency_s=float(latency_s), bandwidth_bytes_per_s=float(1.0 / inverse_bw))
+
+
+def fit_collective(points: Sequence[tuple[int, float]]) -> Link:
+    """The ring step of an all-reduce over two ranks from its ``(bytes, seconds)`` points.
+
+    A ring of ``r`` ranks all-reduces ``n`` bytes in ``2 (r - 1) · latency + 2 (r - 1) / r · n / bandwidth``
+    (``CostModel.allreduce_s``); at ``r = 2`` that is ``2 · latency + n / bandwidth``, so the step's
+    latency is half the fitted intercept and its bandwidth the fitted one.
+    """
+    fitted = fit_link(points)
+    return Link(fitted.latency_s / 2, fitted.bandwidth_bytes_per_s)
 
 
 def fit_error(link: Link, points: Sequence[tuple[int, float]]) -> float:
@@ -139,6 +160,20 @@ def _one_way_s(rank: int, n_bytes: int, repeats: int) -> float:
             reply.wait()
             dist.send(outgoing, peer)
         times.append((time.perf_counter() - start) / 2)
+    return statistics.median(times[_WARMUP:])
+
+
+def _allreduce_s(n_bytes: int, repeats: int) -> float:
+    """Median seconds of an all-reduce of ``n_bytes`` (as ``float32``) over both ranks, copied out
+    after as the runtime copies a stage's gradients back (meaningful on rank 0)."""
+    flat = torch.zeros(max(1, n_bytes // 4))
+    times = []
+    for _ in range(_WARMUP + repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(flat)
+        flat.clone()
+        times.append(time.perf_counter() - start)
     return statistics.median(times[_WARMUP:])
 
 
@@ -192,9 +227,10 @@ def _rank_main(
     )
     try:
         points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]
+        collective = [(n, _allreduce_s(n, repeats)) for n in sizes]
         speed = _contention_speed(rank, model)
         if rank == 0:
-            write_atomic(out, json.dumps({"points": points, "contention_speed": speed}))
+            write_atomic(out, json.dumps({"points": points, "collective": collective, "contention_speed": speed}))
     finally:
         dist.destroy_process_group()
 
@@ -241,6 +277,7 @@ def probe_link(
         _spawn(_rank_main, args=args, nprocs=2, join=True)
         result = json.loads(out.read_text())
     points = tuple((int(n), float(t)) for n, t in result["points"])
+    collective = tuple((int(n), float(t)) for n, t in result["collective"])
     link = fit_link(points)
     return LinkProbe(
         link=link,
@@ -248,6 +285,8 @@ def probe_link(
         max_relative_error=fit_error(link, points),
         contention_speed=float(result["contention_speed"]),
         backend=backend,
+        collective=fit_collective(collective),
+        collective_points=collective,
     )
 
 
@@ -270,4 +309,7 @@ def probe_cluster(
     link = Link(statistics.median(r.link.latency_s for r in results),
                 statistics.median(r.link.bandwidth_bytes_per_s for r in results))
     speed = min(1.0, statistics.median(r.contention_speed for r in results))
-    return Cluster.local(n_ranks, link=link, shared_speed=(1.0, speed), action_overhead_s=action_overhead_s)
+    collective = Link(statistics.median(r.collective.latency_s for r in results),
+                      statistics.median(r.collective.bandwidth_bytes_per_s for r in results))
+    return Cluster.local(n_ranks, link=link, shared_speed=(1.0, speed), action_overhead_s=action_overhead_s,
+                         collective=collective)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from pipetrain.cluster import Cluster, Device, Link
@@ -51,6 +54,13 @@ def test_missing_device_profile_and_rank() -> None:
 def test_cluster_json_round_trip_and_errors() -> None:
     cluster = Cluster.local(3, speed=0.86, link=Link(2e-4, 1e9), action_overhead_s=1e-4)
     assert Cluster.from_json(cluster.to_json()) == cluster
+    probed = replace(cluster, collective=Link(3e-4, 2e9))
+    assert Cluster.from_json(probed.to_json()) == probed
+    old_file = json.loads(cluster.to_json())
+    del old_file["collective"]  # written before the probe measured all-reduces
+    assert Cluster.from_json(json.dumps(old_file)).collective is None
+    with pytest.raises(UserError, match="collective"):
+        Cluster.from_json(replace(cluster, collective=Link(-1.0, 2e9)).to_json())
     assert cluster.with_ranks(2).n_devices == 2
     with pytest.raises(UserError, match="malformed cluster JSON"):
         Cluster.from_json('{"devices": []')

@@ -7,7 +7,7 @@ import pytest
 from pipetrain.cluster import Link
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
-from pipetrain.profile.link import DEFAULT_SIZES_BYTES, fit_error, fit_link, probe_link
+from pipetrain.profile.link import DEFAULT_SIZES_BYTES, fit_collective, fit_error, fit_link, probe_link
 
 
 def synthetic(link: Link) -> list[tuple[int, float]]:
@@ -69,6 +69,18 @@ def test_probe_two_local_ranks() -> None:
     assert probe.max_relative_error == pytest.approx(fit_error(probe.link, probe.points))
     assert 0.2 < probe.contention_speed < 1.5
     assert probe.backend == "gloo"
+    assert [n for n, _ in probe.collective_points] == [64, 1 << 16, 1 << 22]
+    assert 0 < probe.collective.latency_s < 0.01
+    assert probe.collective.bandwidth_bytes_per_s > 1e7
+
+
+def test_a_two_rank_all_reduce_is_two_ring_steps() -> None:
+    """``2 · latency + n / bandwidth`` at r = 2: the step's latency is half the intercept."""
+    step = Link(latency_s=2e-4, bandwidth_bytes_per_s=1.5e9)
+    points = [(n, 2 * step.latency_s + n / step.bandwidth_bytes_per_s) for n in DEFAULT_SIZES_BYTES]
+    fitted = fit_collective(points)
+    assert fitted.latency_s == pytest.approx(step.latency_s, rel=1e-9)
+    assert fitted.bandwidth_bytes_per_s == pytest.approx(step.bandwidth_bytes_per_s, rel=1e-9)
 
 
 @pytest.mark.slow

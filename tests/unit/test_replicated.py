@@ -111,6 +111,16 @@ def test_allreduce_uses_the_slowest_link_of_the_ring() -> None:
     assert cost.allreduce_s(1e9, (2,)) == 0.0
 
 
+def test_a_probed_collective_prices_the_all_reduce_of_ranks_on_one_node() -> None:
+    """The probe's all-reduce (``Cluster.collective``) replaces the link's on one node, not across nodes."""
+    link, collective = Link(1e-6, 1e11), Link(2e-4, 1e9)
+    devices = tuple(Device("cpu", 1 << 34, 1.0, node) for node in (0, 0, 0, 1))
+    cost = CostModel(flat_profile(1, 1.0, 1.0), Cluster(devices, link, link, collective=collective))
+    assert cost.allreduce_s(1e6, (0, 1)) == pytest.approx(2 * 2e-4 + 1e6 / 1e9)
+    assert cost.allreduce_s(1e6, (0, 1, 2)) == pytest.approx(4 * 2e-4 + 4 / 3 * 1e6 / 1e9)
+    assert cost.allreduce_s(1e6, (2, 3)) == pytest.approx(2e-6 + 1e6 / 1e11)  # two nodes: the links'
+
+
 @pytest.mark.parametrize(
     ("plan", "message"),
     [
