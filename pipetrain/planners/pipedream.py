@@ -74,17 +74,20 @@ class PipeDreamReport:
 
 def topology(cluster: Cluster) -> list[Level]:
     """The cluster as PipeDream's levels, bottom-up: devices in a server over the intra-node link,
-    servers over the inter-node link. Devices must be numbered server by server with the same count
+    servers over the inter-node link (a probed ``Cluster.collective`` prices the gradient sync inside a
+    server). Devices must be numbered server by server with the same count
     in each; otherwise one flat level over the (slower) inter-node link, a conservative view."""
     nodes = [d.node for d in cluster.devices]
     per_node = Counter(nodes)
     sizes = set(per_node.values())
     contiguous = nodes == sorted(nodes)
     intra, inter = cluster.intra_node, cluster.inter_node
+    sync = None if cluster.collective is None else (cluster.collective.latency_s,
+                                                    cluster.collective.bandwidth_bytes_per_s)
     if len(per_node) == 1:
-        return [Level(cluster.n_devices, intra.bandwidth_bytes_per_s, intra.latency_s)]
+        return [Level(cluster.n_devices, intra.bandwidth_bytes_per_s, intra.latency_s, sync)]
     if len(sizes) == 1 and contiguous:
-        return [Level(sizes.pop(), intra.bandwidth_bytes_per_s, intra.latency_s),
+        return [Level(sizes.pop(), intra.bandwidth_bytes_per_s, intra.latency_s, sync),
                 Level(len(per_node), inter.bandwidth_bytes_per_s, inter.latency_s)]
     return [Level(cluster.n_devices, inter.bandwidth_bytes_per_s, inter.latency_s)]
 

@@ -146,3 +146,19 @@ def test_auto_considers_async_methods_only_when_allowed(allow: bool) -> None:
 def test_cli_allow_async_is_for_auto(capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["plan", "--model", "gpt-tiny", "--planner", "balanced", "--allow-async", "--estimate", "v100"])
     assert code == 2 and "--allow-async" in capsys.readouterr().err
+
+
+def test_a_probed_all_reduce_prices_the_dp_sync_inside_a_server() -> None:
+    """Layers of 1 s and 3 s per item with 10 MB of weights: on a fast link replicating the whole model
+    wins (2 s per item); when the probe measured the all-reduce 10⁴× slower than the link
+    (``Cluster.collective``), the pipeline does (3 s per item)."""
+    from pipetrain.planners.partition.pipedream import Level, pipedream_partition
+
+    fast = Level(2, 1e10, 1e-6)
+    slow_sync = Level(2, 1e10, 1e-6, sync=(1e-4, 1e6))
+    args = ([1.0, 3.0], [1e3, 1e3], [1e7, 1e7])
+    assert pipedream_partition(*args, [fast]).config == "2"
+    assert pipedream_partition(*args, [slow_sync]).config == "1-1"
+    cluster = Cluster.local(2, link=Link(1e-6, 1e10), collective=Link(1e-4, 1e6))
+    assert topology(cluster) == [slow_sync]
+    assert topology(Cluster.local(2, link=Link(1e-6, 1e10))) == [fast]

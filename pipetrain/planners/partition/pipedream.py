@@ -140,8 +140,8 @@ class _Costs:
         # the code lets each of a component's n_in devices sync its share on its own link; pipetrain's
         # runtime (and simulator) runs one flat ring over the slowest link, so synchronous plans use n_in = 1
         n_in = 1 if self.synchronous else self.inner_devices
-        allreduce_s = 2 * (r - 1) / r * params / (self.link.bandwidth_bytes_per_s * n_in)
-        sync_s = self.sync_scale * (allreduce_s + 2 * (r - 1) * self.link.latency_s)
+        allreduce_s = 2 * (r - 1) / r * params / (self.link.sync_bandwidth_bytes_per_s * n_in)
+        sync_s = self.sync_scale * (allreduce_s + 2 * (r - 1) * self.link.sync_latency_s)
         # asynchronous: each replica syncs per item it runs (1/r of them); synchronous: once per iteration
         per_item_sync_s = sync_s if self.synchronous else sync_s / r
         time_s = (self.compute_s[None, :, i, i + 1 :] / r + per_item_sync_s).reshape(-1, params.size)

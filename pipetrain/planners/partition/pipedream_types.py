@@ -24,11 +24,23 @@ class Level:
         machines: components of the level below in one component of this level (``m_k``).
         bandwidth_bytes_per_s: link bandwidth between those components (``B_k``).
         latency_s: per-message latency on that link.
+        sync: the all-reduce's ring step on this level where it was measured apart from the link
+            (``Cluster.collective``: on CPU gloo an all-reduce costs several times two messages);
+            None: the link's bandwidth and latency.
     """
 
     machines: int
     bandwidth_bytes_per_s: float
     latency_s: float = 0.0
+    sync: tuple[float, float] | None = None  # (latency_s, bandwidth_bytes_per_s) of one ring step
+
+    @property
+    def sync_latency_s(self) -> float:
+        return self.latency_s if self.sync is None else self.sync[0]
+
+    @property
+    def sync_bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s if self.sync is None else self.sync[1]
 
     def __post_init__(self) -> None:
         if self.machines < 1:
