@@ -428,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> None:
               for m in args.models]
     meta: dict[str, object] = {"torch": torch.__version__, "python": platform.python_version(),
                                "cpu_count": torch.multiprocessing.cpu_count(), "repeats": args.repeats,
-                               "quick": args.quick, "micro": args.micro, "probe": probe,
+                               "quick": args.quick, "micro": args.micro, "probe": probe, "warmup_steps": WARMUP_STEPS,
                                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "git_head": _git_head(),
                                "pipetrain": f"working-tree snapshot at start, imported from {pipetrain.__file__}"}
     write_atomic(args.out / "cluster.json", cluster.to_json())

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from core_noise import identical_programs_line, quiet_error_line
 from core_torch_report import micro_of, torch_schedule_lines
 
 from pipetrain.fileio import write_atomic
@@ -148,6 +149,8 @@ def write_report(bench: Bench) -> str:
         if per_run:
             lines.append(f"Per individual run ({len(per_run)} runs): median |error| "
                          f"{statistics.median(per_run):.1%}, worst {max(per_run):.1%}.")
+        lines.append(quiet_error_line(bench.runs, int(str(bench.meta.get("warmup_steps", 2)))))
+    lines += ["", *(identical_programs_line(bench.runs, setup.name) for setup in bench.setups)]
     lines += ["", *(ranking_line(setup.name, bench.runs) for setup in bench.setups)]
     gantts = [f"![{s.name}](gantt_{s.name}.png)" for s in bench.setups if s.name in bench.planned_timelines]
     lines += ["", *gantts, ""]
