@@ -22,12 +22,13 @@ from pipetrain.cli.common import (
     out,
     save_text,
 )
+from pipetrain.cli.options import ASYNC_METHODS, SYNC_RERUN_METHODS
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import check_aux, default_aux
-from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, LOOPING_METHODS, Method, Plan
+from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, LOOPING_METHODS, Method, Plan
 from pipetrain.planners import PlannerSpec
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
@@ -70,10 +71,6 @@ def cmd_probe(args: argparse.Namespace) -> None:
         out.print(f"all-reduce over 2 ranks: {2 * two.latency_s * 1e6:.0f} µs + "
                   f"{two.bandwidth_bytes_per_s / 1e9:.2f} GB/s (ring step: latency {two.latency_s * 1e6:.0f} µs)")
 
-
-ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
-SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ONE_F_ONE_B.value, Method.INTERLEAVED.value,
-                      Method.INTERLEAVED_ZB.value)
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",

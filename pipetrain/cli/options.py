@@ -158,7 +158,8 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                                                          Method.UEDP.value, Method.LOCAL.value, Method.GRAPH.value,
                                                          Method.INTERLEAVED.value, Method.INTERLEAVED_ZB.value,
                                                          *ASYNC_METHODS],
-                   help="auto: the fastest of gpipe, 1f1b and zb1 (zero-bubble ZB-H1); uedp: UMPIPE's unequal "
+                   help="auto: the fastest of gpipe, 1f1b, zb1 and zb2 (zero-bubble ZB-H1, ZB-H2); uedp: UMPIPE's "
+                        "unequal "
                         "micro-batches per stage on the best equal plan's stages; local: PPLL's local learning, stages "
                         "balanced with their auxiliary heads' time; graph: GraphPipe's DAG of stages for a "
                         "model that branches (the graphpipe planner); interleaved: v model chunks per rank "
@@ -203,7 +204,7 @@ def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) 
 
 
 ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
-SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ONE_F_ONE_B.value, Method.INTERLEAVED.value,
+SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ZB2.value, Method.ONE_F_ONE_B.value, Method.INTERLEAVED.value,
                       Method.INTERLEAVED_ZB.value)
 """Synchronous methods ``simulate`` and ``train`` can run a plan's stages by (same sizes, another order;
 the looping ones need a plan whose stage ``s`` is on rank ``s mod R``)."""
@@ -234,7 +235,8 @@ def _async_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=[*ASYNC_METHODS, Method.LOCAL.value, *SYNC_RERUN_METHODS],
                    help="run the plan's stages by another method: pipedream (weight stashing) or 2bw (two "
                         "versions), asynchronously; local: PPLL's local learning; zb1: zero-bubble ZB-H1 "
-                        "(backward split into B and W); 1f1b; interleaved, interleaved-zb: an interleaved "
+                        "(backward split into B and W); zb2: ZB-H2 (the same, twice the micro-batches in "
+                        "flight); 1f1b; interleaved, interleaved-zb: an interleaved "
                         "plan's chunks with the backward fused or split (default: the plan's own method)")
     _local_args(p)
     _vertical_sync_arg(p)

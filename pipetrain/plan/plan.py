@@ -61,13 +61,14 @@ class Method(str, Enum):
     LOCAL = "local"
     INTERLEAVED = "interleaved"
     ZB1 = "zb1"  # ZB-H1 (Qi et al. 2024): backward split into B (input gradients) and W (weight gradients)
+    ZB2 = "zb2"  # ZB-H2 (the same paper): zb1's split backward with twice the in-flight micro-batches
     INTERLEAVED_ZB = "interleaved-zb"  # interleaved 1F1B with zb1's split backward (pipetrain's own combination)
 
 
 LOOPING_METHODS = (Method.INTERLEAVED, Method.INTERLEAVED_ZB)
 """Methods whose ranks each run ``v`` stages, stage ``s`` on rank ``s mod R`` (looping placement)."""
 
-SPLIT_METHODS = (Method.ZB1, Method.INTERLEAVED_ZB)
+SPLIT_METHODS = (Method.ZB1, Method.ZB2, Method.INTERLEAVED_ZB)
 """Methods that split every backward into B (input gradients) and W (weight gradients)."""
 
 
@@ -335,7 +336,7 @@ class Plan:
                     f"stage {k}: {label} micro-batch sizes {list(sizes)} sum to {sum(sizes)} but the "
                     f"batch has {self.batch_size} samples; make them sum to {self.batch_size}"
                 )
-        one_partition = (Method.ONE_F_ONE_B, Method.GRAPH, Method.ZB1)
+        one_partition = (Method.ONE_F_ONE_B, Method.GRAPH, Method.ZB1, Method.ZB2)
         if self.method in one_partition and stage.backward_sizes != stage.forward_sizes:
             raise UserError(
                 f"stage {k}: method {self.method.value} needs the same micro-batch sizes for forward and backward "

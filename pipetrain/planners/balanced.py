@@ -27,7 +27,7 @@ __all__ = ["BALANCED_METHODS", "balanced_candidates", "build_balanced_plan", "pl
 
 log = logging.getLogger(__name__)
 
-BALANCED_METHODS = (Method.GPIPE, Method.ONE_F_ONE_B, Method.ZB1)
+BALANCED_METHODS = (Method.GPIPE, Method.ONE_F_ONE_B, Method.ZB1, Method.ZB2)
 """The schedules the balanced planner searches."""
 
 

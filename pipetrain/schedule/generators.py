@@ -81,7 +81,13 @@ from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import local_queue, validate
 from pipetrain.schedule.versions import check_chunks, validate_versions
-from pipetrain.schedule.zero_bubble import strict_memory_sequences, zb1_sequences
+from pipetrain.schedule.zero_bubble import (
+    ZbKind,
+    strict_memory_sequences,
+    zb1_sequences,
+    zb2_in_flight,
+    zb2_sequences,
+)
 
 __all__ = [
     "DEFAULT_ASYNC_BATCHES",
@@ -95,6 +101,7 @@ __all__ = [
     "one_f_one_b_orders",
     "one_f_one_b_sequences",
     "zb1_orders",
+    "zb2_orders",
 ]
 
 # The plan's stages -> each stage's compute actions (F, B, STEP), in stage order.
@@ -228,13 +235,32 @@ def zb1_orders(stages: Sequence[StagePlan], strict_memory: bool = False) -> list
     Raises:
         UserError: a stage whose forward and backward sizes differ, or a replicated stage.
     """
-    if any(len(s.ranks) > 1 for s in stages):
-        raise UserError("method zb1 cannot run replicated stages yet; give every stage one rank or use method 1f1b")
     sequences = one_f_one_b_sequences([s.forward_sizes for s in stages])
+    return _split_orders(stages, sequences, strict_memory_sequences if strict_memory else zb1_sequences)
+
+
+def zb2_orders(stages: Sequence[StagePlan]) -> list[list[Action]]:
+    """ZB-H2 orders (Qi et al. 2024 §2.2, :mod:`pipetrain.schedule.zero_bubble`): 1F1B with ``2 (K − k) − 1``
+    warm-up forwards on stage ``k``, the backward split into B and W, at most ``2K − 1`` micro-batches
+    held from F to W.
+
+    Raises:
+        UserError: a stage whose forward and backward sizes differ, or a replicated stage.
+    """
+    sequences = one_f_one_b_sequences([s.forward_sizes for s in stages], zb2_in_flight(len(stages)))
+    return _split_orders(stages, sequences, zb2_sequences)
+
+
+def _split_orders(stages: Sequence[StagePlan], sequences: Sequence[Sequence[tuple[bool, int]]],
+                  place: Callable[[Sequence[Sequence[tuple[bool, int]]]], list[list[tuple[ZbKind, int]]]],
+                  ) -> list[list[Action]]:
+    """The stages' F/B ``sequences`` with W placed by ``place``, as actions, each program ending in its STEP."""
+    if any(len(s.ranks) > 1 for s in stages):
+        raise UserError("the zero-bubble methods cannot run replicated stages yet; give every stage one rank "
+                        "or use method 1f1b")
     _ordered(stages, sequences)  # checks forward = backward sizes
     orders = []
-    placed = strict_memory_sequences(sequences) if strict_memory else zb1_sequences(sequences)
-    for k, (stage, sequence) in enumerate(zip(stages, placed, strict=True)):
+    for k, (stage, sequence) in enumerate(zip(stages, place(sequences), strict=True)):
         spans = ranges(stage.forward_sizes)
         actions = [Action(ActionKind(kind), k, j, *spans[j]) for kind, j in sequence]
         orders.append([*actions, Action(ActionKind.STEP, k)])
@@ -245,6 +271,7 @@ GENERATORS: dict[Method, Generator] = {
     Method.GPIPE: gpipe_orders,
     Method.ONE_F_ONE_B: one_f_one_b_orders,
     Method.ZB1: zb1_orders,
+    Method.ZB2: zb2_orders,
     Method.UEDP: gpipe_orders,
     Method.LOCAL: local_orders,
 }

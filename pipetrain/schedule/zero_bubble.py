@@ -25,6 +25,22 @@ second rule may add forwards a successor needs); before such a forward, pending 
 while the stage already holds ``K`` micro-batches, so the count bound holds there too. W actions
 depend on nothing but their own B, so inserting them never creates a deadlock.
 
+ZB-H2 (the paper's §2.2, method ``zb2``): stage ``k`` warms up with ``2 (K − k) − 1`` forwards, the
+forwards that fit before its first B can arrive when F, B and W take one unit each (the first B reaches
+stage ``k`` at ``2K − 1 − k``, its first F at ``k``), holds at most ``2K − 1`` micro-batches from F to
+W (twice 1F1B's peak, less one) and defers W without a count bound, running one after each B in the
+cool-down. The paper's ZB-H2 reaches zero bubble because its optimizer post-validation lets the next
+iteration start while the last stages finish. With pipetrain's synchronous STEP no order beats
+``T* = m (T_F + T_B + T_W) + (K − 1) · T_F`` (the last stage cannot start before ``K − 1`` forwards and
+then has all of its own work to do). In the simulator at constant costs (tests/unit/test_zero_bubble_h2.py)
+ZB-H2 is never slower than ZB-H1, reaches ``T*`` when ``T_B ≤ T_W`` for ``m ≥ 2K``, and otherwise
+removes part of ZB-H1's excess over ``T*`` (``(K − 1)(T_B − T_W)`` when ``T_F ≥ T_B ≥ T_W``):
+with ``T_F = T_B = T_W`` both reach ``T*`` and ZB-H2's extra memory buys nothing; its gain is where B
+costs more than W (e.g. ``T_F = 1, T_B = 1.5, T_W = 0.5``, ``K = 4``: half of ZB-H1's excess). ``K = 2``, ``m = 4``::
+
+    stage 0:  F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3 STEP
+    stage 1:  F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3 STEP
+
 Data: per stage a list of ``(kind, j)`` with kind ``"F"``, ``"B"`` or ``"W"`` and ``j`` the
 micro-batch index in the stage's own partition; every ``j`` appears once per kind.
 """
@@ -35,7 +51,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Literal, TypeVar
 
-__all__ = ["ZbKind", "place_weight_grads", "strict_memory_sequences", "zb1_sequences"]
+__all__ = ["ZbKind", "place_weight_grads", "strict_memory_sequences", "zb1_sequences", "zb2_in_flight",
+           "zb2_sequences"]
 
 ZbKind = Literal["F", "B", "W"]
 Item = TypeVar("Item")  # what an action runs on: a micro-batch index, or (chunk, micro-batch) (interleaved-zb)
@@ -58,6 +75,19 @@ def zb1_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]], deferred: Seq
     delays = list(deferred) if deferred is not None else list(range(n))
     limits = list(bounds) if bounds is not None else [n] * n
     return [place_weight_grads(order, delays[k], limits[k], cooldown) for k, order in enumerate(fb_orders)]
+
+
+def zb2_in_flight(n_stages: int) -> list[int]:
+    """ZB-H2's warm-up: per stage ``k``, the ``2 (K − k) − 1`` micro-batches it forwards before its first
+    B (the ``in_flight`` bound of :func:`~pipetrain.schedule.generators.one_f_one_b_sequences`)."""
+    return [2 * (n_stages - k) - 1 for k in range(n_stages)]
+
+
+def zb2_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]]) -> list[list[tuple[ZbKind, int]]]:
+    """Per stage, the ZB-H2 order (module docstring) from its F/B order with :func:`zb2_in_flight`'s
+    warm-up: at most ``2K − 1`` micro-batches held from F to W, W deferred without a count bound."""
+    n = len(fb_orders)
+    return zb1_sequences(fb_orders, [len(order) for order in fb_orders], [2 * n - 1] * n)
 
 
 def strict_memory_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]]) -> list[list[tuple[ZbKind, int]]]:

@@ -1,4 +1,4 @@
-"""Method zb1 (ZB-H1, Qi et al. 2024): a split backward (B, then W) trains exactly like one process.
+"""Methods zb1 and zb2 (ZB-H1, ZB-H2; Qi et al. 2024): a split backward (B, then W) trains exactly like one process.
 
 All configurations run in one launch (``train_many``) and each is checked against
 :func:`reference_train` after 3 steps: every rank's parameters within 1e-5, on 2 and 4 stages, with
@@ -35,6 +35,8 @@ CASES = {
     "zb1-2stages-adam": (chain_plan(GRAPH, 2, BATCH, 5, Method.ZB1), ADAM),
     "zb1-unequal-2stages": (uneven_plan(GRAPH, [(1, 4, 4, 5), (6, 1, 7)], method=Method.ZB1), SGD),
     "zb1-unequal-4stages": (uneven_plan(GRAPH, [(2,) * 7, (7, 7), (1, 1, 3, 3, 6), (5, 9)], method=Method.ZB1), SGD),
+    "zb2-4stages-8micro": (chain_plan(GRAPH, 4, BATCH, 8, Method.ZB2), SGD),
+    "zb2-gpt-3stages-unequal": (uneven_plan(GPT, [(1, 2, 3), (3, 3), (2, 4)], method=Method.ZB2), SGD),
 }
 
 
@@ -49,7 +51,7 @@ def results() -> dict[str, TrainResult]:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_zb1_parameters_equal_reference(results: dict[str, TrainResult], name: str) -> None:
+def test_zero_bubble_parameters_equal_reference(results: dict[str, TrainResult], name: str) -> None:
     plan, config = CASES[name]
     assert any(a.kind is ActionKind.W for _, program in build_schedule(plan) for a in program)
     reference = reference_train(_graph(name), plan.batch_size, config)
