@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_zb.py --out benchmarks/results/zb
     .venv/bin/python benchmarks/bench_zb.py --quick --out /tmp/zb        # smoke run
 
-**Simulated** (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR 2024, §2.1, ZB-H1): gpt1-14
+**Simulated** (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR 2024, §2.1, ZB-H1, and §2.2,
+ZB-H2, method zb2, which holds up to twice the micro-batches): gpt1-14
 (zoo) with an *estimated* V100 profile (:mod:`pipetrain.profile.estimate`, whose backward is split
 per kernel into input and weight gradients) on 4 and 8 V100s in servers of 4 (NVLink 150 GB/s, 5 µs
 inside a server; 25 Gbit/s Ethernet, 20 µs between servers, as benchmarks/bench_partition_sim.py),
@@ -99,8 +100,8 @@ def simulated(batch: int, devices: tuple[int, ...], counts: tuple[int, ...]) -> 
     for d in devices:
         cost = CostModel(profile, cluster_of(d))
         for m in counts:
-            for label in (*(m.value for m in METHODS), STRICT):
-                method = Method.ONE_F_ONE_B if label == "1f1b" else Method.ZB1
+            for label in (*(m.value for m in METHODS), Method.ZB2.value, STRICT):
+                method = Method.ZB1 if label == STRICT else Method(label)
                 plan = build_balanced_plan(ModelRef.of(graph), cost, method=method, n_stages=d, batch_size=batch,
                                            n_micro=m)
                 schedule = strict_schedule(plan) if label == STRICT else build_schedule(plan)
@@ -150,14 +151,14 @@ def paper_gain(p: int, m: int) -> float:
 
 def _sim_table(rows: list[SimRow]) -> list[str]:
     lines = ["| V100s | m | 1f1b ms | zb1 ms | zb1 speed-up | paper's model (T_F=T_B=T_W) | 1f1b bubble | zb1 bubble "
-             "| peak act. GiB 1f1b / zb1 | zb1-strict speed-up, peak GiB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| peak act. GiB 1f1b / zb1 | zb1-strict speed-up, peak GiB | zb2 (ZB-H2) speed-up, peak GiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     by = {(r.devices, r.n_micro, r.method): r for r in rows}
     for d, m in sorted({(r.devices, r.n_micro) for r in rows}):
         one, zb = by[(d, m, "1f1b")], by[(d, m, "zb1")]
-        strict = by.get((d, m, STRICT))
-        tail = "–" if strict is None else \
-            f"{one.iteration_s / strict.iteration_s:.3f}×, {strict.peak_activation_bytes / 2**30:.2f}"
+        variants = (by.get((d, m, STRICT)), by.get((d, m, "zb2")))
+        tail = " | ".join("–" if v is None else f"{one.iteration_s / v.iteration_s:.3f}×, "
+                          f"{v.peak_activation_bytes / 2**30:.2f}" for v in variants)
         lines.append(f"| {d} | {m} | {one.iteration_s * 1e3:.2f} | {zb.iteration_s * 1e3:.2f} | "
                      f"{one.iteration_s / zb.iteration_s:.3f}× | {paper_gain(d, m):.3f}× | {one.bubble_fraction:.1%} | "
                      f"{zb.bubble_fraction:.1%} | "
