@@ -55,7 +55,7 @@ from torch_schedules import SCHEDULES as TORCH_SCHEDULES
 
 import pipetrain
 from pipetrain import api
-from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
@@ -140,19 +140,21 @@ def configs(micro: Sequence[int]) -> list[Config]:
 # ---- setup ------------------------------------------------------------------------------------
 
 
-def probe_cluster(overhead_s: float | None, n_probes: int, model: Workload | None = None
+def probe_cluster(overhead_s: float | None, n_probes: int, model: Workload | None = None, link: Link | None = None
                   ) -> tuple[Cluster, dict[str, object]]:
     """This machine as a 2-rank cluster (:func:`pipetrain.runtime.overhead_probe.probe_local_cluster`;
-    ``overhead_s`` None: the per-action overhead measured too; ``model``: contention on its work)."""
+    ``overhead_s`` None: the per-action overhead measured too; ``model``: contention on its work;
+    ``link``: an earlier probe's link, kept: only the contention is measured)."""
     from pipetrain.runtime.overhead_probe import probe_local_cluster
 
-    cluster = probe_local_cluster(2, probes=n_probes, action_overhead_s=overhead_s, model=model)
+    cluster = probe_local_cluster(2, probes=n_probes, action_overhead_s=overhead_s, model=model, link=link)
     info: dict[str, object] = {
         "latency_s": cluster.intra_node.latency_s,
         "bandwidth_bytes_per_s": cluster.intra_node.bandwidth_bytes_per_s,
         "shared_speed": list(cluster.shared_speed),
         "action_overhead_s": cluster.action_overhead_s,
         "overhead_measured": overhead_s is None,
+        "link_measured": link is None,
         "probes": n_probes,
     }
     return cluster, info
@@ -420,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     clusters, contention = {}, {}
     for m in args.models:  # the contention of each model's own work (two halves at a quarter of its batch)
         clusters[m], info = probe_cluster(cluster.action_overhead_s, args.probes,
-                                          (build_model(m), max(1, batches.get(m, 64) // 4)))
+                                          (build_model(m), max(1, batches.get(m, 64) // 4)), cluster.intra_node)
         contention[m] = info["shared_speed"]
         print(f"[{m}] contention probe: {info}", flush=True)
     probe["model_shared_speed"] = contention

@@ -20,6 +20,9 @@ group over TCP on 127.0.0.1 and
    which is what a 2-stage pipeline of it runs), else a generic block (one ``mlp`` zoo block,
    1024 → 4096 → 1024, on 32 samples). Each phase runs three times and the median ratio over
    rounds and ranks is kept, because shared machines are noisy.
+
+Given the link of an earlier probe (``link=``), step 1 is skipped and only the contention is
+measured: how a benchmark probes each model's contention without re-measuring the same link.
 """
 
 from __future__ import annotations
@@ -71,8 +74,10 @@ class LinkProbe:
 
     Attributes:
         link: the fitted link.
-        points: ``(bytes, one-way seconds)`` per probed size, the median of the repeats.
-        max_relative_error: the fit's largest ``|predicted - measured| / measured`` over ``points``.
+        points: ``(bytes, one-way seconds)`` per probed size, the median of the repeats (empty when
+            the link was given, not measured).
+        max_relative_error: the fit's largest ``|predicted - measured| / measured`` over ``points``
+            (0 when the link was given).
         contention_speed: a rank's compute speed with two ranks busy, relative to one alone.
         backend: the ``torch.distributed`` backend probed.
     """
@@ -191,7 +196,7 @@ def _rank_main(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
     )
     try:
-        points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]
+        points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]  # no sizes: the link was given
         speed = _contention_speed(rank, model)
         if rank == 0:
             write_atomic(out, json.dumps({"points": points, "contention_speed": speed}))
@@ -208,7 +213,7 @@ def _free_port() -> int:
 
 def probe_link(
     sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, repeats: int = 20, backend: str = "gloo",
-    model: Workload | None = None,
+    model: Workload | None = None, link: Link | None = None,
 ) -> LinkProbe:
     """Measure the link between two local ranks and their compute contention.
 
@@ -218,6 +223,8 @@ def probe_link(
         backend: ``torch.distributed`` backend (``"gloo"`` on CPU).
         model: ``(graph, micro)``: measure the contention of this model's two halves on ``micro``
             samples (what a 2-stage pipeline of it runs) instead of the generic block.
+        link: the link of an earlier probe: do not ping-pong, only measure the contention (then
+            ``sizes_bytes`` and ``repeats`` are unused).
 
     Returns:
         The fitted link, the raw points, the fit's error and the contention speed.
@@ -230,22 +237,22 @@ def probe_link(
         raise UserError(f"the contention probe splits the model in two halves of its layers on micro-batches of "
                         f"1 or more samples; {model[0].name!r} has {len(model[0])} layers and the micro-batch "
                         f"{model[1]}: probe without the model")
-    if len(sizes) < 2 or sizes[0] < 1 or repeats < 1:
+    if link is None and (len(sizes) < 2 or sizes[0] < 1 or repeats < 1):
         raise UserError(
             f"probe_link needs two or more positive sizes and repeats >= 1, "
             f"got sizes {list(sizes_bytes)} and repeats {repeats}"
         )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "probe.json"
-        args = (_free_port(), sizes, repeats, backend, str(out), model)
+        args = (_free_port(), sizes if link is None else (), repeats, backend, str(out), model)
         _spawn(_rank_main, args=args, nprocs=2, join=True)
         result = json.loads(out.read_text())
     points = tuple((int(n), float(t)) for n, t in result["points"])
-    link = fit_link(points)
+    fitted = fit_link(points) if link is None else link
     return LinkProbe(
-        link=link,
+        link=fitted,
         points=points,
-        max_relative_error=fit_error(link, points),
+        max_relative_error=fit_error(fitted, points) if points else 0.0,
         contention_speed=float(result["contention_speed"]),
         backend=backend,
     )
@@ -253,7 +260,7 @@ def probe_link(
 
 def probe_cluster(
     n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float = CPU_ACTION_OVERHEAD_S,
-    model: Workload | None = None,
+    model: Workload | None = None, link: Link | None = None,
 ) -> Cluster:
     """This machine as a cluster of ``n_ranks`` CPU ranks, from the median of ``probes`` probes.
 
@@ -265,9 +272,12 @@ def probe_cluster(
         probes: probes to take the median of (about 3 s each).
         action_overhead_s: the runtime's fixed seconds per F or B action.
         model: ``(graph, micro)`` to measure contention on that model's work (:func:`probe_link`).
+        link: the link of an earlier probe (e.g. ``cluster.intra_node``): kept as it is, only the
+            contention is measured.
     """
-    results = [probe_link(model=model) for _ in range(max(1, probes))]
-    link = Link(statistics.median(r.link.latency_s for r in results),
-                statistics.median(r.link.bandwidth_bytes_per_s for r in results))
+    results = [probe_link(model=model, link=link) for _ in range(max(1, probes))]
+    if link is None:
+        link = Link(statistics.median(r.link.latency_s for r in results),
+                    statistics.median(r.link.bandwidth_bytes_per_s for r in results))
     speed = min(1.0, statistics.median(r.contention_speed for r in results))
     return Cluster.local(n_ranks, link=link, shared_speed=(1.0, speed), action_overhead_s=action_overhead_s)
