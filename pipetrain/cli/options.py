@@ -159,7 +159,8 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                                                          Method.INTERLEAVED.value, Method.INTERLEAVED_ZB.value,
                                                          *ASYNC_METHODS],
                    help="auto: the fastest of gpipe, 1f1b and zb1 (zero-bubble ZB-H1); uedp: UMPIPE's unequal "
-                        "micro-batches per stage on the best equal plan's stages; local: PPLL's local learning, stages "
+                        "micro-batches per stage on the best equal plan's stages (with --virtual-stages V, per "
+                        "virtual stage of an interleaved plan); local: PPLL's local learning, stages "
                         "balanced with their auxiliary heads' time; graph: GraphPipe's DAG of stages for a "
                         "model that branches (the graphpipe planner); interleaved: v model chunks per rank "
                         "(interleaved 1F1B, any micro-batch count); interleaved-zb: the same with the backward "
@@ -186,7 +187,9 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                    help="--method uedp: keep each stage's micro-batches within its device memory (default: on)")
     p.add_argument("--stages", type=_count, help="pipeline stages (default: one per rank)")
     p.add_argument("--virtual-stages", type=_count, metavar="V",
-                   help="--method interleaved or interleaved-zb: model chunks per rank (default: search 2 to 4)")
+                   help="--method interleaved or interleaved-zb: model chunks per rank (default: search 2 to 4); "
+                        "--method uedp --virtual-stages V (V >= 2): unequal micro-batches per virtual stage of an "
+                        "interleaved plan with V chunks per rank (the interleaved-ga planner)")
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")
