@@ -13,6 +13,7 @@ from pipetrain.graph.aux_heads import AUX_KINDS
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
 from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, MAX_BATCH_SIZE, Method
+from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.runtime.optim import LR_SCHEDULES
 
@@ -181,8 +182,11 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                         "change the optimizer's semantics (stale weights)")
     p.add_argument("--seed", type=_non_negative, help="GA seed for --method uedp, bapipe and auto (default: 0)")
     defaults = GAConfig()
-    p.add_argument("--population", type=_count, help=f"GA population (default: {defaults.population})")
-    p.add_argument("--generations", type=_count, help=f"GA generations (default: {defaults.generations})")
+    p.add_argument("--population", type=_count, help=f"GA population (default: {defaults.population}; "
+                   f"--planner auto: 48, and a given budget also runs interleaved-ga on batches over "
+                   f"{INTERLEAVED_GA_MAX_BATCH})")
+    p.add_argument("--generations", type=_count, help=f"GA generations (default: {defaults.generations}; "
+                   "--planner auto: 60)")
     p.add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
                    help="--method uedp: keep each stage's micro-batches within its device memory (default: on)")
     p.add_argument("--stages", type=_count, help="pipeline stages (default: one per rank)")
