@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_core import WARMUP_STEPS, _bounded, probe_cluster, profile_logged
+from core_report import ratio
 
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cost import CostModel
@@ -111,7 +112,7 @@ def report(setups: list[Setup], runs: list[Measured], meta: dict[str, object]) -
             ok = sum(1 for r in runs if r.model == s.model and r.method == m and r.status == "ok")
             total = sum(1 for r in runs if r.model == s.model and r.method == m)
             lines.append(f"| {s.model} | {m} | {_f(got)} | {_paired(runs, s.model, m)} | {want:.1f} | "
-                         f"{_ratio(want, base_p)} | {_ratio(got, want)} | {ok}/{total} |")
+                         f"{ratio(want, base_p)} | {ratio(got, want)} | {ok}/{total} |")
     return "\n".join(lines) + "\n"
 
 
@@ -125,10 +126,6 @@ def _paired(runs: list[Measured], model: str, method: str) -> str:
 
 def _f(x: float | None) -> str:
     return "—" if x is None else f"{x:.1f}"
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return "—" if a is None or not b else f"{a / b:.2f}×"
 
 
 def main(argv: list[str] | None = None) -> int:

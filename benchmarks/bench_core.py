@@ -140,19 +140,24 @@ def configs(micro: Sequence[int]) -> list[Config]:
 # ---- setup ------------------------------------------------------------------------------------
 
 
-def probe_cluster(overhead_s: float | None, n_probes: int, model: Workload | None = None
-                  ) -> tuple[Cluster, dict[str, object]]:
+def probe_cluster(overhead_s: float | None, n_probes: int, model: Workload | None = None,
+                  known: Cluster | None = None) -> tuple[Cluster, dict[str, object]]:
     """This machine as a 2-rank cluster (:func:`pipetrain.runtime.overhead_probe.probe_local_cluster`;
-    ``overhead_s`` None: the per-action overhead measured too; ``model``: contention on its work)."""
+    ``overhead_s`` None: the per-action overhead measured too; ``model``: contention on its work;
+    ``known``: an earlier probe's cluster, whose link and all-reduce are kept: only the contention is measured)."""
     from pipetrain.runtime.overhead_probe import probe_local_cluster
 
-    cluster = probe_local_cluster(2, probes=n_probes, action_overhead_s=overhead_s, model=model)
+    cluster = probe_local_cluster(2, probes=n_probes, action_overhead_s=overhead_s, model=model,
+                                  link=None if known is None else known.intra_node,
+                                  collective=None if known is None else known.collective)
     info: dict[str, object] = {
         "latency_s": cluster.intra_node.latency_s,
         "bandwidth_bytes_per_s": cluster.intra_node.bandwidth_bytes_per_s,
         "shared_speed": list(cluster.shared_speed),
         "action_overhead_s": cluster.action_overhead_s,
         "overhead_measured": overhead_s is None,
+        "allreduce": None if cluster.collective is None else asdict(cluster.collective),
+        "link_measured": known is None,
         "probes": n_probes,
     }
     return cluster, info
@@ -420,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     clusters, contention = {}, {}
     for m in args.models:  # the contention of each model's own work (two halves at a quarter of its batch)
         clusters[m], info = probe_cluster(cluster.action_overhead_s, args.probes,
-                                          (build_model(m), max(1, batches.get(m, 64) // 4)))
+                                          (build_model(m), max(1, batches.get(m, 64) // 4)), cluster)
         contention[m] = info["shared_speed"]
         print(f"[{m}] contention probe: {info}", flush=True)
     probe["model_shared_speed"] = contention

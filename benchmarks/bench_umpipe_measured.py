@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_core import WARMUP_STEPS, Run, _bounded, probe_cluster, profile_logged
+from core_report import ratio
 from torch_baseline import run_torch_pipelining
 
 from pipetrain import api
@@ -120,11 +120,6 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _ratio(value: float | None, base: float) -> str:
-    """``value / base`` as ``1.234×``, or ``—`` when there is no base (no torch configuration ran)."""
-    return "—" if math.isnan(base) or base <= 0 else f"{(value or 0) / base:.3f}×"
-
-
 def report(setups: list[Setup], runs: list[Run], labels: list[str], meta: dict[str, object]) -> str:
     lines = ["# UMPIPE 7(c): measured on this machine, 2 ranks", "",
              f"Command: `{meta['command']}`; {meta['machine']}; cluster probe {meta['cluster']}; "
@@ -152,7 +147,7 @@ def report(setups: list[Setup], runs: list[Run], labels: list[str], meta: dict[s
             error = f"{100 * (predicted - measured) / measured:+.1f}%" if predicted and measured else ""
             lines.append(
                 f"| {label} | {sps[label]:.1f} | {min(values):.0f}–{max(values):.0f} | "
-                f"{(sps[label] or 0) / best_equal[0]:.3f}× | {_ratio(sps[label], best_torch[0])} | "
+                f"{ratio(sps[label], best_equal[0])} | {ratio(sps[label], best_torch[0])} | "
                 f"{1e3 * (measured or 0):.2f} | {'' if predicted is None else f'{1e3 * predicted:.2f}'} | {error} "
                 f"| {len(rs)} |")
         lines.append("")

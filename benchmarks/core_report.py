@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
     from pipetrain.plan.plan import Plan
 
-__all__ = ["Summary", "describe", "model_report", "ranking_line", "save_gantts", "summarize", "write_report"]
+__all__ = ["Summary", "describe", "model_report", "ranking_line", "ratio", "save_gantts", "summarize",
+           "write_report"]
 
 
 def describe(plan: Plan) -> str:
@@ -90,7 +91,7 @@ def model_report(setup: ModelSetup, runs: Sequence[Run], labels: Sequence[str]) 
             errors.append(s.error)
         lines.append(
             f"| {label} | {_fmt(s.samples_per_s, '.1f')} | {spread} "
-            f"| {_ratio(s.samples_per_s, single)} | {_ratio(s.samples_per_s, torch_best)} "
+            f"| {ratio(s.samples_per_s, single)} | {ratio(s.samples_per_s, torch_best)} "
             f"| {_fmt(same, '.2f', 1, '×')} "
             f"| {_fmt(s.iteration_s, '.1f', 1e3)} | {_fmt(s.predicted_s, '.1f', 1e3)} "
             f"| {_fmt(s.error, '+.1%') if pipetrain_run or label == 'single' else ''} "
@@ -99,8 +100,10 @@ def model_report(setup: ModelSetup, runs: Sequence[Run], labels: Sequence[str]) 
     return [*lines, "", *_targets(rows, single, torch_best), ""], errors
 
 
-def _ratio(x: float | None, base: float | None) -> str:
-    return f"{x / base:.2f}×" if x and base else "—"
+def ratio(x: float | None, base: float | None) -> str:
+    """``x / base`` as ``1.23×`` (the benchmarks' one ratio format); ``—`` when either is missing:
+    None, 0, negative or NaN (a configuration that did not run, or no base to compare with)."""
+    return f"{x / base:.2f}×" if x is not None and base is not None and x > 0 and base > 0 else "—"
 
 
 def _targets(rows: dict[str, Summary], single: float | None, torch_best: float | None) -> list[str]:

@@ -175,6 +175,11 @@ class CostModel:
         (:meth:`~pipetrain.profile.table.Profile.saved_bytes_per_sample`)."""
         return self.profile.saved_bytes_per_sample(layers) * b
 
+    def held_grad_bytes(self, layers: Sequence[str], b: int) -> int:
+        """Bytes a stage keeps from a split backward's B of ``b`` samples to its W: the output gradients
+        its W needs (:meth:`~pipetrain.profile.table.Profile.held_grad_bytes_per_sample`)."""
+        return self.profile.held_grad_bytes_per_sample(layers) * b
+
     def parameter_bytes(self, layers: Sequence[str]) -> int:
         return sum(self.profile.layer(n).parameter_bytes for n in layers)
 

@@ -88,8 +88,8 @@ def _planner_name(args: argparse.Namespace) -> str:
             raise UserError(f"--method {args.method} is planned by --planner {own[args.method]}, not {args.planner}; "
                             f"drop --planner or --method {args.method}")
         return own[args.method]
-    if args.virtual_stages is not None:
-        raise UserError("--virtual-stages is for --method interleaved or interleaved-zb; add one or drop "
+    if args.virtual_stages is not None and not uedp:
+        raise UserError("--virtual-stages is for --method interleaved, interleaved-zb or uedp; add one or drop "
                         "--virtual-stages")
     flags = ("planner", "seed", "population", "generations")
     given = [f"--{name}" for name in flags if getattr(args, name) is not None]
@@ -101,7 +101,22 @@ def _planner_name(args: argparse.Namespace) -> str:
     if args.planner in api.STAGE_PLANNERS:
         raise UserError("--method uedp plans micro-batches with a micro-batch planner (tidgap, 1f1b-ga...); "
                         "--planner auto already tries them; drop --method uedp or choose a micro-batch planner")
+    if args.virtual_stages is not None:
+        return _virtual_uedp_planner(args)
     return str(args.planner or "tidgap")
+
+
+def _virtual_uedp_planner(args: argparse.Namespace) -> str:
+    """``--method uedp --virtual-stages V``: UMPIPE's unequal micro-batches per virtual stage of an
+    interleaved plan with ``V`` chunks per rank, the ``interleaved-ga`` planner; a UserError for
+    ``V < 2`` or another micro-batch planner."""
+    if args.virtual_stages < 2:
+        raise UserError(f"--virtual-stages {args.virtual_stages} is one model chunk per rank: drop it for plain "
+                        "--method uedp, or give 2 or more for unequal micro-batches per virtual stage")
+    if args.planner not in (None, "interleaved-ga"):
+        raise UserError(f"--method uedp --virtual-stages plans unequal micro-batches per virtual stage with the "
+                        f"interleaved-ga planner, not --planner {args.planner}; drop --planner or --virtual-stages")
+    return "interleaved-ga"
 
 
 def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constraints:

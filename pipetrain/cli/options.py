@@ -13,6 +13,7 @@ from pipetrain.graph.aux_heads import AUX_KINDS
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
 from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, MAX_BATCH_SIZE, Method
+from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.runtime.optim import LR_SCHEDULES
 
@@ -159,8 +160,8 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                                                          Method.INTERLEAVED.value, Method.INTERLEAVED_ZB.value,
                                                          *ASYNC_METHODS],
                    help="auto: the fastest of gpipe, 1f1b, zb1 and zb2 (zero-bubble ZB-H1, ZB-H2); uedp: UMPIPE's "
-                        "unequal "
-                        "micro-batches per stage on the best equal plan's stages; local: PPLL's local learning, stages "
+                        "unequal micro-batches per stage on the best equal plan's stages (with --virtual-stages V, "
+                        "per virtual stage of an interleaved plan); local: PPLL's local learning, stages "
                         "balanced with their auxiliary heads' time; graph: GraphPipe's DAG of stages for a "
                         "model that branches (the graphpipe planner); interleaved: v model chunks per rank "
                         "(interleaved 1F1B, any micro-batch count); interleaved-zb: the same with the backward "
@@ -181,13 +182,18 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                         "change the optimizer's semantics (stale weights)")
     p.add_argument("--seed", type=_non_negative, help="GA seed for --method uedp, bapipe and auto (default: 0)")
     defaults = GAConfig()
-    p.add_argument("--population", type=_count, help=f"GA population (default: {defaults.population})")
-    p.add_argument("--generations", type=_count, help=f"GA generations (default: {defaults.generations})")
+    p.add_argument("--population", type=_count, help=f"GA population (default: {defaults.population}; "
+                   f"--planner auto: 48, and a given budget also runs interleaved-ga on batches over "
+                   f"{INTERLEAVED_GA_MAX_BATCH})")
+    p.add_argument("--generations", type=_count, help=f"GA generations (default: {defaults.generations}; "
+                   "--planner auto: 60)")
     p.add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
                    help="--method uedp: keep each stage's micro-batches within its device memory (default: on)")
     p.add_argument("--stages", type=_count, help="pipeline stages (default: one per rank)")
     p.add_argument("--virtual-stages", type=_count, metavar="V",
-                   help="--method interleaved or interleaved-zb: model chunks per rank (default: search 2 to 4)")
+                   help="--method interleaved or interleaved-zb: model chunks per rank (default: search 2 to 4); "
+                        "--method uedp --virtual-stages V (V >= 2): unequal micro-batches per virtual stage of an "
+                        "interleaved plan with V chunks per rank (the interleaved-ga planner)")
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")

@@ -23,8 +23,10 @@ recorded tensor was modified in place after it was recorded. When a stage breaks
 an in-place op on a recorded tensor), W falls back to one ``backward(y, g, inputs=all parameters)``
 over the whole stage: correct, at the cost of re-walking the stage.
 
-B keeps the ``g_i`` until W: one gradient per owner output per pending micro-batch, memory the
-activation ledger does not count (it counts the saved activations, released at W).
+B keeps the ``g_i`` until W: one gradient per owner output per pending micro-batch. The profile
+records their bytes per layer (:func:`pipetrain.profile.stats.held_grad_bytes`), the memory model
+holds them from B to W beside the saved activations (:class:`pipetrain.simulate.memory.ActivationLedger`)
+and the runtime meters them (:meth:`pipetrain.runtime.memory.ActivationMeter.hold`).
 """
 
 from __future__ import annotations

@@ -16,6 +16,15 @@ The planners, each simulated by the event simulator on the same cost model:
   :func:`~pipetrain.planners.bapipe.explore`);
 * ``interleaved``: interleaved 1F1B, ``v`` chunks per rank, backward fused or split (``interleaved-zb``)
   (:func:`~pipetrain.planners.interleaved.plan_interleaved`);
+* ``interleaved-ga``: UMPIPE's unequal micro-batches per virtual stage (Narayanan et al. 2021 §2.2's
+  order; docs/algorithms.md §6c) on the ``interleaved`` planner's fastest fused (``interleaved``) plan,
+  which that planner's run already found (:func:`~pipetrain.planners.unequal.plan_unequal`). Its GA is
+  auto's most expensive planner: on this 2-core CPU with estimated V100 profiles it added 0.6 s to
+  auto's 1.9 s for gpt-tiny on 2 devices at B = 32, 2.6 s to 7.9 s for gpt1-14 on 4 at B = 64 and
+  7.6 s to 27 s for gpt1-14 on 8 at B = 128 (and 0.6–0.9 s, about doubling auto, on the unit tests'
+  synthetic 10-layer models at B ≤ 16), and won none of those. So auto runs it only for a batch of at
+  most :data:`INTERLEAVED_GA_MAX_BATCH` samples, or when the user asks for the search by giving a GA
+  budget (``constraints.ga``; ``plan --planner auto --population P --generations G``);
 * ``graphpipe``, for a model that branches (``ModelRef.edges``): GraphPipe's DAG of stages (method
   ``graph``, docs/algorithms.md §5, :func:`~pipetrain.planners.graphpipe.plan_graphpipe`), so a
   branchy model gets the better of its linearised chain and its graph;
@@ -35,6 +44,7 @@ then fewer micro-batches, then the earlier planner in the list above).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -53,21 +63,29 @@ from pipetrain.planners.score import over_memory
 from pipetrain.planners.twobw import plan_2bw
 from pipetrain.planners.unequal import plan_unequal
 
-__all__ = ["ASYNC_AUTO_PLANNERS", "ASYNC_NOTE", "AUTO_PLANNERS", "AutoReport", "Outcome", "auto_planners", "plan_auto"]
+__all__ = ["ASYNC_AUTO_PLANNERS", "ASYNC_NOTE", "AUTO_PLANNERS", "INTERLEAVED_GA_MAX_BATCH", "AutoReport", "Outcome",
+           "auto_planners", "plan_auto"]
 
 log = logging.getLogger(__name__)
 
-AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "zb1-ga", "pipedream", "bapipe", "interleaved", "graphpipe")
-"""Every synchronous planner auto may run; ``graphpipe`` only for a model that branches (:func:`auto_planners`)."""
+AUTO_PLANNERS = ("balanced", "tidgap", "1f1b-ga", "zb1-ga", "pipedream", "bapipe", "interleaved", "interleaved-ga",
+                 "graphpipe")
+"""Every synchronous planner auto may run; ``interleaved-ga`` only for a small batch or a given GA budget,
+``graphpipe`` only for a model that branches (:func:`auto_planners`)."""
+INTERLEAVED_GA_MAX_BATCH = 32
+"""The largest batch for which auto runs ``interleaved-ga`` without a GA budget given (module docstring)."""
 ASYNC_AUTO_PLANNERS = ("pipedream-async", "2bw")
 """The asynchronous candidates ``auto`` adds with ``constraints.allow_async``."""
 ASYNC_NOTE = "async: changes optimizer semantics"
 
 
 def auto_planners(problem: PlanningProblem) -> tuple[str, ...]:
-    """The planners auto runs on ``problem``: :data:`AUTO_PLANNERS` (``graphpipe`` only for a DAG
-    model), then :data:`ASYNC_AUTO_PLANNERS` when ``constraints.allow_async``."""
-    sync = AUTO_PLANNERS if problem.model.edges else AUTO_PLANNERS[:-1]
+    """The planners auto runs on ``problem``: :data:`AUTO_PLANNERS` (``interleaved-ga`` only for a
+    batch of at most :data:`INTERLEAVED_GA_MAX_BATCH` or with ``constraints.ga``, ``graphpipe`` only
+    for a DAG model), then :data:`ASYNC_AUTO_PLANNERS` when ``constraints.allow_async``."""
+    search = problem.batch_size <= INTERLEAVED_GA_MAX_BATCH or problem.constraints.ga is not None
+    skipped = {*(() if search else ("interleaved-ga",)), *(() if problem.model.edges else ("graphpipe",))}
+    sync = tuple(p for p in AUTO_PLANNERS if p not in skipped)
     return (*sync, *(ASYNC_AUTO_PLANNERS if problem.constraints.allow_async else ()))
 _GA = GAConfig(population=48, generations=60)
 
@@ -117,7 +135,8 @@ def _runners(problem: PlanningProblem) -> dict[str, Callable[[], PlanningResult]
     balanced = plan_balanced(problem)
     fitting = [c for c in balanced.candidates if not over_memory(c.plan, problem.cost, problem.optimizer)]
     base = replace(balanced.plan, prediction=None)
-    ga = replace(problem, constraints=Constraints(base=base, seed=problem.constraints.seed, ga=_GA), progress=False)
+    budget = problem.constraints.ga or _GA
+    ga = replace(problem, constraints=Constraints(base=base, seed=problem.constraints.seed, ga=budget), progress=False)
 
     def run_balanced() -> PlanningResult:
         if not fitting:
@@ -127,12 +146,24 @@ def _runners(problem: PlanningProblem) -> dict[str, Callable[[], PlanningResult]
 
     sync = replace(problem, constraints=replace(problem.constraints, allow_async=False))
     pipedream_async = replace(sync, constraints=replace(sync.constraints, method=Method.PIPEDREAM))
+    interleaved = functools.cache(functools.partial(plan_interleaved, sync))  # interleaved-ga's base too
     return {"balanced": run_balanced, "tidgap": lambda: plan_unequal(ga, "tidgap"),
             "1f1b-ga": lambda: plan_unequal(ga, "1f1b-ga"), "zb1-ga": lambda: plan_unequal(ga, "zb1-ga"),
             "pipedream": lambda: plan_pipedream(sync),
-            "bapipe": lambda: plan_bapipe(sync), "interleaved": lambda: plan_interleaved(sync),
+            "bapipe": lambda: plan_bapipe(sync), "interleaved": interleaved,
+            "interleaved-ga": lambda: _interleaved_ga(ga, interleaved()),
             "graphpipe": lambda: plan_graphpipe(sync), "pipedream-async": lambda: plan_pipedream(pipedream_async),
             "2bw": lambda: plan_2bw(sync)}
+
+
+def _interleaved_ga(ga: PlanningProblem, interleaved: PlanningResult) -> PlanningResult:
+    """The ``interleaved-ga`` planner on the fastest fused interleaved plan of ``interleaved`` (the
+    interleaved planner's result; its orders are interleaved 1F1B's, not interleaved-zb's)."""
+    fused = [c.plan for c in interleaved.candidates if c.plan.method is Method.INTERLEAVED]
+    if not fused:
+        raise UserError("the interleaved planner found no interleaved (fused backward) plan to start from")
+    base = replace(fused[0], prediction=None)
+    return plan_unequal(replace(ga, constraints=replace(ga.constraints, base=base)), "interleaved-ga")
 
 
 def _outcome(name: str, run: Callable[[], PlanningResult], problem: PlanningProblem) -> Outcome:
@@ -150,8 +181,9 @@ def plan_auto(problem: PlanningProblem, on_planner: Callable[[str], None] | None
     """Run every planner of :data:`AUTO_PLANNERS` and keep the fastest feasible plan.
 
     Args:
-        problem: the model, cost model, batch and optimizer; ``constraints.seed`` seeds the GA planners,
-            ``constraints.allow_async`` adds :data:`ASYNC_AUTO_PLANNERS`.
+        problem: the model, cost model, batch and optimizer; ``constraints.seed`` seeds the GA planners
+            and ``constraints.ga`` sets their budget (default 48 × 60; given, it also runs
+            ``interleaved-ga`` for any batch), ``constraints.allow_async`` adds :data:`ASYNC_AUTO_PLANNERS`.
         on_planner: called with each planner's name before it runs (progress).
 
     Returns:

@@ -104,7 +104,7 @@ _STAGE_SPECS = (
     PlannerSpec("interleaved", "stages", "interleaved 1F1B: v model chunks per rank, looping placement, any "
                 "micro-batch count; backward fused (interleaved) or split into B and W (interleaved-zb)",
                 frozenset({"method", "n_micro", "virtual_stages"}), plan_interleaved),
-    PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed", "allow_async"}),
+    PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed", "ga", "allow_async"}),
                 _auto),
     PlannerSpec("2bw", "stages", "PipeDream-2BW: depth, micro-batch size, recompute (docs/algorithms.md §3.6)",
                 frozenset({"method"}), plan_2bw),

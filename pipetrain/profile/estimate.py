@@ -239,6 +239,7 @@ def _estimate_layer(
         flops_per_sample=stats.flops_per_sample,
         saved_input_bytes_per_sample=stats.saved_input_bytes_per_sample,
         saved_output_bytes_per_sample=stats.saved_output_bytes_per_sample,
+        held_grad_bytes_per_sample=stats.held_grad_bytes_per_sample,
         weight_grad_s=weight_grad_s,
     )
     return profile, TensorSpec.of(out)

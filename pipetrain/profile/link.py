@@ -25,6 +25,10 @@ group over TCP on 127.0.0.1 and
    (about 0.4 ms for 64 bytes where a message takes 0.08 ms here). The same fit, halved in latency
    (a ring of two ranks takes two steps), gives ``Cluster.collective``, which prices the
    all-reduce of replicated stages (``CostModel.allreduce_s``).
+
+Given the link (and all-reduce) of an earlier probe (``link=``, ``collective=``), steps 1 and 3 are
+skipped and only the contention is measured: how a benchmark probes each model's contention without
+re-measuring the same link.
 """
 
 from __future__ import annotations
@@ -77,12 +81,16 @@ class LinkProbe:
 
     Attributes:
         link: the fitted link.
-        points: ``(bytes, one-way seconds)`` per probed size, the median of the repeats.
-        max_relative_error: the fit's largest ``|predicted - measured| / measured`` over ``points``.
+        points: ``(bytes, one-way seconds)`` per probed size, the median of the repeats (empty when
+            the link was given, not measured).
+        max_relative_error: the fit's largest ``|predicted - measured| / measured`` over ``points``
+            (0 when the link was given).
         contention_speed: a rank's compute speed with two ranks busy, relative to one alone.
         backend: the ``torch.distributed`` backend probed.
-        collective: the all-reduce's ring step fitted to ``collective_points`` (:func:`fit_collective`).
-        collective_points: ``(bytes, seconds)`` of an all-reduce over the two ranks per probed size.
+        collective: the all-reduce's ring step fitted to ``collective_points`` (:func:`fit_collective`),
+            or the one given with the link (None if none was).
+        collective_points: ``(bytes, seconds)`` of an all-reduce over the two ranks per probed size
+            (empty when the link was given).
     """
 
     link: Link
@@ -90,7 +98,7 @@ class LinkProbe:
     max_relative_error: float
     contention_speed: float
     backend: str
-    collective: Link
+    collective: Link | None
     collective_points: tuple[tuple[int, float], ...]
 
 
@@ -226,7 +234,7 @@ def _rank_main(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
     )
     try:
-        points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]
+        points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]  # no sizes: the link was given
         collective = [(n, _allreduce_s(n, repeats)) for n in sizes]
         speed = _contention_speed(rank, model)
         if rank == 0:
@@ -244,7 +252,7 @@ def _free_port() -> int:
 
 def probe_link(
     sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, repeats: int = 20, backend: str = "gloo",
-    model: Workload | None = None,
+    model: Workload | None = None, link: Link | None = None, collective: Link | None = None,
 ) -> LinkProbe:
     """Measure the link between two local ranks and their compute contention.
 
@@ -254,6 +262,9 @@ def probe_link(
         backend: ``torch.distributed`` backend (``"gloo"`` on CPU).
         model: ``(graph, micro)``: measure the contention of this model's two halves on ``micro``
             samples (what a 2-stage pipeline of it runs) instead of the generic block.
+        link: the link of an earlier probe: do not ping-pong or all-reduce, only measure the
+            contention (then ``sizes_bytes`` and ``repeats`` are unused).
+        collective: with ``link``, the earlier probe's all-reduce, returned as it is.
 
     Returns:
         The fitted link, the raw points, the fit's error and the contention speed.
@@ -266,33 +277,33 @@ def probe_link(
         raise UserError(f"the contention probe splits the model in two halves of its layers on micro-batches of "
                         f"1 or more samples; {model[0].name!r} has {len(model[0])} layers and the micro-batch "
                         f"{model[1]}: probe without the model")
-    if len(sizes) < 2 or sizes[0] < 1 or repeats < 1:
+    if link is None and (len(sizes) < 2 or sizes[0] < 1 or repeats < 1):
         raise UserError(
             f"probe_link needs two or more positive sizes and repeats >= 1, "
             f"got sizes {list(sizes_bytes)} and repeats {repeats}"
         )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "probe.json"
-        args = (_free_port(), sizes, repeats, backend, str(out), model)
+        args = (_free_port(), sizes if link is None else (), repeats, backend, str(out), model)
         _spawn(_rank_main, args=args, nprocs=2, join=True)
         result = json.loads(out.read_text())
     points = tuple((int(n), float(t)) for n, t in result["points"])
-    collective = tuple((int(n), float(t)) for n, t in result["collective"])
-    link = fit_link(points)
+    collective_points = tuple((int(n), float(t)) for n, t in result["collective"])
+    fitted = fit_link(points) if link is None else link
     return LinkProbe(
-        link=link,
+        link=fitted,
         points=points,
-        max_relative_error=fit_error(link, points),
+        max_relative_error=fit_error(fitted, points) if points else 0.0,
         contention_speed=float(result["contention_speed"]),
         backend=backend,
-        collective=fit_collective(collective),
-        collective_points=collective,
+        collective=fit_collective(collective_points) if link is None else collective,
+        collective_points=collective_points,
     )
 
 
 def probe_cluster(
     n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float = CPU_ACTION_OVERHEAD_S,
-    model: Workload | None = None,
+    model: Workload | None = None, link: Link | None = None, collective: Link | None = None,
 ) -> Cluster:
     """This machine as a cluster of ``n_ranks`` CPU ranks, from the median of ``probes`` probes.
 
@@ -304,12 +315,17 @@ def probe_cluster(
         probes: probes to take the median of (about 3 s each).
         action_overhead_s: the runtime's fixed seconds per F or B action.
         model: ``(graph, micro)`` to measure contention on that model's work (:func:`probe_link`).
+        link: the link of an earlier probe (e.g. ``cluster.intra_node``): kept as it is, only the
+            contention is measured.
+        collective: with ``link``, the earlier probe's all-reduce (``cluster.collective``), kept as it is.
     """
-    results = [probe_link(model=model) for _ in range(max(1, probes))]
-    link = Link(statistics.median(r.link.latency_s for r in results),
-                statistics.median(r.link.bandwidth_bytes_per_s for r in results))
+    results = [probe_link(model=model, link=link, collective=collective) for _ in range(max(1, probes))]
+    if link is None:
+        link = Link(statistics.median(r.link.latency_s for r in results),
+                    statistics.median(r.link.bandwidth_bytes_per_s for r in results))
+        measured = [r.collective for r in results if r.collective is not None]
+        collective = Link(statistics.median(c.latency_s for c in measured),
+                          statistics.median(c.bandwidth_bytes_per_s for c in measured))
     speed = min(1.0, statistics.median(r.contention_speed for r in results))
-    collective = Link(statistics.median(r.collective.latency_s for r in results),
-                      statistics.median(r.collective.bandwidth_bytes_per_s for r in results))
     return Cluster.local(n_ranks, link=link, shared_speed=(1.0, speed), action_overhead_s=action_overhead_s,
                          collective=collective)

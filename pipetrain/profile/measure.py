@@ -264,6 +264,7 @@ def _measure_layer(
         step_s=_time_step(timer, module),
         saved_input_bytes_per_sample=stats.saved_input_bytes_per_sample,
         saved_output_bytes_per_sample=stats.saved_output_bytes_per_sample,
+        held_grad_bytes_per_sample=stats.held_grad_bytes_per_sample,
     )
     return profile, out
 

@@ -3,9 +3,12 @@
     stats, out = layer_stats(module, x)     # x [b, ...]; stats per sample; works on the meta device
 
 The saved bytes are what autograd keeps for backward (each storage once, parameters and buffers
-excluded), counted by a ``saved_tensors_hooks`` pack hook; FLOPs are ``FlopCounterMode``'s, with the
-CPU attention kernel added (PipeDream's profiler records activation sizes and compute per layer,
-Narayanan et al. SOSP'19 §3.2; UMPIPE's cost model needs the same, docs/algorithms.md §2.6).
+excluded), counted by a ``saved_tensors_hooks`` pack hook; the held-gradient bytes are those a split
+backward's B keeps for its W (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"; one gradient per
+parameter owner's output, :mod:`pipetrain.graph.split_backward`), counted by running that B once;
+FLOPs are ``FlopCounterMode``'s, with the CPU attention kernel added (PipeDream's profiler records
+activation sizes and compute per layer, Narayanan et al. SOSP'19 §3.2; UMPIPE's cost model needs the
+same, docs/algorithms.md §2.6).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["LayerStats", "SavedStorages", "layer_stats"]
+from pipetrain.graph.split_backward import input_grads, layer_outputs
+
+__all__ = ["LayerStats", "SavedStorages", "held_grad_bytes", "layer_stats"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,8 @@ class LayerStats:
         parameter_bytes: bytes of all parameters (not per sample).
         saved_input_bytes_per_sample: of the saved bytes, the input's (0 when not saved).
         saved_output_bytes_per_sample: of the saved bytes, the output's (0 when not saved).
+        held_grad_bytes_per_sample: bytes a split backward's B keeps until W: the gradients of the
+            parameter owners' outputs (:func:`held_grad_bytes`; 0 without parameters).
     """
 
     flops_per_sample: float
@@ -42,6 +49,7 @@ class LayerStats:
     parameter_bytes: int
     saved_input_bytes_per_sample: int
     saved_output_bytes_per_sample: int
+    held_grad_bytes_per_sample: int
 
 
 def _attention_flops(
@@ -118,5 +126,22 @@ def layer_stats(module: nn.Module, x: torch.Tensor) -> tuple[LayerStats, torch.T
         parameter_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
         saved_input_bytes_per_sample=saved.bytes_of(x) // b,
         saved_output_bytes_per_sample=saved.bytes_of(out) // b,
+        held_grad_bytes_per_sample=held_grad_bytes(module, x) // b,
     )
     return stats, out
+
+
+def held_grad_bytes(module: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of what a split backward's B keeps for W on ``x`` (``[b, …]``): the distinct storages of
+    the gradients of every parameter owner's output (``g_i [b, *out_i]``, as the runtime's B returns
+    them; the whole output's gradient where the per-owner W falls back), 0 for a layer without
+    parameters or without a backward. Runs the layer's forward and its B once, on any device (the
+    meta device included, where it counts shapes)."""
+    x = x.detach().clone().requires_grad_(x.is_floating_point())
+    with torch.enable_grad():
+        y, record = layer_outputs(module, x)
+        if not y.requires_grad:
+            return 0
+        work = input_grads(y, torch.zeros_like(y), x, record)[1]
+    storages = {_storage_key(g.untyped_storage()): g for _, g in work}
+    return sum(int(g.untyped_storage().nbytes()) for g in storages.values())

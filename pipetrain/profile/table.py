@@ -13,6 +13,10 @@ written before ``input_grad_s`` existed) holds W as a part of the backward, at m
 B is the rest. A profile with neither splits each layer with parameters at
 :data:`DEFAULT_WEIGHT_GRAD_SHARE` of its backward (a matmul's input and weight gradients cost the
 same FLOPs), and gives a layer without parameters no W.
+
+Between a micro-batch's B and its W a stage keeps the gradients of its parameter owners' outputs:
+``held_grad_bytes_per_sample`` per layer, measured or estimated like the saved bytes (0 for a layer
+without parameters, and in a profile written before the field existed).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def _check_layer(i: int, layer: LayerProfile) -> None:
             raise UserError(f"profile JSON {where}: {field} needs one finite number of seconds >= 0 per size "
                             f"({len(sizes)}), got {list(values)}; re-create it with `pipetrain profile`")
     for field in ("output_bytes_per_sample", "saved_bytes_per_sample", "parameter_bytes",
-                  "saved_input_bytes_per_sample", "saved_output_bytes_per_sample"):
+                  "saved_input_bytes_per_sample", "saved_output_bytes_per_sample", "held_grad_bytes_per_sample"):
         if getattr(layer, field) < 0:
             raise UserError(f"profile JSON {where}: {field} is {getattr(layer, field)}; give 0 or more bytes")
     if not 0 <= layer.flops_per_sample < math.inf or (layer.step_s is not None and not 0 <= layer.step_s < math.inf):
@@ -94,6 +98,8 @@ class LayerProfile:
             None: the default split (module docstring).
         input_grad_s: seconds of the split backward's B at each grid size, as measured beside W;
             None: B is the backward minus W (module docstring).
+        held_grad_bytes_per_sample: bytes per sample a split backward's B keeps until its W: the
+            gradients of the layer's parameter owners' outputs (0: none, or not recorded).
     """
 
     name: str
@@ -109,6 +115,7 @@ class LayerProfile:
     saved_output_bytes_per_sample: int = 0
     weight_grad_s: tuple[float, ...] | None = None
     input_grad_s: tuple[float, ...] | None = None
+    held_grad_bytes_per_sample: int = 0
 
     def forward_at(self, b: float) -> float:
         return interpolate(self.sizes, self.forward_s, b)
@@ -179,6 +186,11 @@ class Profile:
         loss = self.loss_saved_bytes_per_sample if names[-1] == self.layers[-1].name else 0
         return sum(lp.saved_bytes_per_sample for lp in layers) - shared + loss
 
+    def held_grad_bytes_per_sample(self, names: Sequence[str]) -> int:
+        """Bytes per sample a stage of the layers ``names`` keeps from a split backward's B to its W
+        (the output gradients its W needs; module docstring), the sum over its layers."""
+        return sum(self.layer(n).held_grad_bytes_per_sample for n in names)
+
     def readers(self, name: str | None) -> tuple[str, ...]:
         """The layers that read ``name``'s output (``None``: the model input)."""
         names = [lp.name for lp in self.layers]
@@ -233,6 +245,7 @@ class Profile:
                     saved_output_bytes_per_sample=int(x.get("saved_output_bytes_per_sample", 0)),
                     weight_grad_s=_optional_times(x, "weight_grad_s"),
                     input_grad_s=_optional_times(x, "input_grad_s"),
+                    held_grad_bytes_per_sample=int(x.get("held_grad_bytes_per_sample", 0)),
                 )
                 for x in data["layers"]
             )

@@ -73,12 +73,7 @@ from pipetrain.graph.split_backward import StageParts, WeightWork, input_grads, 
 from pipetrain.plan.plan import Method, Plan
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.dag_handlers import DagStage, dag_backward, dag_forward, dag_message_spec, dag_recv, dag_send
-from pipetrain.runtime.local_handlers import (
-    LocalStage,
-    local_backward,
-    local_forward,
-    local_step,
-)
+from pipetrain.runtime.local_handlers import LocalStage, local_backward, local_forward, local_step
 from pipetrain.runtime.memory import ActivationMeter
 from pipetrain.runtime.transport import Direction, Message, Transport
 from pipetrain.runtime.versions import WeightVersions
@@ -346,6 +341,7 @@ def _backward(ctx: RankContext, a: Action) -> None:
 def _input_grad(ctx: RankContext, a: Action, x: torch.Tensor, y: torch.Tensor, grad: torch.Tensor | None) -> None:
     """B of a split backward: the gradients of the stage input and of every layer output; what W needs kept."""
     x_grad, ctx.weight_pending[(a.lo, a.hi)] = input_grads(y, grad, x, ctx.layer_parts.pop((a.lo, a.hi)))
+    ctx.meter.hold((a.lo, a.hi), [g for _, g in ctx.weight_pending[(a.lo, a.hi)]])  # released at W
     if x_grad is not None:
         ctx.input_grads.put(a.lo, a.hi, x_grad)
 
@@ -402,6 +398,7 @@ def _step(ctx: RankContext, a: Action) -> None:
         _allreduce_gradients(ctx)
     if ctx.clip is not None:
         ctx.clip([p for p in ctx.module.parameters() if p.requires_grad])
+    ctx.meter.note_gradients()
     if ctx.optimizer is not None:
         ctx.optimizer.step()
         ctx.optimizer.zero_grad(set_to_none=True)

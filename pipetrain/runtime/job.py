@@ -118,10 +118,8 @@ class _JobRun:
             for stage in plan.stages_of_rank(rank):
                 ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,
                                          groups.get(stage), loss=job_loss(job), program=self.program, stage=stage)
-                ctx.clip = self._clipper(len(plan.stages[stage].ranks))
                 self.ctxs[stage] = ctx
-            if len(self.ctxs) > 1:
-                self._clip_once()
+            self._set_clipping()
         self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss
         self.receives = [expected_receives(self.contexts, p) if self.ctx is not None else []
                          for p in (self.chunks if self.chunks is not None else [self.program])]
@@ -187,31 +185,34 @@ class _JobRun:
         self.saves.append(time.perf_counter() - start)
         return folder
 
-    def _clipper(self, replicas: int) -> Callable[[list[nn.Parameter]], object] | None:
-        """STEP's global-norm clipping over the plan's ranks, or None when not asked for."""
-        max_norm = self.job.config.clip_grad_norm
-        if max_norm is None:
-            return None
+    def _clipper(self, max_norm: float, replicas: int) -> Callable[[list[nn.Parameter]], object]:
+        """STEP's global-norm clipping over the plan's ranks."""
         world = self.group if self.group is not None else dist.group.WORLD
         return functools.partial(clip_grad_norm_global, max_norm=max_norm, world=world, replicas=replicas,
                                  device=self.session.device)
 
-    def _clip_once(self) -> None:
-        """Several stages on this rank (method interleaved): its first STEP clips the gradients of all
-        of them, as one rank's share of the global norm, and its later STEPs clip nothing; the
-        program runs every compute action before its first STEP (checked here)."""
+    def _set_clipping(self) -> None:
+        """Give each of the rank's contexts its STEP's clipping (``RankContext.clip``), once, when
+        ``clip_grad_norm`` asks for it. One stage: its own, over the stage's replicas. Several stages
+        (method interleaved): the first STEP clips the gradients of all of them, as one rank's share
+        of the global norm, and the later STEPs clip nothing; the program must then run every compute
+        action before its first STEP (checked here)."""
+        max_norm = self.job.config.clip_grad_norm
+        if max_norm is None or not self.ctxs:
+            return
+        if len(self.ctxs) == 1:
+            (stage, ctx), = self.ctxs.items()
+            ctx.clip = self._clipper(max_norm, len(self.job.plan.stages[stage].ranks))
+            return
         steps = [i for i, a in enumerate(self.program) if a.kind is ActionKind.STEP]
-        if self.job.config.clip_grad_norm is None or not steps:
+        if not steps:
             return
         if any(a.kind is not ActionKind.STEP for a in self.program[steps[0]:]):
             raise UserError(f"--clip-grad-norm with several stages on rank {self.session.rank} needs every forward "
                             "and backward before its first STEP; this schedule interleaves them: leave out "
                             "--clip-grad-norm or use the method's own schedule")
         params = [p for c in self.ctxs.values() for p in c.module.parameters() if p.requires_grad]
-        clip = self._clipper(1)
-        first = self.program[steps[0]].stage
-        for stage, ctx in self.ctxs.items():
-            ctx.clip = None if stage != first or clip is None else functools.partial(_clip_all, clip, params)
+        self.ctxs[self.program[steps[0]].stage].clip = functools.partial(_clip_all, self._clipper(max_norm, 1), params)
 
     def _load_batch(self, ctx: RankContext, step: int) -> float:
         """Load step ``step``'s batch; returns the seconds spent waiting for it."""

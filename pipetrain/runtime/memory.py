@@ -1,8 +1,9 @@
 """Counting the bytes a rank holds: saved activations, gradients, parameters and optimizer state.
 
 Every tensor autograd saves during a forward passes through a ``saved_tensors_hooks`` pack hook;
-we note its storage. A storage is counted once however many saved tensors view it, and stays
-counted until the backward of every micro-batch that saved it has run. Parameters (which Linear
+we note its storage (and, for a split backward, the output gradients its B keeps for W). A storage
+is counted once however many saved tensors view it, and stays counted until the backward of every
+micro-batch that saved it has run. Parameters (which Linear
 saves for its input gradient) are not activations and are left out. Gradients are noted each time
 autograd accumulates into a parameter's ``.grad`` (a post-accumulate hook), so their bytes are
 those held at the optimizer step, before the step zeroes them. :func:`measured_memory` adds the
@@ -43,6 +44,7 @@ class ActivationMeter:
 
     def __init__(self, parameters: Iterable[torch.Tensor] = ()) -> None:
         params = list(parameters)
+        self._params = params
         self._excluded = {p.untyped_storage().data_ptr() for p in params}
         self._refs: dict[int, int] = {}
         self._sizes: dict[int, int] = {}
@@ -64,6 +66,12 @@ class ActivationMeter:
     def _note_grad(self, index: int, parameter: torch.Tensor) -> None:
         if self.enabled and parameter.grad is not None:
             self._grad_bytes[index] = parameter.grad.untyped_storage().nbytes()
+
+    def note_gradients(self) -> None:
+        """Note every parameter's ``.grad`` as it is now (call at STEP): a split backward's W assigns
+        and adds a plain linear's gradients directly, which no accumulate hook sees."""
+        for index, p in enumerate(self._params):
+            self._note_grad(index, p)
 
     @contextmanager
     def track(self, key: Hashable) -> Iterator[None]:
@@ -98,6 +106,12 @@ class ActivationMeter:
                 self._sizes[ptr] = nbytes
                 self.live_bytes += nbytes
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+
+    def hold(self, key: Hashable, tensors: Iterable[torch.Tensor]) -> None:
+        """Count ``tensors`` (each storage once) as held by ``key`` until :meth:`release`: what a split
+        backward's B keeps for its W beyond the saved activations (the owners' output gradients)."""
+        if self.enabled:
+            self._hold(key, {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors})
 
     def add(self, nbytes: int) -> None:
         """Count ``nbytes`` more (negative: fewer) held outside autograd, e.g. stashed inputs."""

@@ -103,12 +103,14 @@ def probe_action_overhead(link: Link, n_ranks: int = 2, *, micro: int = 16, step
 
 
 def probe_local_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float | None = None,
-                        model: Workload | None = None) -> Cluster:
+                        model: Workload | None = None, link: Link | None = None,
+                        collective: Link | None = None) -> Cluster:
     """This machine as a cluster of ``n_ranks`` CPU ranks: the link and contention of
-    :func:`~pipetrain.profile.link.probe_cluster` (on ``model``'s work when given), and the
-    per-action overhead measured by :func:`probe_action_overhead` on 2 ranks unless
+    :func:`~pipetrain.profile.link.probe_cluster` (on ``model``'s work when given; with ``link``, an
+    earlier probe's link, and ``collective``, its all-reduce, only the contention is measured), and
+    the per-action overhead measured by :func:`probe_action_overhead` on 2 ranks unless
     ``action_overhead_s`` gives it."""
-    cluster = probe_cluster(n_ranks, probes=probes, model=model)
+    cluster = probe_cluster(n_ranks, probes=probes, model=model, link=link, collective=collective)
     if action_overhead_s is None:
         action_overhead_s = probe_action_overhead(cluster.intra_node).overhead_s
     return replace(cluster, action_overhead_s=action_overhead_s)

@@ -16,7 +16,11 @@ Per action, with ``A(b)`` the stage's saved bytes and ``I(b)`` its input bytes f
     stage recomputes           F: +I(b) (stashed input)  B: holds A(b) while it runs, then −I(b)
 
 A split backward (methods ``zb1`` and ``interleaved-zb``, a program with W actions; Qi et al. 2024)
-releases at W instead of B: the B keeps the graph for the W (``−A(b)`` moves from B to W).
+releases at W instead of B: the B keeps the graph for the W (``−A(b)`` moves from B to W), and adds
+the output gradients the W needs, ``G(b)`` (one per parameter owner's output,
+:meth:`~pipetrain.cost.CostModel.held_grad_bytes`; :mod:`pipetrain.graph.split_backward`)::
+
+    split backward                F: +A(b)                  B: +G(b)      W: −A(b) − G(b)
 
 For ``m`` equal micro-batches of ``b = B/m`` samples on stage ``k`` of ``K`` (``k = 0..K−1``) the
 replay reproduces these closed forms (checked on a grid by the unit tests)::
@@ -86,19 +90,22 @@ class ActivationLedger:
 
     def record(self, action: Action) -> None:
         """Account for ``action`` having run; actions other than F, B and W hold nothing."""
-        if action.kind not in (ActionKind.F, ActionKind.B, ActionKind.W):
-            return
-        if action.kind is (ActionKind.B if self._split else ActionKind.W):  # the release is at W exactly when split
+        if action.kind not in (ActionKind.F, ActionKind.B, ActionKind.W) or (
+                action.kind is ActionKind.W and not self._split):
             return
         layers, recompute = self._plan.stages[action.stage].layers, self._plan.recomputes(action.stage)
+        # a split B keeps its graph for W and adds the output gradients W needs; W releases both
+        held_grads = self._cost.held_grad_bytes(layers, action.size) if self._split else 0
         saved = self._cost.saved_bytes(layers, action.size)
         kept = self._cost.input_bytes(layers, action.size) if recompute else saved
         if action.kind is ActionKind.F:
             self.held_bytes += kept
+        elif action.kind is ActionKind.B and self._split:
+            self.held_bytes += held_grads
         else:
             rerun = saved if recompute else 0  # the re-run forward's saved tensors, while B runs
             self.peak_bytes = max(self.peak_bytes, self.held_bytes + rerun)
-            self.held_bytes -= kept
+            self.held_bytes -= kept + held_grads
         self.peak_bytes = max(self.peak_bytes, self.held_bytes)
 
 

@@ -2,7 +2,8 @@
 
 Every job runs in one launch (``train_many``) for 2 steps; the runtime meters the first. Per stage,
 the predicted total and, separately, the predicted activations are within 20 % of what the stage's
-rank measured; weights and gradients match exactly, optimizer state up to Adam's step counters.
+rank measured (for ``zb1`` the activations include the output gradients a split backward's B keeps
+until its W); weights and gradients match exactly, optimizer state up to Adam's step counters.
 The profile is measured here at the batch size only, once, untimed in effect (bytes do not depend
 on timing).
 """
@@ -61,6 +62,8 @@ def _cases() -> list[Case]:
         _case("gpt", Method.ONE_F_ONE_B, 3, 4, "sgd-momentum"),
         _case("mlp", Method.ONE_F_ONE_B, 2, 6, "adam"),
         _case("gpt", Method.ONE_F_ONE_B, 2, 4, "adam"),
+        _case("mlp", Method.ZB1, 3, 4),  # split backward: B keeps the owners' output gradients until W
+        _case("gpt", Method.ZB1, 3, 6),
     ]
     return cases
 
@@ -115,7 +118,7 @@ def test_predicted_memory_within_20_percent(
 def test_cases_cover_the_grid() -> None:
     """Guards the grid: both methods, both models, recompute, and every optimizer are measured."""
     cases = CASES.values()
-    assert {c.plan.method for c in cases} == {Method.GPIPE, Method.ONE_F_ONE_B}
+    assert {c.plan.method for c in cases} == {Method.GPIPE, Method.ONE_F_ONE_B, Method.ZB1}
     assert {c.model for c in cases} == {"mlp", "gpt"}
     assert {c.optimizer for c in cases} == {"sgd", "sgd-momentum", "adam"}
     assert any(c.plan.recompute for c in cases)

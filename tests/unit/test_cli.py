@@ -191,6 +191,32 @@ def test_plan_uedp_each_planner(
     assert ("generations" in text) == (planner in GA_PLANNERS)  # the GA's progress bar
 
 
+def test_plan_uedp_virtual_stages_plans_interleaved_ga(
+    tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--method uedp --virtual-stages V``: unequal micro-batches per virtual stage of an interleaved
+    plan with V chunks per rank (the interleaved-ga planner), V·R stages in looping placement."""
+    plan, text = plan_file(capsys, tmp_path / "plan.json", *UEDP, "--virtual-stages", "3", *TINY_GA,
+                           "--profile", str(tiny_profile))
+    assert plan.method is Method.INTERLEAVED and plan.virtual_stages == 3 and len(plan.stages) == 2 * 3
+    assert [s.ranks for s in plan.stages] == [(k % 2,) for k in range(6)]
+    assert "interleaved-ga" in text
+    build = build_model("gpt-tiny")
+    plan.validate(build.names, build.fingerprint())
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--virtual-stages", "1"), "one model chunk per rank: drop it"),
+    (("--virtual-stages", "2", "--planner", "tidgap"), "with the interleaved-ga planner, not --planner tidgap"),
+    (("--virtual-stages", "2", "--planner", "auto"), "--planner auto already tries them"),
+])
+def test_plan_uedp_virtual_stages_errors(
+    extra: tuple[str, ...], message: str, tiny_profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, text = run(capsys, *UEDP, "--profile", str(tiny_profile), *extra)
+    assert code == 2 and message in text, text
+
+
 def test_plan_uedp_default_planner_is_deterministic(
     tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,7 +7,16 @@ import pytest
 from pipetrain.cluster import Link
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
-from pipetrain.profile.link import DEFAULT_SIZES_BYTES, fit_collective, fit_error, fit_link, probe_link
+from pipetrain.profile import link as link_module
+from pipetrain.profile.link import (
+    DEFAULT_SIZES_BYTES,
+    LinkProbe,
+    fit_collective,
+    fit_error,
+    fit_link,
+    probe_cluster,
+    probe_link,
+)
 
 
 def synthetic(link: Link) -> list[tuple[int, float]]:
@@ -89,6 +98,37 @@ def test_probe_contention_on_a_models_own_work() -> None:
     graph = build_model("mlp", n_layers=4, inputs=64, width=64, hidden=128, classes=8)
     probe = probe_link(sizes_bytes=(64, 1 << 20, 1 << 22), repeats=3, model=(graph, 8))
     assert 0.2 < probe.contention_speed < 1.5
+
+
+@pytest.mark.slow
+def test_a_given_link_is_kept_and_only_contention_measured() -> None:
+    """``link=``: no ping-pong or all-reduce (no points, so no fit), the link and all-reduce as given,
+    the contention measured."""
+    graph = build_model("mlp", n_layers=4, inputs=64, width=64, hidden=128, classes=8)
+    given, all_reduce = Link(3e-5, 2e9), Link(2e-4, 1e9)
+    probe = probe_link(sizes_bytes=[64], repeats=0, model=(graph, 8), link=given,
+                       collective=all_reduce)  # sizes unused: no error
+    assert (probe.link, probe.points, probe.max_relative_error) == (given, (), 0.0)
+    assert (probe.collective, probe.collective_points) == (all_reduce, ())
+    assert 0.2 < probe.contention_speed < 1.5
+
+
+def test_probe_cluster_keeps_a_given_link(monkeypatch: pytest.MonkeyPatch) -> None:
+    given, all_reduce = Link(3e-5, 2e9), Link(2e-4, 1e9)
+    seen: list[Link | None] = []
+
+    def fake_probe(*, model: object = None, link: Link | None = None, collective: Link | None = None) -> LinkProbe:
+        seen.append(link)
+        measured = link is None
+        return LinkProbe(Link(1.0, 1.0) if measured else link, (), 0.0, 0.8, "gloo",
+                         Link(0.5, 0.5) if measured else collective, ())
+
+    monkeypatch.setattr(link_module, "probe_link", fake_probe)
+    cluster = probe_cluster(2, probes=3, link=given, collective=all_reduce)
+    assert seen == [given] * 3
+    assert (cluster.intra_node, cluster.shared_speed, cluster.collective) == (given, (1.0, 0.8), all_reduce)
+    fresh = probe_cluster(2, probes=1)
+    assert (fresh.intra_node, fresh.collective) == (Link(1.0, 1.0), Link(0.5, 0.5))
 
 
 def test_contention_on_a_model_needs_two_halves() -> None:

@@ -12,8 +12,18 @@ from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.plan import Method, Plan, WeightPolicy
-from pipetrain.planners.auto import ASYNC_AUTO_PLANNERS, ASYNC_NOTE, AUTO_PLANNERS, AutoReport, auto_planners, plan_auto
+from pipetrain.planners.auto import (
+    ASYNC_AUTO_PLANNERS,
+    ASYNC_NOTE,
+    AUTO_PLANNERS,
+    INTERLEAVED_GA_MAX_BATCH,
+    AutoReport,
+    auto_planners,
+    plan_auto,
+)
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
+from pipetrain.planners.interleaved import plan_interleaved
+from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.partition.pipedream import DPResult, DPStage
 from pipetrain.planners.pipedream import PipeDreamReport, plan_pipedream, rr_runnable, topology
 from pipetrain.schedule.generators import build_schedule
@@ -141,6 +151,36 @@ def test_auto_considers_async_methods_only_when_allowed(allow: bool) -> None:
     table = auto_table(result, width=220)
     assert (ASYNC_NOTE in table) == allow
     assert all(o.asynchronous == (o.planner in ASYNC_AUTO_PLANNERS) for o in result.report.outcomes)
+
+
+def test_auto_runs_interleaved_ga_for_small_batches_or_a_given_budget() -> None:
+    """interleaved-ga, auto's costliest planner, runs for a batch up to INTERLEAVED_GA_MAX_BATCH, or
+    for any batch when a GA budget asks for the search; it starts from the interleaved planner's
+    fastest fused plan, so its plan keeps those stages."""
+    model = ModelRef.synthetic([f"l{i}" for i in range(10)])
+
+    def names(batch: int, constraints: Constraints | None = None) -> tuple[str, ...]:
+        return auto_planners(PlanningProblem(model, vgg_like(), batch_size=batch,
+                                             constraints=constraints or Constraints()))
+
+    assert "interleaved-ga" in names(INTERLEAVED_GA_MAX_BATCH)
+    assert "interleaved-ga" not in names(INTERLEAVED_GA_MAX_BATCH + 1)
+    assert "interleaved-ga" in names(INTERLEAVED_GA_MAX_BATCH + 1, Constraints(ga=GAConfig(8, 3)))
+    result = plan_auto(PlanningProblem(model, vgg_like(), batch_size=8, constraints=Constraints(ga=GAConfig(8, 3))))
+    assert isinstance(result.report, AutoReport)
+    outcome = {o.planner: o for o in result.report.outcomes}["interleaved-ga"]
+    fused = next(c.plan for c in plan_interleaved(PlanningProblem(model, vgg_like(), batch_size=8)).candidates
+                 if c.plan.method is Method.INTERLEAVED)
+    assert outcome.plan is not None and outcome.plan.method is Method.INTERLEAVED, outcome.note
+    assert [s.layers for s in outcome.plan.stages] == [s.layers for s in fused.stages]
+    outcome.plan.validate(model.layer_names, "")
+
+
+def test_cli_auto_takes_a_ga_budget(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    assert cli.main(["plan", "--model", "gpt-tiny", "--batch", "16", "--estimate", "v100", "--ranks", "2",
+                     "--planner", "auto", "--population", "8", "--generations", "3", "--out", str(out)]) == 0
+    assert Plan.from_json(out.read_text()).prediction is not None
 
 
 def test_cli_allow_async_is_for_auto(capsys: pytest.CaptureFixture[str]) -> None:

@@ -91,6 +91,7 @@ def test_estimate_agrees_with_measurement_on_counts() -> None:
         assert e.parameter_bytes == m.parameter_bytes
         # fused attention saves q, k, v, out and log-sum-exp, not a [b, heads, T, T] matrix
         assert e.saved_bytes_per_sample == pytest.approx(m.saved_bytes_per_sample, rel=1e-3)
+        assert e.held_grad_bytes_per_sample == m.held_grad_bytes_per_sample  # the same shapes
 
 
 def test_cpu_model_is_within_a_small_factor_of_this_machine() -> None:

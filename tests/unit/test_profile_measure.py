@@ -54,6 +54,24 @@ def test_linear_flops_and_bytes() -> None:
     assert out.requires_grad
 
 
+def test_held_gradients_are_the_owner_outputs() -> None:
+    """What a split backward's B keeps for W: one gradient per parameter owner's output; none without
+    parameters; an owner nested in another holds its own gradient besides the outer one's."""
+    assert layer_stats(nn.Linear(16, 32), torch.randn(4, 16))[0].held_grad_bytes_per_sample == 32 * 4
+    assert layer_stats(nn.ReLU(), torch.randn(4, 16))[0].held_grad_bytes_per_sample == 0
+    block = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.LayerNorm(32), nn.Linear(32, 8))
+    assert layer_stats(block, torch.randn(4, 16))[0].held_grad_bytes_per_sample == (32 + 32 + 8) * 4
+    embed = nn.Embedding(10, 6)
+    assert layer_stats(embed, torch.randint(0, 10, (4, 5)))[0].held_grad_bytes_per_sample == 5 * 6 * 4
+
+
+def test_old_profile_json_holds_no_gradients() -> None:
+    profile = measure_profile(small_mlp(), 4, sizes=(4,), **FAST)
+    assert [lp.held_grad_bytes_per_sample for lp in profile.layers] == [(256 + 64) * 4, (256 + 10) * 4]
+    text = profile.to_json().replace('"held_grad_bytes_per_sample"', '"unknown_field"')
+    assert all(lp.held_grad_bytes_per_sample == 0 for lp in Profile.from_json(text).layers)
+
+
 class Square(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * x  # autograd saves x twice: one storage
@@ -160,7 +178,7 @@ def test_the_heap_is_grown_once_per_layer_at_its_largest_size() -> None:
     profile, _ = _measure_layer("counting", module, torch.randn(4, 8), (1, 2, 4), timer, torch.Generator(),
                                 lambda _: None)
     runs = 4 * (1 + 2)  # timed forwards, then the forwards behind the timed whole backwards, Bs and Ws
-    assert module.forwards == {1: runs, 2: runs, 4: 1 + 2 * runs}  # 1: the stats pass
+    assert module.forwards == {1: runs, 2: runs, 4: 2 + 2 * runs}  # 2: the stats pass and its held gradients
     assert min(profile.forward_s + profile.backward_s) > 0
     assert profile.input_grad_s is not None and profile.weight_grad_s is not None
     assert min(profile.input_grad_s + profile.weight_grad_s) > 0

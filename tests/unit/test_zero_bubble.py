@@ -20,7 +20,7 @@ from pipetrain.schedule.generators import build_schedule, compute_schedule
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import ScheduleError
 from pipetrain.simulate.events import simulate
-from pipetrain.simulate.memory import activation_peaks
+from pipetrain.simulate.memory import activation_peaks, stage_memory
 from tests.conftest import flat_profile
 
 FREE = Link(0.0, 1e30)
@@ -163,6 +163,22 @@ def test_memory_released_at_w() -> None:
     assert peaks_zb[0] == peaks_one[0] == 4 * 2 * 10
     assert max(peaks_zb) == max(peaks_one)
     assert simulate(build_schedule(zb), zb, cost).peak_activation_bytes == peaks_zb
+
+
+def test_held_gradients_count_from_b_to_w() -> None:
+    """B keeps the output gradients W needs (``G(b)``, 3 bytes per sample here) until W. Stage 0 runs
+    ``F0 F1 B0 W0 …``: its peak of two micro-batches' activations gains one ``G(b)``; stage 1 defers
+    each W past the next B, ``F1 B1 W0``: two ``G(b)``. Fused 1F1B holds none."""
+    flat = flat_profile(2, 1.0, 2.0, saved_bytes=10, parameter_bytes=4)
+    held = replace(flat, layers=tuple(replace(lp, held_grad_bytes_per_sample=3) for lp in flat.layers))
+    cost, cost_held = (CostModel(p, Cluster.local(2, link=FREE)) for p in (flat, held))
+    zb, one = equal(Method.ZB1, 2, 4, 8), equal(Method.ONE_F_ONE_B, 2, 4, 8)
+    g = 3 * 2  # G(b), b = 2 samples
+    assert activation_peaks(zb, cost) == (2 * 20, 2 * 20)
+    assert activation_peaks(zb, cost_held) == (2 * 20 + g, 2 * 20 + 2 * g)
+    assert activation_peaks(one, cost_held) == activation_peaks(one, cost)
+    assert simulate(build_schedule(zb), zb, cost_held).peak_activation_bytes == activation_peaks(zb, cost_held)
+    assert [m.activation_bytes for m in stage_memory(zb, cost_held)] == [2 * 20 + g, 2 * 20 + 2 * g]
 
 
 def test_profile_default_split_and_json() -> None:
