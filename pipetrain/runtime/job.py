@@ -36,7 +36,7 @@ from pipetrain.runtime.executor import Contexts, RankContext, expected_receives,
 from pipetrain.runtime.memory import MeasuredMemory, measured_memory
 from pipetrain.runtime.metrics import MetricsLog
 from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
-from pipetrain.runtime.rank_setup import build_rank_context, head_parameters, stage_parameters
+from pipetrain.runtime.rank_setup import build_rank_context, head_parameters, share_local_buffers, stage_parameters
 from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
 from pipetrain.runtime.transport import Transport
 from pipetrain.schedule.action import Action, ActionKind
@@ -120,6 +120,7 @@ class _JobRun:
                                          groups.get(stage), loss=job_loss(job), program=self.program, stage=stage)
                 ctx.clip = self._clipper(len(plan.stages[stage].ranks))
                 self.ctxs[stage] = ctx
+            share_local_buffers(plan, self.ctxs)  # ZB-V: stages R-1 and R on one rank, no message
             if len(self.ctxs) > 1:
                 self._clip_once()
         self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss

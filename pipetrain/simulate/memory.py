@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from pipetrain.cost import CostModel
 from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES, OptimizerName, StageMemory, check_optimizer
-from pipetrain.plan.plan import LOOPING_METHODS, Plan
+from pipetrain.plan.plan import MULTI_STAGE_METHODS, Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
@@ -166,7 +166,7 @@ def overflows(plan: Plan, cost: CostModel, *, optimizer: OptimizerName = "sgd") 
     """``(stage, bytes needed, bytes its device has)`` for every stage whose predicted peak
     (:func:`memory_need`) exceeds its smallest device (:func:`device_memory`); empty when the plan fits."""
     needs = list(memory_need(plan, cost, optimizer=optimizer))
-    if plan.method in LOOPING_METHODS:  # a rank holds all its chunks: compare the sum on its first stage
+    if plan.method in MULTI_STAGE_METHODS:  # a rank holds all its chunks: compare the sum on its first stage
         for rank in range(plan.n_ranks):
             first, *rest = plan.stages_of_rank(rank)
             needs[first] += sum(needs[k] for k in rest)
