@@ -14,8 +14,8 @@ The planners, each simulated by the event simulator on the same cost model:
   :func:`~pipetrain.planners.pipedream.plan_pipedream`);
 * ``bapipe``: BaPipe's exploration of method × stages × micro-batches × device order (docs/algorithms.md §4,
   :func:`~pipetrain.planners.bapipe.explore`);
-* ``interleaved``: interleaved 1F1B, ``v`` chunks per rank, backward fused or split (``interleaved-zb``)
-  (:func:`~pipetrain.planners.interleaved.plan_interleaved`);
+* ``interleaved``: interleaved 1F1B, ``v`` chunks per rank, backward fused or split (``interleaved-zb``),
+  and ZB-V (``zbv``, 2 chunks per rank in a V) (:func:`~pipetrain.planners.interleaved.plan_interleaved`);
 * ``graphpipe``, for a model that branches (``ModelRef.edges``): GraphPipe's DAG of stages (method
   ``graph``, docs/algorithms.md §5, :func:`~pipetrain.planners.graphpipe.plan_graphpipe`), so a
   branchy model gets the better of its linearised chain and its graph;
