@@ -5,6 +5,8 @@ interleaved-zb, and the plan's refusals."""
 
 from __future__ import annotations
 
+from random import Random
+
 import pytest
 
 from pipetrain.cluster import Cluster, Link
@@ -12,6 +14,8 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.placement import Placement, local_edges, placed_ranks, v_rank
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.planners.partition import balanced_partition
+from pipetrain.planners.partition.v_shape import v_balanced_partition, v_key
 from pipetrain.runtime.executor import check_runnable
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.forward_only import forward_only_schedule
@@ -177,3 +181,17 @@ def test_plan_refusals() -> None:
     other = tuple(StagePlan(s.layers, s.ranks, (3, 5), (3, 5)) if k == 1 else s for k, s in enumerate(p.stages))
     with pytest.raises(UserError, match="one partition for every stage"):
         Plan(p.model, "", 8, Method.ZBV, other).validate()
+
+
+def test_v_partition_balances_each_ranks_two_stages() -> None:
+    """6 equal layers on 2 ranks: the per-stage min-max cut 2/1/1/2 puts 4 layers on rank 0; the V cut
+    gives each rank 3. Random costs: never worse than the per-stage cut in either key."""
+    counts = v_balanced_partition([1.0] * 6, 2)
+    assert v_key([1.0] * 6, counts) == (3.0, 2.0) and sum(counts) == 6
+    rng = Random(0)
+    for _ in range(50):
+        n_ranks = rng.randint(1, 4)
+        costs = [rng.uniform(0.1, 2.0) for _ in range(rng.randint(2 * n_ranks, 16))]
+        v = v_balanced_partition(costs, n_ranks)
+        assert len(v) == 2 * n_ranks and min(v) >= 1 and sum(v) == len(costs)
+        assert v_key(costs, v) <= v_key(costs, balanced_partition(costs, 2 * n_ranks))
