@@ -31,38 +31,50 @@ from ``F`` to ``W`` and ``H = 2R`` (1F1B's peak). Since every chunk-1 forward ca
 micro-batch's backward needs no memory, every micro-batch in flight completes, so the orders cannot
 deadlock (the validator's dry run checks it). Both chunks take micro-batches in increasing order,
 so the messages on each link keep their order. Any ``m >= 1`` works; micro-batches are equal.
-``R = 2``, ``m = 4``, unit times (rank 0 holds stages 0 and 3, rank 1 stages 1 and 2)::
 
-    rank 0:  0F0 0F1 3F0 3B0 3F1 3B1 0B0 3W0 0B1 3W1 0F2 0W0 0W1 3F2 3B2 0F3 3W2 0B2 0W2 3F3 3B3 3W3 0B3 0W3
+**Robust to timing (ours).** The runtime runs a static order, and an order built in exact unit time
+leans on ties (a B and an F ready at the same instant) that real times break: on gpt1-14 at V100
+scale, where B is about 1.6× F and messages take time, the unit-time order left a 23 % bubble at
+``R = 4, m = 32``. So :func:`robust_orders` builds candidates with several ``(F, B, W)`` times
+(:data:`TIE_BREAKS`: unit, tie-breaking perturbations of it, B 1.2× and 1.5× F), replays each in
+every :data:`SCENARIOS` (unit; B 1.5×; W 0.5×; message latencies) with :func:`replay_makespan`,
+and keeps the one whose worst ratio to the best candidate is least. A plan carries no stage times,
+so the choice depends only on ``(R, m)`` and the runtime rebuilds the same order. At unit costs
+this gives up a little of the unit-time optimum (tests/unit/test_zbv.py): no order of ``6m`` unit
+actions per rank ends before ``6m + R − 1`` (rank ``r`` starts at ``r``), and the chosen ones end
+by ``6m + 2R − 2`` for ``R <= 4`` (``6m + 16`` for ``R = 8``), a bubble that shrinks as ``1/m``
+against 1F1B's ``(R − 1)/(m + R − 1)``. ``R = 2``, ``m = 4`` (rank 0 holds stages 0 and 3, rank 1
+stages 1 and 2)::
+
+    rank 0:  0F0 0F1 3F0 3B0 3F1 3B1 3W0 0B0 3W1 0B1 0F2 0W0 0W1 0F3 3F2 3B2 3W2 3F3 3B3 0B2 3W3 0W2 0B3 0W3
              0STEP 3STEP
-    rank 1:  1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1 2W0 1W0 2W1 1F2 2F2 1W1 2B2 1B2 1F3 2F3 2W2 1W2 2B3 1B3 2W3 1W3
+    rank 1:  1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1 2W0 1W0 2W1 1F2 2F2 1W1 1F3 2F3 2B2 1B2 2W2 2B3 1B3 1W2 2W3 1W3
              1STEP 2STEP
 
-Rank 0 holds at most ``H = 4`` pairs (after ``3F1`` it waits for W to free a slot before ``0F2``).
-At unit times a rank cannot start before its first chunk-0 input arrives (rank ``r`` at ``r``), so
-no order of ``6m`` unit actions per rank ends before ``6m + R − 1``; the scheduler ends by ``6m + R``
-for ``R = 2, 3, 4`` and every ``m`` tested (a bubble of at most ``R/(6m + R)``, which shrinks as
-``1/m``, against 1F1B's ``(R − 1)/(m + R − 1)``), and by ``6m + 11`` for ``R = 8``
-(tests/unit/test_zbv.py).
+Rank 0 holds at most ``H = 4`` pairs (after ``3F1`` it runs W to free slots before ``0F2``).
 
 Data: per rank, ``(kind, stage, micro-batch)`` triples; kinds ``"F"``, ``"B"``, ``"W"``.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pipetrain.plan.placement import v_rank
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.zero_bubble import ZbKind
 
-__all__ = ["StageTimes", "zbv_bound", "zbv_orders", "zbv_programs"]
+__all__ = ["SCENARIOS", "TIE_BREAKS", "StageTimes", "replay_makespan", "robust_orders", "zbv_bound", "zbv_orders",
+           "zbv_programs"]
 
 Step = tuple[ZbKind, int, int]  # (kind, stage, micro-batch)
 StageTimes = tuple[float, float, float]  # one stage's (F, B, W) seconds per micro-batch
+Scenario = tuple[float, float, float, float]  # (F, B, W, message latency) of every chunk
 _UNIT: StageTimes = (1.0, 1.0, 1.0)
 
 
@@ -193,13 +205,62 @@ def zbv_orders(n_ranks: int, n_micro: int, times: Sequence[StageTimes] | None = 
     return _ListScheduler(n_ranks, n_micro, stage_times, cap).run()
 
 
+TIE_BREAKS: tuple[StageTimes, ...] = ((1.0, 1.0, 1.0), (0.99, 1.0, 1.0), (1.0, 1.01, 1.0), (1.0, 1.0, 0.99),
+                                      (1.0, 1.01, 0.99), (1.0, 1.2, 1.0), (1.0, 1.5, 1.0))
+"""The ``(F, B, W)`` times :func:`robust_orders` builds candidate orders with: unit times and small
+perturbations of them (which only break unit time's ties another way), and B 1.2 and 1.5 times F."""
+
+SCENARIOS: tuple[Scenario, ...] = (
+    (1.0, 1.0, 1.0, 0.0), (1.0, 1.5, 1.0, 0.0), (1.0, 1.0, 1.0, 0.2), (1.0, 1.5, 1.0, 0.2), (1.0, 1.0, 0.5, 0.1))
+"""The ``(F, B, W, message latency)`` times, per chunk, :func:`robust_orders` replays each candidate in."""
+
+
+def replay_makespan(orders: Sequence[Sequence[Step]], n_ranks: int, scenario: Scenario) -> float:
+    """When the last rank ends if each rank runs its order as soon as its inputs arrive: every F, B
+    and W of every stage takes ``scenario[:3]``, a message between two ranks ``scenario[3]``; ``inf``
+    if the orders deadlock."""
+    f_s, b_s, w_s, latency = scenario
+    seconds = {"F": f_s, "B": b_s, "W": w_s}
+    last = 2 * n_ranks - 1
+    clock, pos, done = [0.0] * n_ranks, [0] * n_ranks, dict[tuple[str, int, int], float]()
+    progress = True
+    while progress:
+        progress = False
+        for rank, order in enumerate(orders):
+            while pos[rank] < len(order):
+                kind, stage, j = order[pos[rank]]
+                needs = ([("F", stage - 1, j)] if stage > 0 else []) if kind == "F" else \
+                    [("F", stage, j), *([("B", stage + 1, j)] if stage < last else [])] if kind == "B" else \
+                    [("B", stage, j)]
+                if any(n not in done for n in needs):
+                    break
+                ready = [done[n] + (latency if v_rank(n[1], n_ranks) != rank else 0.0) for n in needs]
+                clock[rank] = done[(kind, stage, j)] = max([clock[rank], *ready]) + seconds[kind]
+                pos[rank] += 1
+                progress = True
+    finished = all(p == len(order) for p, order in zip(pos, orders, strict=True))
+    return max(clock) if finished else float("inf")
+
+
+@functools.lru_cache(maxsize=256)
+def robust_orders(n_ranks: int, n_micro: int) -> tuple[tuple[Step, ...], ...]:
+    """The ZB-V orders a plan runs: of the candidates built with each of :data:`TIE_BREAKS`, the one
+    whose worst ratio to the best candidate over :data:`SCENARIOS` is least (module docstring)."""
+    candidates = [zbv_orders(n_ranks, n_micro, [times] * (2 * n_ranks)) for times in TIE_BREAKS]
+    spans = [[replay_makespan(c, n_ranks, scenario) for scenario in SCENARIOS] for c in candidates]
+    floors = [min(column) for column in zip(*spans, strict=True)]
+    worst = [max(span / floor for span, floor in zip(row, floors, strict=True)) for row in spans]
+    best = candidates[worst.index(min(worst))]
+    return tuple(tuple(order) for order in best)
+
+
 def zbv_programs(plan: Plan) -> dict[int, list[Action]]:
-    """Every rank's compute actions for a plan of method ``zbv``: F, B, W in the ZB-V order (unit
-    times), then one STEP per stage (chunk 0's, then chunk 1's)."""
+    """Every rank's compute actions for a plan of method ``zbv``: F, B, W in the order of
+    :func:`robust_orders`, then one STEP per stage (chunk 0's, then chunk 1's)."""
     n_ranks = plan.n_ranks
     spans = ranges(plan.stages[0].forward_sizes)
     programs: dict[int, list[Action]] = {}
-    for rank, order in enumerate(zbv_orders(n_ranks, len(spans), None)):
+    for rank, order in enumerate(robust_orders(n_ranks, len(spans))):
         out = [Action(ActionKind(kind), stage, j, *spans[j]) for kind, stage, j in order]
         out += [Action(ActionKind.STEP, stage) for stage in (rank, 2 * n_ranks - 1 - rank)]
         programs[rank] = out
