@@ -229,7 +229,7 @@ class Plan:
         return local_edges(self.stage_edges, [s.ranks for s in self.stages])
 
     def stages_of_rank(self, rank: int) -> tuple[int, ...]:
-        """The stages ``rank`` runs, in increasing order: one, or ``v`` under a looping method."""
+        """The stages ``rank`` runs, in increasing order: one, or ``v`` under a multi-stage method."""
         found = tuple(k for k, stage in enumerate(self.stages) if rank in stage.ranks)
         if not found:
             raise UserError(f"rank {rank} runs no stage of this plan; the plan uses {self.n_ranks} ranks")

@@ -10,7 +10,7 @@
    gradients for B) have been received before they are used;
 4. every send is matched by a receive of the same message, in the same order on each directed link;
 5. a dry run, in which sends never block and a receive waits for its send, finishes (no deadlock);
-6. a split backward (methods ``zb1`` and ``interleaved-zb``, Qi et al. 2024): each W follows a B
+6. a split backward (methods ``zb1``, ``interleaved-zb``, ``zbv``; Qi et al. 2024): each W follows a B
    of exactly its range and stage on the same rank, once; a rank with any W has one for every B of
    every stage it runs (the runtime splits all of a rank's backwards or none);
 7. a stage whose neighbour runs on the same rank (ZB-V's stages ``R − 1`` and ``R``) gets no message

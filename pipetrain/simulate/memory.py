@@ -15,7 +15,7 @@ Per action, with ``A(b)`` the stage's saved bytes and ``I(b)`` its input bytes f
     stage keeps activations    F of b samples: +A(b)     B of b samples: −A(b)
     stage recomputes           F: +I(b) (stashed input)  B: holds A(b) while it runs, then −I(b)
 
-A split backward (methods ``zb1`` and ``interleaved-zb``, a program with W actions; Qi et al. 2024)
+A split backward (``zb1``, ``interleaved-zb``, ``zbv``: a program with W actions; Qi et al. 2024)
 releases at W instead of B: the B keeps the graph for the W (``−A(b)`` moves from B to W).
 
 For ``m`` equal micro-batches of ``b = B/m`` samples on stage ``k`` of ``K`` (``k = 0..K−1``) the
