@@ -28,10 +28,17 @@ from pipetrain.cost import CostModel
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import check_aux, default_aux
-from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, LOOPING_METHODS, Method, Plan
+from pipetrain.plan.placement import Placement
+from pipetrain.plan.plan import (
+    DEFAULT_QUEUE_DEPTH,
+    MULTI_STAGE_METHODS,
+    V_METHODS,
+    Method,
+    Plan,
+)
 from pipetrain.planners import PlannerSpec
 from pipetrain.planners.contract import ModelRef
-from pipetrain.planners.interleaved import build_interleaved_plan
+from pipetrain.planners.interleaved import build_interleaved_plan, v_placed
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.simulate.timeline import Timeline
 
@@ -82,14 +89,14 @@ def _planner_name(args: argparse.Namespace) -> str:
     do not go together (checked before any profiling)."""
     uedp = args.method == Method.UEDP.value
     own = {Method.GRAPH.value: "graphpipe", Method.INTERLEAVED.value: "interleaved",
-           Method.INTERLEAVED_ZB.value: "interleaved"}  # a method's own planner
+           Method.INTERLEAVED_ZB.value: "interleaved", Method.ZBV.value: "interleaved"}  # a method's own planner
     if args.method in own:
         if args.planner not in (None, own[args.method]):
             raise UserError(f"--method {args.method} is planned by --planner {own[args.method]}, not {args.planner}; "
                             f"drop --planner or --method {args.method}")
         return own[args.method]
     if args.virtual_stages is not None and not uedp:
-        raise UserError("--virtual-stages is for --method interleaved, interleaved-zb or uedp; add one or drop "
+        raise UserError("--virtual-stages is for --method interleaved, interleaved-zb, zbv or uedp; add one or drop "
                         "--virtual-stages")
     flags = ("planner", "seed", "population", "generations")
     given = [f"--{name}" for name in flags if getattr(args, name) is not None]
@@ -127,7 +134,7 @@ def _plan_constraints(args: argparse.Namespace, spec: PlannerSpec) -> api.Constr
     except ValueError as e:
         raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
     method = _planned_method(args, spec)
-    fixed = method if method in (*(m.value for m in (*api.PLANNABLE_METHODS, *LOOPING_METHODS)),
+    fixed = method if method in (*(m.value for m in (*api.PLANNABLE_METHODS, *MULTI_STAGE_METHODS)),
                                  *_ASYNC_PLANNERS.values()) else None
     constraints = api.Constraints(method=None if fixed is None else Method(fixed), n_stages=args.stages,
                                   n_micro=args.micro, memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga,
@@ -238,11 +245,16 @@ def _run_by(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
 def _rechunked(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
     """``simulate|train --method interleaved|interleaved-zb --virtual-stages V``: the plan's layers cut
     into ``V·R`` stages balanced on the profile, stage ``s`` on rank ``s mod R``, with the plan's
-    micro-batch count (equal sizes); the plan itself without ``--virtual-stages``."""
+    micro-batch count (equal sizes); the plan itself without ``--virtual-stages``. ``--method zbv``:
+    a plan with 2 chunks per rank placed in a V, else its layers cut into ``2R`` such stages."""
+    if args.method in (m.value for m in V_METHODS) and plan.placement is not Placement.V:
+        if plan.virtual_stages == 2 and args.virtual_stages in (None, 2):
+            return v_placed(dataclasses.replace(plan, method=Method(args.method)))
+        args = argparse.Namespace(**{**vars(args), "virtual_stages": args.virtual_stages or 2})
     if args.virtual_stages is None:
         return plan
-    if args.method not in (m.value for m in LOOPING_METHODS):
-        raise UserError("--virtual-stages is for --method interleaved or interleaved-zb; add one or drop "
+    if args.method not in (m.value for m in MULTI_STAGE_METHODS):
+        raise UserError("--virtual-stages is for --method interleaved, interleaved-zb or zbv; add one or drop "
                         "--virtual-stages")
     if plan.edges or plan.replicated:
         raise UserError("--virtual-stages re-cuts a chain plan with one rank per stage; drop it for this plan")

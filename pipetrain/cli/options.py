@@ -158,14 +158,16 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
                                                          Method.UEDP.value, Method.LOCAL.value, Method.GRAPH.value,
                                                          Method.INTERLEAVED.value, Method.INTERLEAVED_ZB.value,
-                                                         *ASYNC_METHODS],
+                                                         Method.ZBV.value, *ASYNC_METHODS],
                    help="auto: the fastest of gpipe, 1f1b, zb1 and zb2 (zero-bubble ZB-H1, ZB-H2); uedp: UMPIPE's "
                         "unequal micro-batches per stage on the best equal plan's stages (with --virtual-stages V, "
                         "per virtual stage of an interleaved plan); local: PPLL's local learning, stages "
                         "balanced with their auxiliary heads' time; graph: GraphPipe's DAG of stages for a "
                         "model that branches (the graphpipe planner); interleaved: v model chunks per rank "
                         "(interleaved 1F1B, any micro-batch count); interleaved-zb: the same with the backward "
-                        "split into B and deferred W (zero bubble); pipedream, 2bw: the best 1f1b plan run "
+                        "split into B and deferred W (zero bubble); zbv: zero bubble's ZB-V, two chunks per rank "
+                        "in a V (rank 0 holds the first and the last), 1F1B's memory; pipedream, 2bw: the best "
+                        "1f1b plan run "
                         "asynchronously (no flush, weight versions), or with --planner pipedream|2bw that "
                         "planner's own steady-state plan (default: auto)")
     _local_args(p)
@@ -191,9 +193,9 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                    help="--method uedp: keep each stage's micro-batches within its device memory (default: on)")
     p.add_argument("--stages", type=_count, help="pipeline stages (default: one per rank)")
     p.add_argument("--virtual-stages", type=_count, metavar="V",
-                   help="--method interleaved or interleaved-zb: model chunks per rank (default: search 2 to 4); "
-                        "--method uedp --virtual-stages V (V >= 2): unequal micro-batches per virtual stage of an "
-                        "interleaved plan with V chunks per rank (the interleaved-ga planner)")
+                   help="--method interleaved or interleaved-zb: model chunks per rank (default: search 2 to 4; "
+                        "zbv: 2); --method uedp --virtual-stages V (V >= 2): unequal micro-batches per virtual "
+                        "stage of an interleaved plan with V chunks per rank (the interleaved-ga planner)")
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")
@@ -211,9 +213,10 @@ def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) 
 
 ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
 SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ZB2.value, Method.ONE_F_ONE_B.value, Method.INTERLEAVED.value,
-                      Method.INTERLEAVED_ZB.value)
+                      Method.INTERLEAVED_ZB.value, Method.ZBV.value)
 """Synchronous methods ``simulate`` and ``train`` can run a plan's stages by (same sizes, another order;
-the looping ones need a plan whose stage ``s`` is on rank ``s mod R``)."""
+the looping ones need a plan whose stage ``s`` is on rank ``s mod R``; zbv re-places 2 chunks per rank
+in a V, or re-cuts the layers into ``2R`` stages)."""
 
 
 def _vertical_sync_arg(p: argparse.ArgumentParser) -> None:
@@ -234,7 +237,7 @@ def _rechunk_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--virtual-stages", type=_count, metavar="V",
                    help="--method interleaved or interleaved-zb: re-cut the plan's layers into V model chunks per "
                         "rank (V·R stages balanced on the profile, looping placement, the plan's micro-batch "
-                        "count; default: the plan's own stages)")
+                        "count; default: the plan's own stages; zbv: 2, in a V)")
 
 
 def _async_args(p: argparse.ArgumentParser) -> None:
@@ -243,7 +246,8 @@ def _async_args(p: argparse.ArgumentParser) -> None:
                         "versions), asynchronously; local: PPLL's local learning; zb1: zero-bubble ZB-H1 "
                         "(backward split into B and W); zb2: ZB-H2 (the same, twice the micro-batches in "
                         "flight); 1f1b; interleaved, interleaved-zb: an interleaved "
-                        "plan's chunks with the backward fused or split (default: the plan's own method)")
+                        "plan's chunks with the backward fused or split; zbv: ZB-V, 2 chunks per rank in a V "
+                        "(a plan with other stages is re-cut into 2R) (default: the plan's own method)")
     _local_args(p)
     _vertical_sync_arg(p)
 

@@ -9,11 +9,10 @@ GPipe uses one vector everywhere; 1F1B lets each stage have its own vector, used
 backward alike (unequal micro-batches under a 1F1B order, :func:`~pipetrain.schedule.generators.
 one_f_one_b_orders`); UMPIPE's ``uedp`` gives each stage its own forward and backward vectors.
 
-Recompute (docs/algorithms.md §2.6): a stage whose backward sizes differ from its forward sizes cannot
-back-propagate part of a forward micro-batch's autograd graph, so it keeps only its *inputs* during
-forward and re-runs forward per backward micro-batch. :meth:`Plan.recomputes` says which stages do:
-those, and every stage when the plan's ``recompute`` flag is set. The simulator, the vectorised
-evaluator and the runtime all follow it.
+Recompute (docs/algorithms.md §2.6): a stage whose backward sizes differ from its forward sizes cannot back-propagate
+part of a forward micro-batch's autograd graph, so it keeps only its *inputs* during forward and re-runs forward per
+backward micro-batch. :meth:`Plan.recomputes` says which stages do: those, and every stage when the plan's
+``recompute`` flag is set. The simulator, the vectorised evaluator and the runtime all follow it.
 """
 
 from __future__ import annotations
@@ -25,13 +24,16 @@ from enum import Enum
 
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import AUX_KINDS
+from pipetrain.plan.placement import Placement, local_edges, placed_ranks
 
 __all__ = [
     "ASYNC_WEIGHTS",
     "DEFAULT_QUEUE_DEPTH",
     "LOOPING_METHODS",
     "MAX_BATCH_SIZE",
+    "MULTI_STAGE_METHODS",
     "SPLIT_METHODS",
+    "V_METHODS",
     "Method",
     "Plan",
     "Prediction",
@@ -63,12 +65,19 @@ class Method(str, Enum):
     ZB1 = "zb1"  # ZB-H1 (Qi et al. 2024): backward split into B (input gradients) and W (weight gradients)
     ZB2 = "zb2"  # ZB-H2 (the same paper): zb1's split backward with twice the in-flight micro-batches
     INTERLEAVED_ZB = "interleaved-zb"  # interleaved 1F1B with zb1's split backward (pipetrain's own combination)
+    ZBV = "zbv"  # ZB-V (Qi et al. 2024 §6): two chunks per rank in a V, split backward
 
 
 LOOPING_METHODS = (Method.INTERLEAVED, Method.INTERLEAVED_ZB)
 """Methods whose ranks each run ``v`` stages, stage ``s`` on rank ``s mod R`` (looping placement)."""
 
-SPLIT_METHODS = (Method.ZB1, Method.ZB2, Method.INTERLEAVED_ZB)
+V_METHODS = (Method.ZBV,)
+"""Methods whose ranks each run 2 stages in the V placement (:mod:`pipetrain.plan.placement`)."""
+
+MULTI_STAGE_METHODS = (*LOOPING_METHODS, *V_METHODS)
+"""Methods whose ranks each run several stages (model chunks), placed by the method."""
+
+SPLIT_METHODS = (Method.ZB1, Method.ZB2, Method.INTERLEAVED_ZB, Method.ZBV)
 """Methods that split every backward into B (input gradients) and W (weight gradients)."""
 
 
@@ -203,13 +212,24 @@ class Plan:
         return len({r for s in self.stages for r in s.ranks})
 
     @property
+    def placement(self) -> Placement:
+        """How the method places stages on ranks: looping (interleaved), V (zbv) or one stage per rank."""
+        if self.method in LOOPING_METHODS:
+            return Placement.LOOPING
+        return Placement.V if self.method in V_METHODS else Placement.SINGLE
+
+    @property
     def virtual_stages(self) -> int:
-        """Stages per rank: ``v`` for methods ``interleaved`` and ``interleaved-zb`` (model chunks, looping
-        placement), else 1."""
-        return self.n_stages // self.n_ranks if self.method in LOOPING_METHODS else 1
+        """Stages per rank: ``v`` under a multi-stage placement (model chunks: looping ``v``, V 2), else 1."""
+        return self.n_stages // self.n_ranks if self.placement is not Placement.SINGLE else 1
+
+    @property
+    def local_edges(self) -> frozenset[tuple[int, int]]:
+        """Stage edges whose two stages run on the same rank (V: ``(R − 1, R)``): no message, a local hand-off."""
+        return local_edges(self.stage_edges, [s.ranks for s in self.stages])
 
     def stages_of_rank(self, rank: int) -> tuple[int, ...]:
-        """The stages ``rank`` runs, in increasing order: one, or ``v`` under a looping method."""
+        """The stages ``rank`` runs, in increasing order: one, or ``v`` under a multi-stage method."""
         found = tuple(k for k, stage in enumerate(self.stages) if rank in stage.ranks)
         if not found:
             raise UserError(f"rank {rank} runs no stage of this plan; the plan uses {self.n_ranks} ranks")
@@ -336,8 +356,8 @@ class Plan:
                     f"stage {k}: {label} micro-batch sizes {list(sizes)} sum to {sum(sizes)} but the "
                     f"batch has {self.batch_size} samples; make them sum to {self.batch_size}"
                 )
-        one_partition = (Method.ONE_F_ONE_B, Method.GRAPH, Method.ZB1, Method.ZB2)
-        if self.method in one_partition and stage.backward_sizes != stage.forward_sizes:
+        if self.method in (Method.ONE_F_ONE_B, Method.GRAPH, Method.ZB1, Method.ZB2) and \
+                stage.backward_sizes != stage.forward_sizes:
             raise UserError(
                 f"stage {k}: method {self.method.value} needs the same micro-batch sizes for forward and backward "
                 f"(forward {list(stage.forward_sizes)}, backward {list(stage.backward_sizes)}); use "
@@ -352,28 +372,32 @@ class Plan:
             )
 
     def _validate_ranks(self) -> None:
-        """Each of ranks 0..R-1 runs exactly one stage; under a looping method (:data:`LOOPING_METHODS`),
-        stage ``s`` runs on rank ``s mod R`` (looping placement, ``v = K / R`` stages per rank)."""
+        """Each of ranks 0..R-1 runs exactly one stage; under a multi-stage method every rank the same
+        number of stages, placed as the method says (:mod:`pipetrain.plan.placement`)."""
         ranks = sorted(r for s in self.stages for r in s.ranks)
-        if self.method not in LOOPING_METHODS:
+        if self.placement is Placement.SINGLE:
             if ranks != list(range(len(ranks))):
                 raise UserError(f"stages use ranks {ranks}; each of ranks 0..{len(ranks) - 1} must run exactly one "
                                 "stage")
             return
         n = self.n_ranks
-        looping = tuple((k % n,) for k in range(self.n_stages))
-        if tuple(s.ranks for s in self.stages) != looping or self.n_stages % n or sorted(set(ranks)) != list(range(n)):
-            raise UserError(f"method {self.method.value} places stage s on rank s mod R, every rank the same number "
-                            f"of stages (here {self.n_stages} stages on {n} ranks); give stage s the ranks [s % {n}] "
-                            "and a multiple of the rank count of stages")
+        placed = placed_ranks(self.placement, self.n_stages, n)
+        v_count = self.placement is not Placement.V or self.n_stages == 2 * n  # V: exactly 2 stages per rank
+        if tuple(s.ranks for s in self.stages) != placed or self.n_stages % n or sorted(set(ranks)) != list(range(n)) \
+                or not v_count:
+            rule = "s mod R" if self.placement is Placement.LOOPING else "s (s < R) or 2R-1-s (s >= R), 2R stages"
+            raise UserError(f"method {self.method.value} places stage s on rank {rule}, every rank the same number "
+                            f"of stages (here {self.n_stages} stages on {n} ranks); give the stages the ranks "
+                            f"{[list(r) for r in placed or ()]}")
         mixed = [k for k, s in enumerate(self.stages) if s.forward_sizes != s.backward_sizes]
         if mixed:  # each stage may cut the batch its own way (schedule/interleaved_unequal.py)
             raise UserError(f"method {self.method.value} needs each stage's backward sizes equal to its forward sizes "
                             f"(stage {mixed[0]} differs); give stage {mixed[0]} one partition for both")
         sizes = self.stages[0].forward_sizes
-        if self.method is Method.INTERLEAVED_ZB and any(s.forward_sizes != sizes for s in self.stages):
-            raise UserError(f"method interleaved-zb needs one partition for every stage (stage 0 has {list(sizes)}); "
-                            "use the same micro-batch sizes everywhere, or method interleaved for per-stage ones")
+        if self.method in (Method.INTERLEAVED_ZB, Method.ZBV) and any(s.forward_sizes != sizes for s in self.stages):
+            raise UserError(f"method {self.method.value} needs one partition for every stage (stage 0 has "
+                            f"{list(sizes)}); use the same micro-batch sizes everywhere, or method interleaved for "
+                            "per-stage ones")
 
     def _validate_edges(self) -> None:
         """Chain methods run the chain 0 -> 1 -> ...; method graph a DAG of stages in topological

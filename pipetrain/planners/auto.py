@@ -14,8 +14,8 @@ The planners, each simulated by the event simulator on the same cost model:
   :func:`~pipetrain.planners.pipedream.plan_pipedream`);
 * ``bapipe``: BaPipe's exploration of method × stages × micro-batches × device order (docs/algorithms.md §4,
   :func:`~pipetrain.planners.bapipe.explore`);
-* ``interleaved``: interleaved 1F1B, ``v`` chunks per rank, backward fused or split (``interleaved-zb``)
-  (:func:`~pipetrain.planners.interleaved.plan_interleaved`);
+* ``interleaved``: interleaved 1F1B, ``v`` chunks per rank, backward fused or split (``interleaved-zb``),
+  and ZB-V (``zbv``, 2 chunks per rank in a V) (:func:`~pipetrain.planners.interleaved.plan_interleaved`);
 * ``interleaved-ga``: UMPIPE's unequal micro-batches per virtual stage (Narayanan et al. 2021 §2.2's
   order; docs/algorithms.md §6c) on the ``interleaved`` planner's fastest fused (``interleaved``) plan,
   which that planner's run already found (:func:`~pipetrain.planners.unequal.plan_unequal`). Its GA is

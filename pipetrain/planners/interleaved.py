@@ -1,7 +1,8 @@
 """The ``interleaved`` planner: ``v`` model chunks per rank under interleaved 1F1B (Narayanan et al.
 2021, §2.2; :mod:`pipetrain.schedule.interleaved`), with the backward fused (method ``interleaved``)
 or split into B and deferred W (method ``interleaved-zb``, Qi et al. 2024 §2–3;
-:mod:`pipetrain.schedule.interleaved_zb`).
+:mod:`pipetrain.schedule.interleaved_zb`), and ZB-V's two chunks per rank in a V (method ``zbv``,
+Qi et al. 2024 §6; :mod:`pipetrain.schedule.zbv`).
 
     result = plan_interleaved(PlanningProblem(ModelRef.of(graph), cost, batch_size=64))
     result.plan.virtual_stages, result.candidates
@@ -13,21 +14,28 @@ the exact min–max partition at that micro-batch size, stage ``s`` placed on ra
 devices, or fewer when the model has under two layers per device: a sub-cluster); every
 plan is run by each method (``constraints.method``, default both) and simulated
 (:func:`~pipetrain.planners.score.score`, the event simulator with the cluster's contention); the
-fastest is kept. Unlike torch's interleaved schedules any ``m`` is allowed.
+fastest is kept. Unlike torch's interleaved schedules any ``m`` is allowed. For ``v = 2`` the layers
+are also cut into ``2R`` stages balanced per rank pair
+(:func:`~pipetrain.planners.partition.v_shape.v_balanced_partition`), placed in a V (stage ``s`` on
+rank ``s``, or ``2R − 1 − s`` from ``s = R`` on, :mod:`pipetrain.plan.placement`) and run by ``zbv``.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import LOOPING_METHODS, Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.placement import Placement, placed_ranks
+from pipetrain.plan.plan import MULTI_STAGE_METHODS, V_METHODS, Method, Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import thinned_counts
 from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.partition import balanced_partition
+from pipetrain.planners.partition.v_shape import v_balanced_partition
 from pipetrain.planners.score import score
 
-__all__ = ["MAX_CHUNKS", "build_interleaved_plan", "plan_interleaved"]
+__all__ = ["MAX_CHUNKS", "build_interleaved_plan", "plan_interleaved", "v_placed"]
 
 MAX_CHUNKS = 4
 """The most chunks per rank the planner tries by default (each adds ``R`` messages per micro-batch)."""
@@ -35,23 +43,37 @@ MAX_CHUNKS = 4
 
 def build_interleaved_plan(model: ModelRef, cost: CostModel, *, n_ranks: int, chunks: int, batch_size: int,
                            n_micro: int, method: Method = Method.INTERLEAVED) -> Plan:
-    """``chunks · n_ranks`` balanced stages, stage ``s`` on rank ``s mod n_ranks``, ``n_micro`` equal
-    micro-batches, run by ``method`` (``interleaved`` or ``interleaved-zb``; no simulation).
+    """``chunks · n_ranks`` balanced stages, stage ``s`` on rank ``s mod n_ranks`` (``zbv``: in a V, each
+    rank's two stages balanced, :func:`~pipetrain.planners.partition.v_shape.v_balanced_partition`),
+    ``n_micro`` equal micro-batches, run by ``method`` (``interleaved``, ``interleaved-zb`` or ``zbv``
+    with 2 chunks; no simulation).
 
     Raises:
-        UserError: fewer layers than stages.
+        UserError: fewer layers than stages; ``zbv`` with other than 2 chunks.
     """
+    if method in V_METHODS and chunks != 2:
+        raise UserError(f"method {method.value} runs exactly 2 chunks per rank (a V), not {chunks}; drop "
+                        "--virtual-stages or give --virtual-stages 2")
     n_stages = chunks * n_ranks
     if n_stages > len(model.layer_names):
         raise UserError(f"{chunks} chunks on {n_ranks} ranks need {n_stages} stages but {model.name!r} has "
                         f"{len(model.layer_names)} layers; use fewer --virtual-stages or ranks")
     sizes = equal_sizes(batch_size, n_micro)
-    counts = balanced_partition([cost.layer_work_s(name, max(sizes), 0) for name in model.layer_names], n_stages)
+    work = [cost.layer_work_s(name, max(sizes), 0) for name in model.layer_names]
+    counts = v_balanced_partition(work, n_ranks) if method in V_METHODS else balanced_partition(work, n_stages)
     stages, first = [], 0
     for k, count in enumerate(counts):
         stages.append(StagePlan(model.layer_names[first:first + count], (k % n_ranks,), sizes, sizes))
         first += count
-    return Plan(model.name, model.fingerprint, batch_size, method, tuple(stages))
+    return v_placed(Plan(model.name, model.fingerprint, batch_size, method, tuple(stages)))
+
+
+def v_placed(plan: Plan) -> Plan:
+    """``plan`` with its stages on the ranks its method's placement gives (V for ``zbv``); as it is for others."""
+    placed = placed_ranks(Placement.V, plan.n_stages, plan.n_ranks) if plan.method in V_METHODS else None
+    if placed is None:
+        return plan
+    return replace(plan, stages=tuple(replace(s, ranks=r) for s, r in zip(plan.stages, placed, strict=True)))
 
 
 def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
@@ -62,15 +84,20 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
             not loop.
     """
     c, n_layers = problem.constraints, len(problem.model.layer_names)
-    if c.method is not None and c.method not in LOOPING_METHODS:
-        raise UserError(f"the interleaved planner plans methods interleaved and interleaved-zb, not "
+    if c.method is not None and c.method not in MULTI_STAGE_METHODS:
+        raise UserError(f"the interleaved planner plans methods interleaved, interleaved-zb and zbv, not "
                         f"{c.method.value}; drop the method or use the balanced planner")
-    methods = LOOPING_METHODS if c.method is None else (c.method,)
+    methods = MULTI_STAGE_METHODS if c.method is None else (c.method,)
     n_ranks = min(problem.cost.cluster.n_devices, n_layers // 2)  # at least 2 layers (chunks) per rank
     cluster, _ = placed_cluster(problem.cost.cluster, range(n_ranks))
     cost = problem.cost.on(cluster)
     most = n_layers // max(n_ranks, 1)
     chunk_options = [c.virtual_stages] if c.virtual_stages is not None else list(range(2, min(most, MAX_CHUNKS) + 1))
+    if c.method in V_METHODS:
+        if c.virtual_stages not in (None, 2):
+            raise UserError(f"method {c.method.value} runs exactly 2 chunks per rank (a V), not "
+                            f"{c.virtual_stages}; drop --virtual-stages or give --virtual-stages 2")
+        chunk_options = [2] if most >= 2 else []
     if n_ranks < 2 or not chunk_options:
         raise UserError(f"interleaved 1F1B needs at least 2 ranks with 2 layers each (here {n_ranks} ranks, "
                         f"{n_layers} layers); use --method 1f1b")
@@ -78,8 +105,11 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
     candidates: list[Candidate] = []
     for chunks in chunk_options:
         for m in counts:
-            plan = build_interleaved_plan(problem.model, cost, n_ranks=n_ranks, chunks=chunks,
-                                          batch_size=problem.batch_size, n_micro=m)
-            candidates += [score(plan.run_by(method), cost) for method in methods]
+            looping = [x for x in methods if x not in V_METHODS]
+            for kinds in (looping, [x for x in methods if x in V_METHODS and chunks == 2]):
+                if kinds:  # one partition per placement, run by each of its methods
+                    plan = build_interleaved_plan(problem.model, cost, n_ranks=n_ranks, chunks=chunks,
+                                                  batch_size=problem.batch_size, n_micro=m, method=kinds[0])
+                    candidates += [score(plan.run_by(method), cost) for method in kinds]
     candidates.sort(key=rank_key)
     return PlanningResult("interleaved", candidates[0].plan, cluster, tuple(candidates))

@@ -102,7 +102,8 @@ _STAGE_SPECS = (
     PlannerSpec("graphpipe", "stages", "GraphPipe's SP decomposition, DP and TPS search: a DAG of stages (method "
                 "graph) for multi-branch models", frozenset(), plan_graphpipe),
     PlannerSpec("interleaved", "stages", "interleaved 1F1B: v model chunks per rank, looping placement, any "
-                "micro-batch count; backward fused (interleaved) or split into B and W (interleaved-zb)",
+                "micro-batch count; backward fused (interleaved) or split into B and W (interleaved-zb); "
+                "and ZB-V's 2 chunks per rank in a V (zbv)",
                 frozenset({"method", "n_micro", "virtual_stages"}), plan_interleaved),
     PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed", "ga", "allow_async"}),
                 _auto),

@@ -42,7 +42,7 @@ batch_chunks`), so in-flight micro-batches stay kept across steps and ranges ind
 (``sample_offset``); under ``pipedream`` each micro-batch is a mini-batch and its loss is divided by
 its own size.
 
-Split backward (``zb1``, ``interleaved-zb``; Qi et al. 2024 "Zero Bubble Pipeline Parallelism" §2): a
+Split backward (``zb1``, ``interleaved-zb``, ``zbv``; Qi et al. 2024 "Zero Bubble Pipeline Parallelism" §2): a
 rank whose program has W actions runs each backward in two parts (:mod:`pipetrain.graph.split_backward`).
 Forward records the output of every module holding parameters of its own; B back-propagates
 ``grad [hi-lo, *out]`` (the last stage: the scalar loss) to the stage input ``x [hi-lo, *in]`` and
@@ -491,7 +491,7 @@ def check_runnable(schedule: Schedule, plan: Plan) -> None:
         for a in program:
             if a.kind is ActionKind.W and not splits:
                 raise UserError(f"rank {rank}: {a}: split backward (W) runs only on a synchronous chain plan that "
-                                "keeps its activations (zb1, interleaved-zb, 1f1b, interleaved); remove the W actions")
+                                "keeps its activations (zb1, zbv, 1f1b, interleaved[-zb]); remove the W actions")
     validate_for_plan(schedule, plan)
     if plan.asynchronous:
         validate_versions(schedule, plan)

@@ -36,7 +36,7 @@ from pipetrain.runtime.executor import Contexts, RankContext, expected_receives,
 from pipetrain.runtime.memory import MeasuredMemory, measured_memory
 from pipetrain.runtime.metrics import MetricsLog
 from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
-from pipetrain.runtime.rank_setup import build_rank_context, head_parameters, stage_parameters
+from pipetrain.runtime.rank_setup import build_rank_context, head_parameters, share_local_buffers, stage_parameters
 from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
 from pipetrain.runtime.transport import Transport
 from pipetrain.schedule.action import Action, ActionKind
@@ -119,6 +119,7 @@ class _JobRun:
                 ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,
                                          groups.get(stage), loss=job_loss(job), program=self.program, stage=stage)
                 self.ctxs[stage] = ctx
+            share_local_buffers(plan, self.ctxs)  # ZB-V: stages R-1 and R on one rank, no message
             self._set_clipping()
         self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss
         self.receives = [expected_receives(self.contexts, p) if self.ctx is not None else []

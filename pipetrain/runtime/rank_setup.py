@@ -5,7 +5,7 @@ parameters read back under the model's own names (checkpoints, results).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -24,8 +24,8 @@ from pipetrain.runtime.transport import Transport
 from pipetrain.runtime.versions import WeightVersions
 from pipetrain.schedule.action import Action
 
-__all__ = ["HEAD_PREFIX", "build_rank_context", "build_stage_module", "head_parameters", "stage_parameters",
-           "stage_specs"]
+__all__ = ["HEAD_PREFIX", "build_rank_context", "build_stage_module", "head_parameters", "share_local_buffers",
+           "stage_parameters", "stage_specs"]
 
 HEAD_PREFIX = "aux"
 """Auxiliary heads' parameters are named ``aux{stage}.<name in the head>`` (local learning)."""
@@ -143,3 +143,15 @@ def head_parameters(ctx: RankContext) -> dict[str, torch.Tensor]:
     if head is None:
         return {}
     return {f"{HEAD_PREFIX}{ctx.stage}.{name}": p.detach().to("cpu", copy=True) for name, p in head.named_parameters()}
+
+
+def share_local_buffers(plan: Plan, ctxs: Mapping[int, RankContext]) -> None:
+    """Hand tensors over in memory between neighbouring stages of one rank (ZB-V's stages ``R − 1`` and
+    ``R``, :attr:`~pipetrain.plan.plan.Plan.local_edges`), where the schedule has no SEND and RECV:
+    the successor's input buffer *is* the predecessor's output buffer (its F puts ``y [b, *out]``
+    there, the successor's F takes it as ``x``), and the predecessor's output-gradient buffer is the
+    successor's input-gradient buffer (its B puts ``dx``, the predecessor's B takes it as ``dy``)."""
+    for a, b in plan.local_edges:
+        if a in ctxs and b in ctxs:
+            ctxs[b].inputs = ctxs[a].outputs
+            ctxs[a].output_grads = ctxs[b].input_grads

@@ -81,6 +81,7 @@ from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import local_queue, validate
 from pipetrain.schedule.versions import check_chunks, validate_versions
+from pipetrain.schedule.zbv import zbv_programs
 from pipetrain.schedule.zero_bubble import (
     ZbKind,
     strict_memory_sequences,
@@ -276,11 +277,13 @@ GENERATORS: dict[Method, Generator] = {
     Method.LOCAL: local_orders,
 }
 
-LOOPING: dict[Method, Callable[[Plan], dict[int, list[Action]]]] = {
+MULTI_STAGE: dict[Method, Callable[[Plan], dict[int, list[Action]]]] = {
     Method.INTERLEAVED: interleaved_programs,  # Narayanan et al. 2021 §2.2
     Method.INTERLEAVED_ZB: interleaved_zb_programs,  # the same with zb1's split backward
+    Method.ZBV: zbv_programs,  # Qi et al. 2024 §6, V placement
 }
-"""The looping methods' generators: the plan -> every rank's compute actions (its ``v`` stages')."""
+"""The multi-stage methods' generators (looping or V placement): the plan -> every rank's compute
+actions (all of its stages')."""
 
 
 DEFAULT_ASYNC_BATCHES = 4
@@ -337,14 +340,14 @@ def compute_schedule(plan: Plan) -> Schedule:
     STEP. Dropping actions from a deadlock-free program only removes ordering constraints, so the
     replicated schedule cannot deadlock either (the validator's dry run checks it).
     """
-    if plan.method in LOOPING:
-        return Schedule.from_mapping(LOOPING[plan.method](plan))
+    if plan.method in MULTI_STAGE:
+        return Schedule.from_mapping(MULTI_STAGE[plan.method](plan))
     if plan.method is Method.GRAPH:
         orders = graph_orders(plan.stages, plan.stage_edges)
     elif plan.method in GENERATORS:
         orders = GENERATORS[plan.method](plan.stages)
     else:
-        known = ", ".join(m.value for m in (*GENERATORS, Method.GRAPH, *LOOPING))
+        known = ", ".join(m.value for m in (*GENERATORS, Method.GRAPH, *MULTI_STAGE))
         raise UserError(f"method {plan.method.value!r} has no schedule generator yet; use one of: {known}")
     programs: dict[int, list[Action]] = {}
     for k, (stage, actions) in enumerate(zip(plan.stages, orders, strict=True)):

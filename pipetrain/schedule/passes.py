@@ -24,6 +24,12 @@ transports (gloo, NCCL) require; the validator checks it. A rank that runs sever
 (with per-stage partitions, :mod:`pipetrain.schedule.interleaved_unequal`), so each receive is
 preceded by the receives of every message sent before it on its link (:class:`_InOrder`): those are
 received early and held. With one stage pair per link this changes nothing.
+
+Two neighbouring stages on the same rank (the V placement of ZB-V, stages ``R − 1`` and ``R``,
+:attr:`~pipetrain.plan.plan.Plan.local_edges`) exchange no message: the pass adds no SEND or RECV
+along such an edge; the successor's F reads what the predecessor's F left on the rank, the
+predecessor's B what the successor's B left (the runtime shares the buffer between the two stages'
+contexts; the validator counts the predecessor's F and the successor's B as the delivery).
 """
 
 from __future__ import annotations
@@ -81,18 +87,24 @@ Pending = dict[int, deque[tuple[int, int, int]]]
 
 
 def _pending(plan: Plan, rank: int, k: int, gradients: bool) -> tuple[Pending, Pending]:
-    """The messages ``rank`` receives for stage ``k``: activations per predecessor, gradients per successor."""
-    fwd_in = {p: _messages(plan, p, plan.stages[p].forward_sizes, rank, k) for p in plan.stage_predecessors(k)}
-    bwd_in = {t: _messages(plan, t, plan.stages[t].backward_sizes, rank, k) for t in plan.stage_successors(k)}
+    """The messages ``rank`` receives for stage ``k``: activations per predecessor, gradients per
+    successor (none from a neighbour on the same rank)."""
+    local = plan.local_edges
+    fwd_in = {p: _messages(plan, p, plan.stages[p].forward_sizes, rank, k) for p in plan.stage_predecessors(k)
+              if (p, k) not in local}
+    bwd_in = {t: _messages(plan, t, plan.stages[t].backward_sizes, rank, k) for t in plan.stage_successors(k)
+              if (k, t) not in local}
     return fwd_in, bwd_in if gradients else {}
 
 
 def _targets(plan: Plan, a: Action, gradients: bool) -> list[int]:
-    """The stages ``a``'s output goes to: every successor (F), every predecessor (B, its input gradients)."""
+    """The stages ``a``'s output goes to by message: every successor (F), every predecessor (B, its input
+    gradients), but a neighbour on the same rank (module docstring)."""
+    local = plan.local_edges
     if a.kind is ActionKind.F:
-        return list(plan.stage_successors(a.stage))
+        return [t for t in plan.stage_successors(a.stage) if (a.stage, t) not in local]
     if a.kind is ActionKind.B and gradients:
-        return list(plan.stage_predecessors(a.stage))
+        return [p for p in plan.stage_predecessors(a.stage) if (p, a.stage) not in local]
     return []
 
 

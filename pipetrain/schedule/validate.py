@@ -10,10 +10,13 @@
    gradients for B) have been received before they are used;
 4. every send is matched by a receive of the same message, in the same order on each directed link;
 5. a dry run, in which sends never block and a receive waits for its send, finishes (no deadlock);
-6. a split backward (methods ``zb1`` and ``interleaved-zb``, Qi et al. 2024): each W follows a B
+6. a split backward (methods ``zb1``, ``interleaved-zb``, ``zbv``; Qi et al. 2024): each W follows a B
    of exactly its range and stage on the same rank, once; a rank with any W has one for every B of
    every stage it runs (the runtime splits all of a rank's backwards or none);
-7. STEP is the last action of its stage, after every backward and W (an asynchronous schedule,
+7. a stage whose neighbour runs on the same rank (ZB-V's stages ``R − 1`` and ``R``) gets no message
+   from it: the neighbour's F (activations) or B (gradients) earlier in the rank's program is the
+   delivery;
+8. STEP is the last action of its stage, after every backward and W (an asynchronous schedule,
    ``steps_anywhere``, steps after its backwards as it goes; :mod:`pipetrain.schedule.versions`
    checks its weight versions).
 
@@ -86,8 +89,10 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
         for stage in stages:
             needs = (sum(b == stage for _, b in edges),
                      0 if local_queue is not None else sum(a == stage for a, _ in edges))
+            local = _Local(frozenset(a for a, b in edges if b == stage and a in stages),
+                           frozenset(b for a, b in edges if a == stage and b in stages))
             state = _check_rank(schedule, rank, program, batch_size, (stage, stages), needs, steps_anywhere,
-                                local_queue is not None)
+                                local_queue is not None, local)
             fwd, bwd, _ = coverage.setdefault(stage, ([0] * batch_size, [0] * batch_size, rank))
             for total, counts in ((fwd, state.forwarded), (bwd, state.backwarded)):
                 for i, c in enumerate(counts):
@@ -98,6 +103,21 @@ def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], 
         _check_coverage(schedule, rank, end, bwd, "backward")
     _check_channels(schedule)
     dry_run(schedule, local_queue)
+
+
+@dataclass(frozen=True)
+class _Local:
+    """A stage's neighbours on its own rank: their F (predecessors) or B (successors) delivers in memory."""
+
+    predecessors: frozenset[int] = frozenset()
+    successors: frozenset[int] = frozenset()
+
+    def deliver(self, state: _RankState, a: Action) -> None:
+        """Count ``a`` of another stage on the rank as the delivery of its output to this stage."""
+        if a.kind is ActionKind.F and a.stage in self.predecessors:
+            _bump(state.have_act, range(a.lo, a.hi))
+        elif a.kind is ActionKind.B and a.stage in self.successors:
+            _bump(state.have_grad, range(a.lo, a.hi))
 
 
 @dataclass
@@ -157,11 +177,12 @@ def _bump(counts: list[int], samples: range) -> None:
 
 def _check_rank(
     schedule: Schedule, rank: int, program: Sequence[Action], batch: int, stages: tuple[int, tuple[int, ...]],
-    needs: tuple[int, int], steps_anywhere: bool = False, local: bool = False,
+    needs: tuple[int, int], steps_anywhere: bool = False, local: bool = False, same_rank: _Local = _Local(),
 ) -> _RankState:
     """Replay the actions of one stage in ``rank``'s program; the state it ends in (per-sample forward
     and backward counts). ``stages``: that stage, and all the rank runs; ``needs``: the messages a
-    sample's F and B wait for (the stage's predecessors and successors)."""
+    sample's F and B wait for (the stage's predecessors and successors); ``same_rank``: its neighbours
+    on this rank, whose F and B deliver without a message."""
     stage, allowed = stages
     state = _RankState([0] * batch, [0] * batch, [0] * batch, [0] * batch, needs)
     last = None
@@ -170,6 +191,7 @@ def _check_rank(
             runs = f"stage {stage}" if len(allowed) == 1 else f"stages {', '.join(map(str, allowed))}"
             raise _fail(schedule, rank, step, f"rank {rank} runs {runs}, not stage {a.stage}")
         if a.stage != stage:
+            same_rank.deliver(state, a)
             continue
         last = a
         if local and a.kind in (ActionKind.SEND_B, ActionKind.RECV_B):

@@ -15,9 +15,9 @@ Per action, with ``A(b)`` the stage's saved bytes and ``I(b)`` its input bytes f
     stage keeps activations    F of b samples: +A(b)     B of b samples: −A(b)
     stage recomputes           F: +I(b) (stashed input)  B: holds A(b) while it runs, then −I(b)
 
-A split backward (methods ``zb1`` and ``interleaved-zb``, a program with W actions; Qi et al. 2024)
-releases at W instead of B: the B keeps the graph for the W (``−A(b)`` moves from B to W), and adds
-the output gradients the W needs, ``G(b)`` (one per parameter owner's output,
+A split backward (``zb1``, ``zb2``, ``interleaved-zb``, ``zbv``: a program with W actions; Qi et al.
+2024) releases at W instead of B: the B keeps the graph for the W (``−A(b)`` moves from B to W), and
+adds the output gradients the W needs, ``G(b)`` (one per parameter owner's output,
 :meth:`~pipetrain.cost.CostModel.held_grad_bytes`; :mod:`pipetrain.graph.split_backward`)::
 
     split backward                F: +A(b)                  B: +G(b)      W: −A(b) − G(b)
@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from pipetrain.cost import CostModel
 from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES, OptimizerName, StageMemory, check_optimizer
-from pipetrain.plan.plan import LOOPING_METHODS, Plan
+from pipetrain.plan.plan import MULTI_STAGE_METHODS, Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
@@ -173,7 +173,7 @@ def overflows(plan: Plan, cost: CostModel, *, optimizer: OptimizerName = "sgd") 
     """``(stage, bytes needed, bytes its device has)`` for every stage whose predicted peak
     (:func:`memory_need`) exceeds its smallest device (:func:`device_memory`); empty when the plan fits."""
     needs = list(memory_need(plan, cost, optimizer=optimizer))
-    if plan.method in LOOPING_METHODS:  # a rank holds all its chunks: compare the sum on its first stage
+    if plan.method in MULTI_STAGE_METHODS:  # a rank holds all its chunks: compare the sum on its first stage
         for rank in range(plan.n_ranks):
             first, *rest = plan.stages_of_rank(rank)
             needs[first] += sum(needs[k] for k in rest)

@@ -1,7 +1,7 @@
 """Golden schedules: ``build_schedule(plan).to_csv()`` matches tests/golden/schedules/<case>.csv byte for byte.
 
 Each case is a small hand-made Plan (``CASES`` below): gpipe and 1f1b on 2–4 stages with several
-micro-batch counts, zb1 (equal and unequal), interleaved-zb, 1f1b with per-stage unequal partitions, uedp with
+micro-batch counts, zb1 (equal and unequal), interleaved-zb, zbv, 1f1b with per-stage unequal partitions, uedp with
 unequal forward and backward sizes per stage, replicated stages, and recompute. A golden file holds
 one CSV row per rank, one action per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so
 a changed schedule shows up in review as a diff of the file.
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from pipetrain.plan.placement import v_rank
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
@@ -54,6 +55,13 @@ def replicated(method: Method, replicas: Sequence[int], batch: int, n_micro: int
         stages.append(StagePlan((f"l{k}",), tuple(range(rank, rank + r)), sizes, sizes))
         rank += r
     return Plan("m", "", batch, method, tuple(stages))
+
+
+def v_shape(n_ranks: int, batch: int, n_micro: int) -> Plan:
+    """``2 · n_ranks`` stages in a V (method zbv): stage ``s`` on rank ``s``, or ``2R − 1 − s`` from ``R`` on."""
+    sizes = equal_sizes(batch, n_micro)
+    stages = tuple(StagePlan((f"l{k}",), (v_rank(k, n_ranks),), sizes, sizes) for k in range(2 * n_ranks))
+    return Plan("m", "", batch, Method.ZBV, stages)
 
 
 def looping(method: Method, n_ranks: int, chunks: int, batch: int, n_micro: int) -> Plan:
@@ -95,6 +103,9 @@ CASES: dict[str, Callable[[], Plan]] = {
     # interleaved-zb: interleaved 1F1B with B and deferred W, rank r deferring at most 2r W actions.
     "interleaved-zb-r2-v2-m4": lambda: looping(Method.INTERLEAVED_ZB, 2, 2, 8, 4),
     "interleaved-zb-r3-v2-m5": lambda: looping(Method.INTERLEAVED_ZB, 3, 2, 10, 5),
+    # zbv (ZB-V): two stages per rank in a V; no message between stages R-1 and R (the same rank).
+    "zbv-r2-m4": lambda: v_shape(2, 8, 4),
+    "zbv-r3-m5": lambda: v_shape(3, 10, 5),
     # Recompute on every stage: the runtime re-runs forward, the schedule itself is unchanged.
     "gpipe-recompute-s3-m4": lambda: equal(Method.GPIPE, 3, 8, 4, recompute=True),
     "1f1b-recompute-s3-m4": lambda: equal(Method.ONE_F_ONE_B, 3, 8, 4, recompute=True),
