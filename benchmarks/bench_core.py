@@ -6,10 +6,11 @@
 (a) Throughput on 2 local ranks (gloo, one thread each) for each model: single-process training
 (one thread), every torch.distributed.pipelining schedule at the 1, 2, 4, 8 micro-batches torch allows
 (``torch_schedules``), pipetrain gpipe/1f1b/zb1 at the same m (its balanced two-stage partition, checked to
-equal torch's GPipe/1F1B split) and interleaved (2 chunks per rank), and pipetrain at the setting its
-``auto`` planner picks (every planner tried, the fastest prediction kept), from a cluster probed with each
-model's own work (contention) and the runtime's measured cost per action. (b) Fidelity: the
-simulator's predicted iteration time against the measured one for every pipetrain run.
+equal torch's GPipe/1F1B split) and interleaved and zbv (2 chunks per rank, looping or in a V), and
+pipetrain at the setting its ``auto`` planner picks (every planner tried, the fastest prediction kept),
+from a cluster probed with each model's own work (contention) and the runtime's measured cost per
+action. (b) Fidelity: the simulator's predicted iteration time against the measured one for every
+pipetrain run.
 
 Every configuration of every model runs once per round, the rounds repeat ``--repeats`` times (the
 starting configuration rotates each round), and each configuration's result is the median over
@@ -74,8 +75,10 @@ Kind = Literal["single", "single+alloc", "torch", "pipetrain", "planned", "plann
 T = TypeVar("T")
 
 WARMUP_STEPS = 2
-SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b", "zb1", "interleaved")
-METHOD_OF: dict[str, Method] = {"gpipe": Method.GPIPE, "1f1b": Method.ONE_F_ONE_B, "zb1": Method.ZB1}
+SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b", "zb1", "interleaved", "zbv")
+METHOD_OF: dict[str, Method] = {"gpipe": Method.GPIPE, "1f1b": Method.ONE_F_ONE_B, "zb1": Method.ZB1,
+                                "interleaved": Method.INTERLEAVED, "zbv": Method.ZBV}
+LOOPED = ("interleaved", "zbv")  # two chunks per rank: looping or in a V
 CHUNKS = 2  # model chunks per rank of pipetrain's interleaved settings (torch's interleaved ones: see torch_schedules)
 
 
@@ -180,8 +183,9 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
     for schedule in SCHEDULES:
         for m in micro:
             plans[Config("pipetrain", schedule, m).label] = (
-                build_interleaved_plan(ModelRef.of(graph), cost, n_ranks=2, chunks=CHUNKS, batch_size=batch, n_micro=m)
-                if schedule == "interleaved" else
+                build_interleaved_plan(ModelRef.of(graph), cost, n_ranks=2, chunks=CHUNKS, batch_size=batch, n_micro=m,
+                                       method=METHOD_OF[schedule])
+                if schedule in LOOPED else
                 build_balanced_plan(ModelRef.of(graph), cost, method=METHOD_OF[schedule], n_stages=2, batch_size=batch,
                                     n_micro=m))
     auto = api.plan(graph, profile, cluster, batch_size=batch, planner="auto")  # every planner, the fastest kept
