@@ -154,3 +154,31 @@ class Towers(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(torch.tanh(self.merge(self.a(x), self.b(x))))
+
+
+def check_resume_and_reshard(graph: LayerGraph, plan: Plan, tmp_path: Path, eval_every: int = 0
+                             ) -> TrainResult:
+    """A plan whose ranks run several stages, trained on the digits with Adam: 4 steps + resume to 8
+    equals 8 unbroken steps bit for bit (a rank's shard holds all its stages), and the same checkpoint
+    resumes under a plain 2-stage 1f1b plan (resharded by name) within 1e-4. Returns the unbroken run."""
+    from dataclasses import replace
+
+    from pipetrain.runtime import TrainConfig, TrainJob, train_many
+
+    def config(name: str, steps: int, resume: Path | None = None) -> TrainConfig:
+        return TrainConfig(steps=steps, data="digits", optimizer="adam", lr=3e-3, progress=False, timeout_s=60,
+                           checkpoint_dir=tmp_path / name, checkpoint_every=2, resume=resume, eval_every=eval_every)
+
+    unbroken, _ = train_many([TrainJob(graph, plan, config("whole", 8), return_parameters=True),
+                              TrainJob(graph, plan, config("first", 4))])
+    one_f_one_b = replace(plan, method=Method.ONE_F_ONE_B,
+                          stages=tuple(StagePlan(layers, (k,), s.forward_sizes, s.backward_sizes) for k, (layers, s)
+                                       in enumerate(zip(cut(graph.names, 2), plan.stages[:2], strict=True))))
+    resumed, resharded = train_many([
+        TrainJob(graph, plan, config("second", 8, tmp_path / "first"), return_parameters=True),
+        TrainJob(graph, one_f_one_b, config("resharded", 8, tmp_path / "first"), return_parameters=True)])
+    for name, value in unbroken.parameters.items():
+        assert torch.equal(value, resumed.parameters[name]), name
+    assert [m.loss for m in resumed.metrics] == [m.loss for m in unbroken.metrics[4:]]
+    assert max_param_diff(resharded, unbroken) <= 1e-4
+    return unbroken

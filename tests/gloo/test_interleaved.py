@@ -9,13 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 
-from .models import cut, max_param_diff, mlp_graph
+from .models import check_resume_and_reshard, cut, max_param_diff, mlp_graph
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -75,20 +74,4 @@ def test_resume_equals_an_unbroken_run(tmp_path: Path) -> None:
     """A rank's shard holds all of its stages; 4 steps + resume 4 equals 8 steps bit for bit, Adam state
     included, and an interleaved checkpoint resumes under a plain 1f1b plan (resharded by name)."""
     plan = interleaved_plan(DIGITS.names, 32, 2, 2, 3)
-
-    def config(name: str, steps: int, resume: Path | None = None) -> TrainConfig:
-        return TrainConfig(steps=steps, data="digits", optimizer="adam", lr=3e-3, progress=False, timeout_s=60,
-                           checkpoint_dir=tmp_path / name, checkpoint_every=2, resume=resume)
-
-    unbroken, _ = train_many([TrainJob(DIGITS, plan, config("whole", 8), return_parameters=True),
-                              TrainJob(DIGITS, plan, config("first", 4))])
-    one_f_one_b = replace(plan, method=Method.ONE_F_ONE_B,
-                          stages=tuple(StagePlan(layers, (k,), s.forward_sizes, s.backward_sizes) for k, (layers, s)
-                                       in enumerate(zip(cut(DIGITS.names, 2), plan.stages[:2], strict=True))))
-    resumed, resharded = train_many([
-        TrainJob(DIGITS, plan, config("second", 8, tmp_path / "first"), return_parameters=True),
-        TrainJob(DIGITS, one_f_one_b, config("resharded", 8, tmp_path / "first"), return_parameters=True)])
-    for name, value in unbroken.parameters.items():
-        assert torch.equal(value, resumed.parameters[name]), name
-    assert [m.loss for m in resumed.metrics] == [m.loss for m in unbroken.metrics[4:]]
-    assert max_param_diff(resharded, unbroken) <= 1e-4
+    check_resume_and_reshard(DIGITS, plan, tmp_path)

@@ -12,7 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
@@ -22,7 +21,7 @@ from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_trai
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule
 
-from .models import cut, max_param_diff, mlp_graph
+from .models import check_resume_and_reshard, cut, max_param_diff, mlp_graph
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -89,22 +88,6 @@ def test_digits_learns_and_resumes(tmp_path: Path) -> None:
     """Adam on digits: 4 steps + resume 4 equals 8 steps bit for bit (a rank's shard holds both of its
     stages), a zbv checkpoint reshards into a 1f1b plan, and the model evaluates through the V."""
     plan = v_plan(DIGITS, 32, 2, 3)
-
-    def config(name: str, steps: int, resume: Path | None = None) -> TrainConfig:
-        return TrainConfig(steps=steps, data="digits", optimizer="adam", lr=3e-3, progress=False, timeout_s=60,
-                           checkpoint_dir=tmp_path / name, checkpoint_every=2, resume=resume, eval_every=4)
-
-    unbroken, _ = train_many([TrainJob(DIGITS, plan, config("whole", 8), return_parameters=True),
-                              TrainJob(DIGITS, plan, config("first", 4))])
-    one_f_one_b = replace(plan, method=Method.ONE_F_ONE_B,
-                          stages=tuple(StagePlan(layers, (k,), s.forward_sizes, s.backward_sizes) for k, (layers, s)
-                                       in enumerate(zip(cut(DIGITS.names, 2), plan.stages[:2], strict=True))))
-    resumed, resharded = train_many([
-        TrainJob(DIGITS, plan, config("second", 8, tmp_path / "first"), return_parameters=True),
-        TrainJob(DIGITS, one_f_one_b, config("resharded", 8, tmp_path / "first"), return_parameters=True)])
-    for name, value in unbroken.parameters.items():
-        assert torch.equal(value, resumed.parameters[name]), name
-    assert [m.loss for m in resumed.metrics] == [m.loss for m in unbroken.metrics[4:]]
-    assert max_param_diff(resharded, unbroken) <= 1e-4
+    unbroken = check_resume_and_reshard(DIGITS, plan, tmp_path, eval_every=4)
     final = unbroken.final_eval
     assert final is not None and final.eval_accuracy is not None and final.eval_accuracy > 0.3
