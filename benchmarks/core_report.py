@@ -7,6 +7,7 @@ be re-rendered (benchmarks/core_rerender.py) without importing the rounds' machi
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from core_noise import identical_programs_line, quiet_error_line
 from core_torch_report import micro_of, torch_schedule_lines
+from ranking import kendall_tau_b
 
 from pipetrain.fileio import write_atomic
 
@@ -163,7 +165,7 @@ def write_report(bench: Bench) -> str:
 
 
 def ranking_line(model: str, runs: Sequence[Run]) -> str:
-    """Does the simulator rank pipetrain's settings as they measured? Kendall's tau between predicted
+    """Does the simulator rank pipetrain's settings as they measured? Kendall's tau-b between predicted
     and median measured iterations (target ≥ 0.8), and how far the predicted best measured from the
     measured best (target within 5 %)."""
     times: dict[str, list[float]] = {}
@@ -174,12 +176,11 @@ def ranking_line(model: str, runs: Sequence[Run]) -> str:
             times.setdefault(r.label, []).append(r.iteration_s)
             predicted[r.label] = r.predicted_s
     rows = [(statistics.median(v), predicted[k], k) for k, v in times.items()]
-    pairs = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:] if (a[0] - b[0]) * (a[1] - b[1]) != 0]
-    if not pairs:
+    tau = kendall_tau_b([r[0] for r in rows], [r[1] for r in rows])
+    if math.isnan(tau):
         return f"- {model}: too few measured settings to rank"
-    tau = sum(1 if (a[0] - b[0]) * (a[1] - b[1]) > 0 else -1 for a, b in pairs) / len(pairs)
     best, top = min(rows), min(rows, key=lambda x: x[1])
-    return (f"- {model}: ranking of {len(rows)} settings, Kendall tau {tau:+.2f} (target ≥ 0.8: "
+    return (f"- {model}: ranking of {len(rows)} settings, Kendall tau-b {tau:+.2f} (target ≥ 0.8: "
             f"{'met' if tau >= 0.8 else 'NOT met'}); the predicted best ({top[2]}) measured "
             f"{top[0] / best[0] - 1:+.1%} from the measured best ({best[2]}) (target within 5%: "
             f"{'met' if top[0] <= 1.05 * best[0] else 'NOT met'})")
