@@ -94,18 +94,16 @@ class ActivationLedger:
                 action.kind is ActionKind.W and not self._split):
             return
         layers, recompute = self._plan.stages[action.stage].layers, self._plan.recomputes(action.stage)
-        # a split B keeps its graph for W and adds the output gradients W needs; W releases both
-        held_grads = self._cost.held_grad_bytes(layers, action.size) if self._split else 0
         saved = self._cost.saved_bytes(layers, action.size)
         kept = self._cost.input_bytes(layers, action.size) if recompute else saved
         if action.kind is ActionKind.F:
             self.held_bytes += kept
-        elif action.kind is ActionKind.B and self._split:
-            self.held_bytes += held_grads
-        else:
+        elif action.kind is ActionKind.B and self._split:  # keeps its graph for W, adds the gradients W needs
+            self.held_bytes += self._cost.held_grad_bytes(layers, action.size)
+        else:  # the release: a fused B, or a split backward's W (both its graph and those gradients)
             rerun = saved if recompute else 0  # the re-run forward's saved tensors, while B runs
             self.peak_bytes = max(self.peak_bytes, self.held_bytes + rerun)
-            self.held_bytes -= kept + held_grads
+            self.held_bytes -= kept + (self._cost.held_grad_bytes(layers, action.size) if self._split else 0)
         self.peak_bytes = max(self.peak_bytes, self.held_bytes)
 
 
