@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import queue as queue_module
 import signal
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -177,6 +178,10 @@ def _rank_main(rank: int, world_size: int, port: int, jobs: Sequence[TrainJob], 
         os._exit(1)  # no interpreter teardown: a process group with a dead peer may block in it
     for index, result in enumerate(results):
         reporter.result(index, result)
+    reporter.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the results are delivered; no interpreter teardown, where leftover C++ threads may abort
 
 
 # ---- in the parent --------------------------------------------------------------------------

@@ -75,10 +75,16 @@ class Watchdog:
         self._quiet.set()
 
     def stop(self) -> None:
+        """Stop the thread and wait for it: at most one store call, bounded by the store's timeout.
+
+        Waiting matters: a daemon thread still inside a store call when the interpreter finalizes is
+        ended by CPython from inside C++, which aborts the process ("terminate called without an
+        active exception", SIGABRT) after a run that succeeded — seen on a loaded 2-core CI machine.
+        """
         self._quiet.set()
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=2 * self.interval_s + 1.0)
+            self._thread.join()
 
     def report_failure(self, message: str) -> None:
         """Publish this rank's failure so the others stop; the first failure published wins."""
