@@ -94,7 +94,7 @@ def plan_unequal(problem: PlanningProblem, planner: PlannerName) -> PlanningResu
                          on_generation=on_generation)
     baselines: tuple[tuple[str, Plan], ...] = (("best equal plan", base),)
     over = overflows(base, problem.cost, optimizer=problem.optimizer) if caps is not None else []
-    _check_interleaved_memory(plan, problem, caps)
+    _check_memory(plan, problem, caps)
     if over and base.method is not Method.INTERLEAVED:  # interleaved stages take no other planner
         fitting = plan_uedp(start, problem.cost, planner="equal", caps=caps)
         baselines = ((f"best equal plan, over memory on stage {over[0][0]}", base),
@@ -121,18 +121,23 @@ def _better(plan: Plan, planner: str, baseline: tuple[str, Plan]) -> tuple[Plan,
                    f"{label} ({other.method.value}), which is what was saved")
 
 
-def _check_interleaved_memory(plan: Plan, problem: PlanningProblem, caps: tuple[int | None, ...] | None) -> None:
-    """The caps bound each stage alone; a rank of an interleaved plan holds all its stages at once,
-    so check their sum (:func:`~pipetrain.simulate.memory.overflows`).
+def _check_memory(plan: Plan, problem: PlanningProblem, caps: tuple[int | None, ...] | None) -> None:
+    """The caps bound each stage alone in a flush schedule; check the plan with the whole memory model
+    (:func:`~pipetrain.simulate.memory.overflows`), which also counts what the caps cannot: a rank of an
+    interleaved plan holds all its stages at once, and zb1's split backward holds each micro-batch's
+    output gradients from its B to its W (:meth:`~pipetrain.cost.CostModel.held_grad_bytes`).
 
     Raises:
         UserError: the plan does not fit, naming the stage and what to change.
     """
-    if caps is None or plan.method is not Method.INTERLEAVED:
+    if caps is None:
         return
     over = overflows(plan, problem.cost, optimizer=problem.optimizer)
-    if over:
-        stage, need, room = over[0]
-        raise UserError(f"the interleaved-ga plan needs {need} bytes on the rank of stage {stage}, which has {room}: "
-                        "its chunks together do not fit; use fewer virtual stages (--virtual-stages), more devices "
-                        "or a smaller batch")
+    if not over:
+        return
+    stage, need, room = over[0]
+    why = {Method.INTERLEAVED: ("its chunks together do not fit", "use fewer virtual stages (--virtual-stages)"),
+           Method.ZB1: ("the split backward holds gradients from B to W", "use planner 1f1b-ga")}
+    cause, fix = why.get(plan.method, ("it does not fit", "plan with recompute"))
+    raise UserError(f"the {plan.method.value} plan needs {need} bytes on the rank of stage {stage}, which has {room}: "
+                    f"{cause}; {fix}, more devices or a smaller batch")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipetrain import api
@@ -106,3 +108,24 @@ def test_api_rejects_unknown_planner_and_uedp_in_plan_pipeline() -> None:
     graph = api.resolve_model("gpt-tiny")
     with pytest.raises(UserError, match="plan_microbatches"):
         api.plan_pipeline(graph, profile(), c, batch_size=BATCH, method=Method.UEDP)
+
+
+def held_profile(held: int) -> Profile:
+    """:func:`profile` whose layers' split backward holds ``held`` bytes per sample from B to W."""
+    base = profile()
+    return replace(base, layers=tuple(replace(layer, held_grad_bytes_per_sample=held) for layer in base.layers))
+
+
+def test_zb1_ga_plan_is_checked_with_the_held_gradients() -> None:
+    """zb1-ga is allowed where each stage holds the whole batch's activations, but its split backward
+    also holds output gradients from B to W, which the caps' flush formula cannot see: the plan is
+    checked with the whole memory model, and one that overflows is refused with the fix."""
+    fits_activations = parameter_copies("sgd") * 2 * PARAMS + 2 * SAVED * BATCH
+    c = cluster(fits_activations, fits_activations)
+    base = replace(base_plan(c), method=Method.ZB1)
+    plan = api.plan_microbatches(base, held_profile(0), c, planner="zb1-ga", ga=GA)
+    assert plan.method is Method.ZB1 and not plan.recompute
+    with pytest.raises(UserError, match=r"zb1 plan needs \d+ bytes on the rank of stage \d.*B to W; use planner "
+                                        r"1f1b-ga"):
+        api.plan_microbatches(base, held_profile(4 * SAVED), c, planner="zb1-ga", ga=GA)
+    assert api.plan_microbatches(base, held_profile(4 * SAVED), c, planner="zb1-ga", ga=GA, memory_cap=False)
