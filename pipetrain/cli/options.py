@@ -190,7 +190,8 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--generations", type=_count, help=f"GA generations (default: {defaults.generations}; "
                    "--planner auto: 60)")
     p.add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
-                   help="--method uedp: keep each stage's micro-batches within its device memory (default: on)")
+                   help="keep each stage within its device's memory: --method uedp caps its micro-batches, the "
+                        "balanced and interleaved planners keep only plans that fit (default: on)")
     p.add_argument("--stages", type=_count, help="pipeline stages (default: one per rank)")
     p.add_argument("--virtual-stages", type=_count, metavar="V",
                    help="--method interleaved or interleaved-zb: model chunks per rank (default: search 2 to 4; "

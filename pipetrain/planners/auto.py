@@ -132,7 +132,7 @@ def _describe(plan: Plan) -> str:
 def _runners(problem: PlanningProblem) -> dict[str, Callable[[], PlanningResult]]:
     """Each planner of :data:`AUTO_PLANNERS` on the problem; the GA planners start from the fastest
     balanced plan's stages with a moderate budget."""
-    balanced = plan_balanced(problem)
+    balanced = plan_balanced(replace(problem, constraints=replace(problem.constraints, memory_cap=False)))
     fitting = [c for c in balanced.candidates if not over_memory(c.plan, problem.cost, problem.optimizer)]
     base = replace(balanced.plan, prediction=None)
     budget = problem.constraints.ga or _GA

@@ -21,7 +21,7 @@ from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import candidate_counts
 from pipetrain.planners.partition import balanced_partition
-from pipetrain.planners.score import score
+from pipetrain.planners.score import fitting_best, memory_checked, score
 
 __all__ = ["BALANCED_METHODS", "balanced_candidates", "build_balanced_plan", "plan_balanced"]
 
@@ -58,7 +58,8 @@ def balanced_candidates(problem: PlanningProblem, method: Method) -> list[Candid
     for m in options:
         plan = build_balanced_plan(problem.model, problem.cost, method=method, n_stages=n_stages,
                                    batch_size=problem.batch_size, n_micro=m)
-        candidates.append(score(plan, problem.cost))
+        candidates.append(memory_checked(score(plan, problem.cost), problem.cost, problem.optimizer,
+                                         check=problem.constraints.memory_cap))
         log.debug("%s m=%d predicted %.6f s", method.value, m, candidates[-1].iteration_s)
     return sorted(candidates, key=rank_key)
 
@@ -74,4 +75,5 @@ def plan_balanced(problem: PlanningProblem) -> PlanningResult:
     for m in [method] if method is not None else BALANCED_METHODS:
         candidates += balanced_candidates(problem, m)
     candidates.sort(key=rank_key)
-    return PlanningResult("balanced", candidates[0].plan, problem.cost.cluster, tuple(candidates))
+    best = fitting_best(candidates, "balanced")
+    return PlanningResult("balanced", best.plan, problem.cost.cluster, tuple(candidates))

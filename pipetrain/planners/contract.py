@@ -77,7 +77,8 @@ class Constraints:
         n_micro: the equal micro-batch count (``balanced``; default: search).
         base: a plan whose stages (layers, ranks) a micro-batch planner keeps; default the
             ``balanced`` planner's best plan.
-        memory_cap: keep each stage's micro-batches within its device's memory (micro-batch planners).
+        memory_cap: keep each stage within its device's memory: micro-batch planners cap their sizes,
+            the balanced and interleaved planners rank a candidate that does not fit last.
         seed: the genetic algorithms' seed.
         ga: the genetic algorithms' budget (population, generations).
         virtual_stages: model chunks per rank (``interleaved``; default: search).

@@ -33,7 +33,7 @@ from pipetrain.planners.counts import thinned_counts
 from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.partition import balanced_partition
 from pipetrain.planners.partition.v_shape import v_balanced_partition
-from pipetrain.planners.score import score
+from pipetrain.planners.score import fitting_best, memory_checked, score
 
 __all__ = ["MAX_CHUNKS", "build_interleaved_plan", "plan_interleaved", "v_placed"]
 
@@ -110,6 +110,8 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
                 if kinds:  # one partition per placement, run by each of its methods
                     plan = build_interleaved_plan(problem.model, cost, n_ranks=n_ranks, chunks=chunks,
                                                   batch_size=problem.batch_size, n_micro=m, method=kinds[0])
-                    candidates += [score(plan.run_by(method), cost) for method in kinds]
+                    candidates += [memory_checked(score(plan.run_by(method), cost), cost, problem.optimizer,
+                                                  check=problem.constraints.memory_cap)
+                                   for method in kinds]
     candidates.sort(key=rank_key)
-    return PlanningResult("interleaved", candidates[0].plan, cluster, tuple(candidates))
+    return PlanningResult("interleaved", fitting_best(candidates, "interleaved").plan, cluster, tuple(candidates))

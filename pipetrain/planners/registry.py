@@ -94,7 +94,7 @@ def _auto(problem: PlanningProblem) -> PlanningResult:
 
 _STAGE_SPECS = (
     PlannerSpec("balanced", "stages", "gpipe or 1f1b, an exact min-max layer split, one stage per device",
-                frozenset({"method", "n_stages", "n_micro"}), plan_balanced),
+                frozenset({"method", "n_stages", "n_micro", "memory_cap"}), plan_balanced),
     PlannerSpec("pipedream", "stages", "PipeDream's DP over layers, machines and replication (docs/algorithms.md §3)",
                 frozenset({"method"}), plan_pipedream),
     PlannerSpec("bapipe", "stages", "BaPipe's exploration of method, stages, micro-batches and device order "
@@ -104,7 +104,7 @@ _STAGE_SPECS = (
     PlannerSpec("interleaved", "stages", "interleaved 1F1B: v model chunks per rank, looping placement, any "
                 "micro-batch count; backward fused (interleaved) or split into B and W (interleaved-zb); "
                 "and ZB-V's 2 chunks per rank in a V (zbv)",
-                frozenset({"method", "n_micro", "virtual_stages"}), plan_interleaved),
+                frozenset({"method", "n_micro", "virtual_stages", "memory_cap"}), plan_interleaved),
     PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed", "ga", "allow_async"}),
                 _auto),
     PlannerSpec("2bw", "stages", "PipeDream-2BW: depth, micro-batch size, recompute (docs/algorithms.md §3.6)",

@@ -12,9 +12,11 @@ runtime then executes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
 from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import Plan, Prediction
 from pipetrain.planners.contract import Candidate
@@ -23,7 +25,7 @@ from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import overflows
 from pipetrain.simulate.steady import steady_timeline
 
-__all__ = ["memory_checked", "over_memory", "profile_sources", "score", "score_steady"]
+__all__ = ["fitting_best", "memory_checked", "over_memory", "profile_sources", "score", "score_steady"]
 
 _MIB = 2**20
 
@@ -62,16 +64,44 @@ def score_steady(plan: Plan, cost: CostModel, *, label: str = "") -> Candidate:
     return Candidate(plan.with_prediction(prediction), steady.batch_s, cost.cluster, label)
 
 
-def over_memory(plan: Plan, cost: CostModel, optimizer: OptimizerName = "sgd") -> str:
-    """Empty when every stage fits its device, else which stage does not and by how much."""
-    over = overflows(plan, cost, optimizer=optimizer)
+def over_memory(
+    plan: Plan, cost: CostModel, optimizer: OptimizerName = "sgd", peaks: Sequence[int] | None = None
+) -> str:
+    """Empty when every stage fits its device, else which stage does not and by how much (``peaks``:
+    per rank activation peaks already simulated, see :func:`~pipetrain.simulate.memory.stage_memory`)."""
+    over = overflows(plan, cost, optimizer=optimizer, peaks=peaks)
     if not over:
         return ""
     k, need, have = over[0]
     return f"stage {k} needs {need / _MIB:.0f} MiB, its device has {have / _MIB:.0f} MiB"
 
 
-def memory_checked(candidate: Candidate, cost: CostModel, optimizer: OptimizerName = "sgd") -> Candidate:
-    """``candidate``, marked infeasible when some stage does not fit its device (:func:`over_memory`)."""
-    why = over_memory(candidate.plan, cost, optimizer)
+def memory_checked(
+    candidate: Candidate, cost: CostModel, optimizer: OptimizerName = "sgd", *, check: bool = True
+) -> Candidate:
+    """``candidate``, marked infeasible when some stage does not fit its device (:func:`over_memory`;
+    the activation peaks of the candidate's own simulation, :func:`score`, are not replayed again);
+    ``check=False`` returns it unchecked (a problem without a memory cap)."""
+    if not check:
+        return candidate
+    prediction = candidate.plan.prediction
+    peaks = prediction.peak_memory_bytes if prediction is not None else None
+    if peaks is not None and len(peaks) != candidate.plan.n_ranks:
+        peaks = None
+    why = over_memory(candidate.plan, cost, optimizer, peaks)
     return replace(candidate, infeasible=f"over memory: {why}") if why else candidate
+
+
+def fitting_best(candidates: Sequence[Candidate], planner: str) -> Candidate:
+    """The first of ``candidates`` (ranked by :func:`~pipetrain.planners.contract.rank_key`, so feasible
+    ones first) when it fits (:func:`memory_checked`).
+
+    Raises:
+        UserError: none fits; names the fastest one's overflow and the ways out.
+    """
+    best = candidates[0]
+    if best.feasible:
+        return best
+    raise UserError(f"no {planner} plan fits the devices' memory (the fastest: {best.infeasible}); use more "
+                    "devices, a smaller batch, a micro-batch planner that may recompute (--planner tidgap), "
+                    "or --no-memory-cap to plan anyway")

@@ -64,11 +64,13 @@ def _base(problem: PlanningProblem, planner: PlannerName) -> tuple[Plan, tuple[C
             raise UserError(f"the profile is of another model than the base plan's {given.model!r}; "
                             "profile that model")
         return given, ()
+    # the fastest stages whatever their memory: the caps (_capped) bound the micro-batches, not the base's own
     if planner == "interleaved-ga":  # its orders are interleaved 1F1B's: not interleaved-zb's
         interleaved = plan_interleaved(replace(problem, constraints=replace(problem.constraints,
-                                                                            method=Method.INTERLEAVED)))
+                                                                            method=Method.INTERLEAVED,
+                                                                            memory_cap=False)))
         return interleaved.plan, interleaved.candidates
-    balanced = plan_balanced(replace(problem, constraints=replace(problem.constraints, method=None)))
+    balanced = plan_balanced(replace(problem, constraints=replace(problem.constraints, method=None, memory_cap=False)))
     return balanced.plan, balanced.candidates
 
 

@@ -58,6 +58,8 @@ targets).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pipetrain.cost import CostModel
 from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES, OptimizerName, StageMemory, check_optimizer
 from pipetrain.plan.plan import MULTI_STAGE_METHODS, Plan
@@ -128,7 +130,8 @@ def activation_peaks(plan: Plan, cost: CostModel, schedule: Schedule | None = No
 
 
 def stage_memory(
-    plan: Plan, cost: CostModel, schedule: Schedule | None = None, optimizer: OptimizerName = "sgd"
+    plan: Plan, cost: CostModel, schedule: Schedule | None = None, optimizer: OptimizerName = "sgd",
+    peaks: Sequence[int] | None = None,
 ) -> tuple[StageMemory, ...]:
     """Per stage, the predicted peak bytes of weights, gradients, optimizer state and activations.
 
@@ -138,19 +141,25 @@ def stage_memory(
         schedule: the schedule whose order sets the activations; default the plan's own.
         optimizer: ``"sgd"``, ``"sgd-momentum"``, ``"adam"`` or ``"adamw"``
             (:data:`~pipetrain.plan.memory.OPTIMIZER_STATE_COPIES`).
+        peaks: per rank, the peak activation bytes if already known (a synchronous plan's simulated
+            ``Timeline.peak_activation_bytes``, which equals :func:`activation_peaks`); default: replayed.
 
     Raises:
         UserError: an unknown optimizer name.
     """
     copies = OPTIMIZER_STATE_COPIES[check_optimizer(optimizer)]
-    schedule = build_schedule(plan) if schedule is None else schedule
-    peaks = activation_peaks(plan, cost, schedule)
+    if peaks is None or plan.asynchronous:
+        schedule = build_schedule(plan) if schedule is None else schedule
+        peaks = activation_peaks(plan, cost, schedule)
     memories = []
     for k, stage in enumerate(plan.stages):
         weights = cost.parameter_bytes(stage.layers)
         # a rank's peak covers all its stages (interleaved): counted once, on its first stage
         activations = max((peaks[r] for r in stage.ranks if r < len(peaks) and plan.stage_of_rank(r) == k), default=0)
-        versions = max(max(held_versions(schedule.ranks[r])) for r in stage.ranks) if plan.asynchronous else 1
+        versions = 1
+        if plan.asynchronous:
+            assert schedule is not None
+            versions = max(max(held_versions(schedule.ranks[r])) for r in stage.ranks)
         memories.append(StageMemory(versions * weights, weights, copies * weights, activations))
     return tuple(memories)
 
@@ -160,17 +169,22 @@ def device_memory(plan: Plan, cost: CostModel) -> tuple[int, ...]:
     return tuple(min(cost.cluster.devices[r].memory_bytes for r in stage.ranks) for stage in plan.stages)
 
 
-def memory_need(plan: Plan, cost: CostModel, *, optimizer: OptimizerName = "sgd") -> tuple[int, ...]:
+def memory_need(
+    plan: Plan, cost: CostModel, *, optimizer: OptimizerName = "sgd", peaks: Sequence[int] | None = None
+) -> tuple[int, ...]:
     """Per stage, the predicted peak bytes of :func:`stage_memory` (largest over the stage's ranks):
     ``parameter_copies(optimizer)`` parameter-sized buffers plus the peak of held activations over
-    the plan's schedule. Compare with :func:`device_memory`."""
-    return tuple(m.total_bytes for m in stage_memory(plan, cost, optimizer=optimizer))
+    the plan's schedule (``peaks``: as :func:`stage_memory`). Compare with :func:`device_memory`."""
+    return tuple(m.total_bytes for m in stage_memory(plan, cost, optimizer=optimizer, peaks=peaks))
 
 
-def overflows(plan: Plan, cost: CostModel, *, optimizer: OptimizerName = "sgd") -> list[tuple[int, int, int]]:
+def overflows(
+    plan: Plan, cost: CostModel, *, optimizer: OptimizerName = "sgd", peaks: Sequence[int] | None = None
+) -> list[tuple[int, int, int]]:
     """``(stage, bytes needed, bytes its device has)`` for every stage whose predicted peak
-    (:func:`memory_need`) exceeds its smallest device (:func:`device_memory`); empty when the plan fits."""
-    needs = list(memory_need(plan, cost, optimizer=optimizer))
+    (:func:`memory_need`; ``peaks`` as there) exceeds its smallest device (:func:`device_memory`);
+    empty when the plan fits."""
+    needs = list(memory_need(plan, cost, optimizer=optimizer, peaks=peaks))
     if plan.method in MULTI_STAGE_METHODS:  # a rank holds all its chunks: compare the sum on its first stage
         for rank in range(plan.n_ranks):
             first, *rest = plan.stages_of_rank(rank)
