@@ -277,10 +277,8 @@ def _steps(values: IntArray) -> IntArray:
 
 
 def _parse(rows: BoolArray) -> _Layout:
-    """The layout of ``[R, P, B]`` masks (every row's last entry a cut), in one pass over all rows.
-
-    No micro-batch straddles rows, so a size is the distance to the previous cut in the flattened grid.
-    """
+    """The layout of ``[R, P, B]`` masks (every row's last entry a cut), in one pass over all rows;
+    no micro-batch straddles rows, so a size is the distance to the previous cut in the flat grid."""
     _, n_plans, batch = rows.shape
     flat = np.flatnonzero(rows)
     line, col = np.divmod(flat, batch)  # line = r P + p
@@ -295,7 +293,7 @@ def _parse(rows: BoolArray) -> _Layout:
 
 
 def _tiled(layout: _Layout, n_plans: int, batch: int, times: int) -> _Layout:
-    """``layout``'s rows repeated ``times`` times (rows ``R .. 2R - 1`` equal to rows ``0 .. R - 1``...)."""
+    """``layout``'s ``R`` rows repeated ``times`` times: row ``t R + r`` is row ``r``."""
     n_rows = len(layout.spans) - 1
     tile = np.arange(times)[:, None]
     flat, code, cell, last = (
@@ -363,12 +361,11 @@ def _sources(layout: _Layout, n_stages: int, keys: IntArray, block: int) -> IntA
 def _running_sum(grid: FloatArray) -> None:
     """In place on ``[R, C]``: each row's prefix sums, added one by one from the left, so the bits
     are the loop's (torch's CPU kernel keeps one running total per row; ~5x numpy's ``cumsum`` on
-    the GA's ``[128, ~25]`` grids).
-
-    The rows are scanned in chunks of at most :data:`_SCAN_CELLS` cells, which torch runs on the
-    calling thread: a larger scan is split across threads, and on a busy machine waiting for the
-    second thread cost milliseconds where the scan takes microseconds.
-    """
+    the GA's ``[128, ~25]`` grids). In chunks of at most :data:`_SCAN_CELLS` cells, which torch runs
+    on the calling thread: on a busy machine, waiting for a second thread cost milliseconds."""
+    if grid.size <= _SCAN_CELLS:
+        torch.from_numpy(grid).cumsum_(dim=1)
+        return
     for chunk in torch.split(torch.from_numpy(grid), max(1, _SCAN_CELLS // grid.shape[1])):
         chunk.cumsum_(dim=1)
 
@@ -380,29 +377,30 @@ def _running_max(grid: torch.Tensor, out: torch.Tensor, indices: torch.Tensor) -
 
 
 class _Grids:
-    """The ``[2K, P, W + 1]`` grids of one evaluation, laid out as :class:`_Layout`'s rows, in one
-    zeroed buffer.
+    """The grids of one evaluation, laid out as :class:`_Layout`'s rows, in one zeroed buffer.
 
     Attributes:
         sums: ``[2, 2K, P, W + 1]`` ``S``, the running sums of the durations: compute (``f``
             forward, ``g`` backward) in layer 0, links (``cF``, ``cB``) in layer 1.
-        slack: ``[2K, P, W + 1]`` the slack of the chain being scanned; zeros where unwritten.
+        slack: ``[2K, P, W + 1]`` each row's slack while it is scanned; zeros where unwritten.
         done: ``[2K, P, W + 1]`` compute end times ``E``.
         sent: ``[2K, P, W + 1]`` link arrival times ``C``.
-        rows: torch views of ``slack``, ``done`` and ``sent``'s rows (``3 x 2K`` of ``[P, W + 1]``),
-            for the running maxima.
+        maxima: ``[P, W + 1]`` the running maximum of the slack being scanned.
+        slack_t, maxima_t: torch views of ``slack`` and ``maxima``, for the scans.
         indices: ``[P, W + 1]`` int64 scratch for them.
     """
 
     def __init__(self, layout: _Layout, codes: IntArray, costs: FloatArray, n_plans: int) -> None:
         n_rows, width = len(layout.spans) - 1, layout.width + 1
-        buffer = np.zeros((5, n_rows, n_plans, width))
-        flat = buffer.reshape(5, -1)
+        buffer = np.zeros((5 * n_rows + 1, n_plans, width))
+        flat = buffer[: 2 * n_rows].reshape(2, -1)
         for layer in (0, 1):
             flat[layer][layout.cell] = costs[layer].take(codes)
-        _running_sum(buffer[:2].reshape(-1, width))
-        self.sums, self.slack, self.done, self.sent = buffer[:2], buffer[2], buffer[3], buffer[4]
-        self.rows = torch.from_numpy(buffer[2:].reshape(-1, n_plans, width)).unbind(0)
+        _running_sum(buffer[: 2 * n_rows].reshape(-1, width))
+        self.sums = buffer[: 2 * n_rows].reshape(2, n_rows, n_plans, width)
+        self.slack, self.done, self.sent = (buffer[i * n_rows:(i + 1) * n_rows] for i in (2, 3, 4))
+        self.maxima = buffer[-1]
+        self.slack_t, self.maxima_t = torch.from_numpy(self.slack), torch.from_numpy(self.maxima)
         self.indices = torch.empty((n_plans, width), dtype=torch.int64)
 
 
@@ -422,11 +420,10 @@ def _pass(rows: Sequence[int], grids: _Grids, layout: _Layout, sources: IntArray
         sources: :func:`_sources`, where rows ``1 .. 2K - 2`` read their ready times.
         start: ``[2K, P]`` when each row's stage is free to start (>= 0).
     """
-    spans, lo = layout.spans, layout.spans[1]
-    views, n_rows = grids.rows, len(spans) - 1
+    spans, lo, maxima, maxima_t = layout.spans, layout.spans[1], grids.maxima, grids.maxima_t
     slack_flat, sent_flat = grids.slack.reshape(-1), grids.sent.reshape(-1)
     for i, r in enumerate(rows):
-        s_compute, slack, done = grids.sums[0, r], grids.slack[r], grids.done[r]
+        s_compute, slack, slack_t, done = grids.sums[0, r], grids.slack[r], grids.slack_t[r], grids.done[r]
         flat = slack.reshape(-1)
         if i == 0:
             np.add(s_compute, start[r][:, None], out=done)
@@ -434,24 +431,25 @@ def _pass(rows: Sequence[int], grids: _Grids, layout: _Layout, sources: IntArray
             slack_flat[layout.cell[spans[r]:spans[r + 1]]] = sent_flat[sources[spans[r] - lo:spans[r + 1] - lo]]
             np.subtract(flat[1:], s_compute.reshape(-1)[:-1], out=flat[1:])
             slack[:, 0] = start[r]
-            _running_max(views[r], views[n_rows + r], grids.indices)
-            done += s_compute
+            _running_max(slack_t, maxima_t, grids.indices)
+            np.add(maxima, s_compute, out=done)
         if i + 1 < len(rows):  # the FIFO link towards the next row's stage
             s_link = grids.sums[1, r]
             np.subtract(done.reshape(-1)[1:], s_link.reshape(-1)[:-1], out=flat[1:])
             slack[:, 0] = _NEG_INF
-            _running_max(views[r], views[2 * n_rows + r], grids.indices)
-            grids.sent[r] += s_link
+            _running_max(slack_t, maxima_t, grids.indices)
+            np.add(maxima, s_link, out=grids.sent[r])
 
 
 def _recompute_codes(layout: _Layout, forward_cuts: BoolArray, backward_cuts: BoolArray) -> IntArray:
     """``layout.code`` with each backward micro-batch of a stage whose forward and backward rows
     differ pointed ``K`` table rows further on, at ``g`` with recompute (``[P, K, B]`` masks)."""
     n_plans, n_stages, batch = forward_cuts.shape
-    differs = np.any(forward_cuts != backward_cuts, axis=2).T.reshape(-1)  # [K P]: line k P + p
+    differs = np.zeros((n_plans, n_stages), dtype=bool)  # a row index p K + k where any cut differs
+    differs.reshape(-1)[np.flatnonzero(forward_cuts != backward_cuts) // batch] = True
     lo = layout.spans[n_stages]
     codes = layout.code.copy()
-    codes[lo:] += differs[layout.flat[lo:] // batch - n_stages * n_plans] * (n_stages * (batch + 1))
+    codes[lo:] += differs.T.reshape(-1)[layout.flat[lo:] // batch - n_stages * n_plans] * (n_stages * (batch + 1))
     return codes
 
 
