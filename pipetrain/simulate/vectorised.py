@@ -455,7 +455,8 @@ def _recompute_codes(layout: _Layout, forward_cuts: BoolArray, backward_cuts: Bo
 
 def _check_cuts(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: StageTables) -> None:
     want = (tables.n_stages, tables.batch_size)
-    for name, cuts in (("forward_cuts", forward_cuts), ("backward_cuts", backward_cuts)):
+    named = (("forward_cuts", forward_cuts), ("backward_cuts", backward_cuts))
+    for name, cuts in named[: 1 if backward_cuts is forward_cuts else 2]:
         if cuts.ndim != 3 or cuts.shape[1:] != want:
             raise ValueError(f"{name} must have shape [P, {want[0]}, {want[1]}], got {cuts.shape}")
         if not np.all(cuts[..., -1]):
