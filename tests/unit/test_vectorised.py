@@ -149,6 +149,20 @@ def test_random_tables_against_the_loop_reference() -> None:
             assert fast[p] == iteration_time(f, b, tables)  # bit-identical: DGAP and TiDGAP agree
 
 
+def test_a_population_wider_than_one_scan_chunk_against_the_loop() -> None:
+    """400 plans on 4 stages: the duration sums span several _SCAN_CELLS chunks, and forward and
+    backward masks are parsed together (some stages recomputing); every time is the loop's."""
+    rng = np.random.default_rng(4)
+    n, batch = 4, 24
+    tables = random_tables(rng, n, batch)
+    plans = [(f, random_backward(rng, f, batch)) for f in (random_partition(rng, n, batch) for _ in range(400))]
+    fwd = np.stack([partition_to_cuts(f, batch) for f, _ in plans])
+    bwd = np.stack([partition_to_cuts(b, batch) for _, b in plans])
+    assert 2 * 2 * n * len(plans) * (fwd.sum(axis=2).max() + 1) > 2 * _SCAN_CELLS
+    assert iteration_times(fwd, bwd, tables).tolist() == [iteration_time(f, b, tables) for f, b in plans]
+    assert iteration_times(fwd, fwd, tables).tolist() == [iteration_time(f, f, tables) for f, _ in plans]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 20), st.integers(1, 6))
 def test_shared_stages_and_shared_chromosomes_take_the_same_bits(seed: int, n: int, batch: int, plans: int) -> None:
