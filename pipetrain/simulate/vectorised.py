@@ -31,12 +31,12 @@ plans at once (TiDGAP's two levels: individuals and micro-batches), looping only
 are parsed together into one layout (:class:`_Layout`): each row's micro-batches are packed to the
 left of a ``[P, W + 1]`` slice of one ``[2K, P, W + 1]`` grid (column 0 holds ``E_0``), ``W`` being
 the most micro-batches any plan has in any row; the scans run left to right, so cells past a plan's
-last micro-batch change nothing that is read. Everything that does not depend on the chains is
-done once per call for all rows: the sums ``S`` of all ``4K`` duration rows (one gather from
+last micro-batch change nothing that is read. What does not depend on the chains is done once per
+call for all rows: the sums ``S`` of all ``4K`` duration rows (one gather from
 :attr:`StageTables.chain_costs`, one scatter, one ``cumsum``), and where each micro-batch finds its
 ready time: a downstream micro-batch is ready when the upstream message holding its last sample has
-arrived (one ``searchsorted`` for both passes, :func:`_sources`). Each chain is then four to six array calls
-(:func:`_pass`).
+arrived (one ``searchsorted`` for both passes, :func:`_sources`). Each chain is then four to six
+array calls (:func:`_pass`).
 :func:`~pipetrain.simulate.loop_time.iteration_time` runs the same closed form micro-batch by
 micro-batch for one plan (DGAP's one-individual-at-a-time evaluation) with the same floating-point
 operations in the same order, so the two return bit-identical times.
@@ -324,35 +324,36 @@ def _layout(forward_cuts: BoolArray, backward_cuts: BoolArray) -> tuple[_Layout,
     """
     n_plans, n_stages, batch = forward_cuts.shape
     if backward_cuts is not forward_cuts:
-        rows = np.concatenate((forward_cuts.transpose(1, 0, 2), backward_cuts.transpose(1, 0, 2)))
-        layout = _parse(rows)
+        layout = _parse(np.concatenate((forward_cuts.transpose(1, 0, 2), backward_cuts.transpose(1, 0, 2))))
     elif n_stages > 1 and _same_stages(forward_cuts):
         layout = _tiled(_parse(forward_cuts[:, :1].transpose(1, 0, 2)), n_plans, batch, 2 * n_stages)
-        return layout, _sources(layout, n_stages, layout.cell, n_plans * (layout.width + 1))
+        return layout, _sources(layout, n_stages, n_plans * (layout.width + 1), search=False)
     else:
         layout = _tiled(_parse(forward_cuts.transpose(1, 0, 2)), n_plans, batch, 2)
-    return layout, _sources(layout, n_stages, layout.flat, n_plans * batch)
+    return layout, _sources(layout, n_stages, n_plans * batch, search=True)
 
 
-def _sources(layout: _Layout, n_stages: int, keys: IntArray, block: int) -> IntArray:
+def _sources(layout: _Layout, n_stages: int, block: int, search: bool) -> IntArray:
     """Where each micro-batch of rows ``1 .. 2K - 2`` finds its ready time: the cell of the
-    upstream message holding its last sample (one ``searchsorted`` for both passes).
+    upstream message holding its last sample.
 
     Forward row ``k`` reads row ``k - 1`` and backward row ``K + k`` reads row ``K + k + 1``, so a
-    position shifted by one row lands in the upstream row; rows ``0`` and ``2K - 1`` open their
-    passes and need none.
+    key shifted by one row lands in the upstream row; rows ``0`` and ``2K - 1`` open their passes
+    and need none.
 
     Args:
-        keys: ``[M]`` increasing: ``layout.flat``, or ``layout.cell`` where all rows are equal.
-        block: what one row adds to ``keys``: ``P B`` samples or ``P (W + 1)`` cells.
+        block: with ``search``, ``P B``: one row's samples; the positions ``layout.flat`` are
+            shifted and looked up (one ``searchsorted`` for both passes). Without (all rows equal),
+            ``P (W + 1)``: one row's cells; the upstream message is in the micro-batch's own column.
 
     Returns:
         ``[spans[2K - 1] - spans[1]]`` cells.
     """
     lo, mid, hi = layout.spans[1], layout.spans[n_stages], layout.spans[2 * n_stages - 1]
+    keys = layout.flat if search else layout.cell
     query = keys[lo:hi] - block
     query[mid - lo:] += 2 * block
-    if keys is layout.cell:
+    if not search:
         return query
     sources: IntArray = layout.cell[np.searchsorted(keys, query)]
     return sources
