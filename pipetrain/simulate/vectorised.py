@@ -27,11 +27,16 @@ Each chain ``E_j = max(E_{j-1}, r_j) + d_j`` has the max-plus closed form
 which is one ``cumsum`` and one running maximum. :func:`iteration_times` evaluates it for ``P``
 plans at once (TiDGAP's two levels: individuals and micro-batches), looping only over the
 ``2K`` compute passes and ``2K - 2`` link passes. Plans arrive as per-sample cut masks ``[P, K, B]``
-(True where a micro-batch ends, docs/algorithms.md §2.4); each stage's micro-batches are packed to the left
-of a ``[P, W + 1]`` grid (column 0 holds ``E_0``), ``W`` being the most micro-batches any plan has
-there; the scans run left to right, so cells past a plan's last micro-batch change nothing that is
-read. A downstream micro-batch
-is ready when the upstream message holding its last sample has arrived (one ``searchsorted``).
+(True where a micro-batch ends, docs/algorithms.md §2.4). The ``K`` forward and ``K`` backward rows
+are parsed together into one layout (:class:`_Layout`): each row's micro-batches are packed to the
+left of a ``[P, W + 1]`` slice of one ``[2K, P, W + 1]`` grid (column 0 holds ``E_0``), ``W`` being
+the most micro-batches any plan has in any row; the scans run left to right, so cells past a plan's
+last micro-batch change nothing that is read. What does not depend on the chains is done once per
+call for all rows: the sums ``S`` of all ``4K`` duration rows (one gather from
+:attr:`StageTables.chain_costs`, one scatter, one ``cumsum``), and where each micro-batch finds its
+ready time: a downstream micro-batch is ready when the upstream message holding its last sample has
+arrived (one ``searchsorted`` for both passes, :func:`_sources`). Each chain is then four to six
+array calls (:func:`_pass`).
 :func:`~pipetrain.simulate.loop_time.iteration_time` runs the same closed form micro-batch by
 micro-batch for one plan (DGAP's one-individual-at-a-time evaluation) with the same floating-point
 operations in the same order, so the two return bit-identical times.
@@ -47,7 +52,8 @@ Both equal the event simulator (:func:`pipetrain.simulate.events.simulate` over
 ``step`` term (:class:`StageTables` carries the per-stage step seconds; leave it empty for zero).
 
 Cost: ``O(P K B)`` to read the masks plus ``O(P K W)`` for the scans, per call; measured on a
-2-core CPU, ``P = 128, K = 8, B = 256`` takes about 1.5–2 ms once the GA has converged (``W`` ≈ 25).
+2-core CPU, ``P = 128, K = 8, B = 256`` takes about 0.9 ms once the GA has converged (``W`` ≈ 25),
+``K = 4, B = 64`` about 0.2 ms.
 The two scans run on torch's CPU kernels (:func:`_running_sum`, :func:`_running_max`).
 """
 
@@ -73,6 +79,8 @@ BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.intp]
 
 _NEG_INF = float("-inf")
+_SCAN_CELLS = 32768
+"""torch's ``GRAIN_SIZE``: its CPU ``cumsum`` stays on one thread up to this many cells."""
 
 
 def _frozen(values: npt.ArrayLike) -> FloatArray:
@@ -151,6 +159,15 @@ class StageTables:
         return not np.array_equal(self.backward_s, self.backward_recompute_s)
 
     @cached_property
+    def chain_costs(self) -> FloatArray:
+        """``[2, 3K (B + 1)]``, the vectorised evaluator's lookup: row 0 holds the compute seconds
+        ``f``, ``g`` and ``g`` with recompute, row 1 the matching link seconds ``cF``, ``cB``, ``cB``,
+        each as ``K`` rows of ``B + 1`` sizes, flattened (``_Layout.code`` indexes them)."""
+        compute = np.concatenate((self.forward_s, self.backward_s, self.backward_recompute_s))
+        link = np.concatenate((self.send_forward_s, self.send_backward_s, self.send_backward_s))
+        return np.stack((compute.reshape(-1), link.reshape(-1)))
+
+    @cached_property
     def rows(self) -> tuple[list[list[float]], ...]:
         """The tables as Python lists, for the per-micro-batch loop of :func:`iteration_time`."""
         tables = (self.forward_s, self.backward_s, self.send_forward_s, self.send_backward_s,
@@ -222,32 +239,70 @@ class StageTables:
 # ---- vectorised: [P] plans at once -----------------------------------------------------------
 
 
-class _Cuts(NamedTuple):
-    """One stage's micro-batches in all ``P`` plans, packed to the left of a ``[P, W + 1]`` grid.
+class _Layout(NamedTuple):
+    """The micro-batches of ``R`` rows of masks in all ``P`` plans, packed to the left of one
+    ``[R, P, W + 1]`` grid.
 
-    ``W`` is the most micro-batches any plan has at this stage (at most ``B``, usually far fewer),
-    so the scans of :func:`_compute` and :func:`_link` cost ``O(P W)`` rather than ``O(P B)``.
-    Column 0 of the grid holds each plan's initial value; micro-batch ``j`` (0-based) sits in
-    column ``j + 1``.
+    :func:`_layout` builds ``R = 2K`` rows: row ``k`` is stage ``k`` forward, row ``K + k`` stage
+    ``k`` backward. ``W`` is the most micro-batches any plan has in any row (at most ``B``, usually
+    far fewer), so the scans cost ``O(R P W)`` rather than ``O(R P B)``. Column 0 holds each chain's
+    initial value; micro-batch ``j`` (0-based) of plan ``p`` in row ``r`` sits in column ``j + 1``,
+    the cell ``(r P + p)(W + 1) + j + 1`` of the flattened grid.
 
     Attributes:
-        flat: ``[M]`` increasing positions ``p * B + i`` where a micro-batch ends (sample ``i``
-            of plan ``p``), over all plans.
-        size: ``[M]`` its number of samples.
-        cell_sums: ``[M]`` the cell ``p * (W + 1) + j``: the column before the micro-batch's own.
-        cell_next: ``[M]`` ``cell_sums + 1``, the micro-batch's own cell.
-        row: ``[M]`` the plan ``p`` of each micro-batch.
-        last_cell: ``[P]`` the cell of each plan's final micro-batch.
+        flat: ``[M]`` increasing positions ``(r P + p) B + i`` where a micro-batch ends (sample
+            ``i``), over all rows and plans.
+        code: ``[M]`` ``r (B + 1) + size``: the micro-batch's entry in
+            :attr:`StageTables.chain_costs` (its number of samples in its row's table).
+        cell: ``[M]`` its own cell.
+        last: ``[R P]`` the cell of each row and plan's final micro-batch.
+        spans: ``R + 1`` offsets: row ``r``'s micro-batches are ``[spans[r], spans[r + 1])``.
         width: ``W``.
     """
 
     flat: IntArray
-    size: IntArray
-    cell_sums: IntArray
-    cell_next: IntArray
-    row: IntArray
-    last_cell: IntArray
+    code: IntArray
+    cell: IntArray
+    last: IntArray
+    spans: list[int]
     width: int
+
+
+def _steps(values: IntArray) -> IntArray:
+    """``[N]`` increasing ``values`` -> ``[N]`` their differences, the first from -1."""
+    out = np.empty_like(values)
+    out[:1] = values[:1] + 1
+    np.subtract(values[1:], values[:-1], out=out[1:])
+    return out
+
+
+def _parse(rows: BoolArray) -> _Layout:
+    """The layout of ``[R, P, B]`` masks (every row's last entry a cut), in one pass over all rows;
+    no micro-batch straddles rows, so a size is the distance to the previous cut in the flat grid."""
+    _, n_plans, batch = rows.shape
+    flat = np.flatnonzero(rows)
+    line, col = np.divmod(flat, batch)  # line = r P + p
+    last = np.flatnonzero(col == batch - 1)  # [R P]
+    counts = _steps(last)  # micro-batches per line
+    width = int(counts.max())
+    shift = np.arange(1, len(last) * (width + 1), width + 1) - (last + 1 - counts)  # [R P]: cell - index
+    cell = np.arange(len(flat)) + shift[line]
+    code = (line // n_plans) * (batch + 1) + _steps(flat)  # + size
+    spans = [0, *(last[n_plans - 1::n_plans] + 1).tolist()]
+    return _Layout(flat, code, cell, cell[last], spans, width)
+
+
+def _tiled(layout: _Layout, n_plans: int, batch: int, times: int) -> _Layout:
+    """``layout``'s ``R`` rows repeated ``times`` times: row ``t R + r`` is row ``r``."""
+    n_rows = len(layout.spans) - 1
+    tile = np.arange(times)[:, None]
+    flat, code, cell, last = (
+        (values + tile * (n_rows * step)).reshape(-1)
+        for values, step in ((layout.flat, n_plans * batch), (layout.code, batch + 1),
+                             (layout.cell, n_plans * (layout.width + 1)), (layout.last, n_plans * (layout.width + 1)))
+    )
+    spans = [t * layout.spans[-1] + s for t in range(times) for s in layout.spans[:-1]] + [times * layout.spans[-1]]
+    return _Layout(flat, code, cell, last, spans, layout.width)
 
 
 def _same_stages(cuts: BoolArray) -> bool:
@@ -258,152 +313,151 @@ def _same_stages(cuts: BoolArray) -> bool:
             and np.array_equal(cuts, np.broadcast_to(cuts[:, :1], cuts.shape)))
 
 
-def _stages(cuts: BoolArray) -> list[_Cuts]:
-    """Each stage's micro-batches, from ``[P, K, B]`` masks, in one pass over all stages.
+def _layout(forward_cuts: BoolArray, backward_cuts: BoolArray) -> tuple[_Layout, IntArray]:
+    """The ``2K`` rows (forward stages, then backward stages) of ``[P, K, B]`` masks, and their
+    :func:`_sources`.
 
-    Every row's last entry is a cut, so no micro-batch straddles rows (or stages) and a size is
-    the distance to the previous cut in the flattened ``[K, P, B]`` grid. Where every stage of
-    every plan has the same row (TiDGAP's equal seeds), the stages share one :class:`_Cuts`.
+    Forward and backward masks are parsed together; where ``backward_cuts is forward_cuts`` the
+    ``K`` rows are parsed once and repeated, and where every stage of every plan has the same row
+    (TiDGAP's equal seeds) that one row is parsed once and each micro-batch's upstream message is
+    the one in its own column.
     """
-    n_plans, n_stages, batch = cuts.shape
-    if n_stages > 1 and _same_stages(cuts):
-        shared: _Cuts = _stages(cuts[:, :1])[0]
-        return [shared] * n_stages
-    flat = np.flatnonzero(cuts.transpose(1, 0, 2))
-    stage_row, col = np.divmod(flat, batch)
-    last = np.flatnonzero(col == batch - 1)  # [K * P]
-    first = np.concatenate([[0], last[:-1] + 1])
-    index = np.arange(len(flat)) - first[stage_row]
-    size = np.diff(flat, prepend=-1)
-    widths = np.max((last - first).reshape(n_stages, n_plans), axis=1) + 1  # [K]
-    stage, row = np.divmod(stage_row, n_plans)
-    cell_sums = row * (widths + 1)[stage] + index
-    cell_next = cell_sums + 1
-    local = flat - stage * (n_plans * batch)
-    last_cell = cell_next[last].reshape(n_stages, n_plans)
-    spans = zip(first[::n_plans], last[n_plans - 1::n_plans] + 1, strict=True)
-    return [_Cuts(local[lo:hi], size[lo:hi], cell_sums[lo:hi], cell_next[lo:hi], row[lo:hi], last_cell[k],
-                  int(widths[k])) for k, (lo, hi) in enumerate(spans)]
+    n_plans, n_stages, batch = forward_cuts.shape
+    if backward_cuts is not forward_cuts:
+        layout = _parse(np.concatenate((forward_cuts.transpose(1, 0, 2), backward_cuts.transpose(1, 0, 2))))
+    elif n_stages > 1 and _same_stages(forward_cuts):
+        layout = _tiled(_parse(forward_cuts[:, :1].transpose(1, 0, 2)), n_plans, batch, 2 * n_stages)
+        return layout, _sources(layout, n_stages, n_plans * (layout.width + 1), search=False)
+    else:
+        layout = _tiled(_parse(forward_cuts.transpose(1, 0, 2)), n_plans, batch, 2)
+    return layout, _sources(layout, n_stages, n_plans * batch, search=True)
+
+
+def _sources(layout: _Layout, n_stages: int, block: int, search: bool) -> IntArray:
+    """Where each micro-batch of rows ``1 .. 2K - 2`` finds its ready time: the cell of the
+    upstream message holding its last sample.
+
+    Forward row ``k`` reads row ``k - 1`` and backward row ``K + k`` reads row ``K + k + 1``, so a
+    key shifted by one row lands in the upstream row; rows ``0`` and ``2K - 1`` open their passes
+    and need none.
+
+    Args:
+        block: with ``search``, ``P B``: one row's samples; the positions ``layout.flat`` are
+            shifted and looked up (one ``searchsorted`` for both passes). Without (all rows equal),
+            ``P (W + 1)``: one row's cells; the upstream message is in the micro-batch's own column.
+
+    Returns:
+        ``[spans[2K - 1] - spans[1]]`` cells.
+    """
+    lo, mid, hi = layout.spans[1], layout.spans[n_stages], layout.spans[2 * n_stages - 1]
+    keys = layout.flat if search else layout.cell
+    query = keys[lo:hi] - block
+    query[mid - lo:] += 2 * block
+    if not search:
+        return query
+    sources: IntArray = layout.cell[np.searchsorted(keys, query)]
+    return sources
 
 
 def _running_sum(grid: FloatArray) -> None:
     """In place on ``[R, C]``: each row's prefix sums, added one by one from the left, so the bits
     are the loop's (torch's CPU kernel keeps one running total per row; ~5x numpy's ``cumsum`` on
-    the GA's ``[128, ~25]`` grids)."""
-    torch.from_numpy(grid).cumsum_(dim=1)
+    the GA's ``[128, ~25]`` grids). In chunks of at most :data:`_SCAN_CELLS` cells, which torch runs
+    on the calling thread: on a busy machine, waiting for a second thread cost milliseconds."""
+    if grid.size <= _SCAN_CELLS:
+        torch.from_numpy(grid).cumsum_(dim=1)
+        return
+    for chunk in torch.split(torch.from_numpy(grid), max(1, _SCAN_CELLS // grid.shape[1])):
+        chunk.cumsum_(dim=1)
 
 
-def _running_max(grid: FloatArray) -> FloatArray:
-    """``[R, C]`` -> ``[R, C]``: each row's running maximum (exact in any order; ~2x numpy's)."""
-    out: FloatArray = torch.cummax(torch.from_numpy(grid), dim=1).values.numpy()
-    return out
+def _running_max(grid: torch.Tensor, out: torch.Tensor, indices: torch.Tensor) -> None:
+    """``out``: each row of ``grid`` ``[R, C]``'s running maximum (exact in any order; ~2x numpy's);
+    ``indices``: ``[R, C]`` int64 scratch."""
+    torch.cummax(grid, dim=1, out=(out, indices))
 
 
-def _grid_sums(cuts: _Cuts, duration: FloatArray) -> FloatArray:
-    """``S`` on the stage's ``[P, W + 1]`` grid: column ``j`` is the sum of the first ``j`` durations.
+class _Grids:
+    """The grids of one evaluation, laid out as :class:`_Layout`'s rows, in one zeroed buffer.
+
+    Attributes:
+        sums: ``[2, 2K, P, W + 1]`` ``S``, the running sums of the durations: compute (``f``
+            forward, ``g`` backward) in layer 0, links (``cF``, ``cB``) in layer 1.
+        slack: ``[2K, P, W + 1]`` each row's slack while it is scanned; zeros where unwritten.
+        done: ``[2K, P, W + 1]`` compute end times ``E``.
+        sent: ``[2K, P, W + 1]`` link arrival times ``C``.
+        maxima: ``[P, W + 1]`` the running maximum of the slack being scanned.
+        slack_t, maxima_t: torch views of ``slack`` and ``maxima``, for the scans.
+        indices: ``[P, W + 1]`` int64 scratch for them.
+    """
+
+    def __init__(self, layout: _Layout, codes: IntArray, costs: FloatArray, n_plans: int) -> None:
+        n_rows, width = len(layout.spans) - 1, layout.width + 1
+        buffer = np.zeros((5 * n_rows + 1, n_plans, width))
+        flat = buffer[: 2 * n_rows].reshape(2, -1)
+        for layer in (0, 1):
+            flat[layer][layout.cell] = costs[layer].take(codes)
+        _running_sum(buffer[: 2 * n_rows].reshape(-1, width))
+        self.sums = buffer[: 2 * n_rows].reshape(2, n_rows, n_plans, width)
+        self.slack, self.done, self.sent = (buffer[i * n_rows:(i + 1) * n_rows] for i in (2, 3, 4))
+        self.maxima = buffer[-1]
+        self.slack_t, self.maxima_t = torch.from_numpy(self.slack), torch.from_numpy(self.maxima)
+        self.indices = torch.empty((n_plans, width), dtype=torch.int64)
+
+
+def _pass(rows: Sequence[int], grids: _Grids, layout: _Layout, sources: IntArray, start: FloatArray) -> None:
+    """One direction (forward or backward) through ``rows``, in the order the pass visits them:
+    fills their ``done`` and ``sent`` grids.
+
+    Each chain is the closed form of the module docstring on its row: the slack's column 0 is
+    ``E_0``, its micro-batch cells ``r_j - S_{j-1}`` (compute) or ``E_j - S_{j-1}`` (link, with
+    ``C_0 = -inf``), each taken as one contiguous difference against the ``S`` grid shifted by one
+    cell (the padding past a plan's last micro-batch only changes cells further right, never read);
+    then ``E = running max + S``. The first row's input is ready before its stage is free (at 0
+    forward, never waited for backward), so its chain is ``E = S + E_0``.
 
     Args:
-        cuts: the micro-batches (``M`` in all).
-        duration: ``[M]`` durations ``d``.
+        rows: the rows of :class:`_Layout` this pass visits, in order.
+        sources: :func:`_sources`, where rows ``1 .. 2K - 2`` read their ready times.
+        start: ``[2K, P]`` when each row's stage is free to start (>= 0).
     """
-    sums = np.zeros((len(cuts.last_cell), cuts.width + 1))
-    sums.reshape(-1)[cuts.cell_next] = duration
-    _running_sum(sums)
-    return sums
+    spans, lo, maxima, maxima_t = layout.spans, layout.spans[1], grids.maxima, grids.maxima_t
+    slack_flat, sent_flat = grids.slack.reshape(-1), grids.sent.reshape(-1)
+    for i, r in enumerate(rows):
+        s_compute, slack, slack_t, done = grids.sums[0, r], grids.slack[r], grids.slack_t[r], grids.done[r]
+        flat = slack.reshape(-1)
+        if i == 0:
+            np.add(s_compute, start[r][:, None], out=done)
+        else:
+            slack_flat[layout.cell[spans[r]:spans[r + 1]]] = sent_flat[sources[spans[r] - lo:spans[r + 1] - lo]]
+            np.subtract(flat[1:], s_compute.reshape(-1)[:-1], out=flat[1:])
+            slack[:, 0] = start[r]
+            _running_max(slack_t, maxima_t, grids.indices)
+            np.add(maxima, s_compute, out=done)
+        if i + 1 < len(rows):  # the FIFO link towards the next row's stage
+            s_link = grids.sums[1, r]
+            np.subtract(done.reshape(-1)[1:], s_link.reshape(-1)[:-1], out=flat[1:])
+            slack[:, 0] = _NEG_INF
+            _running_max(slack_t, maxima_t, grids.indices)
+            np.add(maxima, s_link, out=grids.sent[r])
 
 
-def _compute(cuts: _Cuts, ready: FloatArray | None, duration: FloatArray, start: FloatArray) -> FloatArray:
-    """A stage's chain ``E_j = max(E_{j-1}, r_j) + d_j``, ``E_0 = start``, for every plan at once.
-
-    Closed form on ``[P, W + 1]`` grids: ``S`` (:func:`_grid_sums`) and the slack, whose column 0 is
-    ``E_0`` and whose running maximum is ``max(E_0, max_{i <= j} (r_i - S_{i-1}))``; ``E = S + slack``.
-    Cells past a plan's last micro-batch hold 0 before the scans, which run left to right, so they
-    change nothing that is read.
-
-    Args:
-        cuts: the micro-batches (``M`` in all).
-        ready: ``[M]`` ready times ``r``; None where none is later than ``start`` (the first
-            stage of a pass), so the slack is ``E_0`` throughout and ``E = S + E_0``.
-        duration: ``[M]`` durations ``d``.
-        start: ``[P]`` the initial end time ``E_0`` of each plan.
-
-    Returns:
-        ``[P, W + 1]`` end times: micro-batch ``j`` (0-based) of plan ``p`` at ``[p, j + 1]``.
-    """
-    sums = _grid_sums(cuts, duration)
-    if ready is None:
-        sums += start[:, None]
-        return sums
-    slack = np.zeros_like(sums)
-    slack[:, 0] = start
-    slack.reshape(-1)[cuts.cell_next] = ready - sums.reshape(-1)[cuts.cell_sums]
-    sums += _running_max(slack)
-    return sums
-
-
-def _link(cuts: _Cuts, done: FloatArray, duration: FloatArray) -> FloatArray:
-    """The FIFO link after a stage, ``C_j = max(C_{j-1}, E_j) + c_j`` with ``C_0 = -inf``.
-
-    The same closed form as :func:`_compute`, with the ready times already on the grid.
-
-    Args:
-        cuts: the stage's micro-batches (``M`` in all).
-        done: ``[P, W + 1]`` their end times ``E`` (:func:`_compute`).
-        duration: ``[M]`` send seconds ``c``.
-
-    Returns:
-        ``[P, W + 1]`` arrival times, laid out as ``done``.
-    """
-    sums = _grid_sums(cuts, duration)
-    slack = np.empty_like(sums)
-    flat = slack.reshape(-1)  # E_j - S_{j-1} as one contiguous difference; column 0 is then reset
-    np.subtract(done.reshape(-1)[1:], sums.reshape(-1)[:-1], out=flat[1:])
-    slack[:, 0] = _NEG_INF
-    sums += _running_max(slack)
-    return sums
-
-
-def _pass(
-    order: Sequence[int],
-    stages: Sequence[_Cuts],
-    compute_s: Sequence[FloatArray],
-    send_s: FloatArray,
-    start: FloatArray,
-) -> FloatArray:
-    """One direction (forward or backward) through the stages in ``order``.
-
-    The first stage's input is ready before the stage is free (at 0 forward, never waited for
-    backward), so its chain needs no ready times.
-
-    Args:
-        order: stage indices, in the order the pass visits them.
-        stages: per stage, its micro-batches.
-        compute_s: per stage, ``[M]`` compute seconds of its micro-batches (``f`` or ``g``).
-        send_s: ``[K, B + 1]`` link seconds (``cF`` or ``cB``) towards the next stage in ``order``.
-        start: ``[K, P]`` when each stage is free to start (>= 0).
-
-    Returns:
-        ``[K, P]`` the end of each stage's last micro-batch.
-    """
-    last = np.empty_like(start)
-    arrival: FloatArray | None = None
-    for k, after in zip(order, (*order[1:], None), strict=True):
-        cuts = stages[k]
-        done = _compute(cuts, arrival, compute_s[k], start[k])
-        last[k] = done.reshape(-1)[cuts.last_cell]
-        if after is not None:  # FIFO link; the next stage waits for the message holding its last sample
-            sent = _link(cuts, done, send_s[k][cuts.size]).reshape(-1)
-            downstream = stages[after]
-            if downstream is cuts:
-                arrival = sent[cuts.cell_next]
-            else:
-                arrival = sent[cuts.cell_next[np.searchsorted(cuts.flat, downstream.flat)]]
-    return last
+def _recompute_codes(layout: _Layout, forward_cuts: BoolArray, backward_cuts: BoolArray) -> IntArray:
+    """``layout.code`` with each backward micro-batch of a stage whose forward and backward rows
+    differ pointed ``K`` table rows further on, at ``g`` with recompute (``[P, K, B]`` masks)."""
+    n_plans, n_stages, batch = forward_cuts.shape
+    differs = np.zeros((n_plans, n_stages), dtype=bool)  # a row index p K + k where any cut differs
+    differs.reshape(-1)[np.flatnonzero(forward_cuts != backward_cuts) // batch] = True
+    lo = layout.spans[n_stages]
+    codes = layout.code.copy()
+    codes[lo:] += differs.T.reshape(-1)[layout.flat[lo:] // batch - n_stages * n_plans] * (n_stages * (batch + 1))
+    return codes
 
 
 def _check_cuts(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: StageTables) -> None:
     want = (tables.n_stages, tables.batch_size)
-    for name, cuts in (("forward_cuts", forward_cuts), ("backward_cuts", backward_cuts)):
+    named = (("forward_cuts", forward_cuts), ("backward_cuts", backward_cuts))
+    for name, cuts in named[: 1 if backward_cuts is forward_cuts else 2]:
         if cuts.ndim != 3 or cuts.shape[1:] != want:
             raise ValueError(f"{name} must have shape [P, {want[0]}, {want[1]}], got {cuts.shape}")
         if not np.all(cuts[..., -1]):
@@ -426,18 +480,20 @@ def iteration_times(forward_cuts: BoolArray, backward_cuts: BoolArray, tables: S
     Returns:
         ``[P]`` iteration seconds ``T``.
     """
-    forward_cuts, backward_cuts = np.asarray(forward_cuts, bool), np.asarray(backward_cuts, bool)
+    same = backward_cuts is forward_cuts
+    forward_cuts = np.asarray(forward_cuts, bool)
+    backward_cuts = forward_cuts if same else np.asarray(backward_cuts, bool)
     _check_cuts(forward_cuts, backward_cuts, tables)
     n_plans, n_stages, _ = forward_cuts.shape
-    forward = _stages(forward_cuts)
-    backward = forward if backward_cuts is forward_cuts else _stages(backward_cuts)
-    order = range(n_stages)
-    f = [tables.forward_s[k][cuts.size] for k, cuts in enumerate(forward)]
-    g = [tables.backward_s[k][cuts.size] for k, cuts in enumerate(backward)]
-    if tables.recompute_costs and backward is not forward:
-        same = np.all(forward_cuts == backward_cuts, axis=2).T.copy()  # [K, P]: the stage keeps activations
-        g = [np.where(same[k][cuts.row], g[k], tables.backward_recompute_s[k][cuts.size])
-             for k, cuts in enumerate(backward)]
-    forward_end = _pass(order, forward, f, tables.send_forward_s, np.zeros((n_stages, n_plans)))
-    finish = _pass(order[::-1], backward, g, tables.send_backward_s, forward_end)
+    layout, sources = _layout(forward_cuts, backward_cuts)
+    codes = layout.code
+    if tables.recompute_costs and not same:
+        codes = _recompute_codes(layout, forward_cuts, backward_cuts)
+    grids = _Grids(layout, codes, tables.chain_costs, n_plans)
+    start = np.zeros((2 * n_stages, n_plans))
+    _pass(range(n_stages), grids, layout, sources, start)
+    done = grids.done.reshape(-1)
+    start[n_stages:] = done[layout.last[: n_stages * n_plans]].reshape(n_stages, n_plans)
+    _pass(range(2 * n_stages - 1, n_stages - 1, -1), grids, layout, sources, start)
+    finish = done[layout.last[n_stages * n_plans:]].reshape(n_stages, n_plans)
     return np.asarray((finish + tables.step_s[:, None]).max(axis=0), dtype=np.float64)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import numpy.typing as npt
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +19,7 @@ from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.loop_time import iteration_time
-from pipetrain.simulate.vectorised import StageTables, _running_max, _running_sum, iteration_times
+from pipetrain.simulate.vectorised import _SCAN_CELLS, StageTables, _running_max, _running_sum, iteration_times
 
 Partition = list[tuple[int, ...]]
 FloatArray = npt.NDArray[np.float64]
@@ -146,6 +149,20 @@ def test_random_tables_against_the_loop_reference() -> None:
             assert fast[p] == iteration_time(f, b, tables)  # bit-identical: DGAP and TiDGAP agree
 
 
+def test_a_population_wider_than_one_scan_chunk_against_the_loop() -> None:
+    """400 plans on 4 stages: the duration sums span several _SCAN_CELLS chunks, and forward and
+    backward masks are parsed together (some stages recomputing); every time is the loop's."""
+    rng = np.random.default_rng(4)
+    n, batch = 4, 24
+    tables = random_tables(rng, n, batch)
+    plans = [(f, random_backward(rng, f, batch)) for f in (random_partition(rng, n, batch) for _ in range(400))]
+    fwd = np.stack([partition_to_cuts(f, batch) for f, _ in plans])
+    bwd = np.stack([partition_to_cuts(b, batch) for _, b in plans])
+    assert 2 * 2 * n * len(plans) * (fwd.sum(axis=2).max() + 1) > 2 * _SCAN_CELLS
+    assert iteration_times(fwd, bwd, tables).tolist() == [iteration_time(f, b, tables) for f, b in plans]
+    assert iteration_times(fwd, fwd, tables).tolist() == [iteration_time(f, f, tables) for f, _ in plans]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 20), st.integers(1, 6))
 def test_shared_stages_and_shared_chromosomes_take_the_same_bits(seed: int, n: int, batch: int, plans: int) -> None:
@@ -180,9 +197,21 @@ def test_scans_match_the_loop(seed: int, rows: int, cols: int) -> None:
             out.append(total)
         expected.append(out)
     ready = np.where(rng.random((rows, cols)) < 0.3, -np.inf, grid - 1e3)
-    assert _running_max(ready).tolist() == np.maximum.accumulate(ready, axis=1).tolist()
+    maxima = np.empty_like(ready)
+    _running_max(torch.from_numpy(ready), torch.from_numpy(maxima), torch.empty(ready.shape, dtype=torch.int64))
+    assert maxima.tolist() == np.maximum.accumulate(ready, axis=1).tolist()
     _running_sum(grid)
     assert grid.tolist() == expected
+
+
+def test_running_sum_in_chunks() -> None:
+    """A grid of more than _SCAN_CELLS cells is scanned in row chunks, each row still added left to
+    right as the loop adds it."""
+    rng = np.random.default_rng(3)
+    grid = 10.0 ** rng.uniform(-12, 6, size=(2 * _SCAN_CELLS // 30 + 7, 30))
+    expected = np.array([list(itertools.accumulate(row)) for row in grid.tolist()])
+    _running_sum(grid)
+    assert grid.tobytes() == expected.tobytes()
 
 
 def test_cost_model_tables_against_the_event_simulator() -> None:
