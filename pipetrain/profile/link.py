@@ -34,6 +34,7 @@ re-measuring the same link.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import statistics
 import tempfile
@@ -54,6 +55,8 @@ from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo.mlp import MLPBlock
 from pipetrain.profile.measure import sample_input
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_SIZES_BYTES",
@@ -296,9 +299,22 @@ def probe_link(
         max_relative_error=fit_error(fitted, points) if points else 0.0,
         contention_speed=float(result["contention_speed"]),
         backend=backend,
-        collective=fit_collective(collective_points) if link is None else collective,
+        collective=_fit_collective_or_none(collective_points) if link is None else collective,
         collective_points=collective_points,
     )
+
+
+def _fit_collective_or_none(points: Sequence[tuple[int, float]]) -> Link | None:
+    """:func:`fit_collective`, or None (all-reduces then priced from the link) with a warning when the
+    timed all-reduces do not grow with size: on a loaded machine a few repeats of a collective,
+    which waits for both ranks, can be that noisy; one bad fit should not lose the whole probe."""
+    try:
+        return fit_collective(points)
+    except UserError:
+        log.warning("the all-reduce times did not grow with size (%s): too noisy to fit; all-reduces are "
+                    "priced from the link instead (probe again on a quieter machine, or with more repeats)",
+                    ", ".join(f"{n} B {t * 1e6:.0f} us" for n, t in points))
+        return None
 
 
 def probe_cluster(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from pipetrain.cluster import Link
@@ -11,6 +13,7 @@ from pipetrain.profile import link as link_module
 from pipetrain.profile.link import (
     DEFAULT_SIZES_BYTES,
     LinkProbe,
+    _fit_collective_or_none,
     fit_collective,
     fit_error,
     fit_link,
@@ -97,7 +100,7 @@ def test_a_two_rank_all_reduce_is_two_ring_steps() -> None:
 def test_probe_contention_on_a_models_own_work() -> None:
     """Rank 0 runs the first half of the model's layers, rank 1 the second half, alone then together."""
     graph = build_model("mlp", n_layers=4, inputs=64, width=64, hidden=128, classes=8)
-    probe = probe_link(sizes_bytes=(64, 1 << 20, 1 << 22), repeats=3, model=(graph, 8))
+    probe = probe_link(sizes_bytes=(64, 1 << 20, 1 << 22, 1 << 24), repeats=3, model=(graph, 8))
     assert 0.2 < probe.contention_speed < 1.5
 
 
@@ -138,3 +141,16 @@ def test_contention_on_a_model_needs_two_halves() -> None:
         probe_link(model=(one_layer, 4))
     with pytest.raises(UserError, match="two halves"):
         probe_link(model=(build_model("mlp", n_layers=2), 0))
+
+
+def test_noisy_all_reduce_times_fall_back_to_the_link(caplog: pytest.LogCaptureFixture) -> None:
+    """A collective's times that do not grow with size (seen on a loaded machine with 3 repeats:
+    1 MiB 4.5 ms, 4 MiB 2.6 ms) give no fit; the probe keeps its link and prices all-reduces from it."""
+    noisy = [(64, 3.5e-4), (1 << 20, 4.5e-3), (1 << 22, 2.6e-4)]
+    with pytest.raises(UserError, match="do not grow"):
+        fit_collective(noisy)
+    with caplog.at_level(logging.WARNING, logger="pipetrain.profile.link"):
+        assert _fit_collective_or_none(noisy) is None
+    assert "priced from the link" in caplog.text
+    clean = [(64, 4e-4), (1 << 20, 1.2e-3)]
+    assert _fit_collective_or_none(clean) == fit_collective(clean)
