@@ -1,0 +1,88 @@
+"""Where a prediction goes wrong, action kind by action kind: measured against predicted seconds per
+iteration on each rank, for the mlp's three 2-rank settings at m = 2 that `auto` weighs against each other.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/diag_actions.py --out benchmarks/results/diag-actions
+
+The mlp (batch 128) is profiled and the 2-rank cluster probed (link, all-reduce, contention on the
+model's own work, the runtime's cost per action) as the Core benchmark does; then interleaved-zb with
+4 chunks per rank, zbv and interleaved-zb with 2 chunks, all at m = 2, train ``--rounds`` times each,
+alternating (10 steps, 2 warm-up, one thread per rank). For each setting: the predicted iteration, the
+median measured one, and per rank and action kind (F, B, W, STEP, SEND_F, RECV_F, ...) the seconds
+the simulator's timeline gives them beside those of the measured timeline of the median run (its
+median step). A RECV's time is waiting; a SEND's is the sender's own time in ``isend``.
+
+Output under ``--out``: ``diag_actions.json`` and ``diag_actions.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_core import probe_cluster, profile_logged
+
+from pipetrain import api
+from pipetrain.cost import CostModel
+from pipetrain.fileio import write_atomic
+from pipetrain.graph.zoo import build_model
+from pipetrain.plan.plan import Method
+from pipetrain.planners.contract import ModelRef
+from pipetrain.planners.interleaved import build_interleaved_plan
+from pipetrain.runtime.train import TrainConfig, train
+from pipetrain.simulate.timeline import Timeline
+
+SETTINGS = (("interleaved-zb v=4 m=2", Method.INTERLEAVED_ZB, 4), ("zbv m=2", Method.ZBV, 2),
+            ("interleaved-zb v=2 m=2", Method.INTERLEAVED_ZB, 2))
+
+
+def by_kind(timeline: Timeline) -> dict[str, float]:
+    """``"rank kind"`` -> seconds of that rank's actions of that kind in the timeline's iteration."""
+    out: dict[str, float] = defaultdict(float)
+    for event in timeline.events:
+        out[f"{event.rank} {event.action.kind.value}"] += event.duration_s
+    return dict(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/diag-actions"))
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    graph = build_model("mlp")
+    profile = profile_logged(graph, 128)
+    cluster, info = probe_cluster(None, 3, model=(graph, 64))
+    cost = CostModel(profile, cluster)
+    plans = {label: build_interleaved_plan(ModelRef.of(graph), cost, n_ranks=2, chunks=chunks, batch_size=128,
+                                           n_micro=2, method=method) for label, method, chunks in SETTINGS}
+    config = TrainConfig(steps=10, warmup_steps=2, progress=False, threads_per_rank=1, timeout_s=60.0,
+                         keep_freed_memory=True)
+    runs: dict[str, list[tuple[float, Timeline]]] = defaultdict(list)
+    for _ in range(args.rounds):
+        for label, plan in plans.items():
+            result = train(graph, plan, config)
+            runs[label].append((statistics.median(result.step_times_s), result.timeline))
+    rows, text = [], ["| setting | rank action | predicted ms | measured ms |", "|---|---|---:|---:|"]
+    for label, plan in plans.items():
+        predicted = api.predict(plan, profile, cluster)[1]
+        ordered = sorted(runs[label], key=lambda run: run[0])
+        median_s, timeline = ordered[len(ordered) // 2]
+        p, m = by_kind(predicted), by_kind(timeline)
+        rows.append({"setting": label, "predicted_s": predicted.iteration_s, "measured_s": median_s,
+                     "runs_s": [s for s, _ in runs[label]], "predicted_by_kind": p, "measured_by_kind": m})
+        text.append(f"| **{label}** | iteration | {predicted.iteration_s * 1e3:.1f} | {median_s * 1e3:.1f} |")
+        text += [f"| | {key} | {p.get(key, 0.0) * 1e3:.2f} | {m.get(key, 0.0) * 1e3:.2f} |"
+                 for key in sorted(set(p) | set(m))]
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.out / "diag_actions.json", json.dumps({"cluster": info, "settings": rows}, indent=2))
+    write_atomic(args.out / "diag_actions.md", "\n".join(text) + "\n")
+    print("\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
