@@ -22,7 +22,8 @@ from pipetrain.runtime import TrainConfig, train
 
 from .models import chain_plan, mlp_graph
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
+NODE_TIMEOUT_S = 75  # a run takes ~7 s here; twice this, the one retry included, stays within the test's timeout
 
 SCRIPT = Path(__file__).with_name("torchrun_script.py")
 
@@ -45,7 +46,11 @@ def _start_two_nodes(command: list[str], cwd: Path) -> tuple[list[int | None], s
     nodes = [subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
     try:
-        logs = [node.communicate(timeout=120)[0] for node in nodes]
+        logs = [node.communicate(timeout=NODE_TIMEOUT_S)[0] for node in nodes]
+    except subprocess.TimeoutExpired:  # a node waiting for a peer torchrun's agent lost; its log says where
+        for node in nodes:
+            node.kill()
+        logs = [f"timed out after {NODE_TIMEOUT_S} s:\n{node.communicate()[0]}" for node in nodes]
     finally:
         for node in nodes:
             node.kill()
@@ -55,7 +60,8 @@ def _start_two_nodes(command: list[str], cwd: Path) -> tuple[list[int | None], s
 def _run_two_nodes(command: list[str], cwd: Path) -> None:
     """Both nodes must succeed. One retry when torchrun's elastic agent, not pipetrain, stopped the
     run: on a loaded 2-core machine its rendezvous heartbeats can lapse, and the agent then
-    restarts or stops the workers (seen once in CI: a worker SIGTERMed, its peer's store gone)."""
+    restarts or stops the workers (seen once in CI: a worker SIGTERMed, its peer's store gone), or a
+    node hangs waiting for its peer (seen once in CI: 120 s)."""
     codes, log = _start_two_nodes(command, cwd)
     if codes != [0, 0] and "PipelineFailure" not in log and "UserError" not in log:
         codes, log = _start_two_nodes(command, cwd)
