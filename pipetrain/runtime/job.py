@@ -114,6 +114,7 @@ class _JobRun:
         self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
         self.ctxs: dict[int, RankContext] = {}  # by stage: one, or v under method interleaved
         session.transport.bound_queues(plan.queue_depth if plan.method is Method.LOCAL else None)
+        session.transport.open_links(job.schedule.directed_links())
         if self.program:
             for stage in plan.stages_of_rank(rank):
                 ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,

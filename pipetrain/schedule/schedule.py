@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from pipetrain.schedule.action import Action
+from pipetrain.schedule.action import Action, ActionKind
 
 __all__ = ["Schedule"]
 
@@ -49,6 +49,12 @@ class Schedule:
         for rank, program in enumerate(self.ranks):
             for step, action in enumerate(program):
                 yield rank, step, action
+
+    def directed_links(self) -> tuple[tuple[int, int], ...]:
+        """Every ``(src, dst)`` some SEND of the schedule uses, sorted (the same on every rank)."""
+        sends = (ActionKind.SEND_F, ActionKind.SEND_B)
+        links = {(rank, a.peer) for rank, _, a in self.actions() if a.kind in sends and a.peer is not None}
+        return tuple(sorted(links))
 
     # ---- text forms -------------------------------------------------------------------------
 

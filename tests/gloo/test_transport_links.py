@@ -1,0 +1,51 @@
+"""Each directed link on its own process group (gloo, :meth:`Transport.open_links`): both directions
+between two ranks carry messages at once, tags kept apart, and a link opened twice is one group."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.multiprocessing.spawn import spawn
+
+from pipetrain.runtime.transport import Direction, Transport
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+def _exchange(rank: int, port: int, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        transport, peer = Transport(torch.device("cpu")), 1 - rank
+        transport.open_links([(0, 1), (1, 0)])
+        transport.open_links([(0, 1), (1, 0)])  # kept: no new group, no collective mismatch
+        links = transport.links
+        groups = {link: dist.get_process_group_ranks(group) for link, group in links.items()}
+        distinct = links[(0, 1)] is not links[(1, 0)]
+        transport.expect([((4,), torch.float32, peer, Direction.ACTIVATION),
+                          ((2,), torch.float32, peer, Direction.GRADIENT)])
+        for k in range(3):  # both ranks send first, then receive: the two directions in flight together
+            transport.send(torch.full((4,), 10.0 * rank + k), peer, Direction.ACTIVATION)
+            transport.send(torch.full((2,), -10.0 * rank - k), peer, Direction.GRADIENT)
+        received = [(transport.recv((4,), torch.float32, peer, Direction.ACTIVATION).tolist(),
+                     transport.recv((2,), torch.float32, peer, Direction.GRADIENT).tolist()) for _ in range(3)]
+        transport.wait_sends()
+        torch.save({"groups": groups, "distinct": distinct, "received": received}, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_each_direction_has_its_own_group_and_messages_arrive(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = str(tmp_path / "result")
+    spawn(_exchange, args=(port, out), nprocs=2, join=True)
+    for rank in (0, 1):
+        result = torch.load(f"{out}.{rank}")
+        assert result["groups"] == {(0, 1): [0, 1], (1, 0): [0, 1]} and result["distinct"]
+        peer = 1 - rank
+        assert result["received"] == [([10.0 * peer + k] * 4, [-10.0 * peer - k] * 2) for k in range(3)]
