@@ -59,7 +59,7 @@ from pipetrain.planners.graphpipe import plan_graphpipe
 from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.pipedream import plan_pipedream
-from pipetrain.planners.score import over_memory
+from pipetrain.planners.score import memory_checked, over_memory
 from pipetrain.planners.twobw import plan_2bw
 from pipetrain.planners.unequal import plan_unequal
 
@@ -133,7 +133,7 @@ def _runners(problem: PlanningProblem) -> dict[str, Callable[[], PlanningResult]
     """Each planner of :data:`AUTO_PLANNERS` on the problem; the GA planners start from the fastest
     balanced plan's stages with a moderate budget."""
     balanced = plan_balanced(replace(problem, constraints=replace(problem.constraints, memory_cap=False)))
-    fitting = [c for c in balanced.candidates if not over_memory(c.plan, problem.cost, problem.optimizer)]
+    fitting = [c for c in balanced.candidates if memory_checked(c, problem.cost, problem.optimizer).feasible]
     base = replace(balanced.plan, prediction=None)
     budget = problem.constraints.ga or _GA
     ga = replace(problem, constraints=Constraints(base=base, seed=problem.constraints.seed, ga=budget), progress=False)
