@@ -1,11 +1,16 @@
 """Where a prediction goes wrong, action kind by action kind: measured against predicted seconds per
-iteration on each rank, for the mlp's three 2-rank settings at m = 2 that `auto` weighs against each other.
+iteration on each rank, for 2-rank settings of one model (by default the mlp's three settings at m = 2
+that `auto` weighs against each other).
 
     PYTHONPATH=. .venv/bin/python benchmarks/diag_actions.py --out benchmarks/results/diag-actions
+    PYTHONPATH=. .venv/bin/python benchmarks/diag_actions.py --model gpt-tiny --batch 64 \
+        --settings zbv@8,zb1@8,interleaved@8 --profile benchmarks/results/core-issue17-final/profile_gpt-tiny.json \
+        --cluster benchmarks/results/core-issue17-final/cluster_gpt-tiny.json --out benchmarks/results/diag-actions-gpt
 
-The mlp (batch 128) is profiled and the 2-rank cluster probed (link, all-reduce, contention on the
-model's own work, the runtime's cost per action) as the Core benchmark does; then interleaved-zb with
-4 chunks per rank, zbv and interleaved-zb with 2 chunks, all at m = 2, train ``--rounds`` times each,
+The model is profiled and the 2-rank cluster probed (link, all-reduce, contention on the model's own
+work, the runtime's cost per action) as the Core benchmark does, or both are read from a Core run's
+files (``--profile``, ``--cluster``); then each setting (``method[:chunks]@m``: a looped method's
+chunks per rank, default 2; the others are two balanced stages) trains ``--rounds`` times,
 alternating (10 steps, 2 warm-up, one thread per rank). For each setting: the predicted iteration, the
 median measured one, and per rank and action kind (F, B, W, STEP, SEND_F, RECV_F, ...) the seconds
 the simulator's timeline gives them beside those of the measured timeline of the median run (its
@@ -28,17 +33,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import probe_cluster, profile_logged
 
 from pipetrain import api
+from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
+from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method
+from pipetrain.plan.plan import Method, Plan
+from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
+from pipetrain.profile.table import Profile
 from pipetrain.runtime.train import TrainConfig, train
 from pipetrain.simulate.timeline import Timeline
 
-SETTINGS = (("interleaved-zb v=4 m=2", Method.INTERLEAVED_ZB, 4), ("zbv m=2", Method.ZBV, 2),
-            ("interleaved-zb v=2 m=2", Method.INTERLEAVED_ZB, 2))
+SETTINGS = "interleaved-zb:4@2,zbv@2,interleaved-zb:2@2"
+LOOPED = (Method.INTERLEAVED, Method.INTERLEAVED_ZB, Method.ZBV)
+
+
+def parse_setting(text: str) -> tuple[str, Method, int, int]:
+    """``"interleaved-zb:4@2"`` -> (label, method, chunks per rank, micro-batches)."""
+    name, _, m = text.partition("@")
+    name, _, chunks = name.partition(":")
+    method = Method(name)
+    v = int(chunks or 2) if method in LOOPED else 1
+    label = f"{name} v={v} m={m}" if method in LOOPED else f"{name} m={m}"
+    return label, method, v, int(m)
+
+
+def build_plan(graph: LayerGraph, cost: CostModel, batch: int, method: Method, chunks: int, n_micro: int) -> Plan:
+    """The Core benchmark's plan of this setting on 2 ranks."""
+    if method in LOOPED:
+        return build_interleaved_plan(ModelRef.of(graph), cost, n_ranks=2, chunks=chunks, batch_size=batch,
+                                      n_micro=n_micro, method=method)
+    return build_balanced_plan(ModelRef.of(graph), cost, method=method, n_stages=2, batch_size=batch, n_micro=n_micro)
 
 
 def by_kind(timeline: Timeline) -> dict[str, float]:
@@ -53,13 +80,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/diag-actions"))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--model", default="mlp")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--settings", default=SETTINGS, help="comma-separated method[:chunks]@m")
+    parser.add_argument("--profile", type=Path, help="a saved profile (a Core run's profile_<model>.json)")
+    parser.add_argument("--cluster", type=Path, help="a saved cluster (a Core run's cluster_<model>.json)")
     args = parser.parse_args()
-    graph = build_model("mlp")
-    profile = profile_logged(graph, 128)
-    cluster, info = probe_cluster(None, 3, model=(graph, 64))
+    graph = build_model(args.model)
+    profile = Profile.from_json(args.profile.read_text()) if args.profile else profile_logged(graph, args.batch)
+    info: dict[str, object] = {"from": str(args.cluster)}
+    if args.cluster:
+        cluster = Cluster.from_json(args.cluster.read_text())
+    else:
+        cluster, info = probe_cluster(None, 3, model=(graph, max(1, args.batch // 2)))
     cost = CostModel(profile, cluster)
-    plans = {label: build_interleaved_plan(ModelRef.of(graph), cost, n_ranks=2, chunks=chunks, batch_size=128,
-                                           n_micro=2, method=method) for label, method, chunks in SETTINGS}
+    plans = {label: build_plan(graph, cost, args.batch, method, chunks, m)
+             for label, method, chunks, m in map(parse_setting, args.settings.split(","))}
     config = TrainConfig(steps=10, warmup_steps=2, progress=False, threads_per_rank=1, timeout_s=60.0,
                          keep_freed_memory=True)
     runs: dict[str, list[tuple[float, Timeline]]] = defaultdict(list)

@@ -34,7 +34,7 @@ from pipetrain.runtime.executor import check_runnable
 from pipetrain.runtime.job import job_loss, run_job
 from pipetrain.runtime.job_checkpoint import find_resume
 from pipetrain.runtime.optim import check_lr_schedule
-from pipetrain.runtime.transport import Transport, TransportError
+from pipetrain.runtime.transport import PREPOST_BYTES, Transport, TransportError
 from pipetrain.runtime.watchdog import Watchdog
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.versions import check_chunks
@@ -191,7 +191,8 @@ class _Session:
             backend, store=PrefixStore(f"{rdv.prefix}/pg", store),
             rank=rdv.rank, world_size=rdv.world_size, timeout=timeout,
         )
-        self.transport = Transport(self.device, use_tags=backend == "gloo")
+        self.transport = Transport(self.device, use_tags=backend == "gloo",
+                                   prepost_bytes=PREPOST_BYTES if backend == "gloo" else 0)
         self.restore_signals = interrupts.install()
 
     @property
