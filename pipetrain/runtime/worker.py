@@ -39,12 +39,22 @@ from pipetrain.runtime.watchdog import Watchdog
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.versions import check_chunks
 
-__all__ = ["RankFailure", "Rendezvous", "Reporter", "check_job", "rank_label", "run_session", "tcp_store"]
+__all__ = ["RankFailure", "Rendezvous", "Reporter", "check_job", "in_communication", "rank_label", "run_session",
+           "tcp_store"]
 
 logger = logging.getLogger(__name__)
 
 _TRIPPED_EXIT_CODE = 3
 _CAUSE_WAIT_S = 2.0  # how long a rank that lost a peer waits to learn the peer's own error
+_DISTRIBUTED_DIR = os.path.join("torch", "distributed", "")
+
+
+def in_communication(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside ``torch.distributed`` (a collective such as the step's
+    barrier, or a wait): gloo reports a dead peer there as a plain ``RuntimeError`` ("Connection reset
+    by peer"), which makes this rank's failure a consequence, not the cause."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and _DISTRIBUTED_DIR in frames[-1].filename
 
 
 @dataclass(frozen=True)
@@ -232,7 +242,7 @@ class _Session:
 
     def failure(self, error: BaseException) -> RankFailure:
         """Turn an exception into a one-line failure; publish it if this rank is the cause."""
-        secondary = isinstance(error, TransportError | dist.DistError)
+        secondary = isinstance(error, TransportError | dist.DistError) or in_communication(error)
         when = "during setup" if self.step is None else f"at step {self.step}"
         if isinstance(error, TransportError):
             message = f"{self.label} stopped {when}: lost {rank_label(self.plan, error.peer)}: {error}"
