@@ -17,7 +17,7 @@ connection can stall both ranks for milliseconds: gloo holds a connection's lock
 event loop spins on that lock (``try_lock`` under level-triggered epoll) and a 2-core scheduler runs
 the spinning peer's loop thread on the lock holder's core. Posting a step's receives at its start
 keeps them out of the middle of its bursts of sends: measured (4 alternating pairs, 2 ranks, this
-machine) gpt-tiny interleaved m=8 −18 %, zbv m=8 −8 %, the mlp's interleaved-zb with 4 chunks −1.7 %,
+machine) gpt-tiny interleaved m=8 −15.5 %, zbv m=8 −4 %, the mlp's interleaved-zb with 4 chunks −2.3 %,
 plans with few messages unchanged (BENCHMARKS.md).
 
 Local learning bounds its queues (the plan's ``queue_depth`` N, :meth:`Transport.bound_queues`):
