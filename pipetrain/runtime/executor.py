@@ -245,7 +245,7 @@ def _run_layers(ctx: RankContext, x: torch.Tensor, a: Action) -> tuple[torch.Ten
     if not ctx.is_first and x.is_floating_point() and torch.is_grad_enabled():
         x = x.detach().requires_grad_(True)
     if ctx.split_backward and torch.is_grad_enabled():
-        y, ctx.layer_parts[(a.lo, a.hi)] = layer_outputs(ctx.module, x)
+        y, ctx.layer_parts[(a.lo, a.hi)] = layer_outputs(ctx.module, x, keep_hooks=True)
     else:
         y = ctx.module(x) if ctx.versions is None or a.version is None else ctx.versions.call(a.version, x)
     if ctx.is_last:

@@ -113,3 +113,33 @@ def test_random_stacks(widths: list[int], tie: bool, seed: int) -> None:
     if tie:
         layers += [nn.Linear(widths[-1], widths[0]), layers[0]]  # the first weights used twice
     assert _assert_same(nn.Sequential(*layers), torch.randn(3, widths[0])) is not tie
+
+
+def _hooked(module: nn.Module) -> int:
+    return sum(len(m._forward_hooks) for m in module.modules())
+
+
+def test_kept_hooks_record_every_call_and_only_inside() -> None:
+    """The runtime's kept hooks: each recorded forward sees its own owner calls, a plain call records
+    nothing, a parameter frozen after the hooks were registered is left out, and the split stays exact."""
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3))
+    x = torch.randn(5, 4)
+    first = layer_outputs(module, x, keep_hooks=True)[1]
+    hooks = _hooked(module)
+    assert hooks == 3
+    module(x)  # a plain call between recordings records nothing into either
+    second = layer_outputs(module, x, keep_hooks=True)[1]
+    assert _hooked(module) == hooks  # registered once
+    assert len(first.owners) == len(second.owners) == 3 and first.exact() and second.exact()
+    assert {id(o.output) for o in first.owners}.isdisjoint(id(o.output) for o in second.owners)
+    module[1].weight.requires_grad_(False)
+    frozen = layer_outputs(module, x, keep_hooks=True)[1]
+    assert [len(o.params) for o in frozen.owners] == [2, 1, 2] and frozen.exact()
+
+
+def test_transient_recording_leaves_no_hooks() -> None:
+    """The profiler's recording removes its hooks, so its timed plain forwards run without them."""
+    module = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    layer_outputs(module, torch.randn(2, 4))
+    assert _hooked(module) == 0
