@@ -129,6 +129,7 @@ class ModelSetup:
     predicted_alone_s: dict[str, float]
     planned_candidates: list[tuple[str, int, float]]
     partition_note: str
+    calibration: str = ""
 
 
 def configs(micro: Sequence[int]) -> list[Config]:
@@ -174,10 +175,19 @@ def profile_logged(graph: LayerGraph, batch: int) -> Profile:
     return profile
 
 
-def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequence[int]) -> ModelSetup:
-    """Profile the model, build every pipetrain plan (same settings and planned), predict each."""
+def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequence[int],
+                calibrate: bool = True) -> ModelSetup:
+    """Profile the model, calibrate the cluster on its own work (unless not ``calibrate``), build every
+    pipetrain plan (same settings and planned), predict each."""
     graph = build_model(name)
     profile = profile_logged(graph, batch)
+    calibration = ""
+    if calibrate:
+        from pipetrain.runtime.calibrate import calibrate_cluster
+
+        fitted = calibrate_cluster(graph, profile, cluster, batch, runs=3)
+        cluster, calibration = fitted.apply(cluster), fitted.describe()
+        print(f"[{name}] calibrated: {calibration}", flush=True)
     cost = CostModel(profile, cluster)
     plans: dict[str, Plan] = {}
     for schedule in SCHEDULES:
@@ -192,7 +202,7 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
     planned, candidates = auto.plan, list(auto.candidates)
     plans["planned"] = planned
     predicted = {label: api.predict(plan, profile, cluster)[1] for label, plan in plans.items()}
-    predicted["single"] = _predict_single(graph, profile, batch, cluster.action_overhead_s)
+    predicted["single"] = _predict_single(graph, profile, batch, cluster)
     predicted["single+alloc"] = predicted["single"]
     predicted["planned-noalloc"] = predicted["planned"]
     # the same plans on ranks that never slow each other (Device.speed 1): brackets the contention model
@@ -202,12 +212,13 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
     top = [(c.plan.method.value, len(c.plan.stages[0].forward_sizes), c.iteration_s) for c in candidates[:8]]
     print(f"[{name}] planned: {describe(planned)}, predicted {predicted['planned'].iteration_s * 1e3:.1f} ms; "
           f"{note}", flush=True)
-    return ModelSetup(name, graph, batch, steps, profile, cluster, plans, predicted, predicted_alone, top, note)
+    return ModelSetup(name, graph, batch, steps, profile, cluster, plans, predicted, predicted_alone, top, note,
+                      calibration)
 
 
-def _predict_single(graph: LayerGraph, profile: Profile, batch: int, overhead_s: float) -> Timeline:
-    """The simulator's time for one rank running the whole model on the whole batch, alone."""
-    alone = Cluster.local(1, action_overhead_s=overhead_s)
+def _predict_single(graph: LayerGraph, profile: Profile, batch: int, cluster: Cluster) -> Timeline:
+    """The simulator's time for one rank of ``cluster`` running the whole model on the whole batch, alone."""
+    alone = replace(cluster.with_ranks(1), shared_speed=())
     plan = build_balanced_plan(ModelRef.of(graph), CostModel(profile, alone), method=Method.GPIPE, n_stages=1,
                                batch_size=batch, n_micro=1)
     return api.predict(plan, profile, alone)[1]
@@ -369,7 +380,7 @@ def _setup_json(s: ModelSetup) -> dict[str, object]:
         "planned_top_candidates": s.planned_candidates, "partition": s.partition_note,
         "profile_source": s.profile.source,
         "predicted_s": {label: t.iteration_s for label, t in s.predicted.items()},
-        "predicted_speed1_s": s.predicted_alone_s,
+        "predicted_speed1_s": s.predicted_alone_s, "calibration": s.calibration,
     }
 
 
@@ -389,6 +400,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--overhead", type=float, default=None,
                    help=f"cluster action_overhead_s (default: measured by the probe; {CPU_ACTION_OVERHEAD_S} before)")
     p.add_argument("--probes", type=int, default=5, help="link/contention probes, median kept (default 5)")
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help="price with the probe's terms only (default: calibrate speed and overhead on each model)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.micro = 1, [1, 4]
@@ -433,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         contention[m] = info["shared_speed"]
         print(f"[{m}] contention probe: {info}", flush=True)
     probe["model_shared_speed"] = contention
-    setups = [setup_model(m, batches.get(m, 64), steps_for(m, args.quick), clusters[m], args.micro)
+    setups = [setup_model(m, batches.get(m, 64), steps_for(m, args.quick), clusters[m], args.micro, args.calibrate)
               for m in args.models]
     meta: dict[str, object] = {"torch": torch.__version__, "python": platform.python_version(),
                                "cpu_count": torch.multiprocessing.cpu_count(), "repeats": args.repeats,
@@ -441,8 +454,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "git_head": _git_head(),
                                "pipetrain": f"working-tree snapshot at start, imported from {pipetrain.__file__}"}
     write_atomic(args.out / "cluster.json", cluster.to_json())
-    for m, c in clusters.items():
-        write_atomic(args.out / f"cluster_{m}.json", c.to_json())
+    for setup in setups:  # calibrated on each model's own work
+        write_atomic(args.out / f"cluster_{setup.name}.json", setup.cluster.to_json())
     for setup in setups:  # enough to re-predict any configuration later (e.g. at another speed)
         write_atomic(args.out / f"profile_{setup.name}.json", setup.profile.to_json())
     bench = Bench(setups, configs(args.micro), args.repeats, args.timeout, args.out, meta)

@@ -31,7 +31,8 @@ def _setup(model: dict[str, Any]) -> Any:
     """The parts of ``bench_core.ModelSetup`` the report reads, from one ``models`` entry."""
     plan = Plan.from_json(json.dumps(model["planned_plan"]))
     return SimpleNamespace(name=model["model"], batch=model["batch"], plans={"planned": plan},
-                           partition_note=model["partition"], predicted_alone_s=model["predicted_speed1_s"])
+                           partition_note=model["partition"], predicted_alone_s=model["predicted_speed1_s"],
+                           calibration=model.get("calibration", ""))
 
 
 def rerender(out: Path, note: str = "") -> str:

@@ -148,6 +148,10 @@ def probe_args(p: argparse.ArgumentParser) -> None:
                    "module.path:callable; its two halves of layers, one per rank, on a quarter of --batch) instead "
                    "of a generic block: models that stream their weights slow each other more (default: the block)")
     p.add_argument("--batch", type=_batch_size, default=32, help="with --model: samples per mini-batch (default: 32)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="with --model: also profile it and fit its compute speed in a pipeline and the runtime's "
+                        "seconds per action to two short runs of it (1f1b m=1, zbv m=8; ~10-60 s): predictions "
+                        "then match this model's runs (pipetrain.runtime.calibrate)")
     _data_args(p)
     _out_file(p, "out/cluster.json", "cluster JSON to write")
 

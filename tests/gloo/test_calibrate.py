@@ -1,0 +1,30 @@
+"""Calibration on the model's own work: two real 2-rank runs of a small model, and the fitted terms
+reproduce both of their measured iterations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipetrain.cluster import Cluster, Link
+from pipetrain.graph.zoo import build_model
+from pipetrain.profile.measure import measure_profile
+from pipetrain.runtime.calibrate import calibrate_cluster
+
+
+@pytest.mark.slow
+def test_the_fitted_terms_reproduce_both_runs() -> None:
+    graph = build_model("mlp", n_layers=4, inputs=32, width=128, hidden=128, classes=8)
+    profile = measure_profile(graph, 16, progress=False)
+    cluster = Cluster.local(2, link=Link(60e-6, 3e9), action_overhead_s=1e-4)
+    calibration = calibrate_cluster(graph, profile, cluster, 16, steps=4, runs=1)
+    assert calibration.settings == ("1f1b m=1", "zbv m=8")
+    assert 0.2 <= calibration.speed <= 5.0 and math.isfinite(calibration.overhead_s)
+    assert calibration.overhead_s < 0.05  # generous: a loaded 2-core machine measured 0.1-2 ms per action
+    if calibration.overhead_s > 0 and 0.2 < calibration.speed < 5.0:  # not held at a bound: solved exactly
+        for measured, fitted in zip(calibration.measured_s, calibration.predicted_s, strict=True):
+            assert fitted == pytest.approx(measured, rel=0.02)
+    applied = calibration.apply(cluster)
+    assert applied.devices[0].speed == pytest.approx(calibration.speed)
+    assert "µs per action" in calibration.describe()
