@@ -10,11 +10,11 @@ that `auto` weighs against each other).
 The model is profiled and the 2-rank cluster probed (link, all-reduce, contention on the model's own
 work, the runtime's cost per action) as the Core benchmark does, or both are read from a Core run's
 files (``--profile``, ``--cluster``); then each setting (``method[:chunks]@m``: a looped method's
-chunks per rank, default 2; the others are two balanced stages) trains ``--rounds`` times,
-alternating (10 steps, 2 warm-up, one thread per rank). For each setting: the predicted iteration, the
-median measured one, and per rank and action kind (F, B, W, STEP, SEND_F, RECV_F, ...) the seconds
-the simulator's timeline gives them beside those of the measured timeline of the median run (its
-median step). A RECV's time is waiting; a SEND's is the sender's own time in ``isend``.
+chunks per rank, default 2; the others are two balanced stages; ``--plan FILE``: a saved plan)
+trains ``--rounds`` times, alternating (10 steps, 2 warm-up, one thread per rank). For each setting:
+the predicted iteration, the median measured one, and per rank and action kind (F, B, W, STEP,
+SEND_F, RECV_F, ...) the seconds the simulator's timeline gives them beside those of the measured
+timeline of the median run (its median step). A RECV's time is waiting; a SEND's is the sender's own time in ``isend``.
 
 Output under ``--out``: ``diag_actions.json`` and ``diag_actions.md``.
 """
@@ -85,6 +85,8 @@ def main() -> None:
     parser.add_argument("--settings", default=SETTINGS, help="comma-separated method[:chunks]@m")
     parser.add_argument("--profile", type=Path, help="a saved profile (a Core run's profile_<model>.json)")
     parser.add_argument("--cluster", type=Path, help="a saved cluster (a Core run's cluster_<model>.json)")
+    parser.add_argument("--plan", type=Path, action="append", default=[],
+                        help="a saved plan JSON to diagnose too (repeatable; e.g. a Core run's planned plan)")
     args = parser.parse_args()
     graph = build_model(args.model)
     profile = Profile.from_json(args.profile.read_text()) if args.profile else profile_logged(graph, args.batch)
@@ -95,7 +97,8 @@ def main() -> None:
         cluster, info = probe_cluster(None, 3, model=(graph, max(1, args.batch // 2)))
     cost = CostModel(profile, cluster)
     plans = {label: build_plan(graph, cost, args.batch, method, chunks, m)
-             for label, method, chunks, m in map(parse_setting, args.settings.split(","))}
+             for label, method, chunks, m in map(parse_setting, filter(None, args.settings.split(",")))}
+    plans.update({f"plan {path.name}": Plan.from_json(path.read_text()) for path in args.plan})
     config = TrainConfig(steps=10, warmup_steps=2, progress=False, threads_per_rank=1, timeout_s=60.0,
                          keep_freed_memory=True)
     runs: dict[str, list[tuple[float, Timeline]]] = defaultdict(list)

@@ -9,8 +9,9 @@ chunks and actions, and waits on messages. Two things then differ from the profi
 on the model (a layer's size decides how much falls out of the caches between actions):
 
 - ``speed``: the layers' compute composed in a pipeline against their profiled sum (``Device.speed``;
-  on gpt-tiny 0.87-0.89, on the 8-layer mlp 0.92-0.98, measured on a 2-core container);
+  fitted on a 2-core container: gpt-tiny 0.88-0.97, the 8-layer mlp 0.97-1.01);
 - ``overhead_s``: the runtime's seconds per F, B or W action on this model (``Cluster.action_overhead_s``;
+  there gpt-tiny 0.2-0.3 ms, the mlp, whose layers hold 32 MiB of weights each, 0.9-1.2 ms;
   the probe of :mod:`~pipetrain.runtime.overhead_probe` measures it on a tiny model, where actions
   cost microseconds and nothing falls out of a cache).
 
@@ -18,7 +19,7 @@ Both are fitted to two short runs of the model itself on the cluster's ranks: ``
 micro-batch (few actions: the time is mostly compute) and ``zbv`` on ``min(8, batch)`` (six actions per
 micro-batch and rank: the time grows with the overhead), each the median of ``runs`` runs of ``steps``
 timed steps. The simulated iteration ``T(a, o)`` is close to linear in ``a = 1/speed`` and ``o``, so
-two Newton steps on the 2×2 system ``T_i(a, o) = measured_i`` solve it (:func:`fit_terms`, pure).
+three Newton steps on the 2×2 system ``T_i(a, o) = measured_i`` solve it (:func:`fit_terms`, pure).
 Re-predicting the 21 two-rank settings of a Core benchmark run from its own profile with the terms
 fitted to two of its settings this way: median |error| 3.4 % (mlp) and 2.2 % (gpt-tiny), worst 6.2 %
 and 12.6 %, against 7.0 % / 18.6 % median with the tiny model's overhead alone (BENCHMARKS.md).
