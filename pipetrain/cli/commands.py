@@ -71,7 +71,7 @@ def cmd_probe(args: argparse.Namespace) -> None:
         from pipetrain.runtime.calibrate import calibrate_cluster
 
         profile = api.profile_model(model[0], args.batch, progress=True)
-        out.print(f"calibrating on {model[0].name}: two short runs of it on {args.ranks} ranks ...")
+        out.print(f"calibrating on {model[0].name}: three short runs of it on {args.ranks} ranks ...")
         calibration = calibrate_cluster(model[0], profile, cluster, args.batch)
         cluster = calibration.apply(cluster)
     save_text(args.out, cluster.to_json(), "cluster")

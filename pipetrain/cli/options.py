@@ -150,8 +150,9 @@ def probe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=_batch_size, default=32, help="with --model: samples per mini-batch (default: 32)")
     p.add_argument("--calibrate", action="store_true",
                    help="with --model: also profile it and fit its compute speed in a pipeline and the runtime's "
-                        "seconds per action to two short runs of it (1f1b m=1, zbv m=8; ~10-60 s): predictions "
-                        "then match this model's runs (pipetrain.runtime.calibrate)")
+                        "seconds per action to two short runs of it (1f1b m=1, zbv m=8), and its gradient "
+                        "all-reduce to a data-parallel one (~20-60 s): predictions then match this model's runs "
+                        "(pipetrain.runtime.calibrate)")
     _data_args(p)
     _out_file(p, "out/cluster.json", "cluster JSON to write")
 

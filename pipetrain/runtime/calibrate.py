@@ -15,7 +15,12 @@ on the model (a layer's size decides how much falls out of the caches between ac
   the probe of :mod:`~pipetrain.runtime.overhead_probe` measures it on a tiny model, where actions
   cost microseconds and nothing falls out of a cache).
 
-Both are fitted to two short runs of the model itself on the cluster's ranks: ``1f1b`` on one
+- ``collective``: the all-reduce of a replicated stage's gradients at the end of a step
+  (``Cluster.collective``). The probe times it back to back, with both ranks' threads awake; in a
+  step it follows a backward, the ranks arrive apart and gloo's event loop has to wake up (on
+  gpt-tiny's data-parallel plan it took ~3 ms where the probe's fit gave 1.1 ms).
+
+The first two are fitted to two short runs of the model itself on the cluster's ranks: ``1f1b`` on one
 micro-batch (few actions: the time is mostly compute) and ``zbv`` on ``min(8, batch)`` (six actions per
 micro-batch and rank: the time grows with the overhead), each the median of ``runs`` runs of ``steps``
 timed steps. The simulated iteration ``T(a, o)`` is close to linear in ``a = 1/speed`` and ``o``, so
@@ -23,6 +28,9 @@ three Newton steps on the 2×2 system ``T_i(a, o) = measured_i`` solve it (:func
 Re-predicting the 21 two-rank settings of a Core benchmark run from its own profile with the terms
 fitted to two of its settings this way: median |error| 3.4 % (mlp) and 2.2 % (gpt-tiny), worst 6.2 %
 and 12.6 %, against 7.0 % / 18.6 % median with the tiny model's overhead alone (BENCHMARKS.md).
+Then, with those two terms, a third run of the model data-parallel (every layer on every rank, one
+micro-batch each) fits the all-reduce's fixed cost: the simulated iteration grows by ``2 (r − 1)`` per
+second of the collective's latency, so one run gives it (:func:`fit_collective`).
 """
 
 from __future__ import annotations
@@ -33,11 +41,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pipetrain.cluster import Cluster
+from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
@@ -47,7 +55,8 @@ from pipetrain.runtime.train import train
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 
-__all__ = ["Calibration", "calibrate_cluster", "calibration_plans", "fit_terms", "with_terms"]
+__all__ = ["Calibration", "calibrate_cluster", "calibration_plans", "fit_collective", "fit_terms",
+           "replicated_plan", "with_terms"]
 
 _MIN_SPEED, _MAX_SPEED = 0.2, 5.0
 _DA, _DO = 0.05, 1e-4  # finite-difference steps of 1/speed and of the overhead (s)
@@ -60,9 +69,10 @@ class Calibration:
     Attributes:
         speed: the model's compute in the runtime relative to its profile (each device's ``speed``).
         overhead_s: the runtime's seconds per F, B or W action on this model.
-        settings: the calibration runs, as ``"method m=n"``.
+        settings: the calibration runs, as ``"method m=n"`` (``"replicated ×r"`` for the data-parallel one).
         measured_s: per setting, the median measured iteration.
         predicted_s: per setting, the simulated iteration with the fitted terms.
+        collective: the fitted all-reduce (None: not calibrated, the cluster's is kept).
     """
 
     speed: float
@@ -70,15 +80,20 @@ class Calibration:
     settings: tuple[str, ...]
     measured_s: tuple[float, ...]
     predicted_s: tuple[float, ...]
+    collective: Link | None = None
 
     def apply(self, cluster: Cluster) -> Cluster:
-        """``cluster`` with every device's speed scaled by :attr:`speed` and the fitted overhead."""
-        return with_terms(cluster, self.speed, self.overhead_s)
+        """``cluster`` with every device's speed scaled by :attr:`speed`, the fitted overhead, and the
+        fitted all-reduce where there is one."""
+        fitted = with_terms(cluster, self.speed, self.overhead_s)
+        return fitted if self.collective is None else replace(fitted, collective=self.collective)
 
     def describe(self) -> str:
         runs = ", ".join(f"{s} {m * 1e3:.1f} ms (fit {p * 1e3:.1f})"
                          for s, m, p in zip(self.settings, self.measured_s, self.predicted_s, strict=True))
-        return f"compute at {self.speed:.3f}× the profile, {self.overhead_s * 1e6:.0f} µs per action; from {runs}"
+        allreduce = "" if self.collective is None else f", all-reduce latency {self.collective.latency_s * 1e6:.0f} µs"
+        return (f"compute at {self.speed:.3f}× the profile, {self.overhead_s * 1e6:.0f} µs per action{allreduce}; "
+                f"from {runs}")
 
 
 def with_terms(cluster: Cluster, speed: float, overhead_s: float) -> Cluster:
@@ -102,6 +117,35 @@ def calibration_plans(graph: LayerGraph, profile: Profile, cluster: Cluster, bat
     else:
         many = build_balanced_plan(model, cost, method=Method.ZB1, n_stages=n, batch_size=batch, n_micro=m)
     return few, many
+
+
+def replicated_plan(graph: LayerGraph, cluster: Cluster, batch: int) -> Plan:
+    """Data parallelism on the cluster's ranks: one stage of every layer, replicated on each rank, one
+    micro-batch per replica, its gradients all-reduced at the step."""
+    model, n = ModelRef.of(graph), cluster.n_devices
+    if batch < n:
+        raise UserError(f"a data-parallel calibration gives each of {n} ranks a micro-batch: batch {batch} is "
+                        f"too small; calibrate with --batch {n} or more")
+    sizes = equal_sizes(batch, n)
+    return Plan(model.name, model.fingerprint, batch, Method.GPIPE,
+                (StagePlan(tuple(model.layer_names), tuple(range(n)), sizes, sizes),))
+
+
+def fit_collective(plan: Plan, profile: Profile, cluster: Cluster, measured_s: float) -> Link:
+    """The all-reduce whose latency makes the simulated iteration of ``plan`` (replicated) on ``cluster``
+    equal ``measured_s``: the cluster's collective (its intra-node link where it has none) with the
+    latency moved along the iteration's slope in it, never below 0."""
+    base = cluster.collective or cluster.intra_node
+
+    def simulated(latency_s: float) -> float:
+        c = replace(cluster, collective=Link(latency_s, base.bandwidth_bytes_per_s))
+        return simulate(build_schedule(plan), plan, CostModel(profile, c)).iteration_s
+
+    t0 = simulated(base.latency_s)
+    slope = (simulated(base.latency_s + _DO) - t0) / _DO
+    if slope <= 0:
+        raise ValueError("the plan's iteration does not depend on the all-reduce: give a replicated plan")
+    return Link(max(0.0, base.latency_s + (measured_s - t0) / slope), base.bandwidth_bytes_per_s)
 
 
 def _simulated(plans: Sequence[Plan], profile: Profile, cluster: Cluster, a: float, o: float) -> np.ndarray:
@@ -132,18 +176,31 @@ def fit_terms(plans: Sequence[Plan], profile: Profile, cluster: Cluster, measure
 
 
 def _label(plan: Plan) -> str:
+    if plan.replicated:
+        return f"replicated ×{len(plan.stages[0].ranks)}"
     return f"{plan.method.value} m={len(plan.stages[0].forward_sizes)}"
 
 
 def calibrate_cluster(graph: LayerGraph, profile: Profile, cluster: Cluster, batch: int, *, steps: int = 10,
-                      runs: int = 2) -> Calibration:
+                      runs: int = 2, replicated: bool = True) -> Calibration:
     """Run the two :func:`calibration_plans` ``runs`` times each (``steps`` timed steps after 2 warm-up,
-    one thread per rank) and fit ``speed`` and ``overhead_s`` to their median iterations (module docstring)."""
-    plans = calibration_plans(graph, profile, cluster, batch)
+    one thread per rank) and fit ``speed`` and ``overhead_s`` to their median iterations; then, unless
+    not ``replicated``, run :func:`replicated_plan` as often and fit the all-reduce (module docstring)."""
+    plans = list(calibration_plans(graph, profile, cluster, batch))
     config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1)
-    measured = [statistics.median(batch / train(graph, p, config).samples_per_s for _ in range(max(1, runs)))
-                for p in plans]
+
+    def measured_s(plan: Plan) -> float:
+        return statistics.median(batch / train(graph, plan, config).samples_per_s for _ in range(max(1, runs)))
+
+    measured = [measured_s(p) for p in plans]
     speed, overhead = fit_terms(plans, profile, cluster, measured)
-    fitted = _simulated(plans, profile, cluster, 1.0 / speed, overhead)
-    return Calibration(speed, overhead, tuple(_label(p) for p in plans), tuple(measured),
-                       tuple(float(x) for x in fitted))
+    fitted = [float(x) for x in _simulated(plans, profile, cluster, 1.0 / speed, overhead)]
+    collective = None
+    if replicated:
+        plans.append(replicated_plan(graph, cluster, batch))
+        measured.append(measured_s(plans[-1]))
+        terms = with_terms(cluster, speed, overhead)
+        collective = fit_collective(plans[-1], profile, terms, measured[-1])
+        with_collective = replace(terms, collective=collective)
+        fitted += [float(x) for x in _simulated(plans[-1:], profile, with_collective, 1.0, overhead)]
+    return Calibration(speed, overhead, tuple(_label(p) for p in plans), tuple(measured), tuple(fitted), collective)

@@ -6,12 +6,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipetrain import api
 from pipetrain.cluster import Cluster, Link
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Method
 from pipetrain.profile.estimate import estimate_profile
-from pipetrain.runtime.calibrate import Calibration, _simulated, calibration_plans, fit_terms, with_terms
+from pipetrain.runtime.calibrate import (
+    Calibration,
+    _simulated,
+    calibration_plans,
+    fit_collective,
+    fit_terms,
+    replicated_plan,
+    with_terms,
+)
 
 CLUSTER = Cluster.local(2, link=Link(50e-6, 4e9), action_overhead_s=1e-4, shared_speed=(1.0, 0.9))
 GRAPH = build_model("mlp", n_layers=8, inputs=64, width=256, hidden=256, classes=10)
@@ -47,3 +56,37 @@ def test_applied_terms_scale_every_device_and_set_the_overhead() -> None:
     applied = Calibration(0.8, 3e-4, ("1f1b m=1", "zbv m=8"), (0.1, 0.2), (0.1, 0.2)).apply(slow)
     assert [d.speed for d in applied.devices] == [pytest.approx(0.4)] * 2 and applied.action_overhead_s == 3e-4
     assert with_terms(slow, 1.0, 0.0).devices == slow.devices
+
+
+def test_the_replicated_plan_puts_every_layer_on_every_rank_one_micro_batch_each() -> None:
+    plan = replicated_plan(GRAPH, CLUSTER, 63)
+    (stage,) = plan.stages
+    assert stage.ranks == (0, 1) and len(stage.layers) == len(GRAPH) and stage.forward_sizes == (32, 31)
+    with pytest.raises(UserError, match="too small"):
+        replicated_plan(GRAPH, Cluster.local(4), 3)
+
+
+@settings(max_examples=10, deadline=None)
+@given(latency=st.floats(0.0, 5e-3))
+def test_fit_collective_recovers_the_all_reduce_latency(latency: float) -> None:
+    probed = Link(1e-4, 1e9)
+    cluster = Cluster.local(2, link=Link(50e-6, 4e9), collective=probed)
+    plan = replicated_plan(GRAPH, cluster, 64)
+    truth = Cluster.local(2, link=Link(50e-6, 4e9), collective=Link(latency, 1e9))
+    measured = api.predict(plan, PROFILE, truth)[1].iteration_s
+    fitted = fit_collective(plan, PROFILE, cluster, measured)
+    assert fitted.latency_s == pytest.approx(latency, abs=1e-7) and fitted.bandwidth_bytes_per_s == 1e9
+
+
+def test_fit_collective_starts_from_the_link_without_a_probed_all_reduce_and_stops_at_zero() -> None:
+    no_collective = Cluster.local(2, link=Link(50e-6, 4e9))
+    plan = replicated_plan(GRAPH, no_collective, 64)
+    fitted = fit_collective(plan, PROFILE, no_collective, 0.0)  # faster than any all-reduce allows
+    assert fitted == Link(0.0, 4e9)
+
+
+def test_a_fitted_collective_is_applied_and_described() -> None:
+    calibration = Calibration(1.0, 1e-4, ("1f1b m=1", "zbv m=8", "replicated ×2"), (0.1, 0.2, 0.05),
+                              (0.1, 0.2, 0.05), Link(1.4e-3, 1e9))
+    assert calibration.apply(CLUSTER).collective == Link(1.4e-3, 1e9)
+    assert "all-reduce latency 1400 µs" in calibration.describe()
