@@ -1,20 +1,19 @@
-"""Calibration on the model's own work: the two terms a per-layer profile cannot see.
+"""Calibration on the model's own work: the terms a per-layer profile and a probe cannot see.
 
-    calibration = calibrate_cluster(graph, profile, cluster, batch)   # ~2 short 2-rank runs
-    cluster = calibration.apply(cluster)                               # Device.speed, action_overhead_s
+    calibration = calibrate_cluster(graph, profile, cluster, batch)   # 3 settings, 2 short runs each
+    cluster = calibration.apply(cluster)                # Device.speed, action_overhead_s, collective
 
 The profiler times each layer alone, many times over, with its weights and activations warm in the
 caches; the runtime runs a stage's layers one after the other, switches between micro-batches, model
-chunks and actions, and waits on messages. Two things then differ from the profile, and both depend
-on the model (a layer's size decides how much falls out of the caches between actions):
+chunks and actions, and waits on messages. Three things then differ from the profile and the probe,
+and they depend on the model (a layer's size decides how much falls out of the caches between actions):
 
 - ``speed``: the layers' compute composed in a pipeline against their profiled sum (``Device.speed``;
   fitted on a 2-core container: gpt-tiny 0.88-0.97, the 8-layer mlp 0.97-1.01);
 - ``overhead_s``: the runtime's seconds per F, B or W action on this model (``Cluster.action_overhead_s``;
-  there gpt-tiny 0.2-0.3 ms, the mlp, whose layers hold 32 MiB of weights each, 0.9-1.2 ms;
+  there gpt-tiny 0.2-0.3 ms, the mlp, whose layers hold 32 MiB of weights each, 0.9-1.9 ms;
   the probe of :mod:`~pipetrain.runtime.overhead_probe` measures it on a tiny model, where actions
-  cost microseconds and nothing falls out of a cache).
-
+  cost microseconds and nothing falls out of a cache);
 - ``collective``: the all-reduce of a replicated stage's gradients at the end of a step
   (``Cluster.collective``). The probe times it back to back, with both ranks' threads awake; in a
   step it follows a backward, the ranks arrive apart and gloo's event loop has to wake up (on
@@ -29,8 +28,11 @@ Re-predicting the 21 two-rank settings of a Core benchmark run from its own prof
 fitted to two of its settings this way: median |error| 3.4 % (mlp) and 2.2 % (gpt-tiny), worst 6.2 %
 and 12.6 %, against 7.0 % / 18.6 % median with the tiny model's overhead alone (BENCHMARKS.md).
 Then, with those two terms, a third run of the model data-parallel (every layer on every rank, one
-micro-batch each) fits the all-reduce's fixed cost: the simulated iteration grows by ``2 (r − 1)`` per
-second of the collective's latency, so one run gives it (:func:`fit_collective`).
+micro-batch each) fits the all-reduce: its fixed cost where the model's gradients are small, its
+seconds per byte where they are large (whichever dominates that all-reduce; the iteration is linear in
+either, so one run gives it, :func:`fit_collective`). In a Core benchmark run calibrated on the first
+two terms every setting's prediction was within 15.0 % of its measured median, in one calibrated on
+all three within 7.6 % (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -132,20 +134,29 @@ def replicated_plan(graph: LayerGraph, cluster: Cluster, batch: int) -> Plan:
 
 
 def fit_collective(plan: Plan, profile: Profile, cluster: Cluster, measured_s: float) -> Link:
-    """The all-reduce whose latency makes the simulated iteration of ``plan`` (replicated) on ``cluster``
-    equal ``measured_s``: the cluster's collective (its intra-node link where it has none) with the
-    latency moved along the iteration's slope in it, never below 0."""
+    """The all-reduce that makes the simulated iteration of ``plan`` (replicated) on ``cluster`` equal
+    ``measured_s``: the cluster's collective (its intra-node link where it has none) with the term that
+    dominates the plan's all-reduce moved along the iteration's slope in it — the latency for small
+    gradients (gpt-tiny's 0.9 MB), the seconds per byte for large ones (the mlp's 268 MB) — never below 0."""
     base = cluster.collective or cluster.intra_node
+    stage = next(s for s in plan.stages if len(s.ranks) > 1)
+    r, n_bytes = len(stage.ranks), CostModel(profile, cluster).parameter_bytes(stage.layers)
+    by_latency = 2 * (r - 1) * base.latency_s >= 2 * (r - 1) / r * n_bytes / base.bandwidth_bytes_per_s
+    start = base.latency_s if by_latency else 1.0 / base.bandwidth_bytes_per_s
+    step = _DO if by_latency else start * 0.1
 
-    def simulated(latency_s: float) -> float:
-        c = replace(cluster, collective=Link(latency_s, base.bandwidth_bytes_per_s))
+    def link(x: float) -> Link:
+        return Link(x, base.bandwidth_bytes_per_s) if by_latency else Link(base.latency_s, 1.0 / max(x, 1e-15))
+
+    def simulated(x: float) -> float:
+        c = replace(cluster, collective=link(x))
         return simulate(build_schedule(plan), plan, CostModel(profile, c)).iteration_s
 
-    t0 = simulated(base.latency_s)
-    slope = (simulated(base.latency_s + _DO) - t0) / _DO
+    t0 = simulated(start)
+    slope = (simulated(start + step) - t0) / step
     if slope <= 0:
         raise ValueError("the plan's iteration does not depend on the all-reduce: give a replicated plan")
-    return Link(max(0.0, base.latency_s + (measured_s - t0) / slope), base.bandwidth_bytes_per_s)
+    return link(max(0.0 if by_latency else 1e-15, start + (measured_s - t0) / slope))
 
 
 def _simulated(plans: Sequence[Plan], profile: Profile, cluster: Cluster, a: float, o: float) -> np.ndarray:

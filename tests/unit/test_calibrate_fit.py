@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,22 +68,36 @@ def test_the_replicated_plan_puts_every_layer_on_every_rank_one_micro_batch_each
         replicated_plan(GRAPH, Cluster.local(4), 3)
 
 
+SMALL = build_model("mlp", n_layers=4, inputs=8, width=16, hidden=16, classes=4)  # ~1 KB of weights a layer
+SMALL_PROFILE = estimate_profile(SMALL, "cpu", 64)
+
+
 @settings(max_examples=10, deadline=None)
 @given(latency=st.floats(0.0, 5e-3))
-def test_fit_collective_recovers_the_all_reduce_latency(latency: float) -> None:
-    probed = Link(1e-4, 1e9)
-    cluster = Cluster.local(2, link=Link(50e-6, 4e9), collective=probed)
-    plan = replicated_plan(GRAPH, cluster, 64)
-    truth = Cluster.local(2, link=Link(50e-6, 4e9), collective=Link(latency, 1e9))
+def test_small_gradients_fit_the_all_reduce_latency(latency: float) -> None:
+    cluster = Cluster.local(2, link=Link(50e-6, 4e9), collective=Link(1e-4, 1e9))
+    plan = replicated_plan(SMALL, cluster, 64)
+    truth = replace(cluster, collective=Link(latency, 1e9))
+    measured = api.predict(plan, SMALL_PROFILE, truth)[1].iteration_s
+    fitted = fit_collective(plan, SMALL_PROFILE, cluster, measured)
+    assert fitted.latency_s == pytest.approx(latency, abs=1e-7) and fitted.bandwidth_bytes_per_s == 1e9
+
+
+@settings(max_examples=10, deadline=None)
+@given(bandwidth=st.floats(2e8, 5e9))
+def test_large_gradients_fit_the_all_reduce_bandwidth(bandwidth: float) -> None:
+    cluster = Cluster.local(2, link=Link(50e-6, 4e9), collective=Link(1e-5, 1e9))
+    plan = replicated_plan(GRAPH, cluster, 64)  # 2 MB of gradients: bytes dominate
+    truth = replace(cluster, collective=Link(1e-5, bandwidth))
     measured = api.predict(plan, PROFILE, truth)[1].iteration_s
     fitted = fit_collective(plan, PROFILE, cluster, measured)
-    assert fitted.latency_s == pytest.approx(latency, abs=1e-7) and fitted.bandwidth_bytes_per_s == 1e9
+    assert fitted.bandwidth_bytes_per_s == pytest.approx(bandwidth, rel=1e-3) and fitted.latency_s == 1e-5
 
 
 def test_fit_collective_starts_from_the_link_without_a_probed_all_reduce_and_stops_at_zero() -> None:
     no_collective = Cluster.local(2, link=Link(50e-6, 4e9))
-    plan = replicated_plan(GRAPH, no_collective, 64)
-    fitted = fit_collective(plan, PROFILE, no_collective, 0.0)  # faster than any all-reduce allows
+    plan = replicated_plan(SMALL, no_collective, 64)
+    fitted = fit_collective(plan, SMALL_PROFILE, no_collective, 0.0)  # faster than any all-reduce allows
     assert fitted == Link(0.0, 4e9)
 
 
