@@ -93,7 +93,9 @@ class Calibration:
     def describe(self) -> str:
         runs = ", ".join(f"{s} {m * 1e3:.1f} ms (fit {p * 1e3:.1f})"
                          for s, m, p in zip(self.settings, self.measured_s, self.predicted_s, strict=True))
-        allreduce = "" if self.collective is None else f", all-reduce latency {self.collective.latency_s * 1e6:.0f} µs"
+        link = self.collective
+        allreduce = "" if link is None else (f", all-reduce {link.latency_s * 1e6:.0f} µs + bytes at "
+                                             f"{link.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
         return (f"compute at {self.speed:.3f}× the profile, {self.overhead_s * 1e6:.0f} µs per action{allreduce}; "
                 f"from {runs}")
 

@@ -105,4 +105,4 @@ def test_a_fitted_collective_is_applied_and_described() -> None:
     calibration = Calibration(1.0, 1e-4, ("1f1b m=1", "zbv m=8", "replicated ×2"), (0.1, 0.2, 0.05),
                               (0.1, 0.2, 0.05), Link(1.4e-3, 1e9))
     assert calibration.apply(CLUSTER).collective == Link(1.4e-3, 1e9)
-    assert "all-reduce latency 1400 µs" in calibration.describe()
+    assert "all-reduce 1400 µs + bytes at 1.00 GB/s" in calibration.describe()
