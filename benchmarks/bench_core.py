@@ -189,15 +189,7 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
         cluster, calibration = fitted.apply(cluster), fitted.describe()
         print(f"[{name}] calibrated: {calibration}", flush=True)
     cost = CostModel(profile, cluster)
-    plans: dict[str, Plan] = {}
-    for schedule in SCHEDULES:
-        for m in micro:
-            plans[Config("pipetrain", schedule, m).label] = (
-                build_interleaved_plan(ModelRef.of(graph), cost, n_ranks=2, chunks=CHUNKS, batch_size=batch, n_micro=m,
-                                       method=METHOD_OF[schedule])
-                if schedule in LOOPED else
-                build_balanced_plan(ModelRef.of(graph), cost, method=METHOD_OF[schedule], n_stages=2, batch_size=batch,
-                                    n_micro=m))
+    plans = setting_plans(graph, cost, batch, micro)
     auto = api.plan(graph, profile, cluster, batch_size=batch, planner="auto")  # every planner, the fastest kept
     planned, candidates = auto.plan, list(auto.candidates)
     plans["planned"] = planned
@@ -214,6 +206,21 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
           f"{note}", flush=True)
     return ModelSetup(name, graph, batch, steps, profile, cluster, plans, predicted, predicted_alone, top, note,
                       calibration)
+
+
+def setting_plans(graph: LayerGraph, cost: CostModel, batch: int, micro: Sequence[int]) -> dict[str, Plan]:
+    """Every pipetrain setting's plan on 2 ranks, by label: balanced stages, or ``CHUNKS`` per rank for
+    the looped schedules."""
+    plans: dict[str, Plan] = {}
+    for schedule in SCHEDULES:
+        for m in micro:
+            plans[Config("pipetrain", schedule, m).label] = (
+                build_interleaved_plan(ModelRef.of(graph), cost, n_ranks=2, chunks=CHUNKS, batch_size=batch, n_micro=m,
+                                       method=METHOD_OF[schedule])
+                if schedule in LOOPED else
+                build_balanced_plan(ModelRef.of(graph), cost, method=METHOD_OF[schedule], n_stages=2, batch_size=batch,
+                                    n_micro=m))
+    return plans
 
 
 def _predict_single(graph: LayerGraph, profile: Profile, batch: int, cluster: Cluster) -> Timeline:

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import CHUNKS, LOOPED, METHOD_OF, SCHEDULES, Config
+from bench_core import setting_plans
 
 from pipetrain import api
 from pipetrain.cluster import Cluster
@@ -35,9 +35,6 @@ from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Plan
-from pipetrain.planners.balanced import build_balanced_plan
-from pipetrain.planners.contract import ModelRef
-from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.profile.table import Profile
 from pipetrain.runtime.calibrate import fit_terms, with_terms
 
@@ -60,14 +57,7 @@ def replanned(run: Path, model: dict[str, Any], micro: list[int]) -> tuple[Profi
     graph = build_model(name)
     profile = Profile.from_json((run / f"profile_{name}.json").read_text())
     cluster = Cluster.from_json((run / f"cluster_{name}.json").read_text())
-    cost, ref = CostModel(profile, cluster), ModelRef.of(graph)
-    plans: dict[str, Plan] = {}
-    for s in SCHEDULES:
-        for m in micro:
-            plans[Config("pipetrain", s, m).label] = (
-                build_interleaved_plan(ref, cost, n_ranks=2, chunks=CHUNKS, batch_size=batch, n_micro=m,
-                                       method=METHOD_OF[s]) if s in LOOPED else
-                build_balanced_plan(ref, cost, method=METHOD_OF[s], n_stages=2, batch_size=batch, n_micro=m))
+    plans = setting_plans(graph, CostModel(profile, cluster), batch, micro)
     plans["planned"] = Plan.from_json(json.dumps(model["planned_plan"]))
     return profile, cluster, plans
 

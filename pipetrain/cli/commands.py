@@ -84,7 +84,7 @@ def cmd_probe(args: argparse.Namespace) -> None:
         f"{cluster.action_overhead_s * 1e6:.0f} µs per action ({how if calibration is None else 'calibrated'})"
     )
     if calibration is not None:
-        out.print(f"calibrated on {model[0].name if model else ''}: {calibration.describe()}")
+        out.print(f"calibrated on {args.model}: {calibration.describe()}")
     if cluster.collective is not None:
         two = cluster.collective
         out.print(f"all-reduce over 2 ranks: {2 * two.latency_s * 1e6:.0f} µs + "

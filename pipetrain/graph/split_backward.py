@@ -111,8 +111,11 @@ class _Recorder:
                          for m in module.modules() if (own := list(m.parameters(recurse=False)))]
 
     def _hook(self, own: list[nn.Parameter], module: nn.Module, args: tuple[object, ...], out: object) -> None:
-        if self.owners is not None:
-            _record(self.owners, module, [p for p in own if p.requires_grad], args, out)
+        if self.owners is None:
+            return
+        trainable = [p for p in own if p.requires_grad]
+        if trainable:  # a module whose parameters are all frozen is no owner (as before the hooks were kept)
+            _record(self.owners, module, trainable, args, out)
 
     def remove(self) -> None:
         for handle in self._handles:

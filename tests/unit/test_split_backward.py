@@ -143,3 +143,12 @@ def test_transient_recording_leaves_no_hooks() -> None:
     module = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
     layer_outputs(module, torch.randn(2, 4))
     assert _hooked(module) == 0
+
+
+def test_a_module_frozen_after_its_hooks_were_kept_is_no_owner() -> None:
+    module = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3))
+    x = torch.randn(5, 4)
+    layer_outputs(module, x, keep_hooks=True)
+    module[1].requires_grad_(False)
+    frozen = layer_outputs(module, x, keep_hooks=True)[1]
+    assert [o.output.shape[-1] for o in frozen.owners] == [8, 3] and frozen.exact()
