@@ -37,7 +37,8 @@ import torch
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
 from pipetrain.runtime.config import StepMetrics
 

@@ -41,7 +41,8 @@ from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.runtime.train import TrainConfig, train

@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
 
 MODELS = {"gpt-tiny": ("text", 32), "vgg16-32": ("synthetic", 32)}

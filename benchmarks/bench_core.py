@@ -61,7 +61,8 @@ from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan

@@ -18,7 +18,8 @@ from dataclasses import replace
 
 from pipetrain.graph.aux_heads import default_aux
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, equal_sizes
+from pipetrain.plan.methods import LocalParams, Method, WeightPolicy
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
 from pipetrain.runtime.local_emulator import emulate_local
 
@@ -32,7 +33,7 @@ def two_stage_plan(model: str, batch: int, n_micro: int, method: Method) -> Plan
     stages = (StagePlan(names[:half], (0,), sizes, sizes), StagePlan(names[half:], (1,), sizes, sizes))
     plan = Plan(model, graph.fingerprint(), batch, method, stages)
     if method is Method.LOCAL:
-        plan = replace(plan, weights=WeightPolicy.LOCAL, aux=default_aux(graph))
+        plan = replace(plan, weights=WeightPolicy.LOCAL, params=LocalParams(default_aux(graph)))
     return plan
 
 
@@ -65,7 +66,7 @@ def main() -> None:
         assert a is not None and b is not None and a.eval_accuracy is not None and b.eval_accuracy is not None
         target = min(a.eval_accuracy, b.eval_accuracy)
         t1, t2 = time_to(e2e, target), time_to(local, target)
-        print(f"| {model} | {plan.aux} | {a.eval_accuracy:.3f} | {b.eval_accuracy:.3f} | "
+        print(f"| {model} | {plan.params.to_json().get('aux')} | {a.eval_accuracy:.3f} | {b.eval_accuracy:.3f} | "
               f"{100 * (b.eval_accuracy - a.eval_accuracy):+.1f} | {e2e.samples_per_s:.0f} | "
               f"{local.samples_per_s:.0f} | "
               f"{seq_rate:.0f} | {local.samples_per_s / e2e.samples_per_s:.2f}× | "

@@ -43,7 +43,8 @@ from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, WeightPolicy
+from pipetrain.plan.methods import Method, MethodParams, WeightPolicy
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.profile.estimate import estimate_profile
@@ -122,7 +123,7 @@ def sequential_batch_s(plan: Plan, cost: CostModel) -> float:
 
 def backprop(plan: Plan, graph: LayerGraph, profile: Profile, cost: CostModel) -> tuple[float, float, list[int]]:
     """1F1B samples/s on the local plan's stages, on its own balanced stages, and those stages' layer counts."""
-    same = replace(plan, method=Method.ONE_F_ONE_B, weights=WeightPolicy.SYNC, aux=None, prediction=None)
+    same = replace(plan, method=Method.ONE_F_ONE_B, weights=WeightPolicy.SYNC, params=MethodParams(), prediction=None)
     plain = CostModel(profile, cost.cluster)
     own = build_balanced_plan(ModelRef.of(graph), plain, method=Method.ONE_F_ONE_B, n_stages=plan.n_stages,
                               batch_size=plan.batch_size, n_micro=len(plan.stages[0].forward_sizes))

@@ -43,7 +43,8 @@ from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.bapipe import explore
 from pipetrain.planners.contract import ModelRef, PlanningProblem
 from pipetrain.planners.counts import candidate_counts, thinned_counts

@@ -51,7 +51,8 @@ from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.microbatch.dp import global_dp

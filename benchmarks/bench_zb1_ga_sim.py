@@ -37,7 +37,8 @@ from bench_umpipe_sim import BATCH, build, cluster_of, networks
 
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.microbatch.ga import GAConfig, one_f_one_b_ga, zb1_ga

@@ -31,8 +31,9 @@ from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
+from pipetrain.plan.methods import Method
 from pipetrain.plan.placement import Placement, placed_ranks
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan

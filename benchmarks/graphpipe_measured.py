@@ -26,7 +26,8 @@ from pipetrain import api
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.plan.stage_graph import induced_edges
 from pipetrain.profile.table import Profile
 from pipetrain.runtime.train import TrainConfig, TrainJob, train_many

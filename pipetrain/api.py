@@ -33,7 +33,8 @@ from pipetrain.graph.capture import capture
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.load import default_loss_kind, leaf_classes, load_model
 from pipetrain.plan.memory import OptimizerName
-from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, Method, Plan, WeightPolicy
+from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams, Method, WeightPolicy
+from pipetrain.plan.plan import Plan
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.planners import (
     MICROBATCH_PLANNERS,
@@ -434,12 +435,13 @@ def cost_of(plan: Plan, profile: Profiles, cluster: Cluster, graph: LayerGraph |
     Raises:
         UserError: a local plan without its ``graph``.
     """
-    if plan.method is not Method.LOCAL:
+    params = plan.params
+    if not isinstance(params, LocalParams):
         return CostModel(profile, cluster)
     if graph is None:
         raise UserError("a local plan's prediction counts its auxiliary heads: pass graph= "
                         "(api.graph_for_plan(plan))")
-    return local_cost(graph, profile, cluster, plan.aux, after=[s.layers[-1] for s in plan.stages])
+    return local_cost(graph, profile, cluster, params.aux, after=[s.layers[-1] for s in plan.stages])
 
 
 def local_cost(graph: LayerGraph, profile: Profiles, cluster: Cluster, aux: str | None = None,
@@ -483,7 +485,7 @@ def local_plan(plan: Plan, graph: LayerGraph, *, aux: str | None = None,
             with different forward and backward micro-batches.
     """
     kind = check_aux(graph, aux if aux is not None else default_aux(graph))
-    local = replace(plan, method=Method.LOCAL, weights=WeightPolicy.LOCAL, aux=kind, queue_depth=queue_depth,
+    local = replace(plan, method=Method.LOCAL, weights=WeightPolicy.LOCAL, params=LocalParams(kind, queue_depth),
                     prediction=None)
     local.validate()
     build_schedule(local)

@@ -28,17 +28,12 @@ from pipetrain.cost import CostModel
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import check_aux, default_aux
+from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, METHODS, LocalParams, Method, MethodParams
 from pipetrain.plan.placement import Placement
-from pipetrain.plan.plan import (
-    DEFAULT_QUEUE_DEPTH,
-    MULTI_STAGE_METHODS,
-    V_METHODS,
-    Method,
-    Plan,
-)
+from pipetrain.plan.plan import Plan
 from pipetrain.planners import PlannerSpec
 from pipetrain.planners.contract import ModelRef
-from pipetrain.planners.interleaved import build_interleaved_plan, v_placed
+from pipetrain.planners.interleaved import MULTI_STAGE_METHODS, build_interleaved_plan, v_placed
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.simulate.timeline import Timeline
 
@@ -168,6 +163,8 @@ def _check_local_flags(args: argparse.Namespace, local: bool) -> None:
                         "add --method local or drop them")
 
 
+MULTI_STAGE_NAMES = tuple(m.value for m in MULTI_STAGE_METHODS)
+
 _ASYNC_PLANNERS = {"pipedream": Method.PIPEDREAM.value, "2bw": Method.TWO_BW.value}
 """The planners that plan an asynchronous method themselves, and which."""
 
@@ -214,8 +211,9 @@ def _plan_local(args: argparse.Namespace) -> None:
     result = api.plan_local(graph, profile, cluster, batch_size=args.batch, aux=args.aux,
                             queue_depth=args.queue_depth or DEFAULT_QUEUE_DEPTH, n_stages=args.stages,
                             n_micro=args.micro)
-    plan = result.plan
-    out.print(f"local learning ({plan.aux} heads, queues of {plan.queue_depth}), stages balanced with their heads: "
+    params = result.plan.params
+    assert isinstance(params, LocalParams)
+    out.print(f"local learning ({params.aux} heads, queues of {params.queue_depth}), stages balanced with their heads: "
               f"predicted {result.candidates[0].iteration_s * 1e3:.2f} ms per iteration")
     _save_plan(args, result, cluster)
 
@@ -248,8 +246,9 @@ def _run_by(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
             return plan  # planned for it (e.g. --planner pipedream|2bw): keep the prediction
         return plan.run_by(Method(args.method), args.vertical_sync)
     if local or (plan.method is Method.LOCAL and (args.aux is not None or args.queue_depth is not None)):
-        depth = args.queue_depth or (plan.queue_depth if plan.method is Method.LOCAL else DEFAULT_QUEUE_DEPTH)
-        aux = args.aux or (plan.aux if plan.method is Method.LOCAL else None)
+        own: MethodParams = plan.params
+        depth = args.queue_depth or (own.queue_depth if isinstance(own, LocalParams) else DEFAULT_QUEUE_DEPTH)
+        aux = args.aux or (own.aux if isinstance(own, LocalParams) else None)
         return api.local_plan(plan, graph, aux=aux, queue_depth=depth)
     return plan
 
@@ -259,13 +258,14 @@ def _rechunked(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
     into ``V·R`` stages balanced on the profile, stage ``s`` on rank ``s mod R``, with the plan's
     micro-batch count (equal sizes); the plan itself without ``--virtual-stages``. ``--method zbv``:
     a plan with 2 chunks per rank placed in a V, else its layers cut into ``2R`` such stages."""
-    if args.method in (m.value for m in V_METHODS) and plan.placement is not Placement.V:
+    if args.method in MULTI_STAGE_NAMES and METHODS[Method(args.method)].placement is Placement.V \
+            and plan.placement is not Placement.V:
         if plan.virtual_stages == 2 and args.virtual_stages in (None, 2):
             return v_placed(dataclasses.replace(plan, method=Method(args.method)))
         args = argparse.Namespace(**{**vars(args), "virtual_stages": args.virtual_stages or 2})
     if args.virtual_stages is None:
         return plan
-    if args.method not in (m.value for m in MULTI_STAGE_METHODS):
+    if args.method not in MULTI_STAGE_NAMES:
         raise UserError("--virtual-stages is for --method interleaved, interleaved-zb or zbv; add one or drop "
                         "--virtual-stages")
     if plan.edges or plan.replicated:

@@ -12,7 +12,8 @@ from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
 from pipetrain.graph.aux_heads import AUX_KINDS
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
-from pipetrain.plan.plan import ASYNC_WEIGHTS, DEFAULT_QUEUE_DEPTH, MAX_BATCH_SIZE, Method
+from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, Method, method_names, methods_where
+from pipetrain.plan.plan import MAX_BATCH_SIZE
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.runtime.optim import LR_SCHEDULES
@@ -217,7 +218,7 @@ def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) 
                    "e.g. simulate's schedule.csv, edited); validated against the plan (default: the plan's own)")
 
 
-ASYNC_METHODS = tuple(m.value for m in ASYNC_WEIGHTS)
+ASYNC_METHODS = method_names(methods_where(flush=False))
 SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ZB2.value, Method.ONE_F_ONE_B.value, Method.INTERLEAVED.value,
                       Method.INTERLEAVED_ZB.value, Method.ZBV.value)
 """Synchronous methods ``simulate`` and ``train`` can run a plan's stages by (same sizes, another order;

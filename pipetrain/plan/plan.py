@@ -20,25 +20,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 
 from pipetrain.errors import UserError
-from pipetrain.graph.aux_heads import AUX_KINDS
-from pipetrain.plan.placement import Placement, local_edges, placed_ranks
+from pipetrain.plan.methods import METHODS, Method, MethodParams, MethodSpec, WeightPolicy
+from pipetrain.plan.placement import Placement, local_edges
 
 __all__ = [
-    "ASYNC_WEIGHTS",
-    "DEFAULT_QUEUE_DEPTH",
-    "LOOPING_METHODS",
     "MAX_BATCH_SIZE",
-    "MULTI_STAGE_METHODS",
-    "SPLIT_METHODS",
-    "V_METHODS",
-    "Method",
     "Plan",
     "Prediction",
     "StagePlan",
-    "WeightPolicy",
     "equal_sizes",
     "ranges",
 ]
@@ -46,56 +37,6 @@ __all__ = [
 
 MAX_BATCH_SIZE = 1 << 20
 """The most samples a mini-batch may have: schedules are checked sample by sample."""
-
-DEFAULT_QUEUE_DEPTH = 2
-"""Method ``local``: messages a link between two stages holds before its sender waits."""
-
-
-class Method(str, Enum):
-    """The methods of docs/architecture.md §4."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    PIPEDREAM = "pipedream"
-    TWO_BW = "2bw"
-    UEDP = "uedp"
-    GRAPH = "graph"
-    LOCAL = "local"
-    INTERLEAVED = "interleaved"
-    ZB1 = "zb1"  # ZB-H1 (Qi et al. 2024): backward split into B (input gradients) and W (weight gradients)
-    ZB2 = "zb2"  # ZB-H2 (the same paper): zb1's split backward with twice the in-flight micro-batches
-    INTERLEAVED_ZB = "interleaved-zb"  # interleaved 1F1B with zb1's split backward (pipetrain's own combination)
-    ZBV = "zbv"  # ZB-V (Qi et al. 2024 §6): two chunks per rank in a V, split backward
-
-
-LOOPING_METHODS = (Method.INTERLEAVED, Method.INTERLEAVED_ZB)
-"""Methods whose ranks each run ``v`` stages, stage ``s`` on rank ``s mod R`` (looping placement)."""
-
-V_METHODS = (Method.ZBV,)
-"""Methods whose ranks each run 2 stages in the V placement (:mod:`pipetrain.plan.placement`)."""
-
-MULTI_STAGE_METHODS = (*LOOPING_METHODS, *V_METHODS)
-"""Methods whose ranks each run several stages (model chunks), placed by the method."""
-
-SPLIT_METHODS = (Method.ZB1, Method.ZB2, Method.INTERLEAVED_ZB, Method.ZBV)
-"""Methods that split every backward into B (input gradients) and W (weight gradients)."""
-
-
-class WeightPolicy(str, Enum):
-    """How weights are versioned between forward and backward."""
-
-    SYNC = "sync"  # one version, flush per batch
-    STASH = "stash"  # PipeDream weight stashing
-    VERTICAL_SYNC = "vertical-sync"  # stashing, with the version chosen at stage 0 on every stage
-    TWO_BW = "2bw"  # PipeDream-2BW double buffering
-    LOCAL = "local"  # local losses, no cross-stage gradient
-
-
-ASYNC_WEIGHTS: dict[Method, tuple[WeightPolicy, ...]] = {
-    Method.PIPEDREAM: (WeightPolicy.STASH, WeightPolicy.VERTICAL_SYNC),
-    Method.TWO_BW: (WeightPolicy.TWO_BW,),
-}
-"""The asynchronous methods (no flush between batches, docs/algorithms.md §2.9) and the weight policies each runs."""
 
 
 def equal_sizes(batch: int, n_micro: int) -> tuple[int, ...]:
@@ -117,21 +58,6 @@ def ranges(sizes: Sequence[int]) -> tuple[tuple[int, int], ...]:
     """Sample ranges ``[lo, hi)`` of consecutive micro-batches of the given sizes."""
     ends = tuple(itertools.accumulate(sizes))
     return tuple(zip((0, *ends[:-1]), ends, strict=True))
-
-
-def _layer_difference(planned: list[str], model: list[str]) -> str:
-    """What differs, e.g. ``"missing 'block2'"``, ``"'x' is not a layer of the model"``,
-    ``"'block1' twice"`` or ``"at position 3 the plan has 'block3' where the model has 'block2'"``."""
-    missing = [n for n in model if n not in planned]
-    unknown = [n for n in planned if n not in model]
-    repeated = sorted({n for n in planned if planned.count(n) > 1})
-    parts = ([f"missing {', '.join(map(repr, missing[:5]))}"] if missing else []) + (
-        [f"{', '.join(map(repr, unknown[:5]))} not in the model"] if unknown else []) + (
-        [f"{', '.join(map(repr, repeated[:5]))} more than once"] if repeated else [])
-    if parts:
-        return "; ".join(parts)
-    i = next(i for i, (a, b) in enumerate(zip(planned, model, strict=True)) if a != b)
-    return f"at position {i} the plan has {planned[i]!r} where the model has {model[i]!r}"
 
 
 @dataclass(frozen=True)
@@ -174,19 +100,19 @@ class Plan:
         model: the model's name; a zoo name lets ``pipetrain train --plan`` rebuild it.
         model_fingerprint: ``LayerGraph.fingerprint()`` of the model it was made for.
         batch_size: samples per mini-batch (per optimizer step).
-        method: the schedule family.
+        method: the schedule family; what it is, :attr:`spec` (:data:`~pipetrain.plan.methods.METHODS`).
         stages: the stages, in pipeline order.
         edges: stage-graph edges ``(src, dst)``; empty means the chain 0 -> 1 -> ... . Method
             ``graph`` (GraphPipe) takes any DAG whose edges go from lower to higher stages and whose
             last stage is the only sink; a stage without predecessors reads the model input.
         recompute: re-run forward during backward instead of keeping activations, on every stage
             (stages with unequal forward and backward partitions recompute regardless).
-        weights: weight versioning policy (``local`` exactly for method ``local``).
+        weights: weight versioning policy, one of the method's (:attr:`MethodSpec.weights`).
         prediction: the simulated time the plan was chosen with, if any.
-        aux: method ``local``: the auxiliary heads of every stage but the last (``linear``, ``dgl`` or
-            ``infopro``, :mod:`pipetrain.graph.aux_heads`); None for the other methods.
-        queue_depth: method ``local``: activation messages a link holds before its sender waits (the
-            bounded queue between stages, docs/algorithms.md §6).
+        params: the method's own parameters, of its :attr:`MethodSpec.params` type (local learning's
+            heads and queue depth, :class:`~pipetrain.plan.methods.LocalParams`). Left at the empty
+            default (or another method's defaults, as after ``replace(plan, method=...)``), a method whose
+            parameters all have defaults gets those.
     """
 
     model: str
@@ -198,8 +124,19 @@ class Plan:
     recompute: bool = False
     weights: WeightPolicy = WeightPolicy.SYNC
     prediction: Prediction | None = None
-    aux: str | None = None
-    queue_depth: int = DEFAULT_QUEUE_DEPTH
+    params: MethodParams = field(default_factory=MethodParams)
+
+    def __post_init__(self) -> None:
+        spec = METHODS[self.method]
+        if type(self.params) is spec.params:
+            return
+        try:
+            empty = self.params == type(self.params)()  # carries nothing: the method's own defaults apply
+        except TypeError:  # some field has no default: it carries something
+            empty = False
+        default = spec.default_params() if empty else None
+        if default is not None:
+            object.__setattr__(self, "params", default)
 
     # ---- derived ----------------------------------------------------------------------------
 
@@ -212,11 +149,14 @@ class Plan:
         return len({r for s in self.stages for r in s.ranks})
 
     @property
+    def spec(self) -> MethodSpec:
+        """What the plan's method is: its traits (:data:`~pipetrain.plan.methods.METHODS`)."""
+        return METHODS[self.method]
+
+    @property
     def placement(self) -> Placement:
         """How the method places stages on ranks: looping (interleaved), V (zbv) or one stage per rank."""
-        if self.method in LOOPING_METHODS:
-            return Placement.LOOPING
-        return Placement.V if self.method in V_METHODS else Placement.SINGLE
+        return self.spec.placement
 
     @property
     def virtual_stages(self) -> int:
@@ -266,7 +206,7 @@ class Plan:
     @property
     def asynchronous(self) -> bool:
         """Whether the method runs batches without a flush, on several weight versions (pipedream, 2bw)."""
-        return self.method in ASYNC_WEIGHTS
+        return not self.spec.flush
 
     def repeated(self, batches: int) -> Plan:
         """The plan of ``batches`` consecutive mini-batches seen as one of ``batches · B`` samples.
@@ -291,197 +231,35 @@ class Plan:
     def with_prediction(self, prediction: Prediction) -> Plan:
         return replace(self, prediction=prediction)
 
-    def run_by(self, method: Method, vertical_sync: bool = False) -> Plan:
-        """The same stages and micro-batches run by ``method``, with its weight policy (asynchronous
-        methods: :data:`ASYNC_WEIGHTS`; ``vertical_sync`` picks pipedream's vertical sync), validated.
+    def run_by(self, method: Method, vertical_sync: bool = False, params: MethodParams | None = None) -> Plan:
+        """The same stages and micro-batches run by ``method``, with its default weight policy
+        (``vertical_sync`` picks :attr:`WeightPolicy.VERTICAL_SYNC` where the method runs it) and
+        ``params`` (default: the method's defaults), validated.
 
         Raises:
-            UserError: vertical sync for a method other than pipedream, or a plan the method cannot run.
+            UserError: vertical sync for a method without it, or a plan the method cannot run.
         """
-        if vertical_sync and method is not Method.PIPEDREAM:
-            raise UserError(f"--vertical-sync applies to --method pipedream, not {method.value}; drop it")
-        weights = ASYNC_WEIGHTS.get(method, (WeightPolicy.SYNC,))[1 if vertical_sync else 0]
-        plan = replace(self, method=method, weights=weights, aux=None, prediction=None)
+        spec = METHODS[method]
+        if vertical_sync and WeightPolicy.VERTICAL_SYNC not in spec.weights:
+            owners = " or ".join(m.value for m, s in METHODS.items() if WeightPolicy.VERTICAL_SYNC in s.weights)
+            raise UserError(f"--vertical-sync applies to --method {owners}, not {method.value}; drop it")
+        weights = WeightPolicy.VERTICAL_SYNC if vertical_sync else spec.weights[0]
+        plan = replace(self, method=method, weights=weights, params=params or MethodParams(), prediction=None)
         plan.validate()
         return plan
 
-    # ---- validation -------------------------------------------------------------------------
+    # ---- validation (pipetrain.plan.validation) --------------------------------------------
 
     def validate(self, layer_names: Sequence[str] | None = None, fingerprint: str | None = None) -> None:
-        """Check the plan's own consistency, and against a model if given.
+        """Check the plan's own consistency against its method's traits, and against a model if given
+        (:func:`~pipetrain.plan.validation.validate_plan`).
 
         Raises:
             UserError: naming the stage and what to change.
         """
-        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
-            raise UserError(f"batch_size is {self.batch_size}; it must be between 1 and {MAX_BATCH_SIZE}")
-        if not self.stages:
-            raise UserError("the plan has no stages; give at least one")
-        for k, stage in enumerate(self.stages):
-            self._validate_stage(k, stage)
-        self._validate_edges()
-        if self.replicated:
-            self._validate_replicas()
-        if self.method in SPLIT_METHODS and (self.recompute or self.edges):
-            raise UserError(f"method {self.method.value} splits each kept forward graph into B and W on a chain of "
-                            'stages; drop "recompute" and "edges" from the plan, or use method 1f1b (recompute) or '
-                            "graph (a DAG)")
-        self._validate_local()
-        if self.asynchronous or self.weights not in (WeightPolicy.SYNC, WeightPolicy.LOCAL):
-            self._validate_async()
-        self._validate_ranks()
-        if fingerprint is not None and self.model_fingerprint and fingerprint != self.model_fingerprint:
-            raise UserError(
-                f"this plan was made for another model (fingerprint {self.model_fingerprint}, the model "
-                f"has {fingerprint}); re-plan with `pipetrain plan --model {self.model}`"
-            )
-        if layer_names is not None:
-            planned = [name for s in self.stages for name in s.layers]
-            if self.method is Method.GRAPH:  # stages of a DAG need not be consecutive (the graph checks the rest)
-                planned = sorted(planned, key=lambda n: list(layer_names).index(n) if n in layer_names else -1)
-            if planned != list(layer_names):
-                raise UserError(f"the plan's stages do not cover the model's {len(layer_names)} layers once, in order: "
-                                f"{_layer_difference(planned, list(layer_names))}; re-plan for this model")
+        from pipetrain.plan.validation import validate_plan  # the rules build on this module
 
-    def _validate_stage(self, k: int, stage: StagePlan) -> None:
-        if not stage.layers:
-            raise UserError(f"stage {k} has no layers; give every stage at least one layer")
-        if not stage.ranks:
-            raise UserError(f"stage {k} has no ranks; give every stage at least one rank")
-        for label, sizes in (("forward", stage.forward_sizes), ("backward", stage.backward_sizes)):
-            if not sizes or min(sizes) < 1:
-                raise UserError(f"stage {k}: {label} micro-batch sizes {list(sizes)} must all be >= 1")
-            if sum(sizes) != self.batch_size:
-                raise UserError(
-                    f"stage {k}: {label} micro-batch sizes {list(sizes)} sum to {sum(sizes)} but the "
-                    f"batch has {self.batch_size} samples; make them sum to {self.batch_size}"
-                )
-        if self.method in (Method.ONE_F_ONE_B, Method.GRAPH, Method.ZB1, Method.ZB2) and \
-                stage.backward_sizes != stage.forward_sizes:
-            raise UserError(
-                f"stage {k}: method {self.method.value} needs the same micro-batch sizes for forward and backward "
-                f"(forward {list(stage.forward_sizes)}, backward {list(stage.backward_sizes)}); use "
-                "method 'uedp' for unequal forward and backward partitions"
-            )
-        if self.method is Method.GPIPE and (
-            stage.forward_sizes != self.stages[0].forward_sizes or stage.backward_sizes != stage.forward_sizes
-        ):
-            raise UserError(
-                f"stage {k}: method gpipe needs the same micro-batch sizes on every stage for forward "
-                "and backward; use method 'uedp' (flush order) or '1f1b' for per-stage partitions"
-            )
-
-    def _validate_ranks(self) -> None:
-        """Each of ranks 0..R-1 runs exactly one stage; under a multi-stage method every rank the same
-        number of stages, placed as the method says (:mod:`pipetrain.plan.placement`)."""
-        ranks = sorted(r for s in self.stages for r in s.ranks)
-        if self.placement is Placement.SINGLE:
-            if ranks != list(range(len(ranks))):
-                raise UserError(f"stages use ranks {ranks}; each of ranks 0..{len(ranks) - 1} must run exactly one "
-                                "stage")
-            return
-        n = self.n_ranks
-        placed = placed_ranks(self.placement, self.n_stages, n)
-        v_count = self.placement is not Placement.V or self.n_stages == 2 * n  # V: exactly 2 stages per rank
-        if tuple(s.ranks for s in self.stages) != placed or self.n_stages % n or sorted(set(ranks)) != list(range(n)) \
-                or not v_count:
-            rule = "s mod R" if self.placement is Placement.LOOPING else "s (s < R) or 2R-1-s (s >= R), 2R stages"
-            raise UserError(f"method {self.method.value} places stage s on rank {rule}, every rank the same number "
-                            f"of stages (here {self.n_stages} stages on {n} ranks); give the stages the ranks "
-                            f"{[list(r) for r in placed or ()]}")
-        mixed = [k for k, s in enumerate(self.stages) if s.forward_sizes != s.backward_sizes]
-        if mixed:  # each stage may cut the batch its own way (schedule/interleaved_unequal.py)
-            raise UserError(f"method {self.method.value} needs each stage's backward sizes equal to its forward sizes "
-                            f"(stage {mixed[0]} differs); give stage {mixed[0]} one partition for both")
-        sizes = self.stages[0].forward_sizes
-        if self.method in (Method.INTERLEAVED_ZB, Method.ZBV) and any(s.forward_sizes != sizes for s in self.stages):
-            raise UserError(f"method {self.method.value} needs one partition for every stage (stage 0 has "
-                            f"{list(sizes)}); use the same micro-batch sizes everywhere, or method interleaved for "
-                            "per-stage ones")
-
-    def _validate_edges(self) -> None:
-        """Chain methods run the chain 0 -> 1 -> ...; method graph a DAG of stages in topological
-        order with the last stage as its only sink (GraphPipe §3.2)."""
-        n = self.n_stages
-        chain = tuple((k, k + 1) for k in range(n - 1))
-        if self.method is not Method.GRAPH:
-            if self.edges and tuple(self.edges) != chain:
-                raise UserError(f"the plan's stage edges {list(self.edges)} form a graph, not the chain 0 -> 1 -> ...; "
-                                f"stages that form a DAG run with method graph, not {self.method.value}: set "
-                                '"method": "graph" or remove "edges"')
-            return
-        edges = [tuple(e) for e in self.stage_edges]
-        bad = [e for e in edges if not 0 <= e[0] < e[1] < n]
-        if bad or len(set(edges)) != len(edges):
-            raise UserError(f"method graph: stage edges {bad[:3] or edges} must each go from a lower to a higher stage "
-                            f"of 0..{n - 1}, once; number the stages in a topological order")
-        sinks = [k for k in range(n) if not self.stage_successors(k)]
-        if sinks != [n - 1]:
-            raise UserError(f"method graph: stages {sinks} have no successors; only the last stage (the one with the "
-                            "model's last layer) may, so connect the others to a later stage")
-
-    def _validate_local(self) -> None:
-        """Method ``local`` goes with weight policy ``local``, heads and a queue depth; no other method has them."""
-        local = self.method is Method.LOCAL
-        if local != (self.weights is WeightPolicy.LOCAL):
-            raise UserError(f"method {self.method.value} with weight policy {self.weights.value}: method local and "
-                            'weights "local" go together; set both or neither')
-        if local and (self.aux not in AUX_KINDS or self.queue_depth < 1):
-            raise UserError(f"method local needs aux one of {', '.join(AUX_KINDS)} (has {self.aux!r}) and "
-                            f"queue_depth >= 1 (has {self.queue_depth}); fix the plan or re-plan with --method local")
-        if not local and self.aux is not None:
-            raise UserError(f"method {self.method.value} trains end to end and takes no auxiliary heads; remove "
-                            '"aux" or use method local')
-
-    def _validate_replicas(self) -> None:
-        """Replicated stages take whole micro-batches round-robin, so every stage must cut the batch
-        the same way (a message then goes to exactly one replica) and have a micro-batch per replica."""
-        if self.method not in (Method.GPIPE, Method.ONE_F_ONE_B, Method.PIPEDREAM, Method.GRAPH):
-            raise UserError(
-                f"method {self.method.value} cannot run replicated stages; use gpipe, 1f1b, pipedream or graph, or "
-                "give every stage one rank"
-            )
-        sizes = self.stages[0].forward_sizes
-        for k, stage in enumerate(self.stages):
-            if stage.forward_sizes != sizes or stage.backward_sizes != sizes:
-                raise UserError(
-                    f"stage {k}: with replicated stages every stage needs the same micro-batch sizes for "
-                    f"forward and backward (stage 0 has {list(sizes)}); use one partition for the whole plan"
-                )
-            if len(stage.ranks) > len(sizes):
-                raise UserError(
-                    f"stage {k} runs on {len(stage.ranks)} ranks but the batch has only {len(sizes)} "
-                    f"micro-batches; use at least {len(stage.ranks)} micro-batches or fewer replicas"
-                )
-
-    def _validate_async(self) -> None:
-        """An asynchronous method needs its weight policy, one partition for every stage and pass, and
-        (2bw) at least as many micro-batches as stages; replicas need pipedream's stashing without
-        vertical sync, a whole number of micro-batches per replica, and an unreplicated last stage."""
-        allowed = ASYNC_WEIGHTS.get(self.method, ())
-        if self.weights not in allowed:
-            fix = f"set \"weights\" to {' or '.join(repr(w.value) for w in allowed)}" if allowed else \
-                "set \"weights\" to 'sync' (versioned weights need method pipedream or 2bw)"
-            raise UserError(f"method {self.method.value} cannot run weight policy {self.weights.value!r}; {fix}")
-        sizes = self.stages[0].forward_sizes
-        if any(s.forward_sizes != sizes or s.backward_sizes != sizes for s in self.stages):
-            raise UserError(f"method {self.method.value} needs the same micro-batch sizes on every stage, for forward "
-                            f"and backward (stage 0 has {list(sizes)}); use one partition for the whole plan")
-        if self.method is Method.TWO_BW and len(sizes) < self.n_stages:
-            raise UserError(f"method 2bw needs at least as many micro-batches as stages ({self.n_stages}), got "
-                            f"{len(sizes)}; use more micro-batches or fewer stages")
-        replicas = [len(s.ranks) for s in self.stages]
-        if max(replicas) == 1:
-            return
-        if self.weights is WeightPolicy.VERTICAL_SYNC:
-            raise UserError("vertical sync cannot run replicated stages (their versions advance at another rate); "
-                            "drop --vertical-sync or give every stage one rank")
-        if replicas[-1] > 1:
-            raise UserError("method pipedream cannot replicate the last stage yet; give the last stage one rank")
-        bad = [k for k, r in enumerate(replicas) if len(sizes) % r]
-        if bad:
-            raise UserError(f"stage {bad[0]} runs on {replicas[bad[0]]} ranks, which do not divide the {len(sizes)} "
-                            "micro-batches; use a multiple of every stage's replica count")
+        validate_plan(self, layer_names, fingerprint)
 
     # ---- JSON (pipetrain.plan.plan_json) -----------------------------------------------------
 

@@ -4,9 +4,12 @@
     plan = plan_from_json(text)        # also Plan.from_json(text)
 
 The object has the :class:`~pipetrain.plan.plan.Plan` fields by name; ``method`` and ``weights`` are
-their enum values; ``aux`` and ``queue_depth`` appear only for method ``local``. On reading,
-``backward_sizes`` defaults to ``forward_sizes``, ``edges`` to the chain and ``weights`` to
-``"sync"``. The two functions are exact inverses on every plan (a round-trip test checks it).
+their enum values; ``params``, the method's own parameters as an object (``{"aux": "linear",
+"queue_depth": 2}`` for method ``local``), appears only when the method has some. On reading,
+``backward_sizes`` defaults to ``forward_sizes``, ``edges`` to the chain, ``weights`` to the method's
+first policy and ``params`` to the method's defaults. Plans written before ``params`` existed keep
+loading: their top-level ``aux`` and ``queue_depth`` (method ``local``) become its ``params``. The two
+functions are exact inverses on every plan (a round-trip test checks it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from dataclasses import asdict
 from typing import Any
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import DEFAULT_QUEUE_DEPTH, Method, Plan, Prediction, StagePlan, WeightPolicy
+from pipetrain.plan.methods import METHODS, Method, MethodParams, WeightPolicy
+from pipetrain.plan.plan import Plan, Prediction, StagePlan
 
 __all__ = ["plan_from_json", "plan_to_json"]
 
@@ -26,8 +30,11 @@ def plan_to_json(plan: Plan) -> str:
     data: dict[str, Any] = asdict(plan)
     data["method"] = plan.method.value
     data["weights"] = plan.weights.value
-    if plan.method is not Method.LOCAL:
-        del data["aux"], data["queue_depth"]
+    params = plan.params.to_json()
+    if params:
+        data["params"] = params
+    else:
+        del data["params"]
     return json.dumps(data, indent=2)
 
 
@@ -47,6 +54,23 @@ def _prediction(pred: dict[str, Any] | None) -> Prediction | None:
                       tuple(int(x) for x in pred["peak_memory_bytes"]), str(pred["basis"]))
 
 
+_LEGACY_PARAMS = ("aux", "queue_depth")
+"""Top-level fields of plans written before ``params``: method ``local``'s parameters."""
+
+
+def _params(method: Method, data: dict[str, Any]) -> MethodParams:
+    """The method's parameters from ``data["params"]``, or from an older plan's top-level fields."""
+    given = data.get("params")
+    if given is None:
+        given = {k: data[k] for k in _LEGACY_PARAMS if data.get(k) is not None}
+    if not isinstance(given, dict):
+        raise UserError('plan JSON\'s "params" must be an object, e.g. {"aux": "linear"}; fix it or re-create the '
+                        "plan")
+    if not given:
+        return METHODS[method].default_params() or MethodParams()
+    return METHODS[method].params_from_json(given)
+
+
 def plan_from_json(text: str) -> Plan:
     """Parse a plan; any malformation raises :class:`UserError` naming the field."""
     try:
@@ -56,18 +80,18 @@ def plan_from_json(text: str) -> Plan:
     if not isinstance(data, dict):
         raise UserError("plan JSON must be an object with fields model, batch_size, method, stages")
     try:
+        method = Method(data["method"])
         return Plan(
             model=str(data["model"]),
             model_fingerprint=str(data.get("model_fingerprint", "")),
             batch_size=int(data["batch_size"]),
-            method=Method(data["method"]),
+            method=method,
             stages=tuple(_stage(s) for s in data["stages"]),
             edges=tuple((int(a), int(b)) for a, b in data.get("edges", ())),
             recompute=bool(data.get("recompute", False)),
-            weights=WeightPolicy(data.get("weights", "sync")),
-            aux=None if data.get("aux") is None else str(data["aux"]),
-            queue_depth=int(data.get("queue_depth", DEFAULT_QUEUE_DEPTH)),
+            weights=WeightPolicy(data.get("weights", METHODS[method].weights[0].value)),
             prediction=_prediction(data.get("prediction")),
+            params=_params(method, data),
         )
     except KeyError as e:
         raise UserError(f"plan JSON lacks the field {e.args[0]!r}; add it or re-create the plan") from None

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import StageGraph
+from pipetrain.plan.plan import Plan
 
 __all__ = ["induced_edges", "validate_for_graph"]
 
@@ -41,7 +42,7 @@ def validate_for_graph(plan: Plan, graph: LayerGraph) -> None:
         UserError: naming the stages and layers at fault, and what to change.
     """
     plan.validate(graph.names, graph.fingerprint())
-    if plan.method is not Method.GRAPH:
+    if plan.spec.graph is not StageGraph.DAG:
         return
     index = {name: i for i, name in enumerate(graph.names)}
     for k, stage in enumerate(plan.stages):

@@ -51,7 +51,8 @@ from dataclasses import dataclass, replace
 
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.bapipe import plan_bapipe
 from pipetrain.planners.contract import Candidate, Constraints, PlanningProblem, PlanningResult, rank_key

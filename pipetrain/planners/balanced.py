@@ -17,7 +17,8 @@ import logging
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import candidate_counts
 from pipetrain.planners.partition import balanced_partition

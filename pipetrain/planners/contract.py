@@ -25,7 +25,8 @@ from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import OptimizerName, check_optimizer
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 
 if TYPE_CHECKING:
     from pipetrain.graph.layer_graph import LayerGraph

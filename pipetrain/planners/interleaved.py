@@ -26,8 +26,9 @@ from dataclasses import replace
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
+from pipetrain.plan.methods import METHODS, Method, methods_where
 from pipetrain.plan.placement import Placement, placed_ranks
-from pipetrain.plan.plan import MULTI_STAGE_METHODS, V_METHODS, Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import thinned_counts
 from pipetrain.planners.device_orders import placed_cluster
@@ -35,7 +36,10 @@ from pipetrain.planners.partition import balanced_partition
 from pipetrain.planners.partition.v_shape import v_balanced_partition
 from pipetrain.planners.score import fitting_best, memory_checked, score
 
-__all__ = ["MAX_CHUNKS", "build_interleaved_plan", "plan_interleaved", "v_placed"]
+__all__ = ["MAX_CHUNKS", "MULTI_STAGE_METHODS", "build_interleaved_plan", "plan_interleaved", "v_placed"]
+
+MULTI_STAGE_METHODS = tuple(m for m, s in METHODS.items() if s.multi_stage)
+"""The methods this planner plans: those whose ranks each run several stages (looping or V placement)."""
 
 MAX_CHUNKS = 4
 """The most chunks per rank the planner tries by default (each adds ``R`` messages per micro-batch)."""
@@ -51,7 +55,7 @@ def build_interleaved_plan(model: ModelRef, cost: CostModel, *, n_ranks: int, ch
     Raises:
         UserError: fewer layers than stages; ``zbv`` with other than 2 chunks.
     """
-    if method in V_METHODS and chunks != 2:
+    if METHODS[method].placement is Placement.V and chunks != 2:
         raise UserError(f"method {method.value} runs exactly 2 chunks per rank (a V), not {chunks}; drop "
                         "--virtual-stages or give --virtual-stages 2")
     n_stages = chunks * n_ranks
@@ -60,7 +64,8 @@ def build_interleaved_plan(model: ModelRef, cost: CostModel, *, n_ranks: int, ch
                         f"{len(model.layer_names)} layers; use fewer --virtual-stages or ranks")
     sizes = equal_sizes(batch_size, n_micro)
     work = [cost.layer_work_s(name, max(sizes), 0) for name in model.layer_names]
-    counts = v_balanced_partition(work, n_ranks) if method in V_METHODS else balanced_partition(work, n_stages)
+    v_shaped = METHODS[method].placement is Placement.V
+    counts = v_balanced_partition(work, n_ranks) if v_shaped else balanced_partition(work, n_stages)
     stages, first = [], 0
     for k, count in enumerate(counts):
         stages.append(StagePlan(model.layer_names[first:first + count], (k % n_ranks,), sizes, sizes))
@@ -70,7 +75,7 @@ def build_interleaved_plan(model: ModelRef, cost: CostModel, *, n_ranks: int, ch
 
 def v_placed(plan: Plan) -> Plan:
     """``plan`` with its stages on the ranks its method's placement gives (V for ``zbv``); as it is for others."""
-    placed = placed_ranks(Placement.V, plan.n_stages, plan.n_ranks) if plan.method in V_METHODS else None
+    placed = placed_ranks(Placement.V, plan.n_stages, plan.n_ranks) if plan.placement is Placement.V else None
     if placed is None:
         return plan
     return replace(plan, stages=tuple(replace(s, ranks=r) for s, r in zip(plan.stages, placed, strict=True)))
@@ -85,7 +90,8 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
     """
     c, n_layers = problem.constraints, len(problem.model.layer_names)
     if c.method is not None and c.method not in MULTI_STAGE_METHODS:
-        raise UserError(f"the interleaved planner plans methods interleaved, interleaved-zb and zbv, not "
+        raise UserError(f"the interleaved planner plans methods {', '.join(m.value for m in MULTI_STAGE_METHODS[:-1])} "
+                        f"and {MULTI_STAGE_METHODS[-1].value}, not "
                         f"{c.method.value}; drop the method or use the balanced planner")
     methods = MULTI_STAGE_METHODS if c.method is None else (c.method,)
     n_ranks = min(problem.cost.cluster.n_devices, n_layers // 2)  # at least 2 layers (chunks) per rank
@@ -93,7 +99,7 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
     cost = problem.cost.on(cluster)
     most = n_layers // max(n_ranks, 1)
     chunk_options = [c.virtual_stages] if c.virtual_stages is not None else list(range(2, min(most, MAX_CHUNKS) + 1))
-    if c.method in V_METHODS:
+    if c.method is not None and METHODS[c.method].placement is Placement.V:
         if c.virtual_stages not in (None, 2):
             raise UserError(f"method {c.method.value} runs exactly 2 chunks per rank (a V), not "
                             f"{c.virtual_stages}; drop --virtual-stages or give --virtual-stages 2")
@@ -105,8 +111,9 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
     candidates: list[Candidate] = []
     for chunks in chunk_options:
         for m in counts:
-            looping = [x for x in methods if x not in V_METHODS]
-            for kinds in (looping, [x for x in methods if x in V_METHODS and chunks == 2]):
+            looping = [x for x in methods if x in methods_where(placement=Placement.LOOPING)]
+            v_shaped = [x for x in methods if x in methods_where(placement=Placement.V) and chunks == 2]
+            for kinds in (looping, v_shaped):
                 if kinds:  # one partition per placement, run by each of its methods
                     plan = build_interleaved_plan(problem.model, cost, n_ranks=n_ranks, chunks=chunks,
                                                   batch_size=problem.batch_size, n_micro=m, method=kinds[0])

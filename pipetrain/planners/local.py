@@ -22,7 +22,8 @@ from __future__ import annotations
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import AuxKind
-from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, equal_sizes
+from pipetrain.plan.methods import LocalParams, Method, WeightPolicy
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import candidate_counts
 from pipetrain.planners.partition import balanced_partition
@@ -54,7 +55,7 @@ def build_local_plan(model: ModelRef, cost: CostModel, *, aux: AuxKind, queue_de
         stages.append(StagePlan(model.layer_names[first:first + count], (k,), sizes, sizes))
         first += count
     return Plan(model.name, model.fingerprint, batch_size, Method.LOCAL, tuple(stages), weights=WeightPolicy.LOCAL,
-                aux=aux, queue_depth=queue_depth)
+                params=LocalParams(aux, queue_depth))
 
 
 def plan_local(problem: PlanningProblem, aux: AuxKind, queue_depth: int) -> PlanningResult:

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import parameter_copies
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import thinned_counts
 from pipetrain.planners.device_orders import placed_cluster

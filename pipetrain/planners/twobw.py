@@ -35,7 +35,8 @@ import logging
 from dataclasses import dataclass
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, equal_sizes
+from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.partition import balanced_partition

@@ -17,7 +17,8 @@ import logging
 from dataclasses import dataclass, replace
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult
 from pipetrain.planners.interleaved import plan_interleaved

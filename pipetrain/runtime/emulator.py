@@ -29,7 +29,8 @@ from torch.func import functional_call
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Method, Plan, WeightPolicy
+from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.plan import Plan
 from pipetrain.runtime.config import TrainConfig, TrainJob
 from pipetrain.runtime.data import timed_batch
 from pipetrain.runtime.job import job_loss

@@ -70,7 +70,8 @@ from pipetrain.data import EvalTally, Loss
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import TensorSpec
 from pipetrain.graph.split_backward import StageParts, WeightWork, input_grads, layer_outputs, weight_grads
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.runtime.buffers import ChunkBuffer
 from pipetrain.runtime.dag_handlers import DagStage, dag_backward, dag_forward, dag_message_spec, dag_recv, dag_send
 from pipetrain.runtime.local_handlers import LocalStage, local_backward, local_forward, local_step

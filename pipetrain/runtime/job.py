@@ -27,7 +27,7 @@ from torch import nn
 
 from pipetrain.data import EvalResult, Loss, model_loss, resolve_loss
 from pipetrain.errors import Interrupted, UserError
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.plan import Plan
 from pipetrain.runtime import job_checkpoint
 from pipetrain.runtime.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult
 from pipetrain.runtime.data import timed_batch
@@ -113,7 +113,7 @@ class _JobRun:
         # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
         self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
         self.ctxs: dict[int, RankContext] = {}  # by stage: one, or v under method interleaved
-        session.transport.bound_queues(plan.queue_depth if plan.method is Method.LOCAL else None)
+        session.transport.bound_queues(plan.params.queue_bound)
         session.transport.open_links(job.schedule.directed_links())
         if self.program:
             for stage in plan.stages_of_rank(rank):

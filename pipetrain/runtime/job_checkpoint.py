@@ -20,7 +20,8 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.runtime.checkpoint import (
     MANIFEST,
     Checkpoint,

@@ -30,7 +30,8 @@ from pipetrain.data import EvalResult, Loss
 from pipetrain.graph.aux_heads import AuxHead, build_aux_head, check_aux
 from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Method, Plan, ranges
+from pipetrain.plan.methods import LocalParams, Method
+from pipetrain.plan.plan import Plan, ranges
 from pipetrain.runtime.config import TrainConfig, TrainJob
 from pipetrain.runtime.data import make_batch
 from pipetrain.runtime.evaluate import eval_dataset, evaluate_module, has_eval_set
@@ -68,7 +69,8 @@ class _Stage:
 
 
 def _stages(graph: LayerGraph, plan: Plan, config: TrainConfig) -> list[_Stage]:
-    kind = check_aux(graph, plan.aux or "")
+    own = plan.params
+    kind = check_aux(graph, own.aux if isinstance(own, LocalParams) else "")
     stages = []
     for k, stage in enumerate(plan.stages):
         indices = [graph.index(name) for name in stage.layers]

@@ -26,7 +26,8 @@ import torch
 
 from pipetrain.graph.aux_heads import AuxHead, build_aux_head, check_aux
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import LocalParams
+from pipetrain.plan.plan import Plan
 
 if TYPE_CHECKING:
     from pipetrain.runtime.executor import RankContext
@@ -57,12 +58,13 @@ class LocalStage:
 def build_local_stage(graph: LayerGraph, plan: Plan, stage: int, output_spec: TensorSpec,
                       device: torch.device) -> LocalStage | None:
     """``stage``'s local state under ``plan`` (its head on ``device``), or None unless the method is ``local``."""
-    if plan.method is not Method.LOCAL:
+    params = plan.params
+    if not isinstance(params, LocalParams):
         return None
-    kind = check_aux(graph, plan.aux or "")
+    kind = check_aux(graph, params.aux)
     last = stage == plan.n_stages - 1
     head = None if last else build_aux_head(kind, graph, output_spec, stage, plan.n_stages).to(device)
-    return LocalStage(head, plan.queue_depth)
+    return LocalStage(head, params.queue_depth)
 
 
 def _state(ctx: RankContext) -> LocalStage:

@@ -29,7 +29,8 @@ from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.profile.link import Workload, probe_cluster

@@ -15,7 +15,8 @@ from pipetrain.data import Loss, model_loss
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import StageModule, chain_ports, chain_stage, port_spec
 from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
-from pipetrain.plan.plan import Method, Plan, ranges
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, ranges
 from pipetrain.runtime.dag_handlers import DagStage, dag_ports
 from pipetrain.runtime.executor import OptimizerFactory, Range, RankContext
 from pipetrain.runtime.local_handlers import build_local_stage

@@ -21,7 +21,8 @@ from pipetrain.data import EvalResult, Loss
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import whole_model
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime.config import FaultInjection, StepMetrics, TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.data import timed_batch
 from pipetrain.runtime.evaluate import eval_dataset, evaluate_module, has_eval_set

@@ -24,7 +24,8 @@ from torch.distributed.distributed_c10d import PrefixStore, Store
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.runtime import interrupts
 from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import LOOPING_METHODS, V_METHODS, Method, Plan
+from pipetrain.plan.methods import METHODS, Backward, Method, MethodParams, methods_where
+from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import compute_schedule
 from pipetrain.schedule.passes import add_communication
@@ -53,10 +54,10 @@ def forward_only_schedule(plan: Plan, n: int) -> Schedule:
     clipped = [clip_sizes(s.forward_sizes, n) for s in plan.stages]
     stages = tuple(replace(s, forward_sizes=c, backward_sizes=c) for s, c in zip(plan.stages, clipped, strict=True))
     method = Method.GPIPE if len(set(clipped)) == 1 else Method.UEDP  # UEDP: GPipe's order, sizes per stage
-    if plan.method in LOOPING_METHODS:  # its ranks run several stages: interleaved's order, without backwards
-        method = Method.INTERLEAVED
-    elif plan.method in V_METHODS:  # the V placement: zbv's order (one partition), without backwards
-        method = plan.method
-    gpipe = replace(plan, batch_size=n, method=method, recompute=False, stages=stages, prediction=None)
+    if plan.spec.multi_stage:  # its ranks run several stages: the placement's fused order (else the method's own)
+        fused = methods_where(placement=plan.placement, backward=Backward.FUSED)
+        method = fused[0] if fused else plan.method
+    gpipe = replace(plan, batch_size=n, method=method, recompute=False, stages=stages, prediction=None,
+                    weights=METHODS[method].weights[0], params=MethodParams())
     full = add_communication(compute_schedule(gpipe), gpipe)  # no plan check: a replica may get no micro-batch
     return Schedule.from_lists([[a for a in program if a.kind in _FORWARD_KINDS] for _, program in full])

@@ -73,7 +73,8 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, ranges
+from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.plan import Plan, StagePlan, ranges
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.interleaved import interleaved_programs
 from pipetrain.schedule.interleaved_zb import interleaved_zb_programs

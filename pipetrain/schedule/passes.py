@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Sequence
 
-from pipetrain.plan.plan import Method, Plan, ranges
+from pipetrain.plan.plan import Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 
@@ -63,7 +63,7 @@ def _receives(
 def add_communication(schedule: Schedule, plan: Plan) -> Schedule:
     """Insert SEND/RECV actions along the plan's stage edges (see module docstring); a rank that runs
     several stages (method ``interleaved``) gets each stage's messages around that stage's actions."""
-    gradients = plan.method is not Method.LOCAL
+    gradients = plan.spec.gradients_cross_stages
     programs: list[list[Action]] = []
     for rank, program in schedule:
         pending = {k: _pending(plan, rank, k, gradients) for k in plan.stages_of_rank(rank)}

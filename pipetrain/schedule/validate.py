@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 
@@ -56,8 +56,8 @@ def _fail(schedule: Schedule, rank: int, step: int, why: str) -> ScheduleError:
 
 
 def local_queue(plan: Plan) -> int | None:
-    """The plan's queue depth for method ``local``, else None (what :func:`validate` takes)."""
-    return plan.queue_depth if plan.method is Method.LOCAL else None
+    """The plan's bounded queue depth (method ``local``), else None (what :func:`validate` takes)."""
+    return plan.params.queue_bound
 
 
 def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int,

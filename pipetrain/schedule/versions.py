@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from pipetrain.plan.plan import Plan, WeightPolicy
+from pipetrain.plan.methods import WeightPolicy
+from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import ScheduleError

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from pipetrain.cost import CostModel
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import StageGraph
+from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import ScheduleError
@@ -78,7 +79,7 @@ class _Simulator:
         self.link_free: dict[tuple[int, int], float] = defaultdict(float)
         self.arrivals: dict[_Channel, deque[float]] = defaultdict(deque)
         self.queued: dict[_Channel, int] = defaultdict(int)  # sent, not yet received
-        self.capacity = plan.queue_depth if plan.method is Method.LOCAL else None
+        self.capacity = plan.params.queue_bound
         self.events: list[Event] = []
 
     # ---- costs --------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ class _Simulator:
 
     def head_s(self, rank: int, a: Action) -> float:
         """The auxiliary head's part of F, B or STEP (0 but for method local with heads in the cost model)."""
-        if self.plan.method is not Method.LOCAL:
+        if self.plan.spec.gradients_cross_stages:  # no local losses: no heads
             return 0.0
         layers = self.layers(a)
         if a.kind is ActionKind.F:
@@ -121,7 +122,7 @@ class _Simulator:
 
     def message_bytes(self, rank: int, a: Action) -> int:
         layers = self.layers(a)
-        if self.plan.method is Method.GRAPH:  # the values this stage edge carries
+        if self.plan.spec.graph is StageGraph.DAG:  # the values this stage edge carries
             assert a.peer is not None
             peer = self.plan.stages[self.stage_of[a.peer]].layers
             return self.cost.edge_bytes(*((layers, peer) if a.kind is ActionKind.SEND_F else (peer, layers)), a.size)

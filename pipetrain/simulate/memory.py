@@ -62,7 +62,7 @@ from collections.abc import Sequence
 
 from pipetrain.cost import CostModel
 from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES, OptimizerName, StageMemory, check_optimizer
-from pipetrain.plan.plan import MULTI_STAGE_METHODS, Plan
+from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
@@ -185,7 +185,7 @@ def overflows(
     (:func:`memory_need`; ``peaks`` as there) exceeds its smallest device (:func:`device_memory`);
     empty when the plan fits."""
     needs = list(memory_need(plan, cost, optimizer=optimizer, peaks=peaks))
-    if plan.method in MULTI_STAGE_METHODS:  # a rank holds all its chunks: compare the sum on its first stage
+    if plan.spec.multi_stage:  # a rank holds all its chunks: compare the sum on its first stage
         for rank in range(plan.n_ranks):
             first, *rest = plan.stages_of_rank(rank)
             needs[first] += sum(needs[k] for k in rest)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipetrain.cost import CostModel
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.plan import Plan
 from pipetrain.schedule.generators import DEFAULT_ASYNC_BATCHES, build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.timeline import Timeline
@@ -52,7 +52,7 @@ def steady_state(plan: Plan, cost: CostModel, batches: int = DEFAULT_ASYNC_BATCH
 def steady_timeline(plan: Plan, cost: CostModel, batches: int = DEFAULT_ASYNC_BATCHES) -> tuple[SteadyState, Timeline]:
     """:func:`steady_state` and the simulated timeline of ``batches`` batches (one batch when synchronous),
     for the bubble and activation peaks a planner's prediction reports."""
-    if plan.method is Method.LOCAL:
+    if not plan.spec.gradients_cross_stages:  # local learning: a stream of batches through bounded queues
         short, long = (simulate(build_schedule(run), run, cost)
                        for run in (plan.repeated(batches), plan.repeated(2 * batches)))
     elif not plan.asynchronous:

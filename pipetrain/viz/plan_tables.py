@@ -9,7 +9,8 @@ from functools import singledispatch
 from rich import box
 from rich.table import Table
 
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.auto import ASYNC_NOTE, AutoReport
 from pipetrain.planners.bapipe import BapipeCandidate, BapipeResult
 from pipetrain.planners.contract import Candidate, PlanningResult

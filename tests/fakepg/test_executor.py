@@ -20,7 +20,8 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime import TrainConfig, reference_train
 from pipetrain.runtime.data import make_batch
 from pipetrain.runtime.executor import HANDLERS, RankContext, check_runnable, run_program

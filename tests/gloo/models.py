@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.plan.stage_graph import induced_edges
 from pipetrain.runtime.config import TrainResult
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Method, Plan, WeightPolicy
+from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.plan import Plan
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
 from pipetrain.runtime.emulator import emulate_async
 

@@ -15,7 +15,7 @@ from torch import nn
 from examples.custom_model import build
 from pipetrain.graph.capture import capture
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_sum
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.runtime.data import make_batch
 from pipetrain.runtime.rank_setup import stage_specs

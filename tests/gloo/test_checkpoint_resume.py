@@ -13,7 +13,7 @@ import torch
 
 from pipetrain.errors import PipelineFailure
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.runtime import FaultInjection, TrainConfig, TrainJob, train_many
 from pipetrain.runtime.checkpoint import export_checkpoint, newest_checkpoint
 

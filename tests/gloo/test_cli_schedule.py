@@ -10,7 +10,8 @@ import pytest
 
 from pipetrain.cli import main
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.timeline import Timeline
 

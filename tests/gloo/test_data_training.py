@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.runtime import TrainConfig, TrainJob, reference_train, train_many
 
 from .models import chain_plan, max_param_diff, mlp_graph

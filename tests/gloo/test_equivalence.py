@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 import pytest
 
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.schedule.generators import build_schedule
 

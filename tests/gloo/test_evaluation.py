@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.runtime import TrainConfig, TrainJob, reference_train, train_many
 
 from .models import chain_plan, replicated_plan, uneven_plan

@@ -13,7 +13,8 @@ import pytest
 from pipetrain.graph.capture import capture
 from pipetrain.graph.layer_graph import LossKind, TensorSpec
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule

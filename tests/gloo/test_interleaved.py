@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 
 from .models import check_resume_and_reshard, cut, max_param_diff, mlp_graph

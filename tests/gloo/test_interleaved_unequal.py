@@ -13,7 +13,8 @@ import pytest
 
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
-from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.planners.microbatch import GAConfig, plan_uedp
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, WeightPolicy, equal_sizes
+from pipetrain.plan.methods import LocalParams, Method, WeightPolicy
+from pipetrain.plan.plan import Plan, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
 from pipetrain.runtime.checkpoint import export_checkpoint
 from pipetrain.runtime.local_emulator import LocalRun, emulate_local
@@ -50,14 +51,14 @@ CASES = [
 def local_plan(case: Case, batch: int = 16, n_micro: int = 4) -> Plan:
     graph = build_model(case.model)
     plan = chain_plan(graph, case.stages, batch, n_micro, Method.LOCAL)
-    return replace(plan, weights=WeightPolicy.LOCAL, aux=case.aux, queue_depth=case.queue_depth)
+    return replace(plan, weights=WeightPolicy.LOCAL, params=LocalParams(case.aux, case.queue_depth))
 
 
 def unequal_plan() -> Plan:
     """Each stage cuts the batch its own way (messages are re-chunked by sample range)."""
     graph = build_model("cnn-digits")
     plan = uneven_plan(graph, [(5, 6, 5), equal_sizes(16, 4), (3, 13)])
-    return replace(plan, method=Method.LOCAL, weights=WeightPolicy.LOCAL, aux="dgl")
+    return replace(plan, method=Method.LOCAL, weights=WeightPolicy.LOCAL, params=LocalParams("dgl"))
 
 
 PLANS = {case.name: (case.model, local_plan(case), case.config) for case in CASES}

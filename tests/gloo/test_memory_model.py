@@ -18,7 +18,8 @@ from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.memory import OptimizerName, StageMemory
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.profile.measure import measure_profile
 from pipetrain.profile.table import Profile
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many

@@ -85,7 +85,7 @@ def test_readme_multinode_command_trains_what_the_local_launcher_trains(tmp_path
     """Literally ``torchrun --nnodes 2 --nproc-per-node 1 ... -m pipetrain train --plan plan.json``;
     the weights come back through a checkpoint, compared with the local launcher's."""
     from pipetrain.graph.zoo import build_model
-    from pipetrain.plan.plan import Method
+    from pipetrain.plan.methods import Method
     from pipetrain.runtime.checkpoint import export_checkpoint
 
     graph = build_model("mlp-digits")

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.runtime import TrainConfig, reference_train
 from pipetrain.runtime.train import train
 from pipetrain.schedule.action import Action, ActionKind

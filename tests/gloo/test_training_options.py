@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.runtime import TrainConfig, TrainJob, reference_train, train_many
 
 from .models import chain_plan, max_param_diff, replicated_plan, uneven_plan

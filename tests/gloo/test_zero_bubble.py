@@ -11,7 +11,7 @@ import pytest
 
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule

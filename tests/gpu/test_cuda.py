@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, equal_sizes
+from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.runtime.emulator import microbatch_version, step_group
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule

@@ -11,7 +11,8 @@ import pytest
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, equal_sizes
+from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import stage_memory

@@ -14,7 +14,8 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.memory import parameter_copies
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.bapipe import explore
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem

@@ -12,7 +12,7 @@ from pipetrain import api
 from pipetrain.cluster import Cluster, Link
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.runtime.calibrate import (
     Calibration,

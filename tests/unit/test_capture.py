@@ -22,7 +22,8 @@ from pipetrain.graph.capture import capture
 from pipetrain.graph.dataflow import whole_model
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.graph.load import load_model
-from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime.rank_setup import stage_specs
 
 VEC = TensorSpec((6,))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.schedule.generators import build_schedule, one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.events import simulate

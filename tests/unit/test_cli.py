@@ -11,7 +11,8 @@ import pytest
 from pipetrain.cli import main
 from pipetrain.cluster import Cluster
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES
 from pipetrain.planners.microbatch.uedp import ORDERED_PLANNERS
 from pipetrain.profile.table import LayerProfile, Profile

@@ -12,7 +12,8 @@ from pipetrain.cli.main import main
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.planners.auto import auto_planners
 from pipetrain.planners.contract import ModelRef, PlanningProblem

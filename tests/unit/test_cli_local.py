@@ -14,7 +14,8 @@ from unittest import mock
 import pytest
 
 from pipetrain.cli import main
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import LocalParams, Method
+from pipetrain.plan.plan import Plan
 
 V100 = ("--estimate", "v100")
 
@@ -60,7 +61,8 @@ def launches() -> Iterator[mock.MagicMock]:
 
 def test_plan_local_writes_aux_and_queue_depth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data, text = plan_file(capsys, tmp_path / "plan.json", "--method", "local", "--aux", "dgl", "--queue-depth", "3")
-    assert (data["method"], data["weights"], data["aux"], data["queue_depth"]) == ("local", "local", "dgl", 3)
+    assert (data["method"], data["weights"]) == ("local", "local")
+    assert (data["params"]["aux"], data["params"]["queue_depth"]) == ("dgl", 3)
     assert "stages balanced with their heads" in text
     plan = Plan.from_json((tmp_path / "plan.json").read_text())
     assert plan.method is Method.LOCAL and plan.prediction is not None and plan.prediction.iteration_s > 0
@@ -68,7 +70,8 @@ def test_plan_local_writes_aux_and_queue_depth(tmp_path: Path, capsys: pytest.Ca
 
 def test_plan_local_defaults(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data, _ = plan_file(capsys, tmp_path / "plan.json", "--method", "local", "--stages", "2", "--micro", "4")
-    assert (data["aux"], data["queue_depth"]) == ("linear", 2)  # vectors between MLP stages: a linear head
+    # vectors between MLP stages: a linear head
+    assert (data["params"]["aux"], data["params"]["queue_depth"]) == ("linear", 2)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -133,7 +136,7 @@ def test_train_runs_a_plans_stages_locally(backprop_plan: Path, tmp_path: Path, 
               "--steps", "4", "--out-dir", str(tmp_path / "run")])
     (jobs,), _ = launches.call_args
     plan = jobs[0].plan
-    assert (plan.method, plan.aux, plan.queue_depth) == (Method.LOCAL, "dgl", 3)
+    assert (plan.method, plan.params) == (Method.LOCAL, LocalParams("dgl", 3))
     code, text = run(capsys, "train", "--plan", str(backprop_plan), "--queue-depth", "3", "--steps", "4",
                      "--out-dir", str(tmp_path / "run"))
     assert code == 2 and "add --method local or drop them" in one_error_line(text)

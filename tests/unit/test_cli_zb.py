@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.simulate.timeline import Timeline
 
 from .test_cli import run, tiny_profile

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pipetrain.plan.methods import Method
 from pipetrain.plan.placement import Placement
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.schedule.action import ActionKind

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule, compute_schedule
 from pipetrain.schedule.schedule import Schedule

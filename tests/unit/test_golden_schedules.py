@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from pipetrain.plan.methods import Method
 from pipetrain.plan.placement import v_rank
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
 

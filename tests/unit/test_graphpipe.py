@@ -15,7 +15,7 @@ from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.plan.stage_graph import induced_edges, validate_for_graph
 from pipetrain.planners.contract import ModelRef, PlanningProblem
 from pipetrain.planners.graphpipe import GraphPipeReport, plan_graphpipe

@@ -11,7 +11,7 @@ from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.plan import Method, WeightPolicy
+from pipetrain.plan.methods import LocalParams, Method, MethodParams, WeightPolicy
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.local import build_local_plan, plan_local
 from pipetrain.profile.estimate import estimate_profile
@@ -74,7 +74,7 @@ def test_steady_state_is_one_over_the_slowest_stage_with_its_head() -> None:
 
 def test_heads_count_for_method_local_only() -> None:
     plain, with_heads = costs(2, {"l0": head("l0")})
-    sync = replace(local_chain(2, 8, 8), method=Method.ONE_F_ONE_B, weights=WeightPolicy.SYNC, aux=None)
+    sync = replace(local_chain(2, 8, 8), method=Method.ONE_F_ONE_B, weights=WeightPolicy.SYNC, params=MethodParams())
     assert simulate(build_schedule(sync), sync, with_heads).iteration_s == pytest.approx(
         simulate(build_schedule(sync), sync, plain).iteration_s)
 
@@ -90,7 +90,7 @@ def test_the_planner_moves_layers_off_a_stage_whose_head_is_expensive() -> None:
     assert [len(s.layers) for s in build_local_plan(model, with_heads, **kwargs).stages] == [1, 3]  # type: ignore[arg-type]
     result = plan_local(PlanningProblem(model, with_heads, 8, constraints=Constraints(n_stages=2)), "dgl", 2)
     assert [len(s.layers) for s in result.plan.stages] == [1, 3]
-    assert result.plan.method is Method.LOCAL and result.plan.aux == "dgl"
+    assert result.plan.method is Method.LOCAL and result.plan.params == LocalParams("dgl", 2)
     assert all(c.plan.method is Method.LOCAL for c in result.candidates)
 
 

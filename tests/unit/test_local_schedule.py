@@ -9,7 +9,8 @@ import pytest
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, WeightPolicy, equal_sizes
+from pipetrain.plan.methods import LocalParams, Method, MethodParams, WeightPolicy
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule, compute_schedule
 from pipetrain.schedule.schedule import Schedule
@@ -23,8 +24,8 @@ FREE = Link(0.0, 1e30)
 def local_chain(n_stages: int, batch: int, n_micro: int, queue_depth: int = 2) -> Plan:
     sizes = equal_sizes(batch, n_micro)
     stages = tuple(StagePlan((f"l{k}",), (k,), sizes, sizes) for k in range(n_stages))
-    return Plan("synthetic", "", batch, Method.LOCAL, stages, weights=WeightPolicy.LOCAL, aux="linear",
-                queue_depth=queue_depth)
+    return Plan("synthetic", "", batch, Method.LOCAL, stages, weights=WeightPolicy.LOCAL,
+                params=LocalParams("linear", queue_depth))
 
 
 def test_every_micro_batch_is_forward_local_backward_step() -> None:
@@ -41,14 +42,14 @@ def test_every_micro_batch_is_forward_local_backward_step() -> None:
 def test_plan_round_trips_and_keeps_old_plans_unchanged() -> None:
     plan = local_chain(2, 4, 2, queue_depth=3)
     assert Plan.from_json(plan.to_json()) == plan
-    sync = replace(plan, method=Method.ONE_F_ONE_B, weights=WeightPolicy.SYNC, aux=None)
+    sync = replace(plan, method=Method.ONE_F_ONE_B, weights=WeightPolicy.SYNC, params=MethodParams())
     assert "aux" not in sync.to_json() and "queue_depth" not in sync.to_json()
 
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"weights": WeightPolicy.SYNC}, "go together"),
-    ({"aux": "nope"}, "needs aux one of linear, dgl, infopro"),
-    ({"queue_depth": 0}, "queue_depth >= 1"),
+    ({"params": LocalParams("nope")}, "needs aux one of linear, dgl, infopro"),
+    ({"params": LocalParams("linear", 0)}, "queue_depth >= 1"),
     ({"method": Method.GPIPE, "weights": WeightPolicy.SYNC}, "takes no auxiliary heads"),
 ])
 def test_plan_checks_local_fields(change: dict[str, object], message: str) -> None:

@@ -18,7 +18,8 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES, OptimizerName
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.profile.measure import measure_profile
 from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import LayerProfile, Profile

@@ -11,7 +11,8 @@ from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import parameter_copies
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES, GAConfig, fits_without_recompute, microbatch_caps

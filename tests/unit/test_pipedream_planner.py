@@ -11,7 +11,8 @@ from pipetrain import cli
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, WeightPolicy
+from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.auto import (
     ASYNC_AUTO_PLANNERS,
     ASYNC_NOTE,

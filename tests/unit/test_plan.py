@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, Prediction, StagePlan, equal_sizes, ranges
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, Prediction, StagePlan, equal_sizes, ranges
 from pipetrain.planners.partition import balanced_partition
 
 

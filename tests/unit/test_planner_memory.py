@@ -12,7 +12,7 @@ import pytest
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem, PlanningResult
 from pipetrain.planners.interleaved import plan_interleaved

@@ -11,7 +11,7 @@ import pytest
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.planners import (
     MICROBATCH_PLANNERS,
     PLANNERS,

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate

@@ -6,7 +6,8 @@ import pytest
 
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.counts import candidate_counts

@@ -11,7 +11,8 @@ from pipetrain import cli
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, WeightPolicy
+from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.registry import get_planner, run_planner

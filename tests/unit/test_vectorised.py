@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.microbatch.encoding import cuts_to_partition, partition_to_cuts
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.schedule.generators import build_schedule

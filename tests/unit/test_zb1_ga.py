@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.microbatch import GAConfig, plan_uedp
 from pipetrain.planners.microbatch.ga import ga, zb1_ga
 from pipetrain.planners.microbatch.uedp import with_sizes

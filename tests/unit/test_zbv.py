@@ -12,8 +12,9 @@ import pytest
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
+from pipetrain.plan.methods import Method
 from pipetrain.plan.placement import Placement, local_edges, placed_ranks, v_rank
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.partition import balanced_partition
 from pipetrain.planners.partition.v_shape import v_balanced_partition, v_key
 from pipetrain.runtime.executor import check_runnable

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.profile.table import DEFAULT_WEIGHT_GRAD_SHARE, Profile
 from pipetrain.runtime.executor import check_runnable
 from pipetrain.schedule.action import Action, ActionKind

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule

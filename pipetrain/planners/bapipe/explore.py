@@ -56,7 +56,8 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import equal_sizes
 from pipetrain.planners.bapipe.candidates import BapipeCandidate, BapipeResult, Proposal
 from pipetrain.planners.bapipe.runner import Runner
 from pipetrain.planners.bapipe.tables import LayerTables, no_fit_error

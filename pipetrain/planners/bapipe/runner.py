@@ -14,7 +14,8 @@ from dataclasses import replace
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan, equal_sizes
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.bapipe.candidates import BapipeCandidate, Proposal
 from pipetrain.planners.bapipe.tables import LayerTables
 from pipetrain.planners.contract import PlanningProblem

@@ -16,7 +16,7 @@ import numpy as np
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import OptimizerName, parameter_copies
-from pipetrain.plan.plan import Method
+from pipetrain.plan.methods import Method
 from pipetrain.planners.device_orders import DeviceType, Placement, placements
 from pipetrain.planners.partition.hetero import StageMemoryLimits, hetero_partition
 

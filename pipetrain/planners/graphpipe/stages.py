@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan, StagePlan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.planners.contract import PlanningProblem
 from pipetrain.planners.device_orders import placed_cluster
 

@@ -20,7 +20,8 @@ from typing import Literal
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.plan import Method, Plan
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.microbatch.dp import global_dp
 from pipetrain.planners.microbatch.equal import best_equal
 from pipetrain.planners.microbatch.ga import (
