@@ -50,7 +50,7 @@ from pipetrain.cluster import DeviceModel, device_model
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import layer_port, port_spec, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.profile.measure import loss_saved_bytes, size_grid
+from pipetrain.profile.inputs import loss_saved_bytes, size_grid
 from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import LayerProfile, Profile
 

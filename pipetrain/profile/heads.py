@@ -33,8 +33,9 @@ from pipetrain.cluster import device_model
 from pipetrain.graph.aux_heads import AuxHead, AuxKind, build_aux_head, check_aux
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.profile.estimate import kernel_seconds, trace_kernels
-from pipetrain.profile.measure import _time_layer, _time_step, _Timer, _torch_threads, sample_input
+from pipetrain.profile.inputs import sample_input
 from pipetrain.profile.table import LayerProfile, Profile
+from pipetrain.profile.timing import _time_layer, _time_step, _Timer, _torch_threads
 
 __all__ = ["head_profiles"]
 

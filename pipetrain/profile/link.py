@@ -54,7 +54,7 @@ from pipetrain.fileio import write_atomic
 from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo.mlp import MLPBlock
-from pipetrain.profile.measure import sample_input
+from pipetrain.profile.inputs import sample_input
 
 log = logging.getLogger(__name__)
 

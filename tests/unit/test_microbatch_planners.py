@@ -38,7 +38,8 @@ from pipetrain.planners.microbatch import (
     tidgap,
 )
 from pipetrain.planners.microbatch.dp import stage_dp
-from pipetrain.planners.microbatch.ga import _sync, one_f_one_b_ga
+from pipetrain.planners.microbatch.ga import one_f_one_b_ga
+from pipetrain.planners.microbatch.ga_operators import _sync
 from pipetrain.planners.microbatch.uedp import ORDERED_PLANNERS, PlannerName
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time

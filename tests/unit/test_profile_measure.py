@@ -11,18 +11,13 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.graph.zoo import build_model
-from pipetrain.profile.measure import (
-    _composition_ratios,
-    _measure_layer,
-    _scaled,
-    _Timer,
-    measure_profile,
-    model_loss_fn,
-    sample_input,
-    size_grid,
-)
+from pipetrain.profile.composition import _composition_ratios, _scaled
+from pipetrain.profile.inputs import model_loss_fn, sample_input, size_grid
+from pipetrain.profile.measure import measure_profile
+from pipetrain.profile.per_layer import _measure_layer
 from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import Profile
+from pipetrain.profile.timing import _Timer
 
 FAST = {"warmup": 0, "repeats": 1}
 

@@ -13,7 +13,7 @@ from torch import nn
 from pipetrain.graph.dataflow import profiled_layer
 from pipetrain.graph.split_backward import input_grads, layer_outputs, weight_grads
 from pipetrain.graph.zoo import build_model
-from pipetrain.profile.measure import sample_input
+from pipetrain.profile.inputs import sample_input
 
 Grads = tuple[list[torch.Tensor], torch.Tensor | None, bool]
 

@@ -30,17 +30,9 @@ from pipetrain.planners.microbatch.encoding import (
     sizes_to_cuts,
 )
 from pipetrain.planners.microbatch.equal import best_equal
-from pipetrain.planners.microbatch.ga import (
-    GAConfig,
-    GAState,
-    ask,
-    dgap,
-    ga,
-    init_state,
-    single_chromosome,
-    tell,
-    tidgap,
-)
+from pipetrain.planners.microbatch.ga import dgap, ga, single_chromosome, tidgap
+from pipetrain.planners.microbatch.ga_state import GAConfig, GAState
+from pipetrain.planners.microbatch.ga_step import ask, init_state, tell
 from pipetrain.planners.microbatch.greedy import local_greedy, saturation_point
 from pipetrain.planners.microbatch.result import MicrobatchPlan
 from pipetrain.planners.microbatch.uedp import (

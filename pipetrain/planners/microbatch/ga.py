@@ -37,25 +37,26 @@ reconstruction** (docs/algorithms.md §2.4):
 * unequal interleaved 1F1B (:func:`interleaved_ga`): the same for ``v`` stages per rank, timed per
   rank by :func:`~pipetrain.simulate.chain.interleaved_order_time`; seeded with Megatron's equal order.
 
-The state is an immutable :class:`GAState`; :func:`ask` and :func:`tell` are pure apart from drawing
-from the ``numpy.random.Generator`` passed in (the evotorch functional style of STYLE.md L8). Cost
-per generation: ``O(P K B)`` array work for the operators and TiDGAP's one evaluation call; DGAP
-instead runs ``P`` Python loops of ``O(K B)`` each.
+The hyperparameters and the immutable state are in :mod:`.ga_state` (:class:`GAConfig`,
+:class:`~.ga_state.GAState`), the operators in :mod:`.ga_operators`, one generation in
+:mod:`.ga_step` (:func:`~.ga_step.ask` and :func:`~.ga_step.tell`, pure apart from drawing from the
+``numpy.random.Generator`` passed in: the evotorch functional style of STYLE.md L8); this module
+runs the generations (:func:`ga`) and names the planners. Cost per generation: ``O(P K B)`` array
+work for the operators and TiDGAP's one evaluation call; DGAP instead runs ``P`` Python loops of
+``O(K B)`` each.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
-import numpy.typing as npt
 
-from pipetrain.planners.microbatch.encoding import BoolArray, Partition, cap_cuts, cuts_to_partition, equal_seeds
+from pipetrain.planners.microbatch.encoding import Partition, cuts_to_partition
+from pipetrain.planners.microbatch.ga_state import Evaluator, GAConfig, Mode
+from pipetrain.planners.microbatch.ga_step import ask, init_state, tell
 from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
-from pipetrain.planners.microbatch.seeding import fastest_seeds, seed_bounds
 from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.schedule.interleaved import interleaved_orders
 from pipetrain.schedule.zero_bubble import zb1_sequences
@@ -71,254 +72,18 @@ __all__ = [
     "EvaluatorKind",
     "GAConfig",
     "GAOptions",
-    "GAState",
-    "Mode",
     "OnGeneration",
-    "ask",
     "dgap",
     "ga",
-    "init_state",
     "interleaved_ga",
     "one_f_one_b_ga",
     "single_chromosome",
-    "tell",
     "tidgap",
     "zb1_ga",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-Mode = Literal["dual", "single"]
 EvaluatorKind = Literal["vectorised", "loop", "1f1b", "zb1", "interleaved"]
-Evaluator = Callable[[BoolArray, BoolArray], FloatArray]
-"""``(forward [N, K, B], backward [N, K, B]) -> [N]`` iteration seconds."""
 OnGeneration = Callable[[int, float], None]
-
-
-@dataclass(frozen=True)
-class GAConfig:
-    """GA hyperparameters (pipetrain's choices; the paper's are unknown).
-
-    Attributes:
-        population: individuals per generation ``P``.
-        generations: generations ``G`` to run.
-        tournament: contestants per tournament.
-        pair_crossover_p: probability that a pair of parents crosses over.
-        row_swap_p: in a crossing pair, probability that a stage's rows (forward and backward
-            together) are swapped.
-        row_mutation_p: probability that a row (one stage of one chromosome) mutates.
-        row_sync_p: dual mode, probability that a stage's forward row is copied onto its backward
-            one or the reverse, so that equal rows (no recompute) are easy to reach.
-        coupled_fraction: dual mode, the share of the generations, first, in which children keep
-            backward = forward (a single-chromosome phase); the rest search both freely.
-        elite: best individuals copied unchanged into the next generation.
-    """
-
-    population: int = 128
-    generations: int = 500
-    tournament: int = 3
-    pair_crossover_p: float = 0.8
-    row_swap_p: float = 0.5
-    row_mutation_p: float = 0.15
-    row_sync_p: float = 0.1
-    coupled_fraction: float = 0.5
-    elite: int = 2
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.elite < self.population:
-            raise ValueError(f"elite ({self.elite}) must be >= 0 and below the population ({self.population})")
-        if self.generations < 0 or self.tournament < 1:
-            raise ValueError("generations must be >= 0 and tournament >= 1")
-        for name in ("pair_crossover_p", "row_swap_p", "row_mutation_p", "row_sync_p", "coupled_fraction"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be a probability in [0, 1]")
-
-
-class GAState(NamedTuple):
-    """One generation, immutable (its arrays are read-only).
-
-    Attributes:
-        forward: ``[P, K, B]`` forward cut masks.
-        backward: ``[P, K, B]`` backward cut masks.
-        times_s: ``[P]`` iteration seconds of each individual.
-        best_forward: ``[K, B]`` the fastest individual seen so far, forward.
-        best_backward: ``[K, B]`` its backward masks.
-        best_s: its iteration seconds.
-        generation: generations completed.
-    """
-
-    forward: BoolArray
-    backward: BoolArray
-    times_s: FloatArray
-    best_forward: BoolArray
-    best_backward: BoolArray
-    best_s: float
-    generation: int
-
-
-def _freeze(*arrays: npt.NDArray[np.generic]) -> None:
-    for array in arrays:
-        array.setflags(write=False)
-
-
-def _state(forward: BoolArray, backward: BoolArray, times: FloatArray, previous: GAState | None) -> GAState:
-    """A state whose best is the better of ``previous``'s best and this population's (ties: older)."""
-    i = int(np.argmin(times))
-    generation = 0 if previous is None else previous.generation + 1
-    if previous is not None and previous.best_s <= times[i]:
-        best = (previous.best_forward, previous.best_backward, previous.best_s)
-    else:
-        best = (forward[i].copy(), backward[i].copy(), float(times[i]))
-    _freeze(forward, backward, times, best[0], best[1])
-    return GAState(forward, backward, times, best[0], best[1], best[2], generation)
-
-
-# ---- operators --------------------------------------------------------------------------------
-
-
-def _random_cuts(n: int, n_stages: int, batch: int, rng: np.random.Generator) -> BoolArray:
-    """``[n, K, B]`` random masks; each individual has its own cut density, log-uniform in [1/B, 1]."""
-    density = np.exp(rng.uniform(math.log(1.0 / batch), 0.0, size=n))
-    cuts = rng.random((n, n_stages, batch)) < density[:, None, None]
-    cuts[..., -1] = True
-    return cuts
-
-
-def _tournament(times: FloatArray, n: int, size: int, rng: np.random.Generator) -> npt.NDArray[np.intp]:
-    """Indices of ``n`` winners of tournaments of ``size`` (ties: the first drawn)."""
-    contestants = rng.integers(0, len(times), size=(n, size))
-    winners: npt.NDArray[np.intp] = contestants[np.arange(n), np.argmin(times[contestants], axis=1)]
-    return winners
-
-
-def _crossover(
-    parents: npt.NDArray[np.intp], n_stages: int, config: GAConfig, rng: np.random.Generator
-) -> npt.NDArray[np.intp]:
-    """Which parent each child's stage rows come from: pairs ``(parents[2i], parents[2i + 1])``
-    swap stage rows.
-
-    Args:
-        parents: ``[2n]`` indices into the population.
-
-    Returns:
-        ``[2n, K]`` population index per child and stage: first the children that start from
-        ``parents[2i]``, then their mates. Index a ``[P, K, B]`` chromosome with it and
-        ``arange(K)`` to get the children's rows.
-    """
-    a, b = parents[0::2, None], parents[1::2, None]
-    crosses = rng.random(len(a)) < config.pair_crossover_p
-    swap = (rng.random((len(a), n_stages)) < config.row_swap_p) & crosses[:, None]
-    source: npt.NDArray[np.intp] = np.concatenate([np.where(swap, b, a), np.where(swap, a, b)])
-    return source
-
-
-def _sync(forward: BoolArray, backward: BoolArray, p_row: float, rng: np.random.Generator) -> None:
-    """In place: each stage with ``p_row`` copies its forward row onto its backward one or the reverse."""
-    who, stage = np.nonzero(rng.random(forward.shape[:2]) < p_row)
-    to_backward = rng.random(len(who)) < 0.5
-    fb, bf = (who[to_backward], stage[to_backward]), (who[~to_backward], stage[~to_backward])
-    backward[fb] = forward[fb]
-    forward[bf] = backward[bf]
-
-
-def _mutate(cuts: BoolArray, p_row: float, rng: np.random.Generator) -> None:
-    """In place on ``[N, K, B]`` masks: each row mutates with ``p_row``: shift a random existing cut
-    by ±1, else flip a random bit.
-
-    A row chooses shift or flip with p 1/2; a shift that has no cut to move, or would move it off
-    the row or onto another cut, becomes a flip. The last column is never touched.
-    """
-    batch = cuts.shape[-1]
-    if batch == 1:
-        return
-    who, stage = np.nonzero(rng.random(cuts.shape[:2]) < p_row)
-    rows, n = cuts[who, stage], len(who)
-    flip_at = rng.integers(0, batch - 1, size=n)
-    wants_shift = rng.random(n) < 0.5
-    step = 2 * rng.integers(0, 2, size=n) - 1
-    keys = np.where(rows[:, :-1], rng.random((n, batch - 1)), -1.0)
-    src = np.argmax(keys, axis=1)
-    dst = src + step
-    each = np.arange(n)
-    in_row = (dst >= 0) & (dst <= batch - 2)
-    ok = wants_shift & (keys[each, src] >= 0.0) & in_row
-    ok &= ~rows[each, np.where(in_row, dst, src)]
-    rows[each, np.where(ok, src, flip_at)] ^= True  # a shift clears its cut (set), a flip flips
-    shifted = np.flatnonzero(ok)
-    rows[shifted, dst[shifted]] = True
-    cuts[who, stage] = rows
-
-
-# ---- ask / tell -------------------------------------------------------------------------------
-
-
-def init_state(
-    tables: StageTables,
-    config: GAConfig,
-    rng: np.random.Generator,
-    evaluate: Evaluator,
-    *,
-    mode: Mode = "dual",
-    caps: Sequence[int] | None = None,
-    prune_seeds: bool = False,
-) -> GAState:
-    """Generation 0: the fastest equal plans (up to half of ``P``), the rest random.
-
-    The kept equal plans are timed once (:func:`~pipetrain.planners.microbatch.seeding.fastest_seeds`);
-    ``prune_seeds`` (TiDGAP) skips those that a lower bound proves slower, with the same result.
-    """
-    n_stages, batch = tables.n_stages, tables.batch_size
-    seeds = cap_cuts(equal_seeds(n_stages, batch), caps)
-    n_keep = min(batch, math.ceil(config.population / 2))
-    bounds = seed_bounds(seeds, tables) if prune_seeds and n_keep < batch else None  # else every seed is kept
-    keep, seed_times = fastest_seeds(seeds, n_keep, evaluate, bounds)
-    n_random = config.population - len(keep)
-    forward = cap_cuts(_random_cuts(n_random, n_stages, batch, rng), caps)
-    backward = forward
-    if mode == "dual":
-        backward = forward.copy()
-        half = n_random // 2
-        backward[half:] = cap_cuts(_random_cuts(n_random - half, n_stages, batch, rng), caps)
-    times = np.concatenate([seed_times, evaluate(forward, backward) if n_random else []])
-    forward, backward = np.concatenate([seeds[keep], forward]), np.concatenate([seeds[keep], backward])
-    return _state(forward, backward, times, None)
-
-
-def ask(
-    state: GAState,
-    config: GAConfig,
-    rng: np.random.Generator,
-    *,
-    mode: Mode = "dual",
-    caps: Sequence[int] | None = None,
-) -> tuple[BoolArray, BoolArray]:
-    """The ``P - elite`` children of ``state``: forward and backward masks ``[P - elite, K, B]``."""
-    n_kids = config.population - config.elite
-    parents = _tournament(state.times_s, 2 * math.ceil(n_kids / 2), config.tournament, rng)
-    source = _crossover(parents, state.forward.shape[1], config, rng)[:n_kids]
-    rows = np.arange(state.forward.shape[1])
-    forward = state.forward[source, rows]
-    _mutate(forward, config.row_mutation_p, rng)
-    if mode == "single":
-        forward = cap_cuts(forward, caps)
-        return forward, forward
-    backward = state.backward[source, rows]
-    _mutate(backward, config.row_mutation_p, rng)
-    _sync(forward, backward, config.row_sync_p, rng)
-    return cap_cuts(forward, caps), cap_cuts(backward, caps)
-
-
-def tell(state: GAState, forward: BoolArray, backward: BoolArray, times_s: FloatArray, config: GAConfig) -> GAState:
-    """The next generation: ``state``'s ``elite`` best, then the evaluated children."""
-    elite = np.argsort(state.times_s, kind="stable")[: config.elite]
-    return _state(
-        np.concatenate([state.forward[elite], forward]),
-        np.concatenate([state.backward[elite], backward]),
-        np.concatenate([state.times_s[elite], times_s]),
-        state,
-    )
-
-
-# ---- drivers ----------------------------------------------------------------------------------
 
 
 def _ordered_time(tables: StageTables, kind: EvaluatorKind, n_ranks: int) -> Callable[[Partition], float]:
