@@ -40,7 +40,7 @@ from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
-from pipetrain.runtime.config import StepMetrics
+from pipetrain.runtime.job.config import StepMetrics
 
 MODELS = {"mlp-digits": ("digits", 64, 200), "gpt-tiny": ("text", 32, 300)}
 METHODS = {"1f1b": (Method.ONE_F_ONE_B, False), "pipedream": (Method.PIPEDREAM, False),

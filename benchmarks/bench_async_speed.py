@@ -45,7 +45,7 @@ from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
-from pipetrain.runtime.train import TrainConfig, train
+from pipetrain.runtime import TrainConfig, train
 from pipetrain.simulate.steady import steady_state
 
 MODELS = {"mlp": 64, "gpt-tiny": 32}

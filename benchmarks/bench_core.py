@@ -68,8 +68,8 @@ from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.profile.link import Workload
 from pipetrain.profile.table import Profile
-from pipetrain.runtime.config import TrainConfig as TrainConfigT
-from pipetrain.runtime.config import TrainResult as TrainResultT
+from pipetrain.runtime.job.config import TrainConfig as TrainConfigT
+from pipetrain.runtime.job.config import TrainResult as TrainResultT
 from pipetrain.simulate.timeline import Timeline
 
 Kind = Literal["single", "single+alloc", "torch", "pipetrain", "planned", "planned-noalloc"]
@@ -147,10 +147,10 @@ def configs(micro: Sequence[int]) -> list[Config]:
 
 def probe_cluster(overhead_s: float | None, n_probes: int, model: Workload | None = None,
                   known: Cluster | None = None) -> tuple[Cluster, dict[str, object]]:
-    """This machine as a 2-rank cluster (:func:`pipetrain.runtime.overhead_probe.probe_local_cluster`;
+    """This machine as a 2-rank cluster (:func:`pipetrain.calibrate.overhead.probe_local_cluster`;
     ``overhead_s`` None: the per-action overhead measured too; ``model``: contention on its work;
     ``known``: an earlier probe's cluster, whose link and all-reduce are kept: only the contention is measured)."""
-    from pipetrain.runtime.overhead_probe import probe_local_cluster
+    from pipetrain.calibrate.overhead import probe_local_cluster
 
     cluster = probe_local_cluster(2, probes=n_probes, action_overhead_s=overhead_s, model=model,
                                   link=None if known is None else known.intra_node,
@@ -184,7 +184,7 @@ def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequ
     profile = profile_logged(graph, batch)
     calibration = ""
     if calibrate:
-        from pipetrain.runtime.calibrate import calibrate_cluster
+        from pipetrain.calibrate.fit import calibrate_cluster
 
         fitted = calibrate_cluster(graph, profile, cluster, batch, runs=3)
         cluster, calibration = fitted.apply(cluster), fitted.describe()
@@ -276,7 +276,7 @@ def _bounded(fn: Callable[[], T], timeout_s: float) -> tuple[T | None, str]:
 
 def run_config(setup: ModelSetup, config: Config, round_: int, timeout_s: float) -> tuple[Run, Timeline | None]:
     """Run one configuration once; returns the run and, for pipetrain, its measured timeline."""
-    from pipetrain.runtime.train import TrainConfig, train
+    from pipetrain.runtime import TrainConfig, train
 
     run = Run(setup.name, config.label, round_, "ok")
     start = time.perf_counter()
@@ -308,7 +308,7 @@ def run_config(setup: ModelSetup, config: Config, round_: int, timeout_s: float)
 
 
 def _reference_child(model: str, batch: int, config: TrainConfigT, queue: mp.Queue[object]) -> None:
-    from pipetrain.runtime.train import reference_train
+    from pipetrain.runtime import reference_train
 
     queue.put(reference_train(build_model(model), batch, config, return_parameters=False))
 

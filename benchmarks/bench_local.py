@@ -3,7 +3,7 @@
 For each model (mlp-digits, cnn-digits, resnet-digits, vit-digits), on 2 ranks with the same stages
 (the layers cut in two) and micro-batches: eval accuracy at equal epochs and its gap, samples/s of
 ``local`` and ``1f1b`` (all jobs in one launch, medians over steps) and of local learning run
-sequentially in one process (:func:`~pipetrain.runtime.local_emulator.emulate_local`, identical
+sequentially in one process (:func:`~pipetrain.reference.local.emulate_local`, identical
 weights by construction), and the wall time each pipeline needs to reach the lower of the two final
 accuracies (evaluations every ``--eval-every`` steps; evaluation time included).
 
@@ -20,8 +20,8 @@ from pipetrain.graph.aux_heads import default_aux
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import LocalParams, Method, WeightPolicy
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
+from pipetrain.reference.local import emulate_local
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
-from pipetrain.runtime.local_emulator import emulate_local
 
 MODELS = ("mlp-digits", "cnn-digits", "resnet-digits", "vit-digits")
 

@@ -55,7 +55,7 @@ from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.bapipe import explore
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.pipedream import plan_pipedream
-from pipetrain.runtime.train import TrainConfig, TrainJob, train_many
+from pipetrain.runtime import TrainConfig, TrainJob, train_many
 
 MODELS = {"mlp": 32, "gpt-tiny": 64, "gnmt-tiny": 64}
 TIMED_STEPS = {"mlp": 5, "gpt-tiny": 15, "gnmt-tiny": 10}

@@ -1,6 +1,6 @@
 """Pre-posting a step's receives (gloo): the runtime as it is (as many as fit
-:data:`~pipetrain.runtime.transport.PREPOST_BYTES` at the step's start) against the old behaviour
-(:data:`~pipetrain.runtime.transport.PREPOSTED` per channel, the next posted as each is taken).
+:data:`~pipetrain.runtime.interp.transport.PREPOST_BYTES` at the step's start) against the old behaviour
+(:data:`~pipetrain.runtime.interp.transport.PREPOSTED` per channel, the next posted as each is taken).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_prepost.py --rounds 4 --out benchmarks/results/prepost
 
@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from diag_actions import build_plan, parse_setting
 
-import pipetrain.runtime.worker as worker
+import pipetrain.runtime.process.worker as worker
 from pipetrain import api
 from pipetrain.cost import CostModel
 from pipetrain.graph.zoo import build_model
 from pipetrain.profile.table import Profile
-from pipetrain.runtime.train import TrainConfig, train
+from pipetrain.runtime import TrainConfig, train
 
 if os.environ.get("PIPETRAIN_BENCH_PREPOST") == "old":  # read again in every spawned rank
     setattr(worker, "PREPOST_BYTES", 0)  # the name the rank's Transport is built with  # noqa: B010

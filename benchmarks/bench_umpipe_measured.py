@@ -46,7 +46,7 @@ from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.microbatch.ga import GAConfig
 from pipetrain.planners.microbatch.uedp import plan_uedp
-from pipetrain.runtime.train import TrainConfig, train
+from pipetrain.runtime import TrainConfig, train
 from pipetrain.simulate.timeline import Timeline
 from pipetrain.viz.gantt import save_gantt
 

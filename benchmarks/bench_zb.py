@@ -50,7 +50,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan, plan_balanced
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.profile.estimate import estimate_profile
-from pipetrain.runtime.train import TrainConfig, train
+from pipetrain.runtime import TrainConfig, train
 from pipetrain.schedule.generators import build_schedule, zb1_orders
 from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.schedule import Schedule

@@ -79,7 +79,7 @@ def model_report(setup: ModelSetup, runs: Sequence[Run], labels: Sequence[str]) 
     lines = [f"### {setup.name}, batch {setup.batch}", "",
              f"Planned setting: **{describe(setup.plans['planned'])}**; {setup.partition_note}. "
              f"Best torch configuration (of all schedules): {best_label}.", "",
-             *([f"Calibrated on its own work (pipetrain.runtime.calibrate): {setup.calibration}.", ""]
+             *([f"Calibrated on its own work (pipetrain.calibrate.fit): {setup.calibration}.", ""]
                if setup.calibration else []),
              *torch_schedule_lines(rows, rows["planned"].samples_per_s, micro_of(labels)),
              "| configuration | samples/s (median) | min–max | × single | × best torch | × torch same m "

@@ -44,7 +44,7 @@ from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.profile.table import Profile
-from pipetrain.runtime.train import TrainConfig, train
+from pipetrain.runtime import TrainConfig, train
 from pipetrain.simulate.timeline import Timeline
 
 SETTINGS = "interleaved-zb:4@2,zbv@2,interleaved-zb:2@2"

@@ -30,7 +30,7 @@ from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.plan.stage_graph import induced_edges
 from pipetrain.profile.table import Profile
-from pipetrain.runtime.train import TrainConfig, TrainJob, train_many
+from pipetrain.runtime import TrainConfig, TrainJob, train_many
 
 __all__ = ["measured_part"]
 

@@ -7,12 +7,12 @@ For each model of the run (``core.json``, ``profile_<model>.json``, ``cluster_<m
 pipetrain setting is re-planned as the run planned it (the planned setting is read back) and predicted:
 
 - with the run's own cluster (its prediction, for reference);
-- with the compute speed and per-action overhead fitted (:func:`pipetrain.runtime.calibrate.fit_terms`)
+- with the compute speed and per-action overhead fitted (:func:`pipetrain.calibrate.fit.fit_terms`)
   to the run's *measured* medians of two of its settings (``--pairs``, each ``"A|B"``), then every
   setting's |error| against its measured median: over all settings and over those not fitted to.
 
 This asks whether two terms fitted to two runs of a model predict its other settings, without running
-anything (the calibration of :mod:`pipetrain.runtime.calibrate` fits the same terms to its own runs).
+anything (the calibration of :mod:`pipetrain.calibrate.fit` fits the same terms to its own runs).
 Output under ``--out``: ``refit.json`` and ``refit.md``.
 """
 
@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import setting_plans
 
 from pipetrain import api
+from pipetrain.calibrate.fit import fit_terms, with_terms
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Plan
 from pipetrain.profile.table import Profile
-from pipetrain.runtime.calibrate import fit_terms, with_terms
 
 DEFAULT_PAIRS = ("pipetrain 1f1b m=1|pipetrain zbv m=8", "pipetrain gpipe m=1|pipetrain zb1 m=8",
                  "pipetrain 1f1b m=1|pipetrain 1f1b m=8")

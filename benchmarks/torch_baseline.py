@@ -155,7 +155,7 @@ def _run_rank(rank: int, port: int, job: RankJob) -> list[float] | dict[str, np.
     torch.set_num_interop_threads(1)
     import torch.distributed as dist
 
-    from pipetrain.runtime.data import make_batch
+    from pipetrain.runtime.job.data import make_batch
 
     spec = schedule_of(job.schedule)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,

@@ -72,7 +72,7 @@ def digits_data() -> tuple[Dataset[tuple[torch.Tensor, torch.Tensor]], Dataset[t
 def main() -> None:
     """Capture, profile, plan for 2 local ranks, train, and report the held-out accuracy."""
     from pipetrain import api
-    from pipetrain.runtime.train import TrainConfig, train
+    from pipetrain.runtime import TrainConfig, train
 
     data = "examples.custom_model:digits_data"  # every rank imports it by name
     graph = api.resolve_model(build(), data=data, name="residual-mlp")

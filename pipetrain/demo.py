@@ -24,7 +24,7 @@ from pipetrain.data import default_source
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.config import TrainConfig, TrainResult
+from pipetrain.runtime.job.config import TrainConfig, TrainResult
 from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["DemoSettings", "run_demo"]
@@ -50,7 +50,7 @@ class DemoSettings:
 
 
 def _probe(graph: LayerGraph, settings: DemoSettings, console: Console) -> Cluster:
-    from pipetrain.runtime.overhead_probe import probe_local_cluster
+    from pipetrain.calibrate.overhead import probe_local_cluster
 
     console.print("[bold]2/7[/bold] probing the link, the contention between two local ranks on "
                   f"{graph.name}'s work, and the runtime's cost per action")
@@ -103,7 +103,7 @@ def _config(settings: DemoSettings, data: str, steps: int, *, evaluate: bool) ->
 
 
 def _train(graph: LayerGraph, plan: Plan, settings: DemoSettings, data: str) -> TrainResult:
-    from pipetrain.runtime.train import train
+    from pipetrain.runtime import train
     from pipetrain.viz.curves import save_loss_plot
 
     result = train(graph, plan, _config(settings, data, settings.steps, evaluate=True))
@@ -126,7 +126,7 @@ def _report_learning(result: TrainResult, settings: DemoSettings, out: Console) 
 
 def _compare(graph: LayerGraph, plan: Plan, predicted: Timeline, result: TrainResult, settings: DemoSettings,
              data: str, out: Console, console: Console) -> None:
-    from pipetrain.runtime.train import reference_train
+    from pipetrain.runtime import reference_train
     from pipetrain.viz.files import save_comparison, save_timeline
     from pipetrain.viz.tables import compare_table
 

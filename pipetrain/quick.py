@@ -31,7 +31,7 @@ from pipetrain.data import default_source
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.config import TrainConfig, TrainResult
+from pipetrain.runtime.job.config import TrainConfig, TrainResult
 
 __all__ = ["plan", "train"]
 
@@ -96,7 +96,7 @@ def train(
         model, data, batch_size, ranks, loss, leaf_modules: as :func:`plan`.
         plan: a plan to run (e.g. from :func:`plan` or a plan file); default: plan now (balanced).
         out: a folder for ``metrics.csv`` (one row per step), or None.
-        settings: any other :class:`~pipetrain.runtime.config.TrainConfig` field: ``steps``,
+        settings: any other :class:`~pipetrain.runtime.job.config.TrainConfig` field: ``steps``,
             ``epochs``, ``optimizer``, ``lr``, ``lr_schedule``, ``lr_warmup_steps``,
             ``weight_decay``, ``clip_grad_norm``, ``eval_every``, ``seed``...
 
@@ -104,7 +104,7 @@ def train(
         The measured run: ``losses``, ``metrics`` (evaluations included), ``samples_per_s``, the
         measured ``timeline`` and ``parameters``, the trained weights under the module's own names.
     """
-    from pipetrain.runtime.launch import refuse_rerun_of_main
+    from pipetrain.runtime.process.spawn import refuse_rerun_of_main
     from pipetrain.runtime.train import train as run
 
     refuse_rerun_of_main()  # before capturing and profiling: a script without the __main__ guard

@@ -39,7 +39,7 @@ from pipetrain.simulate.timeline import Timeline
 
 if TYPE_CHECKING:
     from pipetrain.graph.layer_graph import LayerGraph
-    from pipetrain.runtime.config import TrainResult
+    from pipetrain.runtime.job.config import TrainResult
 
 __all__ = ["cmd_compare", "cmd_demo", "cmd_export", "cmd_plan", "cmd_probe", "cmd_profile", "cmd_simulate", "cmd_train"]
 
@@ -55,7 +55,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> None:
-    from pipetrain.runtime.overhead_probe import probe_local_cluster
+    from pipetrain.calibrate.overhead import probe_local_cluster
 
     if args.calibrate and args.model is None:
         raise UserError("--calibrate fits the terms to runs of your model: add --model (and --batch)")
@@ -63,7 +63,7 @@ def cmd_probe(args: argparse.Namespace) -> None:
     cluster = probe_local_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead, model=model)
     calibration = None
     if model is not None and args.calibrate:
-        from pipetrain.runtime.calibrate import calibrate_cluster
+        from pipetrain.calibrate.fit import calibrate_cluster
 
         profile = api.profile_model(model[0], args.batch, progress=True)
         out.print(f"calibrating on {model[0].name}: three short runs of it on {args.ranks} ranks ...")
@@ -338,7 +338,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                                     api.local_cluster(args.ranks or 2, args.cluster), batch_size=args.batch)
     plan = _run_by(_rechunked(plan, args, graph), args, graph)
     schedule = load_schedule(args)
-    from pipetrain.runtime.train import TrainConfig, run_worker_from_env, train
+    from pipetrain.runtime import TrainConfig, run_worker_from_env, train
 
     config = TrainConfig(steps=20 if args.steps is None else args.steps, epochs=args.epochs, optimizer=args.optimizer,
                          lr=args.lr, data=args.data or default_source(graph), loss=args.loss,
@@ -362,7 +362,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 def _plot_losses(folder: Path, result: TrainResult, title: str) -> None:
     """``loss.png`` from ``metrics.csv`` (a resumed run's earlier steps included), else from the result
     (under torchrun the last stage may have written the CSV on another node)."""
-    from pipetrain.runtime.metrics import METRICS_FILE, read_metrics
+    from pipetrain.runtime.job.metrics import METRICS_FILE, read_metrics
     from pipetrain.viz.curves import save_loss_plot
 
     csv_path = folder / METRICS_FILE
@@ -412,7 +412,7 @@ def _show_comparison(plan: Plan, predicted: Timeline, measured: Timeline, pictur
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from pipetrain.runtime.checkpoint import export_checkpoint
+    from pipetrain.runtime.job.checkpoint import export_checkpoint
 
     checkpoint, tensors, size = export_checkpoint(args.checkpoint, args.out, with_heads=args.with_heads)
     model = escape(str(checkpoint.manifest.get("model")))

@@ -16,7 +16,7 @@ from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, Method, method_names, me
 from pipetrain.plan.plan import MAX_BATCH_SIZE
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.microbatch import GAConfig
-from pipetrain.runtime.optim import LR_SCHEDULES
+from pipetrain.runtime.job.optim import LR_SCHEDULES
 
 __all__ = [
     "compare_args",
@@ -153,7 +153,7 @@ def probe_args(p: argparse.ArgumentParser) -> None:
                    help="with --model: also profile it and fit its compute speed in a pipeline and the runtime's "
                         "seconds per action to two short runs of it (1f1b m=1, zbv m=8), and its gradient "
                         "all-reduce to a data-parallel one (~20-60 s): predictions then match this model's runs "
-                        "(pipetrain.runtime.calibrate)")
+                        "(pipetrain.calibrate.fit)")
     _data_args(p)
     _out_file(p, "out/cluster.json", "cluster JSON to write")
 

@@ -26,7 +26,7 @@ over the whole stage: correct, at the cost of re-walking the stage.
 B keeps the ``g_i`` until W: one gradient per owner output per pending micro-batch. The profile
 records their bytes per layer (:func:`pipetrain.profile.stats.held_grad_bytes`), the memory model
 holds them from B to W beside the saved activations (:class:`pipetrain.simulate.memory.ActivationLedger`)
-and the runtime meters them (:meth:`pipetrain.runtime.memory.ActivationMeter.hold`).
+and the runtime meters them (:meth:`pipetrain.runtime.interp.memory.ActivationMeter.hold`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     StageMemory(w, w, 2 * w, a).total_bytes
 
 :func:`pipetrain.simulate.memory.stage_memory` fills :class:`StageMemory` by replaying a schedule;
-the runtime measures the same fields (:mod:`pipetrain.runtime.memory`).
+the runtime measures the same fields (:mod:`pipetrain.runtime.interp.memory`).
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ Public surface::
 Importing it starts nothing and probes no device.
 """
 
-from pipetrain.runtime.config import FaultInjection, TrainConfig, TrainJob, TrainResult
-from pipetrain.runtime.executor import HANDLERS
-from pipetrain.runtime.launch import run_worker_from_env
+from pipetrain.runtime.interp.executor import HANDLERS
+from pipetrain.runtime.job.config import FaultInjection, TrainConfig, TrainJob, TrainResult
+from pipetrain.runtime.process.torchrun import run_worker_from_env
 from pipetrain.runtime.train import reference_train, train, train_many
 
 __all__ = [

@@ -3,7 +3,7 @@
     result = train(graph, plan, TrainConfig(steps=10))           # spawns plan.n_ranks processes
     base = reference_train(graph, plan.batch_size, TrainConfig(steps=10))
 
-Both use the same data (:func:`~pipetrain.runtime.data.timed_batch`), loss (sum of per-sample
+Both use the same data (:func:`~pipetrain.runtime.job.data.timed_batch`), loss (sum of per-sample
 losses / batch size), evaluations, optimizer and initial weights, so for the synchronous methods their parameters
 agree after any number of steps up to floating-point rounding (docs/architecture.md §5.2).
 """
@@ -23,31 +23,19 @@ from pipetrain.graph.dataflow import whole_model
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan
-from pipetrain.runtime.config import FaultInjection, StepMetrics, TrainConfig, TrainJob, TrainResult
-from pipetrain.runtime.data import timed_batch
-from pipetrain.runtime.evaluate import eval_dataset, evaluate_module, has_eval_set
-from pipetrain.runtime.job import job_loss
-from pipetrain.runtime.launch import launch_local, run_worker_from_env
-from pipetrain.runtime.memory import ActivationMeter
-from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
-from pipetrain.runtime.recorder import median_step
-from pipetrain.runtime.worker import check_job
+from pipetrain.runtime.interp.memory import ActivationMeter
+from pipetrain.runtime.job.checks import check_job
+from pipetrain.runtime.job.config import StepMetrics, TrainConfig, TrainJob, TrainResult, job_loss
+from pipetrain.runtime.job.data import timed_batch
+from pipetrain.runtime.job.evaluate import eval_dataset, evaluate_module, has_eval_set
+from pipetrain.runtime.job.optim import clip_grad_norm_global, set_lr
+from pipetrain.runtime.job.records import median_step
+from pipetrain.runtime.process.spawn import launch_local
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Event, Timeline
 
-__all__ = [
-    "FaultInjection",
-    "TrainConfig",
-    "TrainJob",
-    "TrainResult",
-    "check_job",
-    "reference_train",
-    "run_worker_from_env",
-    "single_stage_plan",
-    "train",
-    "train_many",
-]
+__all__ = ["reference_train", "single_stage_plan", "train", "train_many"]
 
 
 def train(
@@ -167,7 +155,7 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_p
 
 def _reference_eval(model: torch.nn.Module, loss: Loss, graph: LayerGraph, batch_size: int, config: TrainConfig,
                     step: int) -> EvalResult | None:
-    """The evaluation after ``step`` when one is due (as the pipeline's :mod:`~pipetrain.runtime.job`)."""
+    """The evaluation after ``step`` when one is due (as the pipeline's :mod:`~pipetrain.runtime.job.loop`)."""
     due = step == config.steps - 1 or (config.eval_every > 0 and (step + 1) % config.eval_every == 0)
     if not due or not has_eval_set(config.data):
         return None

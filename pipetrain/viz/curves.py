@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from pipetrain.fileio import write_atomic
-from pipetrain.runtime.metrics import MetricsRow
+from pipetrain.runtime.job.metrics import MetricsRow
 
 __all__ = ["loss_figure", "save_loss_plot", "smoothed"]
 

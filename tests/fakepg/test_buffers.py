@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipetrain.plan.plan import ranges
-from pipetrain.runtime.buffers import ChunkBuffer
+from pipetrain.runtime.interp.buffers import ChunkBuffer
 
 
 def _filled(sizes: list[int], data: torch.Tensor) -> ChunkBuffer:

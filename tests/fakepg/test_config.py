@@ -8,10 +8,10 @@ import torch
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.runtime import FaultInjection, TrainConfig, TrainJob, reference_train, train
-from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.launch import describe_exit
-from pipetrain.runtime.memory import ActivationMeter
-from pipetrain.runtime.train import check_job
+from pipetrain.runtime.interp.memory import ActivationMeter
+from pipetrain.runtime.job.checks import check_job
+from pipetrain.runtime.job.data import make_batch
+from pipetrain.runtime.process.spawn import describe_exit
 
 from ..gloo.models import chain_plan, mlp_graph
 

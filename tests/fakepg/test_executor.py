@@ -23,11 +23,11 @@ from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime import TrainConfig, reference_train
-from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.executor import HANDLERS, RankContext, check_runnable, run_program
-from pipetrain.runtime.rank_setup import build_rank_context, stage_parameters, stage_specs
-from pipetrain.runtime.recorder import StepRecorder
-from pipetrain.runtime.transport import Direction, Transport
+from pipetrain.runtime.interp.executor import HANDLERS, RankContext, check_runnable, run_program
+from pipetrain.runtime.interp.rank_setup import build_rank_context, stage_parameters, stage_specs
+from pipetrain.runtime.interp.recorder import StepRecorder
+from pipetrain.runtime.interp.transport import Direction, Transport
+from pipetrain.runtime.job.data import make_batch
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule

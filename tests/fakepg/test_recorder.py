@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, median_step, step_times
+from pipetrain.runtime.interp.recorder import StepRecorder
+from pipetrain.runtime.job.records import RankRecord, assemble_timeline, median_step, step_times
 from pipetrain.schedule.action import Action
 from pipetrain.simulate.timeline import Event
 

@@ -7,7 +7,7 @@ import time
 
 import torch.distributed as dist
 
-from pipetrain.runtime.watchdog import Watchdog
+from pipetrain.runtime.process.watchdog import Watchdog
 
 
 class _Trips:

@@ -14,7 +14,7 @@ from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.plan.stage_graph import induced_edges
-from pipetrain.runtime.config import TrainResult
+from pipetrain.runtime.job.config import TrainResult
 
 FEATURES = 8
 CLASSES = 4

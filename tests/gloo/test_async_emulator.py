@@ -2,7 +2,7 @@
 multi-process runtime's weights equal the single-process emulator's within 1e-5, for pipedream
 (weight stashing, with and without vertical sync, 2 and 4 stages, a replicated stage) and 2bw
 (2 and 4 stages). The emulator applies the methods' staleness from their definitions
-(:mod:`pipetrain.runtime.emulator`), so a version off by one, or a step in another order, fails here.
+(:mod:`pipetrain.reference.asynchronous`), so a version off by one, or a step in another order, fails here.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.methods import Method, WeightPolicy
 from pipetrain.plan.plan import Plan
+from pipetrain.reference.asynchronous import emulate_async
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
-from pipetrain.runtime.emulator import emulate_async
 
 from .models import chain_plan, mlp_graph, replicated_plan
 

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from pipetrain.calibrate.fit import calibrate_cluster
 from pipetrain.cluster import Cluster, Link
 from pipetrain.graph.zoo import build_model
 from pipetrain.profile.measure import measure_profile
-from pipetrain.runtime.calibrate import calibrate_cluster
 
 
 @pytest.mark.slow

@@ -17,8 +17,8 @@ from pipetrain.graph.capture import capture
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_sum
 from pipetrain.plan.methods import Method
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
-from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.rank_setup import stage_specs
+from pipetrain.runtime.interp.rank_setup import stage_specs
+from pipetrain.runtime.job.data import make_batch
 
 from .models import chain_plan, max_param_diff, uneven_plan
 

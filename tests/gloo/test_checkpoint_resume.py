@@ -15,7 +15,7 @@ from pipetrain.errors import PipelineFailure
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
 from pipetrain.runtime import FaultInjection, TrainConfig, TrainJob, train_many
-from pipetrain.runtime.checkpoint import export_checkpoint, newest_checkpoint
+from pipetrain.runtime.job.checkpoint import export_checkpoint, newest_checkpoint
 
 from .models import chain_plan, max_param_diff, replicated_plan, uneven_plan
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipetrain.runtime.metrics import read_metrics
+from pipetrain.runtime.job.metrics import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from pipetrain.runtime.optim import clip_grad_norm_global
+from pipetrain.runtime.job.optim import clip_grad_norm_global
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipetrain.runtime.checkpoint import newest_checkpoint
-from pipetrain.runtime.metrics import read_metrics
+from pipetrain.runtime.job.checkpoint import newest_checkpoint
+from pipetrain.runtime.job.metrics import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -16,9 +16,9 @@ import torch
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import LocalParams, Method, WeightPolicy
 from pipetrain.plan.plan import Plan, equal_sizes
+from pipetrain.reference.local import LocalRun, emulate_local
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
-from pipetrain.runtime.checkpoint import export_checkpoint
-from pipetrain.runtime.local_emulator import LocalRun, emulate_local
+from pipetrain.runtime.job.checkpoint import export_checkpoint
 
 from .models import chain_plan, uneven_plan
 

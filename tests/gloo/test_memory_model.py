@@ -23,7 +23,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.profile.measure import measure_profile
 from pipetrain.profile.table import Profile
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
-from pipetrain.runtime.memory import MeasuredMemory
+from pipetrain.runtime.interp.memory import MeasuredMemory
 from pipetrain.simulate.memory import stage_memory
 from pipetrain.viz.tables import relative_error
 

@@ -86,7 +86,7 @@ def test_readme_multinode_command_trains_what_the_local_launcher_trains(tmp_path
     the weights come back through a checkpoint, compared with the local launcher's."""
     from pipetrain.graph.zoo import build_model
     from pipetrain.plan.methods import Method
-    from pipetrain.runtime.checkpoint import export_checkpoint
+    from pipetrain.runtime.job.checkpoint import export_checkpoint
 
     graph = build_model("mlp-digits")
     plan = replace(chain_plan(graph, 2, 32, 4, Method.ONE_F_ONE_B), model_fingerprint=graph.fingerprint())

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from pipetrain.calibrate.overhead import _tiny_plan, probe_action_overhead
 from pipetrain.cluster import Link
-from pipetrain.runtime.overhead_probe import _tiny_plan, probe_action_overhead
 
 LINK = Link(60e-6, 3e9)
 

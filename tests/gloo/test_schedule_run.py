@@ -14,8 +14,7 @@ import pytest
 
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import Method
-from pipetrain.runtime import TrainConfig, reference_train
-from pipetrain.runtime.train import train
+from pipetrain.runtime import TrainConfig, reference_train, train
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipetrain.errors import UserError
-from pipetrain.runtime import launch
+from pipetrain.runtime.process import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,4 +46,4 @@ def test_other_bootstrapping_process_gets_the_line(monkeypatch: pytest.MonkeyPat
     process = multiprocessing.current_process()
     monkeypatch.setattr(process, "_inheriting", True, raising=False)
     with pytest.raises(UserError, match='under \'if __name__ == "__main__":\''):
-        launch.launch_local([])
+        spawn.launch_local([])

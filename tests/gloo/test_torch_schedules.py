@@ -17,7 +17,7 @@ import torch
 
 from pipetrain.graph.layer_graph import loss_sum
 from pipetrain.graph.zoo import build_model
-from pipetrain.runtime.data import make_batch
+from pipetrain.runtime.job.data import make_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import spawn
 
-from pipetrain.runtime.transport import Direction, Transport
+from pipetrain.runtime.interp.transport import Direction, Transport
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

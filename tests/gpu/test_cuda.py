@@ -22,7 +22,7 @@ def test_profile_on_cuda_is_positive_and_grows() -> None:
 
 
 def test_single_rank_training_on_cuda_matches_reference() -> None:
-    from pipetrain.runtime.train import TrainConfig, reference_train, train
+    from pipetrain.runtime import TrainConfig, reference_train, train
 
     graph = build_model("mlp-digits")
     sizes = equal_sizes(16, 4)

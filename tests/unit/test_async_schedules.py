@@ -9,7 +9,7 @@ import pytest
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import Method, WeightPolicy
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
-from pipetrain.runtime.emulator import microbatch_version, step_group
+from pipetrain.reference.asynchronous import microbatch_version, step_group
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule

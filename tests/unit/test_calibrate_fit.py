@@ -9,12 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipetrain import api
-from pipetrain.cluster import Cluster, Link
-from pipetrain.errors import UserError
-from pipetrain.graph.zoo import build_model
-from pipetrain.plan.methods import Method
-from pipetrain.profile.estimate import estimate_profile
-from pipetrain.runtime.calibrate import (
+from pipetrain.calibrate.fit import (
     Calibration,
     _simulated,
     calibration_plans,
@@ -23,6 +18,11 @@ from pipetrain.runtime.calibrate import (
     replicated_plan,
     with_terms,
 )
+from pipetrain.cluster import Cluster, Link
+from pipetrain.errors import UserError
+from pipetrain.graph.zoo import build_model
+from pipetrain.plan.methods import Method
+from pipetrain.profile.estimate import estimate_profile
 
 CLUSTER = Cluster.local(2, link=Link(50e-6, 4e9), action_overhead_s=1e-4, shared_speed=(1.0, 0.9))
 GRAPH = build_model("mlp", n_layers=8, inputs=64, width=256, hidden=256, classes=10)

@@ -24,7 +24,7 @@ from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.graph.load import load_model
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan
-from pipetrain.runtime.rank_setup import stage_specs
+from pipetrain.runtime.interp.rank_setup import stage_specs
 
 VEC = TensorSpec((6,))
 CLASS = TensorSpec((), "int64", high=3)

@@ -1,6 +1,6 @@
 """Checkpoints in one process: every rank's context is built here and trained as one chain, saved
-through :func:`job_checkpoint.save` (its gather to rank 0 faked) and resumed through
-:func:`job_checkpoint.resume`. Same plan: bit for bit (SGD, SGD momentum, Adam, AdamW; dropout's RNG;
+through :func:`rank_checkpoint.save` (its gather to rank 0 faked) and resumed through
+:func:`rank_checkpoint.resume`. Same plan: bit for bit (SGD, SGD momentum, Adam, AdamW; dropout's RNG;
 a buffer); other plans: resharded by name; a save without its manifest, a damaged
 shard, a shard that is not tensors, pruning, export, another model."""
 
@@ -23,8 +23,11 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime import job_checkpoint
-from pipetrain.runtime.checkpoint import (
+from pipetrain.runtime.interp.executor import RankContext
+from pipetrain.runtime.interp.rank_setup import build_rank_context
+from pipetrain.runtime.interp.transport import Transport
+from pipetrain.runtime.job import rank_checkpoint
+from pipetrain.runtime.job.checkpoint import (
     MANIFEST,
     Checkpoint,
     export_checkpoint,
@@ -33,11 +36,8 @@ from pipetrain.runtime.checkpoint import (
     step_folder,
     write_shard,
 )
-from pipetrain.runtime.config import TrainConfig, TrainJob
-from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.executor import RankContext
-from pipetrain.runtime.rank_setup import build_rank_context
-from pipetrain.runtime.transport import Transport
+from pipetrain.runtime.job.config import TrainConfig, TrainJob
+from pipetrain.runtime.job.data import make_batch
 from tests.gloo.models import chain_plan, mlp_graph, replicated_plan
 
 BATCH = 8
@@ -118,7 +118,7 @@ def _assert_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> Non
 
 
 def _save(job: TrainJob, ctxs: list[RankContext], done: int, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """:func:`job_checkpoint.save` on every rank, rank 0 last, with the gather to rank 0 faked."""
+    """:func:`rank_checkpoint.save` on every rank, rank 0 last, with the gather to rank 0 faked."""
     gathered: list[Any] = []
 
     def gather(obj: Any, out: list[Any] | None, dst: int = 0) -> None:
@@ -127,14 +127,14 @@ def _save(job: TrainJob, ctxs: list[RankContext], done: int, monkeypatch: pytest
             out[: len(gathered)] = gathered
 
     monkeypatch.setattr(dist, "gather_object", gather)  # what job_checkpoint calls
-    folders = {job_checkpoint.save(job, [ctx], ctx.rank, len(ctxs), done) for ctx in reversed(ctxs)}
+    folders = {rank_checkpoint.save(job, [ctx], ctx.rank, len(ctxs), done) for ctx in reversed(ctxs)}
     return folders.pop()
 
 
 def _resume(job: TrainJob) -> tuple[list[RankContext], int]:
     """Fresh contexts for ``job`` (``config.resume`` set), each restored; and the step to go on at."""
     ctxs = _contexts(job)
-    firsts = {job_checkpoint.resume(job, [ctx], ctx.rank) for ctx in ctxs}
+    firsts = {rank_checkpoint.resume(job, [ctx], ctx.rank) for ctx in ctxs}
     assert len(firsts) == 1
     return ctxs, firsts.pop()
 

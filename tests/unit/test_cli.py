@@ -278,7 +278,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_export_writes_the_newest_checkpoints_state_dict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import torch
 
-    from pipetrain.runtime.checkpoint import stage_state, write_manifest, write_shard
+    from pipetrain.runtime.job.checkpoint import stage_state, write_manifest, write_shard
 
     graph = build_model("mlp")
     module = graph.build_sequential()

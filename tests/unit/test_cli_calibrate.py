@@ -7,9 +7,9 @@ from unittest import mock
 
 import pytest
 
+from pipetrain.calibrate.fit import Calibration
 from pipetrain.cli import main
 from pipetrain.cluster import Cluster
-from pipetrain.runtime.calibrate import Calibration
 
 FITTED = Calibration(0.9, 2.5e-4, ("1f1b m=1", "zbv m=8"), (0.04, 0.03), (0.04, 0.03))
 
@@ -22,8 +22,8 @@ def test_calibrate_needs_a_model(capsys: pytest.CaptureFixture[str]) -> None:
 def test_calibrated_terms_are_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cluster.json"
     probed = Cluster.local(2, action_overhead_s=1e-4, shared_speed=(1.0, 0.95))
-    with (mock.patch("pipetrain.runtime.overhead_probe.probe_local_cluster", return_value=probed),
-          mock.patch("pipetrain.runtime.calibrate.calibrate_cluster", return_value=FITTED) as calibrate):
+    with (mock.patch("pipetrain.calibrate.overhead.probe_local_cluster", return_value=probed),
+          mock.patch("pipetrain.calibrate.fit.calibrate_cluster", return_value=FITTED) as calibrate):
         assert main(["probe", "--model", "mlp-digits", "--batch", "32", "--calibrate", "--out", str(out)]) == 0
     assert calibrate.call_args.args[3] == 32
     written = Cluster.from_json(out.read_text())

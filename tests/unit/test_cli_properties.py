@@ -184,7 +184,7 @@ def test_train_numeric_options(
 @given(option=st.sampled_from(["--ranks", "--probes", "--overhead"]), value=numbers())
 def test_probe_numeric_options(capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
     argv = ["probe", f"{option}={value}", "--out", "/nonexistent-dir/cluster.json"]
-    with mock.patch("pipetrain.runtime.overhead_probe.probe_local_cluster", side_effect=_Launched):  # starts ranks
+    with mock.patch("pipetrain.calibrate.overhead.probe_local_cluster", side_effect=_Launched):  # starts ranks
         assert_clean(*outcome(capsys, argv), argv)
 
 

@@ -29,7 +29,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LossKind, TensorSpec, loss_sum
 from pipetrain.graph.zoo import build_model
 from pipetrain.runtime import TrainConfig
-from pipetrain.runtime.data import make_batch, timed_batch
+from pipetrain.runtime.job.data import make_batch, timed_batch
 
 from ..gloo.models import mlp_graph
 

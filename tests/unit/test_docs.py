@@ -15,7 +15,7 @@ from pipetrain.cluster import Cluster
 from pipetrain.cluster_spec import parse_cluster_spec
 from pipetrain.plan.plan import Plan
 from pipetrain.profile.table import Profile
-from pipetrain.runtime.metrics import METRICS_HEADER
+from pipetrain.runtime.job.metrics import METRICS_HEADER
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline

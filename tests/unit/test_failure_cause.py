@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pipetrain.runtime.worker import in_communication
+from pipetrain.runtime.process.worker import in_communication
 
 
 def _raised(call: Callable[[], object]) -> BaseException:

@@ -20,7 +20,7 @@ from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.profile.estimate import estimate_profile
-from pipetrain.runtime.executor import check_runnable
+from pipetrain.runtime.interp.executor import check_runnable
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule, compute_schedule
 from pipetrain.schedule.interleaved_zb import held_bound, interleaved_zb_programs

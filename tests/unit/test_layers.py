@@ -1,9 +1,10 @@
-"""Packages import downward only: the import-linter contract in pyproject.toml holds.
+"""Packages import downward only: the import-linter contracts in pyproject.toml hold.
 
 The layers, lowest first: errors/fileio/allocator (shared leaves) → graph, cluster → profile →
-cost, cluster_spec → plan → schedule → simulate → planners → data → runtime → viz → api → demo →
-cli → __main__. ``make test`` runs the same check as ``lint-imports``. This test is there so that
-``pytest`` alone also catches an upward import.
+cost, cluster_spec → plan → schedule → simulate → planners → data → runtime → calibrate | reference →
+viz → api → demo → cli → __main__; inside the runtime, interp → job → process → train. ``make test``
+runs the same check as ``lint-imports``. This test is there so that ``pytest`` alone also catches an
+upward import.
 
 Every import counts: module level, inside a function, and under ``if TYPE_CHECKING:``.
 """

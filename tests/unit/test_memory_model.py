@@ -23,7 +23,7 @@ from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.profile.measure import measure_profile
 from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import LayerProfile, Profile
-from pipetrain.runtime.memory import ActivationMeter, measured_memory
+from pipetrain.runtime.interp.memory import ActivationMeter, measured_memory
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import activation_peaks, memory_need, stage_memory

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pipetrain.errors import UserError
-from pipetrain.runtime.config import StepMetrics
-from pipetrain.runtime.metrics import MetricsLog, MetricsRow, read_metrics
+from pipetrain.runtime.job.config import StepMetrics
+from pipetrain.runtime.job.metrics import MetricsLog, MetricsRow, read_metrics
 from pipetrain.viz.curves import loss_figure, save_loss_plot, smoothed
 
 HEADER = "step,samples_seen,wall_s,lr,loss,eval_loss,eval_accuracy"

@@ -11,7 +11,7 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName, parameter_copies
-from pipetrain.runtime.optim import (
+from pipetrain.runtime.job.optim import (
     ADAMW_WEIGHT_DECAY,
     LR_SCHEDULES,
     OptimizerSettings,

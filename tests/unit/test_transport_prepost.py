@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipetrain.runtime.transport import PREPOSTED, Direction, Message, Transport
+from pipetrain.runtime.interp.transport import PREPOSTED, Direction, Message, Transport
 
 ACT, GRAD = Direction.ACTIVATION, Direction.GRADIENT
 

@@ -17,7 +17,7 @@ from pipetrain.plan.placement import Placement, local_edges, placed_ranks, v_ran
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.partition import balanced_partition
 from pipetrain.planners.partition.v_shape import v_balanced_partition, v_key
-from pipetrain.runtime.executor import check_runnable
+from pipetrain.runtime.interp.executor import check_runnable
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.forward_only import forward_only_schedule
 from pipetrain.schedule.generators import build_schedule

@@ -15,7 +15,7 @@ from pipetrain.errors import UserError
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.profile.table import DEFAULT_WEIGHT_GRAD_SHARE, Profile
-from pipetrain.runtime.executor import check_runnable
+from pipetrain.runtime.interp.executor import check_runnable
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule, compute_schedule
 from pipetrain.schedule.schedule import Schedule

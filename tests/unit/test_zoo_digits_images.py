@@ -8,9 +8,9 @@ import torch
 from pipetrain.data import load_datasets
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
-from pipetrain.runtime.config import TrainConfig
-from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.train import reference_train
+from pipetrain.runtime import reference_train
+from pipetrain.runtime.job.config import TrainConfig
+from pipetrain.runtime.job.data import make_batch
 
 SHAPES = {
     "cnn-digits": [(16, 8, 8), (32, 8, 8), (32, 4, 4), (64, 4, 4), (10,)],

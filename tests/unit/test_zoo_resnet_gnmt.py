@@ -15,7 +15,7 @@ from pipetrain.graph.zoo import build_model
 from pipetrain.graph.zoo.lstm import LSTM
 from pipetrain.profile.estimate import estimate_profile, trace_kernels
 from pipetrain.runtime import TrainConfig, reference_train
-from pipetrain.runtime.data import make_batch
+from pipetrain.runtime.job.data import make_batch
 
 H, V, T = 1024, 32000, 50  # the gnmt preset
 

@@ -36,8 +36,7 @@ from pipetrain.planners.contract import ModelRef
 from pipetrain.profile.link import Workload, probe_cluster
 from pipetrain.profile.measure import measure_profile
 from pipetrain.profile.table import Profile
-from pipetrain.runtime.config import TrainConfig
-from pipetrain.runtime.train import train
+from pipetrain.runtime import TrainConfig, train
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 

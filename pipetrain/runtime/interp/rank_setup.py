@@ -1,5 +1,5 @@
 """A rank's stage, built: its layers with their deterministic initial weights, its optimizer and
-the state the interpreter (:mod:`pipetrain.runtime.executor`) runs it with; and the stage's
+the state the interpreter (:mod:`pipetrain.runtime.interp.executor`) runs it with; and the stage's
 parameters read back under the model's own names (checkpoints, results).
 """
 
@@ -17,12 +17,12 @@ from pipetrain.graph.dataflow import StageModule, chain_ports, chain_stage, port
 from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, ranges
-from pipetrain.runtime.dag_handlers import DagStage, dag_ports
-from pipetrain.runtime.executor import OptimizerFactory, Range, RankContext
-from pipetrain.runtime.local_handlers import build_local_stage
-from pipetrain.runtime.memory import ActivationMeter
-from pipetrain.runtime.transport import Transport
-from pipetrain.runtime.versions import WeightVersions
+from pipetrain.runtime.interp.dag_handlers import DagStage, dag_ports
+from pipetrain.runtime.interp.executor import OptimizerFactory, Range, RankContext
+from pipetrain.runtime.interp.local_handlers import build_local_stage
+from pipetrain.runtime.interp.memory import ActivationMeter
+from pipetrain.runtime.interp.transport import Transport
+from pipetrain.runtime.interp.versions import WeightVersions
 from pipetrain.schedule.action import Action
 
 __all__ = ["HEAD_PREFIX", "build_rank_context", "build_stage_module", "head_parameters", "share_local_buffers",

@@ -1,29 +1,21 @@
-"""Timing every action and assembling the measured :class:`Timeline`.
+"""What each rank measured over a run, and the measured :class:`Timeline` assembled from it.
 
-Each rank times its own actions with ``time.perf_counter`` relative to a per-step origin ``t0``
-taken right after a barrier, so all ranks share (to within the barrier's skew) the same origin.
-At the end of a run the events go to rank 0 once (``dist.gather_object``), never during timed
-steps. A step's time is the latest action end over all ranks. The timeline kept is that of the
-median timed step (warm-up steps excluded); ``iterations_s`` holds every timed step's time.
-
-For a SEND the event spans the call that posted it; for a RECV, the time the rank waited; for
-compute, the computation (on CUDA the recorder synchronises the device after each action).
+At the end of a run every rank's :class:`RankRecord` goes to rank 0 once (``dist.gather_object``),
+never during timed steps. A step's time is the latest action end over all ranks. The timeline kept
+is that of the median timed step (warm-up steps excluded); ``iterations_s`` holds every timed step's
+time.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipetrain.runtime.config import StepMetrics
-from pipetrain.runtime.memory import MeasuredMemory
-from pipetrain.schedule.action import Action
+from pipetrain.runtime.interp.memory import MeasuredMemory
+from pipetrain.runtime.job.config import StepMetrics
 from pipetrain.simulate.timeline import Event, Timeline
 
-__all__ = ["RankRecord", "StepRecorder", "assemble_timeline", "median_step", "step_times"]
-
-StepEvents = list[Event]
+__all__ = ["RankRecord", "assemble_timeline", "median_step", "step_times"]
 
 
 @dataclass(frozen=True)
@@ -48,45 +40,6 @@ class RankRecord:
     data_wait_s: tuple[float, ...] = ()
     checkpoint_s: tuple[float, ...] = ()
     memory: MeasuredMemory | None = None
-
-
-class StepRecorder:
-    """An action hook (see ``executor.ActionHook``) that records one event per action.
-
-    Args:
-        rank: the rank recorded.
-        synchronize: called before reading the clock (``torch.cuda.synchronize`` on CUDA).
-    """
-
-    def __init__(self, rank: int, synchronize: Callable[[], None] | None = None) -> None:
-        self.rank = rank
-        self._sync = synchronize
-        self._t0 = 0.0
-        self._start = 0.0
-        self._events: StepEvents = []
-        self.steps: list[tuple[Event, ...]] = []
-
-    def _now(self) -> float:
-        if self._sync is not None:
-            self._sync()
-        return time.perf_counter()
-
-    def start_step(self) -> None:
-        """Take this step's time origin; call right after the step's barrier."""
-        self._events = []
-        self._t0 = self._now()
-
-    def before(self, index: int, action: Action) -> None:
-        self._start = self._now()
-
-    def after(self, index: int, action: Action) -> None:
-        end = self._now()
-        self._events.append(Event(self.rank, action, self._start - self._t0, end - self._t0))
-
-    def end_step(self) -> float:
-        """Close the step; returns this rank's time for it (its last action's end, seconds)."""
-        self.steps.append(tuple(self._events))
-        return self._events[-1].end_s if self._events else 0.0
 
 
 def step_times(records: Sequence[RankRecord]) -> list[float]:

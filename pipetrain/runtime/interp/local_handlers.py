@@ -1,6 +1,6 @@
 """The F, B and STEP handlers of local learning (PPLL, Guo et al. 2024; docs/algorithms.md §6).
 
-The interpreter (:mod:`pipetrain.runtime.executor`) sends F, B and STEP here when its rank's
+The interpreter (:mod:`pipetrain.runtime.interp.executor`) sends F, B and STEP here when its rank's
 context has a :class:`LocalStage`; RECV_F and SEND_F are the ordinary ones. Per micro-batch
 ``[lo, hi)`` of ``b`` samples on stage ``k``::
 
@@ -30,7 +30,7 @@ from pipetrain.plan.methods import LocalParams
 from pipetrain.plan.plan import Plan
 
 if TYPE_CHECKING:
-    from pipetrain.runtime.executor import RankContext
+    from pipetrain.runtime.interp.executor import RankContext
     from pipetrain.schedule.action import Action
 
 __all__ = ["LocalStage", "build_local_stage", "local_backward", "local_forward", "local_step"]

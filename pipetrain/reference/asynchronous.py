@@ -31,9 +31,8 @@ from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.methods import Method, WeightPolicy
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.config import TrainConfig, TrainJob
-from pipetrain.runtime.data import timed_batch
-from pipetrain.runtime.job import job_loss
+from pipetrain.runtime.job.config import TrainConfig, TrainJob, job_loss
+from pipetrain.runtime.job.data import timed_batch
 
 __all__ = ["emulate_async", "microbatch_version", "step_group"]
 

@@ -5,7 +5,7 @@ queue) and torchrun (ranks started by torchrun, results on rank 0). A session ma
 jobs (plans) one after another in one process group, so tests and benchmarks pay the start-up once;
 a rank that a job's plan does not use runs an empty program but still joins its barriers.
 
-What a job does on a rank, step by step, is :mod:`pipetrain.runtime.job`'s.
+What a job does on a rank, step by step, is :mod:`pipetrain.runtime.job.loop`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 import os
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
@@ -23,25 +23,15 @@ import torch.distributed as dist
 from torch.distributed.distributed_c10d import PrefixStore, Store
 
 from pipetrain.allocator import keep_freed_memory
-from pipetrain.errors import Interrupted, PipelineFailure, UserError
-from pipetrain.plan.methods import Method
+from pipetrain.errors import Interrupted, PipelineFailure
 from pipetrain.plan.plan import Plan
-from pipetrain.plan.stage_graph import validate_for_graph
-from pipetrain.runtime import interrupts
-from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
-from pipetrain.runtime.data import steps_per_epoch, timed_batch
-from pipetrain.runtime.evaluate import eval_dataset, has_eval_set
-from pipetrain.runtime.executor import check_runnable
-from pipetrain.runtime.job import job_loss, run_job
-from pipetrain.runtime.job_checkpoint import find_resume
-from pipetrain.runtime.optim import check_lr_schedule
-from pipetrain.runtime.transport import PREPOST_BYTES, Transport, TransportError
-from pipetrain.runtime.watchdog import Watchdog
-from pipetrain.schedule.generators import build_schedule
-from pipetrain.schedule.versions import check_chunks
+from pipetrain.runtime.interp.transport import PREPOST_BYTES, Transport, TransportError
+from pipetrain.runtime.job.config import StepMetrics, TrainConfig, TrainJob, TrainResult
+from pipetrain.runtime.job.loop import run_job
+from pipetrain.runtime.process import interrupts
+from pipetrain.runtime.process.watchdog import Watchdog
 
-__all__ = ["RankFailure", "Rendezvous", "Reporter", "check_job", "in_communication", "rank_label", "run_session",
-           "tcp_store"]
+__all__ = ["RankFailure", "Rendezvous", "Reporter", "in_communication", "rank_label", "run_session", "tcp_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,65 +101,6 @@ def tcp_store(host: str, port: int, is_master: bool, timeout: timedelta) -> Stor
     return dist.TCPStore(  # type: ignore[attr-defined]  # not re-exported in torch's stubs
         host, port, None, is_master, timeout=timeout, wait_for_workers=False
     )
-
-
-def check_job(job: TrainJob) -> TrainJob:
-    """Everything that can be checked before starting processes; returns the job with its schedule
-    resolved (the plan's own when it has none) and validated against the plan, and ``epochs``
-    turned into ``steps``.
-
-    Raises:
-        UserError: naming what to change.
-    """
-    plan, graph, config = job.plan, job.graph, job.config
-    validate_for_graph(plan, graph)
-    config = _resolve_steps(job)
-    if plan.asynchronous:
-        _check_async(plan, config)
-    if plan.method is Method.LOCAL and config.clip_grad_norm is not None:
-        raise UserError("--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
-                        "drop it with --method local")
-    schedule = build_schedule(plan, config.steps) if job.schedule is None else job.schedule
-    check_runnable(schedule, plan)
-    if plan.asynchronous:
-        check_chunks(schedule, plan, config.steps)
-    if config.fault is not None and config.fault.rank >= plan.n_ranks:
-        raise UserError(f"fault rank {config.fault.rank} is not one of the plan's {plan.n_ranks} ranks")
-    timed_batch(graph, plan.batch_size, 0, config.seed, config.data)
-    job_loss(job)
-    if has_eval_set(config.data):
-        eval_dataset(config.data, graph)
-    resumed = find_resume(replace(job, config=config))
-    if resumed is not None:  # every rank then reads this very checkpoint
-        config = replace(config, resume=resumed.folder)
-    return replace(job, schedule=schedule, config=config)
-
-
-def _resolve_steps(job: TrainJob) -> TrainConfig:
-    """The job's config with ``epochs`` turned into ``steps``."""
-    config, graph = job.config, job.graph
-    if config.epochs is None:
-        return config
-    per_epoch = steps_per_epoch(graph, job.plan.batch_size, config.seed, config.data)
-    if per_epoch is None:
-        raise UserError(f"data {config.data!r} has no epochs; give steps instead")
-    config = replace(config, steps=config.epochs * per_epoch)
-    if config.warmup_steps >= config.steps:
-        config = replace(config, warmup_steps=0)
-    check_lr_schedule(config.lr_schedule, config.lr_warmup_steps, config.steps)
-    return config
-
-
-def _check_async(plan: Plan, config: TrainConfig) -> None:
-    """What an asynchronous run cannot do yet: its stages step at different moments, and micro-batches
-    are in flight at every step's end."""
-    method = plan.method.value
-    if config.clip_grad_norm is not None:
-        raise UserError(f"method {method} cannot clip the global gradient norm (its stages step at different "
-                        "moments); leave out --clip-grad-norm")
-    if config.checkpoint_dir is not None or config.resume is not None:
-        raise UserError(f"method {method} cannot checkpoint or resume yet (micro-batches are in flight between "
-                        "steps); leave out --checkpoint-dir and --resume")
 
 
 def rank_label(plan: Plan | None, rank: int) -> str:

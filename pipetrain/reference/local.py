@@ -32,13 +32,12 @@ from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.methods import LocalParams, Method
 from pipetrain.plan.plan import Plan, ranges
-from pipetrain.runtime.config import TrainConfig, TrainJob
-from pipetrain.runtime.data import make_batch
-from pipetrain.runtime.evaluate import eval_dataset, evaluate_module, has_eval_set
-from pipetrain.runtime.job import job_loss
-from pipetrain.runtime.optim import set_lr
-from pipetrain.runtime.rank_setup import HEAD_PREFIX, stage_specs
-from pipetrain.runtime.worker import check_job
+from pipetrain.runtime.interp.rank_setup import HEAD_PREFIX, stage_specs
+from pipetrain.runtime.job.checks import check_job
+from pipetrain.runtime.job.config import TrainConfig, TrainJob, job_loss
+from pipetrain.runtime.job.data import make_batch
+from pipetrain.runtime.job.evaluate import eval_dataset, evaluate_module, has_eval_set
+from pipetrain.runtime.job.optim import set_lr
 
 __all__ = ["LocalRun", "emulate_local"]
 

@@ -1,7 +1,7 @@
 """The launching process's progress bar: one row per job with step, loss, eval, samples/s and ETA.
 
 samples/s is ``B / median step time`` over the timed steps seen so far (the warm-up steps left
-out), the same definition as :attr:`~pipetrain.runtime.config.TrainResult.samples_per_s`, measured
+out), the same definition as :attr:`~pipetrain.runtime.job.config.TrainResult.samples_per_s`, measured
 on the last stage (the result takes the slowest rank per step, so the two may differ slightly).
 """
 
@@ -23,7 +23,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from pipetrain.runtime.config import StepMetrics, TrainJob
+from pipetrain.runtime.job.config import StepMetrics, TrainJob
 
 __all__ = ["ProgressDisplay", "open_display"]
 

@@ -2,7 +2,7 @@
 
 Saving is collective: every rank of the launch writes its shard (:func:`stage_state`, only the
 first rank of a stage writes the stage's tensors), then the shards' descriptions go to rank 0, which
-writes the manifest last (:func:`~pipetrain.runtime.checkpoint.write_manifest`). Resuming: every rank
+writes the manifest last (:func:`~pipetrain.runtime.job.checkpoint.write_manifest`). Resuming: every rank
 reads the newest whole checkpoint's manifest and the shards holding its layers; with the plan's
 layout unchanged it also takes back its RNG state, so the resumed run equals an unbroken one bit
 for bit; with another layout the tensors are resharded by name and the RNG states start afresh.
@@ -22,7 +22,9 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.checkpoint import (
+from pipetrain.runtime.interp.executor import RankContext
+from pipetrain.runtime.interp.rank_setup import HEAD_PREFIX
+from pipetrain.runtime.job.checkpoint import (
     MANIFEST,
     Checkpoint,
     State,
@@ -35,9 +37,7 @@ from pipetrain.runtime.checkpoint import (
     write_manifest,
     write_shard,
 )
-from pipetrain.runtime.config import TrainJob
-from pipetrain.runtime.executor import RankContext
-from pipetrain.runtime.rank_setup import HEAD_PREFIX
+from pipetrain.runtime.job.config import TrainJob
 
 __all__ = ["checkpoint_due", "find_resume", "manifest_fields", "resume", "save"]
 

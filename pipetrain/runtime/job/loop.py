@@ -4,8 +4,8 @@ Per step, every rank of the plan: takes its batch (stage 0 the inputs, the last 
 timed as data wait), waits at a barrier, takes the step's time origin and runs its program through
 the interpreter with the recorder (and, in tests, a fault) hooked around every action. When an
 evaluation is due (every ``eval_every`` steps and after the last), every rank runs the eval set
-through the plan's forward-only programs (:mod:`pipetrain.runtime.evaluate`). The last stage's first
-rank turns each step into a :class:`~pipetrain.runtime.config.StepMetrics` row: it reports it (the
+through the plan's forward-only programs (:mod:`pipetrain.runtime.job.evaluate`). The last stage's first
+rank turns each step into a :class:`~pipetrain.runtime.job.config.StepMetrics` row: it reports it (the
 progress bar), appends it to ``<out>/metrics.csv`` (flushed, so a killed run keeps its rows) and
 keeps it for the result. At the end every rank's record goes to rank 0.
 """
@@ -25,28 +25,34 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipetrain.data import EvalResult, Loss, model_loss, resolve_loss
+from pipetrain.data import EvalResult
 from pipetrain.errors import Interrupted, UserError
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime import job_checkpoint
-from pipetrain.runtime.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult
-from pipetrain.runtime.data import timed_batch
-from pipetrain.runtime.evaluate import eval_dataset, evaluate_rank, has_eval_set
-from pipetrain.runtime.executor import Contexts, RankContext, expected_receives, run_program
-from pipetrain.runtime.memory import MeasuredMemory, measured_memory
-from pipetrain.runtime.metrics import MetricsLog
-from pipetrain.runtime.optim import clip_grad_norm_global, set_lr
-from pipetrain.runtime.rank_setup import build_rank_context, head_parameters, share_local_buffers, stage_parameters
-from pipetrain.runtime.recorder import RankRecord, StepRecorder, assemble_timeline, step_times
-from pipetrain.runtime.transport import Transport
+from pipetrain.runtime.interp.executor import Contexts, RankContext, expected_receives, run_program
+from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
+from pipetrain.runtime.interp.rank_setup import (
+    build_rank_context,
+    head_parameters,
+    share_local_buffers,
+    stage_parameters,
+)
+from pipetrain.runtime.interp.recorder import StepRecorder
+from pipetrain.runtime.interp.transport import Transport
+from pipetrain.runtime.job import rank_checkpoint
+from pipetrain.runtime.job.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult, job_loss
+from pipetrain.runtime.job.data import timed_batch
+from pipetrain.runtime.job.evaluate import eval_dataset, evaluate_rank, has_eval_set
+from pipetrain.runtime.job.metrics import MetricsLog
+from pipetrain.runtime.job.optim import clip_grad_norm_global, set_lr
+from pipetrain.runtime.job.records import RankRecord, assemble_timeline, step_times
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.versions import batch_chunks
 
-__all__ = ["JobSession", "job_loss", "run_job"]
+__all__ = ["JobSession", "run_job"]
 
 
 class JobSession(Protocol):
-    """What a job needs of its rank's session (:class:`~pipetrain.runtime.worker._Session`)."""
+    """What a job needs of its rank's session (:class:`~pipetrain.runtime.process.worker._Session`)."""
 
     plan: Plan | None
     step: int | None
@@ -64,12 +70,6 @@ class JobSession(Protocol):
     def synchronize(self) -> None: ...
 
     def report(self, job: int, row: StepMetrics) -> None: ...
-
-
-def job_loss(job: TrainJob) -> Loss:
-    """The job's loss: ``config.loss`` resolved against the model's targets, or the model's own."""
-    name = job.config.loss
-    return model_loss(job.graph.loss) if name is None else resolve_loss(name, job.graph.target)
 
 
 class _FaultHook:
@@ -129,7 +129,7 @@ class _JobRun:
         self.fault = _FaultHook(job.config.fault, rank, len(self.program))
         self.reports = self.ctx is not None and self.ctx.is_last and rank == plan.stages[-1].ranks[0]
         self.rows: list[StepMetrics] = []
-        self.first_step = job_checkpoint.resume(job, list(self.ctxs.values()), rank)
+        self.first_step = rank_checkpoint.resume(job, list(self.ctxs.values()), rank)
         out = job.config.out
         self.log = MetricsLog.open(out, self.first_step or None) if self.reports and out is not None else None
         self.waits: list[float] = []
@@ -175,14 +175,14 @@ class _JobRun:
         evaluation = self._evaluate() if due else None
         if self.reports and ctx is not None and loss is not None:
             self._report(ctx, step, loss, step_s, wait, evaluation)
-        if job_checkpoint.checkpoint_due(self.job, step + 1):
+        if rank_checkpoint.checkpoint_due(self.job, step + 1):
             self._save(step + 1)
 
     def _save(self, done: int) -> Path:
         start = time.perf_counter()
         if self.manifest_fields is None and self.session.rank == 0:
-            self.manifest_fields = job_checkpoint.manifest_fields(self.job)
-        folder = job_checkpoint.save(self.job, list(self.ctxs.values()), self.session.rank,
+            self.manifest_fields = rank_checkpoint.manifest_fields(self.job)
+        folder = rank_checkpoint.save(self.job, list(self.ctxs.values()), self.session.rank,
                                      self.session.world_size, done, self.manifest_fields)
         self.saves.append(time.perf_counter() - start)
         return folder

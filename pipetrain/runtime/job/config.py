@@ -15,19 +15,19 @@ from typing import Literal
 import torch
 from torch import nn
 
-from pipetrain.data import check_source_name
+from pipetrain.data import Loss, check_source_name, model_loss, resolve_loss
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.data import DataSource
-from pipetrain.runtime.memory import MeasuredMemory
-from pipetrain.runtime.metrics import MetricsRow
-from pipetrain.runtime.optim import LRSchedule, OptimizerSettings, build_optimizer, check_lr_schedule, lr_at
+from pipetrain.runtime.interp.memory import MeasuredMemory
+from pipetrain.runtime.job.data import DataSource
+from pipetrain.runtime.job.metrics import MetricsRow
+from pipetrain.runtime.job.optim import LRSchedule, OptimizerSettings, build_optimizer, check_lr_schedule, lr_at
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
-__all__ = ["FaultInjection", "InjectedFault", "StepMetrics", "TrainConfig", "TrainJob", "TrainResult"]
+__all__ = ["FaultInjection", "InjectedFault", "StepMetrics", "TrainConfig", "TrainJob", "TrainResult", "job_loss"]
 
 Backend = Literal["gloo", "nccl"]
 
@@ -67,7 +67,7 @@ class TrainConfig:
     Attributes:
         steps: optimizer steps (mini-batches) to run, warm-up included.
         epochs: when given, overrides ``steps``: ``epochs × (train samples // batch size)`` steps
-            (data with a train set only; :func:`~pipetrain.runtime.worker.check_job` resolves it).
+            (data with a train set only; :func:`~pipetrain.runtime.process.worker.check_job` resolves it).
         warmup_steps: first steps left out of timing (the timeline and samples/s).
         optimizer: ``"sgd"``, ``"sgd-momentum"``, ``"adam"`` or ``"adamw"``
             (:data:`~pipetrain.plan.memory.OptimizerName`), one per stage over the stage's parameters.
@@ -75,7 +75,7 @@ class TrainConfig:
         momentum: SGD momentum; None: 0.9 for ``"sgd-momentum"``, 0 for ``"sgd"`` (Adam takes none).
         weight_decay: None: 0.01 for ``"adamw"`` (decoupled), 0 for the others (an L2 term).
         lr_schedule: ``"constant"``, ``"cosine"`` or ``"warmup-cosine"`` over the steps
-            (:func:`~pipetrain.runtime.optim.lr_at`); ``lr`` is the peak.
+            (:func:`~pipetrain.runtime.job.optim.lr_at`); ``lr`` is the peak.
         lr_warmup_steps: linear warm-up steps of ``"warmup-cosine"``.
         clip_grad_norm: clip the gradient's global norm over all stages to this (as
             ``torch.nn.utils.clip_grad_norm_`` on the whole model), or None.
@@ -86,7 +86,7 @@ class TrainConfig:
         eval_every: evaluate on the eval set every this many steps (0: only after the last step);
             data without an eval set (``synthetic``) is never evaluated.
         out: a folder for ``metrics.csv`` (one row per step, written as training goes), or None.
-        checkpoint_dir: where checkpoints go (:mod:`pipetrain.runtime.checkpoint`), or None: after
+        checkpoint_dir: where checkpoints go (:mod:`pipetrain.runtime.job.checkpoint`), or None: after
             the last step, every ``checkpoint_every`` steps, and when a stop signal arrives.
         checkpoint_every: steps between checkpoints (0: only after the last step).
         keep: how many whole checkpoints to keep, newest first (None: all).
@@ -188,7 +188,7 @@ class TrainJob:
 
     ``schedule`` is what every rank executes: a validated Schedule for ``plan`` (e.g. edited by
     hand, or the one the simulator scored), or None for the plan's own
-    (:func:`~pipetrain.schedule.generators.build_schedule`); :func:`~pipetrain.runtime.worker.check_job`
+    (:func:`~pipetrain.schedule.generators.build_schedule`); :func:`~pipetrain.runtime.process.worker.check_job`
     resolves and validates it before any rank starts.
     """
 
@@ -197,6 +197,12 @@ class TrainJob:
     config: TrainConfig
     return_parameters: bool = False
     schedule: Schedule | None = None
+
+
+def job_loss(job: TrainJob) -> Loss:
+    """The job's loss: ``config.loss`` resolved against the model's targets, or the model's own."""
+    name = job.config.loss
+    return model_loss(job.graph.loss) if name is None else resolve_loss(name, job.graph.target)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ PipeDream's weight stashing (Narayanan et al. 2019, §3.3; docs/algorithms.md §
 must run on the weights its forward ran on, although the stage has stepped in between. PipeDream-2BW
 (2021) runs micro-batches on a version one step old. In both, an action names its
 version (``1F7[14:16]v5``) and this store serves it; the interpreter's F, B and STEP handlers call
-it (:mod:`pipetrain.runtime.executor`), there is no other loop.
+it (:mod:`pipetrain.runtime.interp.executor`), there is no other loop.
 
 Version ``v`` is the stage's weights after ``v`` optimizer steps. The module's own parameters are
 the newest weights, which the optimizer updates in place; every version an action still needs is

@@ -1,4 +1,4 @@
-"""Starting the ranks: locally (one spawned process per rank) or under torchrun.
+"""Starting the ranks locally: one spawned process per rank (torchrun's ranks: :mod:`.torchrun`).
 
 Local launch::
 
@@ -10,16 +10,11 @@ The parent hosts the rendezvous store itself (port 0, so no port race). Ranks us
 NCCL with one GPU per rank (``cuda:{rank}``). A failure is reported as the *cause*: a rank that
 raised beats a rank that died without a word (killed), which beats ranks that only lost contact with
 a failed peer.
-
-Under torchrun (``torchrun --nproc-per-node 2 -m pipetrain train ...``), :func:`run_worker_from_env`
-reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` and runs the
-same worker; rank 0 returns the result. The watchdog makes such ranks stop when a peer dies.
 """
 
 from __future__ import annotations
 
 import io
-import logging
 import multiprocessing
 import os
 import queue as queue_module
@@ -38,17 +33,12 @@ from torch.distributed.distributed_c10d import Store
 
 from pipetrain.callables import cwd_first
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
-from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Plan
-from pipetrain.runtime import interrupts
-from pipetrain.runtime.config import StepMetrics, TrainConfig, TrainJob, TrainResult
-from pipetrain.runtime.progress import ProgressDisplay, open_display
-from pipetrain.runtime.worker import RankFailure, Rendezvous, check_job, rank_label, run_session, tcp_store
-from pipetrain.schedule.schedule import Schedule
+from pipetrain.runtime.job.config import StepMetrics, TrainJob, TrainResult
+from pipetrain.runtime.process import interrupts
+from pipetrain.runtime.process.progress import ProgressDisplay, open_display
+from pipetrain.runtime.process.worker import RankFailure, Rendezvous, rank_label, run_session, tcp_store
 
-__all__ = ["launch_local", "refuse_rerun_of_main", "run_worker_from_env"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["describe_exit", "launch_local", "refuse_rerun_of_main"]
 
 _GRACE_S = 2.0  # after a first failure, how long to wait for the ranks' own reports
 _POLL_S = 0.05
@@ -362,66 +352,3 @@ def launch_local(jobs: Sequence[TrainJob], *, progress: bool = False) -> list[Tr
         channel.close()
         channel.cancel_join_thread()
         del store
-
-
-# ---- torchrun -------------------------------------------------------------------------------
-
-
-class _LogReporter:
-    """A torchrun rank's reports go to the log (torchrun collects each rank's output)."""
-
-    def started(self, rank: int, job: int) -> None:
-        logger.debug("rank %d: job %d started", rank, job)
-
-    def progress(self, job: int, row: StepMetrics) -> None:
-        evaluation = f", eval loss {row.eval_loss:.4f}" if row.eval_loss is not None else ""
-        logger.info("step %d: loss %.4f%s, %.3f s", row.step, row.loss, evaluation, row.step_s)
-
-    def failed(self, rank: int, message: str, secondary: bool, details: str) -> None:
-        logger.error("%s", message)
-
-    def flush(self) -> None:
-        pass
-
-
-def _env_int(name: str) -> int:
-    try:
-        return int(os.environ[name])
-    except (KeyError, ValueError):
-        raise UserError(f"environment variable {name} is missing or not an integer; start with torchrun") from None
-
-
-def _check_gpu(config: TrainConfig, local_rank: int) -> None:
-    if config.resolved_backend() == "nccl" and local_rank >= torch.cuda.device_count():
-        raise UserError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible)")
-
-
-def run_worker_from_env(
-    graph: LayerGraph, plan: Plan, config: TrainConfig, *, schedule: Schedule | None = None,
-    return_parameters: bool = False,
-) -> TrainResult | None:
-    """Run this process's rank of a torchrun launch; rank 0 returns the result, others None.
-
-    ``schedule``: what the ranks execute (every rank must load the same one); default the plan's own.
-
-    Raises:
-        UserError: the torchrun variables are missing, or the world size does not match the plan.
-        PipelineFailure: this rank failed, or stopped because a peer failed (named if known).
-    """
-    rank, world_size, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
-    if world_size != plan.n_ranks:
-        raise UserError(f"torchrun started {world_size} ranks but the plan uses {plan.n_ranks}; "
-                        f"use --nproc-per-node/--nnodes to start {plan.n_ranks}")
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-    rdv = Rendezvous(
-        host=os.environ.get("MASTER_ADDR", "127.0.0.1"), port=_env_int("MASTER_PORT"), rank=rank,
-        world_size=world_size, local_rank=local_rank, store_is_master=rank == 0 and not agent_store,
-        prefix=f"pipetrain/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}",
-    )
-    _check_gpu(config, local_rank)
-    job = check_job(TrainJob(graph, plan, config, return_parameters, schedule))
-    try:
-        results = run_session(rdv, [job], _LogReporter())
-    except RankFailure as e:
-        raise PipelineFailure(e.message) from e
-    return results[0] if results else None

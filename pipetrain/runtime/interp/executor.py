@@ -26,7 +26,7 @@ Handler semantics (``[lo, hi)`` is the action's sample range, ``B`` the mini-bat
             its output, accumulated into .grad; then the micro-batch's activations are released
 
 Local learning (method ``local``): on a rank whose context has ``local`` state, F, B and STEP are
-:mod:`pipetrain.runtime.local_handlers`' (a local loss through an auxiliary head, a local backward
+:mod:`pipetrain.runtime.interp.local_handlers`' (a local loss through an auxiliary head, a local backward
 and a per-micro-batch step); evaluation and the communication handlers are the ones above.
 
 Gradient weighting (STYLE.md L14): the loss of every micro-batch is the *sum* of its samples' losses
@@ -36,7 +36,7 @@ of a replicated stage each hold the sum over their own micro-batches, so summing
 stage's group at STEP gives the whole batch's gradient (no averaging, no learning-rate scaling).
 
 Asynchronous methods (``pipedream``, ``2bw``): F and B run on the version their action names and B
-hands its weight gradients to the module; STEP commits a new version (:mod:`pipetrain.runtime.versions`).
+hands its weight gradients to the module; STEP commits a new version (:mod:`pipetrain.runtime.interp.versions`).
 The program spans the run and runs one batch's chunk per step (:func:`~pipetrain.schedule.versions.
 batch_chunks`), so in-flight micro-batches stay kept across steps and ranges index the run
 (``sample_offset``); under ``pipedream`` each micro-batch is a mini-batch and its loss is divided by
@@ -72,12 +72,19 @@ from pipetrain.graph.layer_graph import TensorSpec
 from pipetrain.graph.split_backward import StageParts, WeightWork, input_grads, layer_outputs, weight_grads
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.buffers import ChunkBuffer
-from pipetrain.runtime.dag_handlers import DagStage, dag_backward, dag_forward, dag_message_spec, dag_recv, dag_send
-from pipetrain.runtime.local_handlers import LocalStage, local_backward, local_forward, local_step
-from pipetrain.runtime.memory import ActivationMeter
-from pipetrain.runtime.transport import Direction, Message, Transport
-from pipetrain.runtime.versions import WeightVersions
+from pipetrain.runtime.interp.buffers import ChunkBuffer
+from pipetrain.runtime.interp.dag_handlers import (
+    DagStage,
+    dag_backward,
+    dag_forward,
+    dag_message_spec,
+    dag_recv,
+    dag_send,
+)
+from pipetrain.runtime.interp.local_handlers import LocalStage, local_backward, local_forward, local_step
+from pipetrain.runtime.interp.memory import ActivationMeter
+from pipetrain.runtime.interp.transport import Direction, Message, Transport
+from pipetrain.runtime.interp.versions import WeightVersions
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import validate_for_plan

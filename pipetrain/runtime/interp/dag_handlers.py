@@ -1,6 +1,6 @@
 """The handlers of a stage in a DAG of stages (method ``graph``, GraphPipe, Jeon et al. 2025, §3.4).
 
-The interpreter (:mod:`pipetrain.runtime.executor`) sends F, B and the communication actions here
+The interpreter (:mod:`pipetrain.runtime.interp.executor`) sends F, B and the communication actions here
 when its rank's context has a :class:`DagStage`. A stage has one port per neighbouring stage
 (:mod:`pipetrain.graph.dataflow`): it receives from each predecessor ``p`` the values of ``p``'s
 layers it reads, packed into one tensor ``[b, n_p]``, and sends each successor ``t`` those it reads.
@@ -28,11 +28,11 @@ import torch
 from pipetrain.graph.dataflow import MODEL_INPUT, Port, port_spec
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.buffers import ChunkBuffer
+from pipetrain.runtime.interp.buffers import ChunkBuffer
 from pipetrain.schedule.action import ActionKind
 
 if TYPE_CHECKING:
-    from pipetrain.runtime.executor import RankContext
+    from pipetrain.runtime.interp.executor import RankContext
     from pipetrain.schedule.action import Action
 
 __all__ = ["DagStage", "dag_backward", "dag_forward", "dag_message_spec", "dag_ports", "dag_recv", "dag_send"]

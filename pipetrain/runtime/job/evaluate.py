@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 from pipetrain.data import EvalResult, EvalTally, Loss, Sample, eval_batches, load_datasets
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.executor import Contexts, RankContext, expected_receives, run_program
+from pipetrain.runtime.interp.executor import Contexts, RankContext, expected_receives, run_program
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.forward_only import forward_only_schedule
 

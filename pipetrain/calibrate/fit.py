@@ -12,7 +12,7 @@ and they depend on the model (a layer's size decides how much falls out of the c
   fitted on a 2-core container: gpt-tiny 0.88-0.97, the 8-layer mlp 0.97-1.01);
 - ``overhead_s``: the runtime's seconds per F, B or W action on this model (``Cluster.action_overhead_s``;
   there gpt-tiny 0.2-0.3 ms, the mlp, whose layers hold 32 MiB of weights each, 0.9-1.9 ms;
-  the probe of :mod:`~pipetrain.runtime.overhead_probe` measures it on a tiny model, where actions
+  the probe of :mod:`~pipetrain.calibrate.overhead` measures it on a tiny model, where actions
   cost microseconds and nothing falls out of a cache);
 - ``collective``: the all-reduce of a replicated stage's gradients at the end of a step
   (``Cluster.collective``). The probe times it back to back, with both ranks' threads awake; in a
@@ -53,8 +53,7 @@ from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.profile.table import Profile
-from pipetrain.runtime.config import TrainConfig
-from pipetrain.runtime.train import train
+from pipetrain.runtime import TrainConfig, train
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 

@@ -34,7 +34,7 @@ METRICS_HEADER: Final = ("step", "samples_seen", "wall_s", "lr", "loss", "eval_l
 
 @dataclass(frozen=True)
 class MetricsRow:
-    """One row of ``metrics.csv`` (:class:`~pipetrain.runtime.config.StepMetrics` adds what the CSV
+    """One row of ``metrics.csv`` (:class:`~pipetrain.runtime.job.config.StepMetrics` adds what the CSV
     leaves out).
 
     Attributes:

@@ -1,0 +1,82 @@
+"""What a job is checked for before any rank starts: the plan against the model, the schedule
+against the plan and the handlers, the settings against the method, the data, the loss and the
+checkpoint to resume (:func:`check_job`; every launcher and the single-process references call it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipetrain.errors import UserError
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
+from pipetrain.plan.stage_graph import validate_for_graph
+from pipetrain.runtime.interp.executor import check_runnable
+from pipetrain.runtime.job.config import TrainConfig, TrainJob, job_loss
+from pipetrain.runtime.job.data import steps_per_epoch, timed_batch
+from pipetrain.runtime.job.evaluate import eval_dataset, has_eval_set
+from pipetrain.runtime.job.optim import check_lr_schedule
+from pipetrain.runtime.job.rank_checkpoint import find_resume
+from pipetrain.schedule.generators import build_schedule
+from pipetrain.schedule.versions import check_chunks
+
+__all__ = ["check_job"]
+
+
+def check_job(job: TrainJob) -> TrainJob:
+    """Everything that can be checked before starting processes; returns the job with its schedule
+    resolved (the plan's own when it has none) and validated against the plan, and ``epochs``
+    turned into ``steps``.
+
+    Raises:
+        UserError: naming what to change.
+    """
+    plan, graph, config = job.plan, job.graph, job.config
+    validate_for_graph(plan, graph)
+    config = _resolve_steps(job)
+    if plan.asynchronous:
+        _check_async(plan, config)
+    if plan.method is Method.LOCAL and config.clip_grad_norm is not None:
+        raise UserError("--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
+                        "drop it with --method local")
+    schedule = build_schedule(plan, config.steps) if job.schedule is None else job.schedule
+    check_runnable(schedule, plan)
+    if plan.asynchronous:
+        check_chunks(schedule, plan, config.steps)
+    if config.fault is not None and config.fault.rank >= plan.n_ranks:
+        raise UserError(f"fault rank {config.fault.rank} is not one of the plan's {plan.n_ranks} ranks")
+    timed_batch(graph, plan.batch_size, 0, config.seed, config.data)
+    job_loss(job)
+    if has_eval_set(config.data):
+        eval_dataset(config.data, graph)
+    resumed = find_resume(replace(job, config=config))
+    if resumed is not None:  # every rank then reads this very checkpoint
+        config = replace(config, resume=resumed.folder)
+    return replace(job, schedule=schedule, config=config)
+
+
+def _resolve_steps(job: TrainJob) -> TrainConfig:
+    """The job's config with ``epochs`` turned into ``steps``."""
+    config, graph = job.config, job.graph
+    if config.epochs is None:
+        return config
+    per_epoch = steps_per_epoch(graph, job.plan.batch_size, config.seed, config.data)
+    if per_epoch is None:
+        raise UserError(f"data {config.data!r} has no epochs; give steps instead")
+    config = replace(config, steps=config.epochs * per_epoch)
+    if config.warmup_steps >= config.steps:
+        config = replace(config, warmup_steps=0)
+    check_lr_schedule(config.lr_schedule, config.lr_warmup_steps, config.steps)
+    return config
+
+
+def _check_async(plan: Plan, config: TrainConfig) -> None:
+    """What an asynchronous run cannot do yet: its stages step at different moments, and micro-batches
+    are in flight at every step's end."""
+    method = plan.method.value
+    if config.clip_grad_norm is not None:
+        raise UserError(f"method {method} cannot clip the global gradient norm (its stages step at different "
+                        "moments); leave out --clip-grad-norm")
+    if config.checkpoint_dir is not None or config.resume is not None:
+        raise UserError(f"method {method} cannot checkpoint or resume yet (micro-batches are in flight between "
+                        "steps); leave out --checkpoint-dir and --resume")
