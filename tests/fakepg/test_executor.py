@@ -23,7 +23,10 @@ from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime import TrainConfig, reference_train
-from pipetrain.runtime.interp.executor import HANDLERS, RankContext, check_runnable, run_program
+from pipetrain.runtime.interp.chain import ChainKernel
+from pipetrain.runtime.interp.context import RankContext
+from pipetrain.runtime.interp.executor import HANDLERS, check_runnable, run_program
+from pipetrain.runtime.interp.keeping import Recompute
 from pipetrain.runtime.interp.rank_setup import build_rank_context, stage_parameters, stage_specs
 from pipetrain.runtime.interp.recorder import StepRecorder
 from pipetrain.runtime.interp.transport import Direction, Transport
@@ -72,7 +75,7 @@ def test_fake_group_runs_any_rank(fake_group: int) -> None:
     recorder.end_step()
     assert [e.action for e in recorder.steps[0]] == list(program)
     assert ctx.transport.n_pending == 0
-    assert not ctx.saved and ctx.meter.live_bytes == 0 and ctx.meter.peak_bytes > 0
+    assert not ctx.kernel.held() and ctx.meter.live_bytes == 0 and ctx.meter.peak_bytes > 0
     assert (ctx.step_loss() is not None) == (rank == 3)
 
 
@@ -106,11 +109,11 @@ def test_backward_without_matching_forward_raises() -> None:
 def test_recompute_keeps_only_inputs_and_rejects_dropout() -> None:
     plan = uneven_plan(mlp_graph(), [(4,), (4,)], [(2, 2), (4,)])
     ctx = _local_context(plan, 0)
-    assert ctx.recompute
+    assert isinstance(ctx.kernel, ChainKernel) and isinstance(ctx.kernel.keeping, Recompute)
     x, y = make_batch(mlp_graph(), 4, 0, 0, "synthetic")
     ctx.begin_step(x, y)
     HANDLERS[ActionKind.F](ctx, Action.parse("0F0[0:4]"))
-    assert not ctx.saved and ctx.stashed.ranges() == [(0, 4)] and ctx.meter.live_bytes == x.nbytes
+    assert ctx.kernel.held() == {"stashed inputs": [(0, 4)]} and ctx.meter.live_bytes == x.nbytes
     torch.manual_seed(0)
     dropout = LayerGraph.from_sequential(nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1), nn.Linear(8, 4)),
                                          input=TensorSpec((8,)), target=TensorSpec((), "int64", high=4))

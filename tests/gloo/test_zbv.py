@@ -1,6 +1,6 @@
 """Level (c) for ZB-V (method ``zbv``, Qi et al. 2024 §6): two stages per rank in a V, the backward
 split into B and W, and the same-rank hand-off between stages ``R − 1`` and ``R`` (no message, a
-shared buffer, :func:`~pipetrain.runtime.interp.rank_setup.share_local_buffers`). Every rank's parameters
+shared buffer, :meth:`~pipetrain.runtime.interp.ports.ChainPorts.after`). Every rank's parameters
 equal single-process training (:func:`reference_train`) within 1e-5 after 3 steps on 2 ranks (m = 1,
 3, 4) and 3 ranks (m = 5), on a small GPT; with clipping; a digits model learns and evaluates; a
 checkpoint resumes bit for bit and reshards into a 1f1b plan.

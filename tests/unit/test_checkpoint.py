@@ -23,7 +23,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.interp.executor import RankContext
+from pipetrain.runtime.interp.context import RankContext
 from pipetrain.runtime.interp.rank_setup import build_rank_context
 from pipetrain.runtime.interp.transport import Transport
 from pipetrain.runtime.job import rank_checkpoint

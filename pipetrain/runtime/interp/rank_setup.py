@@ -1,11 +1,21 @@
-"""A rank's stage, built: its layers with their deterministic initial weights, its optimizer and
-the state the interpreter (:mod:`pipetrain.runtime.interp.executor`) runs it with; and the stage's
-parameters read back under the model's own names (checkpoints, results).
+"""A rank's stage, built: its layers with their deterministic initial weights, its stage kernel
+(chosen once, from the method's traits), its optimizer and the state the interpreter
+(:mod:`pipetrain.runtime.interp.executor`) runs it with; and the stage's parameters read back under
+the model's own names (checkpoints, results).
+
+The kernel (:func:`stage_kernel`), from the plan's method record (:attr:`~pipetrain.plan.plan.Plan.spec`)::
+
+    graph DAG                       DAG kernel                    :mod:`~pipetrain.runtime.interp.dag`
+    gradients stay in their stage   local-learning kernel         :mod:`~pipetrain.runtime.interp.local`
+    otherwise, a chain kernel       (:mod:`~pipetrain.runtime.interp.chain`) with
+        Plan.recomputes(stage)      F keeps only its inputs       :class:`~.keeping.Recompute`
+        W actions in the program    B split into B and W          :class:`~.backward.SplitBackward`
+        no flush                    weight versions               :class:`~.weights.VersionedWeights`
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -15,18 +25,25 @@ from pipetrain.data import Loss, model_loss
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import StageModule, chain_ports, chain_stage, port_spec
 from pipetrain.graph.layer_graph import Layer, LayerGraph, TensorSpec
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import StageGraph
 from pipetrain.plan.plan import Plan, ranges
-from pipetrain.runtime.interp.dag_handlers import DagStage, dag_ports
-from pipetrain.runtime.interp.executor import OptimizerFactory, Range, RankContext
-from pipetrain.runtime.interp.local_handlers import build_local_stage
+from pipetrain.runtime.interp.backward import FusedBackward, SplitBackward
+from pipetrain.runtime.interp.chain import BackwardPass, ChainKernel, Keeping, WeightUse
+from pipetrain.runtime.interp.context import LossTally, Range, RankContext, StageKernel
+from pipetrain.runtime.interp.dag import DagKernel, DagPorts, dag_ports
+from pipetrain.runtime.interp.keeping import KeepActivations, Recompute
+from pipetrain.runtime.interp.local import local_kernel
 from pipetrain.runtime.interp.memory import ActivationMeter
+from pipetrain.runtime.interp.ports import ChainPorts
 from pipetrain.runtime.interp.transport import Transport
 from pipetrain.runtime.interp.versions import WeightVersions
-from pipetrain.schedule.action import Action
+from pipetrain.runtime.interp.weights import CurrentWeights, VersionedWeights
+from pipetrain.schedule.action import Action, ActionKind
 
-__all__ = ["HEAD_PREFIX", "build_rank_context", "build_stage_module", "head_parameters", "share_local_buffers",
-           "stage_parameters", "stage_specs"]
+__all__ = ["HEAD_PREFIX", "OptimizerFactory", "build_rank_context", "build_rank_contexts", "build_stage_module",
+           "head_parameters", "stage_kernel", "stage_parameters", "stage_specs"]
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 HEAD_PREFIX = "aux"
 """Auxiliary heads' parameters are named ``aux{stage}.<name in the head>`` (local learning)."""
@@ -43,11 +60,36 @@ def stage_specs(graph: LayerGraph, layer_indices: Sequence[int]) -> tuple[Tensor
 def build_stage_module(graph: LayerGraph, plan: Plan, stage: int, device: torch.device) -> nn.Module:
     """The stage's layers with their initial weights: ``nn.Sequential`` for a chain model, else a
     :class:`~pipetrain.graph.dataflow.StageModule` between the stage's ports (a chain plan's cuts, or
-    method graph's ports toward each neighbouring stage)."""
+    a DAG of stages' ports toward each neighbouring stage)."""
     indices = [graph.index(name) for name in plan.stages[stage].layers]
-    if plan.method is Method.GRAPH:
+    if plan.spec.graph is StageGraph.DAG:
         return StageModule(graph, indices, *dag_ports(graph, plan, stage), device=device)
     return chain_stage(graph, indices, device)
+
+
+def stage_kernel(graph: LayerGraph, plan: Plan, stage: int, module: nn.Module, device: torch.device,
+                 program: Sequence[Action] = (), after: ChainPorts | None = None) -> StageKernel:
+    """``stage``'s kernel, chosen from the plan's method record (module docstring).
+
+    Args:
+        module: the stage's layers (a split backward records their outputs, weight versions copy them).
+        program: the rank's whole program (its W actions split the backward; an asynchronous stage
+            counts each weight version's uses in it).
+        after: the ports of the stage's predecessor on the same rank (no message between them).
+    """
+    spec = plan.spec
+    if spec.graph is StageGraph.DAG:
+        return DagKernel(DagPorts.build(graph, plan, stage))
+    input_spec, output_spec = stage_specs(graph, [graph.index(name) for name in plan.stages[stage].layers])
+    ports = (ChainPorts(input_spec, output_spec, stage == 0) if after is None
+             else ChainPorts.after(after, input_spec, output_spec))
+    if not spec.gradients_cross_stages:
+        return local_kernel(graph, plan, stage, ports, device)
+    keeping: Keeping = Recompute() if plan.recomputes(stage) else KeepActivations()
+    split = any(a.kind is ActionKind.W for a in program)
+    backward: BackwardPass = SplitBackward(module) if split else FusedBackward()
+    weights: WeightUse = CurrentWeights(module) if spec.flush else VersionedWeights(WeightVersions(module, program))
+    return ChainKernel(ports, keeping, backward, weights)
 
 
 def build_rank_context(
@@ -60,46 +102,57 @@ def build_rank_context(
     loss: Loss | None = None,
     program: Sequence[Action] = (),
     stage: int | None = None,
+    after: ChainPorts | None = None,
 ) -> RankContext:
-    """Build ``rank``'s stage (its layers with their deterministic initial weights) and state.
+    """Build ``rank``'s stage (its layers with their deterministic initial weights), kernel and state.
 
     ``replicas`` is the process group of the stage's ranks when the stage is replicated; ``loss``
     the last stage's loss (default: the model's own, ``graph.loss``); ``program`` the rank's whole
-    program, whose weight versions an asynchronous plan's stage keeps (:class:`WeightVersions`);
-    ``stage`` which of the rank's stages to build (default its first; method interleaved runs several).
+    program (:func:`stage_kernel`); ``stage`` which of the rank's stages to build (default its first;
+    a multi-stage placement runs several); ``after`` the ports of its predecessor on the same rank.
 
     Raises:
-        UserError: the rank runs no stage of the plan.
+        UserError: the rank runs no stage of the plan, or a recomputing stage draws random numbers.
     """
     stage = plan.stage_of_rank(rank) if stage is None else stage
-    indices = [graph.index(name) for name in plan.stages[stage].layers]
-    module, recompute = build_stage_module(graph, plan, stage, transport.device), plan.recomputes(stage)
-    if recompute:
+    device = transport.device
+    module = build_stage_module(graph, plan, stage, device)
+    if plan.recomputes(stage):
         _check_deterministic(stage, module)
-    dag = DagStage.build(graph, plan, stage) if plan.method is Method.GRAPH else None
-    input_spec, output_spec = (graph.input, graph.output_specs()[indices[-1]]) if dag else stage_specs(graph, indices)
-    local = build_local_stage(graph, plan, stage, output_spec, transport.device)
-    params = list(module.parameters()) + (list(local.head.parameters()) if local and local.head else [])
+    kernel = stage_kernel(graph, plan, stage, module, device, program, after)
+    params = list(module.parameters()) + (list(kernel.head.parameters()) if kernel.head is not None else [])
+    tally = LossTally(model_loss(graph.loss) if loss is None else loss, plan.batch_size,
+                      per_microbatch=plan.spec.loss_per_microbatch)
     return RankContext(
         rank=rank,
         stage=stage,
         n_stages=plan.n_stages,
         module=module,
         optimizer=optimizer(params) if params else None,
-        loss=model_loss(graph.loss) if loss is None else loss,
-        batch_size=plan.batch_size,
-        input_spec=input_spec,
-        output_spec=output_spec,
         transport=transport,
         meter=ActivationMeter(params),
-        recompute=recompute,
+        tally=tally,
+        kernel=kernel,
         replicas=replicas,
-        input_ranges=_own_ranges(plan, stage, rank) if (dag.reads_input if dag else stage == 0) else None,
-        local=local,
-        versions=WeightVersions(module, program) if plan.asynchronous else None,
-        microbatch_loss=plan.method is Method.PIPEDREAM,
-        dag=dag,
+        input_ranges=_own_ranges(plan, stage, rank) if kernel.ports.reads_input else None,
     )
+
+
+def build_rank_contexts(graph: LayerGraph, plan: Plan, rank: int, transport: Transport, optimizer: OptimizerFactory,
+                        groups: dict[int, dist.ProcessGroup], loss: Loss, program: Sequence[Action]
+                        ) -> dict[int, RankContext]:
+    """Every stage ``rank`` runs, by stage (:func:`build_rank_context`; ``groups``: the replicated
+    stages' process groups). Two neighbouring stages on the rank (ZB-V's stages ``R − 1`` and ``R``,
+    :attr:`~pipetrain.plan.plan.Plan.local_edges`) share the buffers between them instead of messages
+    (:class:`~pipetrain.runtime.interp.ports.ChainPorts`)."""
+    ctxs: dict[int, RankContext] = {}
+    for stage in plan.stages_of_rank(rank):
+        before = [a for a, b in plan.local_edges if b == stage and a in ctxs]
+        after = ctxs[before[0]].kernel.ports if before else None
+        assert after is None or isinstance(after, ChainPorts), "a hand-off on one rank is a chain's (V placement)"
+        ctxs[stage] = build_rank_context(graph, plan, rank, transport, optimizer, groups.get(stage), loss, program,
+                                         stage, after)
+    return ctxs
 
 
 def _own_ranges(plan: Plan, stage: int, rank: int) -> tuple[Range, ...] | None:
@@ -140,19 +193,7 @@ def stage_parameters(ctx: RankContext, layers: Sequence[Layer]) -> dict[str, tor
 
 def head_parameters(ctx: RankContext) -> dict[str, torch.Tensor]:
     """The stage's auxiliary-head parameters on the CPU, as ``aux{stage}.<name>`` (none without a head)."""
-    head = ctx.local.head if ctx.local is not None else None
+    head = ctx.kernel.head
     if head is None:
         return {}
     return {f"{HEAD_PREFIX}{ctx.stage}.{name}": p.detach().to("cpu", copy=True) for name, p in head.named_parameters()}
-
-
-def share_local_buffers(plan: Plan, ctxs: Mapping[int, RankContext]) -> None:
-    """Hand tensors over in memory between neighbouring stages of one rank (ZB-V's stages ``R − 1`` and
-    ``R``, :attr:`~pipetrain.plan.plan.Plan.local_edges`), where the schedule has no SEND and RECV:
-    the successor's input buffer *is* the predecessor's output buffer (its F puts ``y [b, *out]``
-    there, the successor's F takes it as ``x``), and the predecessor's output-gradient buffer is the
-    successor's input-gradient buffer (its B puts ``dx``, the predecessor's B takes it as ``dy``)."""
-    for a, b in plan.local_edges:
-        if a in ctxs and b in ctxs:
-            ctxs[b].inputs = ctxs[a].outputs
-            ctxs[a].output_grads = ctxs[b].input_grads

@@ -2,8 +2,9 @@
 
 Every rank of the plan runs, per eval batch of ``n`` samples (the plan's ``B``, the last one
 possibly smaller), its program of :func:`~pipetrain.schedule.forward_only.forward_only_schedule`
-through the same interpreter as training, with ``ctx.evaluation`` set: stage 0 loads the inputs, the
-last stage the targets and adds ``(output, target)`` of every micro-batch to an
+through the same interpreter as training, each stage's kernel an
+:class:`~pipetrain.runtime.interp.evaluation.EvaluationKernel` meanwhile: the first stage loads the
+inputs, the last stage the targets and adds ``(output, target)`` of every micro-batch to an
 :class:`~pipetrain.data.EvalTally`. The replicas of a replicated last stage then sum their tallies.
 Modules are in ``eval()`` mode meanwhile (dropout off, BatchNorm running statistics), as in the
 single-process reference, and nothing is kept for backward.
@@ -21,7 +22,9 @@ from torch.utils.data import Dataset
 from pipetrain.data import EvalResult, EvalTally, Loss, Sample, eval_batches, load_datasets
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.interp.executor import Contexts, RankContext, expected_receives, run_program
+from pipetrain.runtime.interp.context import RankContext
+from pipetrain.runtime.interp.evaluation import EvaluationKernel
+from pipetrain.runtime.interp.executor import Contexts, expected_receives, run_program
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.forward_only import forward_only_schedule
 
@@ -52,9 +55,10 @@ def evaluate_rank(ctx: Contexts, plan: Plan, dataset: Dataset[Sample]) -> EvalRe
     """
     contexts = [ctx] if isinstance(ctx, RankContext) else list(ctx.values())
     tally = EvalTally()
+    training = [c.kernel for c in contexts]
     for c in contexts:
         c.module.eval()
-        c.evaluation = tally
+        c.kernel = EvaluationKernel(c.kernel.ports, tally)
     transport = contexts[0].transport
     earlier = transport.n_pending  # an asynchronous run's gradients in flight: received after the evaluation
     try:
@@ -66,8 +70,8 @@ def evaluate_rank(ctx: Contexts, plan: Plan, dataset: Dataset[Sample]) -> EvalRe
             run_program(ctx, program)
             transport.wait_sends(keep=earlier)
     finally:
-        for c in contexts:
-            c.evaluation = None
+        for c, kernel in zip(contexts, training, strict=True):
+            c.kernel = kernel
             c.module.train()
     last = next((c for c in contexts if c.is_last), None)
     if last is None:

@@ -28,14 +28,10 @@ from torch import nn
 from pipetrain.data import EvalResult
 from pipetrain.errors import Interrupted, UserError
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.interp.executor import Contexts, RankContext, expected_receives, run_program
+from pipetrain.runtime.interp.context import RankContext
+from pipetrain.runtime.interp.executor import Contexts, expected_receives, run_program
 from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
-from pipetrain.runtime.interp.rank_setup import (
-    build_rank_context,
-    head_parameters,
-    share_local_buffers,
-    stage_parameters,
-)
+from pipetrain.runtime.interp.rank_setup import build_rank_contexts, head_parameters, stage_parameters
 from pipetrain.runtime.interp.recorder import StepRecorder
 from pipetrain.runtime.interp.transport import Transport
 from pipetrain.runtime.job import rank_checkpoint
@@ -112,15 +108,12 @@ class _JobRun:
         groups = {k: dist.new_group(list(s.ranks)) for k, s in enumerate(plan.stages) if len(s.ranks) > 1}
         # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
         self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
-        self.ctxs: dict[int, RankContext] = {}  # by stage: one, or v under method interleaved
+        self.ctxs: dict[int, RankContext] = {}  # by stage: one, or several under a multi-stage placement
         session.transport.bound_queues(plan.params.queue_bound)
         session.transport.open_links(job.schedule.directed_links())
         if self.program:
-            for stage in plan.stages_of_rank(rank):
-                ctx = build_rank_context(job.graph, plan, rank, session.transport, job.config.build_optimizer,
-                                         groups.get(stage), loss=job_loss(job), program=self.program, stage=stage)
-                self.ctxs[stage] = ctx
-            share_local_buffers(plan, self.ctxs)  # ZB-V: stages R-1 and R on one rank, no message
+            self.ctxs = build_rank_contexts(job.graph, plan, rank, session.transport, job.config.build_optimizer,
+                                            groups, job_loss(job), self.program)
             self._set_clipping()
         self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss
         self.receives = [expected_receives(self.contexts, p) if self.ctx is not None else []
@@ -220,7 +213,7 @@ class _JobRun:
         """Load step ``step``'s batch; returns the seconds spent waiting for it."""
         job = self.job
         offset = step * job.plan.batch_size if self.chunks is not None else 0
-        if not (ctx.is_first or ctx.is_last or ctx.local is not None):
+        if not ctx.needs_batch:
             ctx.begin_step(None, None, offset=offset)
             return 0.0
         batch = timed_batch(job.graph, job.plan.batch_size, step, job.config.seed, job.config.data)

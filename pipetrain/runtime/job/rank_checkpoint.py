@@ -22,7 +22,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.interp.executor import RankContext
+from pipetrain.runtime.interp.context import RankContext
 from pipetrain.runtime.interp.rank_setup import HEAD_PREFIX
 from pipetrain.runtime.job.checkpoint import (
     MANIFEST,
@@ -116,7 +116,7 @@ def _with_head(ctx: RankContext, layers: tuple[Layer, ...], saved: bool = True) 
     layer named ``aux{stage}``, so the head's tensors are ``aux{stage}.<name>`` and its optimizer state
     follows the stage's (the optimizer's parameter order); the stage alone when it has no head or the
     checkpoint has none (``saved`` False: resuming a run of another method)."""
-    head = ctx.local.head if ctx.local is not None else None
+    head = ctx.kernel.head
     if head is None or not saved:
         return ctx.module, layers
     return nn.Sequential(*ctx.module.children(), head), (*layers, Layer(f"{HEAD_PREFIX}{ctx.stage}", nn.Identity))

@@ -1,0 +1,95 @@
+"""What a chain stage's forward keeps for its backward: the activations, or only the inputs (recompute).
+
+    keep       F  with autograd saving its tensors: (x, y) = layers(x [b, *in]); keep (x, y) by range
+               B  (x, y) of the F of exactly [lo, hi)
+    recompute  F  under no_grad: y = layers(x); keep only x, by range (stashed inputs)
+               B  x = stashed inputs [lo, hi), re-chunked; (x, y) = layers(x) with autograd, so
+                  [lo, hi) need not match any F range
+
+Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes`
+says: a stage whose backward partition differs from its forward one cannot back-propagate part of a
+forward micro-batch's graph, so it re-runs forward per backward micro-batch. The re-run must compute
+what the first run did, so such a stage may not hold modules that draw random numbers (dropout;
+checked when the stage is built). The meter counts the stashed inputs from F to B, and the re-run's
+saved tensors during B.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from pipetrain.errors import UserError
+from pipetrain.runtime.interp.buffers import ChunkBuffer
+from pipetrain.runtime.interp.context import Range, RankContext
+from pipetrain.schedule.action import Action
+
+__all__ = ["KeepActivations", "Recompute", "Run"]
+
+Run = Callable[[RankContext, Action, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""Runs the stage on ``x [b, *in]`` for an action: ``(x, y)``, ``x`` as autograd sees it, ``y`` the
+output (the last stage: the weighted loss)."""
+
+
+class KeepActivations:
+    """F keeps ``(x, y)`` and the tensors autograd saved; B takes them back (module docstring).
+
+    Attributes:
+        saved: per forward range, ``(x, y)``.
+    """
+
+    def __init__(self) -> None:
+        self.saved: dict[Range, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def forward(self, ctx: RankContext, a: Action, x: torch.Tensor, run: Run) -> torch.Tensor:
+        with ctx.meter.track((a.lo, a.hi)):
+            x, y = run(ctx, a, x)
+        self.saved[(a.lo, a.hi)] = (x, y)
+        return y
+
+    def restore(self, ctx: RankContext, a: Action, run: Run) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (a.lo, a.hi)
+        if key not in self.saved:
+            raise UserError(
+                f"{a}: no forward covered exactly [{a.lo}:{a.hi}) (kept: {sorted(self.saved)}); a stage "
+                "whose backward ranges differ from its forward ranges must recompute"
+            )
+        return self.saved.pop(key)
+
+    def held(self) -> dict[str, list[Range]]:
+        return {"forwards": sorted(self.saved)} if self.saved else {}
+
+    def clear(self) -> None:
+        self.saved.clear()
+
+
+class Recompute:
+    """F keeps only its inputs; B re-runs forward on them with autograd (module docstring).
+
+    Attributes:
+        stashed: the input activations kept by range for the re-run.
+    """
+
+    def __init__(self) -> None:
+        self.stashed = ChunkBuffer("stashed inputs")
+
+    def forward(self, ctx: RankContext, a: Action, x: torch.Tensor, run: Run) -> torch.Tensor:
+        with torch.no_grad():
+            _, y = run(ctx, a, x)
+        self.stashed.put(a.lo, a.hi, x)
+        ctx.meter.add(x.nbytes)
+        return y
+
+    def restore(self, ctx: RankContext, a: Action, run: Run) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.stashed.take(a.lo, a.hi)
+        with ctx.meter.track((a.lo, a.hi)):
+            x, y = run(ctx, a, x)
+        ctx.meter.add(-x.nbytes)
+        return x, y
+
+    def held(self) -> dict[str, list[Range]]:
+        return {self.stashed.name: self.stashed.ranges()} if len(self.stashed) else {}
+
+    def clear(self) -> None:
+        self.stashed.clear()

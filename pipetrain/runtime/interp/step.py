@@ -1,0 +1,65 @@
+"""A stage's optimizer step after back-propagation across stages (STEP of the chain and DAG kernels).
+
+    STEP  on a replicated stage, all-reduce (sum) the gradients and the loss over the stage's ranks;
+          clip the global gradient norm (if set); optimizer step; zero the gradients; after a
+          flush (synchronous methods), every message and kept tensor of the batch was consumed
+
+Summing the replicas' gradients gives the whole batch's gradient, since each holds the sum over its
+own micro-batches (:mod:`pipetrain.runtime.interp.context`, gradient weighting). Clipping needs the
+norm over every stage (:func:`~pipetrain.runtime.job.optim.clip_grad_norm_global`, set by the job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+
+from pipetrain.runtime.interp.buffers import ChunkBuffer
+from pipetrain.runtime.interp.context import Range, RankContext
+from pipetrain.schedule.action import Action
+
+__all__ = ["check_consumed", "optimizer_step"]
+
+
+def optimizer_step(ctx: RankContext) -> None:
+    """All-reduce over the replicas, clip, step and zero the gradients (module docstring)."""
+    if ctx.replicas is not None:
+        _allreduce_gradients(ctx, ctx.replicas)
+    if ctx.clip is not None:
+        ctx.clip([p for p in ctx.module.parameters() if p.requires_grad])
+    ctx.meter.note_gradients()
+    if ctx.optimizer is not None:
+        ctx.optimizer.step()
+        ctx.optimizer.zero_grad(set_to_none=True)
+
+
+def _allreduce_gradients(ctx: RankContext, replicas: dist.ProcessGroup) -> None:
+    """Sum the stage's gradients (and, on the last stage, the loss) over its replicas, in one message."""
+    params = [p for p in ctx.module.parameters() if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    if ctx.is_last:
+        total = ctx.tally.total
+        grads.append((total if total is not None else torch.zeros((), device=ctx.transport.device)).reshape(1))
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=replicas)
+    offset = 0
+    for p, g in zip(params, grads, strict=False):
+        p.grad = flat[offset:offset + g.numel()].view_as(g).clone()
+        offset += g.numel()
+    if ctx.is_last:
+        ctx.tally.total = flat[-1].clone()
+
+
+def check_consumed(a: Action, buffers: Sequence[ChunkBuffer], held: Mapping[str, list[Range]]) -> None:
+    """A flush at STEP ``a``: nothing is left in ``buffers`` or kept (``held``, by kind).
+
+    Raises:
+        RuntimeError: naming what is left, by range (the schedule does not run the plan's batch).
+    """
+    left = [f"{b.name} {b.ranges()}" for b in buffers if len(b)] + [f"{kind} {r}" for kind, r in held.items()]
+    if left:
+        raise RuntimeError(f"{a}: the step left unconsumed data: {', '.join(left)}")
