@@ -29,7 +29,7 @@ from torch.func import functional_call
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.methods import WeightPolicy
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.job.config import TrainConfig, TrainJob, job_loss
 from pipetrain.runtime.job.data import timed_batch
@@ -115,7 +115,7 @@ class _Emulator:
         x = inputs[lo:lo + sizes[i]]
         for module, w in zip(self.modules, weights, strict=True):
             x = functional_call(module, w, (x,))
-        divisor = sizes[i] if self.plan.method is Method.PIPEDREAM else self.plan.batch_size
+        divisor = sizes[i] if self.plan.spec.loss_per_microbatch else self.plan.batch_size
         torch.autograd.backward(self.loss(x, targets[lo:lo + sizes[i]]) / divisor)
         return [{n: (w.grad if w.grad is not None else torch.zeros_like(w)) for n, w in ws.items()} for ws in weights]
 

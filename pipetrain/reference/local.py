@@ -30,7 +30,7 @@ from pipetrain.data import EvalResult, Loss
 from pipetrain.graph.aux_heads import AuxHead, build_aux_head, check_aux
 from pipetrain.graph.dataflow import chain_stage
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.methods import LocalParams, Method
+from pipetrain.plan.methods import LocalParams
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.runtime.interp.rank_setup import HEAD_PREFIX, stage_specs
 from pipetrain.runtime.job.checks import check_job
@@ -108,8 +108,9 @@ def emulate_local(graph: LayerGraph, plan: Plan, config: TrainConfig) -> LocalRu
     Raises:
         UserError: the plan is not a local-learning plan for ``graph``, or the job is not runnable.
     """
-    if plan.method is not Method.LOCAL:
-        raise ValueError(f"emulate_local runs method local, not {plan.method.value}")
+    if plan.spec.gradients_cross_stages:
+        raise ValueError(f"emulate_local runs local learning (gradients that stay in their stage), not method "
+                         f"{plan.method.value}")
     job = check_job(TrainJob(graph, plan, config))
     config, loss_fn = job.config, job_loss(job)
     threads = torch.get_num_threads()

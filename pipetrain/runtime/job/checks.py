@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pipetrain.errors import UserError
-from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.runtime.interp.executor import check_runnable
@@ -36,9 +35,9 @@ def check_job(job: TrainJob) -> TrainJob:
     config = _resolve_steps(job)
     if plan.asynchronous:
         _check_async(plan, config)
-    if plan.method is Method.LOCAL and config.clip_grad_norm is not None:
-        raise UserError("--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
-                        "drop it with --method local")
+    if not plan.spec.gradients_cross_stages and config.clip_grad_norm is not None:
+        raise UserError(f"--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
+                        f"drop it with --method {plan.method.value}")
     schedule = build_schedule(plan, config.steps) if job.schedule is None else job.schedule
     check_runnable(schedule, plan)
     if plan.asynchronous:

@@ -20,7 +20,6 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer
-from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import RankContext
 from pipetrain.runtime.interp.rank_setup import HEAD_PREFIX
@@ -107,8 +106,9 @@ def manifest_fields(job: TrainJob) -> dict[str, Any]:
 
 
 def _head_stages(plan: Plan) -> range:
-    """The stages with an auxiliary head (local learning: every stage but the last)."""
-    return range(plan.n_stages - 1 if plan.method is Method.LOCAL else 0)
+    """The stages with an auxiliary head: under local losses (gradients that stay in their stage,
+    local learning) every stage but the last; else none."""
+    return range(0 if plan.spec.gradients_cross_stages else plan.n_stages - 1)
 
 
 def _with_head(ctx: RankContext, layers: tuple[Layer, ...], saved: bool = True) -> tuple[nn.Module, tuple[Layer, ...]]:
