@@ -1,6 +1,6 @@
 """Pre-posting a step's receives (gloo): the runtime as it is (as many as fit
-:data:`~pipetrain.runtime.interp.transport.PREPOST_BYTES` at the step's start) against the old behaviour
-(:data:`~pipetrain.runtime.interp.transport.PREPOSTED` per channel, the next posted as each is taken).
+:data:`~pipetrain.schedule.prepost.PREPOST_BYTES` at the step's start) against the old behaviour
+(:data:`~pipetrain.schedule.prepost.PREPOSTED` per channel, the next posted as each is taken).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_prepost.py --rounds 4 --out benchmarks/results/prepost
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from diag_actions import build_plan, parse_setting
 
-import pipetrain.runtime.process.worker as worker
+import pipetrain.schedule.prepost as prepost
 from pipetrain import api
 from pipetrain.cost import CostModel
 from pipetrain.graph.zoo import build_model
@@ -36,7 +36,7 @@ from pipetrain.profile.table import Profile
 from pipetrain.runtime import TrainConfig, train
 
 if os.environ.get("PIPETRAIN_BENCH_PREPOST") == "old":  # read again in every spawned rank
-    setattr(worker, "PREPOST_BYTES", 0)  # the name the rank's Transport is built with  # noqa: B010
+    setattr(prepost, "PREPOST_BYTES", 0)  # the budget prepost_budget gives gloo  # noqa: B010
 
 SETTINGS = ("mlp 128 interleaved-zb:4@2 30", "mlp 128 zbv@2 30", "gpt-tiny 64 interleaved@8 60",
             "gpt-tiny 64 zbv@8 60", "gpt-tiny 64 1f1b@4 60", "gpt-tiny 64 zb1@8 60")

@@ -23,7 +23,9 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   (:meth:`~pipetrain.cost.CostModel.backward_input_s`, :meth:`~pipetrain.cost.CostModel.weight_grad_s`),
   as the runtime splits them per parameter owner (:mod:`pipetrain.graph.split_backward`);
 * held activations follow :class:`~pipetrain.simulate.memory.ActivationLedger`: saved bytes from F to B,
-  or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage;
+  or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage; the receive
+  buffers a rank posts at a step's start are the runtime's (:mod:`pipetrain.schedule.prepost`), reported
+  per rank (``Timeline.prepost_bytes``), and cost no time;
 * the replicas of a replicated stage start their STEP together (their ``i``-th), once the last one reaches it, and
   the STEP then costs the ring all-reduce of the stage's gradients plus the optimizer step.
 
@@ -43,6 +45,7 @@ from pipetrain.cost import CostModel
 from pipetrain.plan.methods import StageGraph
 from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.prepost import device_backend, prepost_budget, prepost_schedule
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import ScheduleError
 from pipetrain.simulate.memory import ActivationLedger
@@ -121,14 +124,25 @@ class _Simulator:
         return self.cost.head_step_s(layers, rank)
 
     def message_bytes(self, rank: int, a: Action) -> int:
+        """The bytes of a communication action's message: what crosses the stage's output boundary
+        (SEND_F, RECV_B) or its input boundary (RECV_F, SEND_B)."""
         layers = self.layers(a)
+        outgoing = a.kind in (ActionKind.SEND_F, ActionKind.RECV_B)
         if self.plan.spec.graph is StageGraph.DAG:  # the values this stage edge carries
             assert a.peer is not None
             peer = self.plan.stages[self.stage_of[a.peer]].layers
-            return self.cost.edge_bytes(*((layers, peer) if a.kind is ActionKind.SEND_F else (peer, layers)), a.size)
-        if a.kind is ActionKind.SEND_F:
+            return self.cost.edge_bytes(*((layers, peer) if outgoing else (peer, layers)), a.size)
+        if outgoing:
             return self.cost.output_bytes(layers, a.size)
         return self.cost.input_bytes(layers, a.size)
+
+    def prepost_bytes(self) -> tuple[int, ...]:
+        """Per rank, the receive buffers it posts at a step's start, at most (the schedule pass
+        :mod:`pipetrain.schedule.prepost`, on the backend the runtime would run the rank's device with)."""
+        devices = self.cost.cluster.devices
+        budgets = [prepost_budget(device_backend(devices[r].kind)) for r in range(self.schedule.n_ranks)]
+        annotation = prepost_schedule(self.schedule, self.plan, self.message_bytes, budgets)
+        return tuple(max((step.nbytes for step in steps), default=0) for steps in annotation)
 
     def track_memory(self, rank: int, a: Action) -> None:
         """Held activation bytes after ``a`` and their peak (:class:`~pipetrain.simulate.memory.ActivationLedger`)."""
@@ -236,7 +250,8 @@ class _Simulator:
         if stuck:
             raise ScheduleError(f"simulation deadlocked at rank {stuck[0]}, step {self.pos[stuck[0]]}; "
                                 "validate the schedule first")
-        return Timeline(tuple(self.events), n, "predicted", tuple(ledger.peak_bytes for ledger in self.ledgers), label)
+        return Timeline(tuple(self.events), n, "predicted", tuple(ledger.peak_bytes for ledger in self.ledgers), label,
+                        prepost_bytes=self.prepost_bytes())
 
 
 def simulate(schedule: Schedule, plan: Plan, cost: CostModel, label: str = "") -> Timeline:

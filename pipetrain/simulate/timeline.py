@@ -60,6 +60,8 @@ class Timeline:
         label: free text for reports (method, plan, machine).
         iterations: for measured timelines, every measured iteration's time (the events are from
             the median one).
+        prepost_bytes: per rank, the receive buffers posted at a step's start, at most over its steps
+            (:mod:`pipetrain.schedule.prepost`; memory beside the activations); empty when unknown.
     """
 
     events: tuple[Event, ...]
@@ -68,6 +70,7 @@ class Timeline:
     peak_activation_bytes: tuple[int, ...] = ()
     label: str = ""
     iterations_s: tuple[float, ...] = field(default=())
+    prepost_bytes: tuple[int, ...] = ()
 
     @property
     def iteration_s(self) -> float:
@@ -115,6 +118,7 @@ class Timeline:
             "iteration_s": self.iteration_s,
             "iterations_s": list(self.iterations_s),
             "peak_activation_bytes": list(self.peak_activation_bytes),
+            "prepost_bytes": list(self.prepost_bytes),
             "events": [[e.rank, str(e.action), e.start_s, e.end_s] for e in self.events],
         }
         return json.dumps(data, indent=0)
@@ -141,6 +145,7 @@ class Timeline:
                 peak_activation_bytes=tuple(int(x) for x in data.get("peak_activation_bytes", ())),
                 label=str(data.get("label", "")),
                 iterations_s=tuple(float(x) for x in data.get("iterations_s", ())),
+                prepost_bytes=tuple(int(x) for x in data.get("prepost_bytes", ())),
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
             raise UserError(

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.multiprocessing.spawn import spawn
 
 from pipetrain.runtime.interp.transport import Direction, Transport
+from pipetrain.schedule.prepost import Prepost
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -25,8 +26,9 @@ def _exchange(rank: int, port: int, out: str) -> None:
         links = transport.links
         groups = {link: dist.get_process_group_ranks(group) for link, group in links.items()}
         distinct = links[(0, 1)] is not links[(1, 0)]
+        one_each = Prepost((((peer, "F"), 1), ((peer, "B"), 1)))  # one receive posted ahead per channel
         transport.expect([((4,), torch.float32, peer, Direction.ACTIVATION),
-                          ((2,), torch.float32, peer, Direction.GRADIENT)])
+                          ((2,), torch.float32, peer, Direction.GRADIENT)], one_each)
         for k in range(3):  # both ranks send first, then receive: the two directions in flight together
             transport.send(torch.full((4,), 10.0 * rank + k), peer, Direction.ACTIVATION)
             transport.send(torch.full((2,), -10.0 * rank - k), peer, Direction.GRADIENT)

@@ -6,8 +6,9 @@ F, B, W and STEP do on a stage is its stage kernel's (:class:`~pipetrain.runtime
 chosen once from the method's traits when the stage is built), and what a message moves is the
 kernel's ports' (``[lo, hi)`` is the action's sample range)::
 
-    RECV_F  receive [hi-lo, *spec] from peer (pre-posted, :meth:`Transport.expect`); the kernel's
-            ports store it by range
+    RECV_F  receive [hi-lo, *spec] from peer (pre-posted at the step's start as the schedule pass
+            :mod:`pipetrain.schedule.prepost` decided, :func:`receive_prepost`); the kernel's ports
+            store it by range
     F       kernel.forward    (a chain's: :mod:`~pipetrain.runtime.interp.chain`; a DAG's: :mod:`~.dag`;
                                local learning's: :mod:`~.local`; an evaluation's: :mod:`~.evaluation`)
     SEND_F  post a send of the ports' tensor of [lo, hi) to peer
@@ -30,8 +31,9 @@ from typing import Protocol
 from pipetrain.errors import UserError
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import RankContext
-from pipetrain.runtime.interp.transport import Direction, Message
+from pipetrain.runtime.interp.transport import Direction, Message, message_bytes
 from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.prepost import Prepost, prepost_program
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.validate import validate_for_plan
 from pipetrain.schedule.versions import validate_versions
@@ -45,6 +47,7 @@ __all__ = [
     "context_of",
     "expected_receives",
     "message",
+    "receive_prepost",
     "run_program",
 ]
 
@@ -120,6 +123,12 @@ def expected_receives(ctx: Contexts, program: Sequence[Action]) -> list[Message]
     """The receives of ``program``, in order, as the transport pre-posts them."""
     return [message(context_of(ctx, a), a) for a in program
             if a.peer is not None and a.kind in (ActionKind.RECV_F, ActionKind.RECV_B)]
+
+
+def receive_prepost(ctx: Contexts, program: Sequence[Action], budget_bytes: int, bound: int | None) -> Prepost:
+    """How deep the transport posts each channel of ``program``'s receives at its start: the schedule
+    pass (:func:`~pipetrain.schedule.prepost.prepost_program`) on the tensors the stages exchange."""
+    return prepost_program(program, lambda a: message_bytes(message(context_of(ctx, a), a)), budget_bytes, bound)
 
 
 def run_program(ctx: Contexts, program: Sequence[Action], hooks: Sequence[ActionHook] = ()) -> None:

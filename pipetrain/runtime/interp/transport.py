@@ -6,23 +6,15 @@ times the per-sample spec of the tensor crossing the stage boundary, from
 :meth:`Transport.wait_sends` (called at STEP), so a sender never waits for its receiver inside a
 step; the sent tensors are kept alive and untouched until then.
 
-Receives are *pre-posted*: at the start of a step the executor announces the step's receives
-(:meth:`Transport.expect`), and the transport keeps the next ``depth`` receives of every channel
-posted ahead of their RECV actions: at least :data:`PREPOSTED`, and on gloo as many more as fit
-:data:`PREPOST_BYTES` of receive buffers (a step's first ``depth`` messages of every channel
-together), which on small and mid-sized models is every receive of the step. With gloo, a message
-that arrives before its receive is posted takes a slower path (about 2 ms more on a 2-core machine,
-whatever its size, against about 50 µs), and a receive posted while its peer is sending on the same
-connection can stall both ranks for milliseconds: gloo holds a connection's lock while it writes, its
-event loop spins on that lock (``try_lock`` under level-triggered epoll) and a 2-core scheduler runs
-the spinning peer's loop thread on the lock holder's core. Posting a step's receives at its start
-keeps them out of the middle of its bursts of sends: measured (4 alternating pairs, 2 ranks, this
-machine) gpt-tiny interleaved m=8 −15.5 %, zbv m=8 −4 %, the mlp's interleaved-zb with 4 chunks −2.3 %,
-plans with few messages unchanged (BENCHMARKS.md).
+Receives are *pre-posted*: at the start of a step the job announces the step's receives and how
+deep each channel is posted, as the schedule pass :mod:`pipetrain.schedule.prepost` decided
+(:meth:`Transport.expect`); the transport posts that many receives of every channel, and each
+receive taken posts the next of its channel, so the channel stays that deep ahead of its RECV
+actions (why: the pass's docstring).
 
-Local learning bounds its queues (the plan's ``queue_depth`` N, :meth:`Transport.bound_queues`):
-a receiver keeps N receives posted per channel, and a sender keeps at most N sends outstanding per
-peer, waiting for the oldest before posting another, so a fast stage is held back.
+Local learning bounds its queues (the plan's ``queue_depth`` N, :meth:`Transport.bound_sends`): a
+sender keeps at most N sends outstanding per peer, waiting for the oldest before posting another, so
+a fast stage is held back (its receiver keeps N receives posted per channel: the pass's depth).
 
 Activations and gradients use distinct tags (backends without tags, such as NCCL, ignore them;
 on a chain each directed link carries one direction only, so nothing is ambiguous).
@@ -41,19 +33,14 @@ import math
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from enum import IntEnum
-from itertools import islice
+from typing import Literal
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["PREPOSTED", "PREPOST_BYTES", "Direction", "Message", "Transport", "TransportError"]
+from pipetrain.schedule.prepost import Prepost
 
-PREPOSTED = 2
-"""Receives kept posted ahead per channel at least (local learning: its queue depth instead)."""
-
-PREPOST_BYTES = 64 * 2**20
-"""On gloo, the receive buffers a rank may pre-post at a step's start beyond :data:`PREPOSTED` per
-channel (memory the plan's activation model does not count; the runtime passes 0 on NCCL)."""
+__all__ = ["Direction", "Message", "Transport", "TransportError", "message_bytes"]
 
 
 class Direction(IntEnum):
@@ -62,9 +49,20 @@ class Direction(IntEnum):
     ACTIVATION = 0  # forward: a stage's output activations to its successor
     GRADIENT = 1  # backward: a stage's input gradients to its predecessor
 
+    @property
+    def channel(self) -> Literal["F", "B"]:
+        """The schedule's name of the direction (:attr:`~pipetrain.schedule.action.Action.channel`)."""
+        return "F" if self is Direction.ACTIVATION else "B"
+
 
 Message = tuple[tuple[int, ...], torch.dtype, int, "Direction"]  # shape, dtype, peer, direction
 _Channel = tuple[int, "Direction"]
+
+
+def message_bytes(message: Message) -> int:
+    """The bytes of a message's tensor."""
+    shape, dtype, _, _ = message
+    return math.prod(shape) * dtype.itemsize
 
 
 class TransportError(RuntimeError):
@@ -85,17 +83,11 @@ class Transport:
     Args:
         device: where received tensors are allocated (``cpu`` for gloo, ``cuda:i`` for NCCL).
         use_tags: pass :class:`Direction` tags (gloo); NCCL ignores tags, so this may be off.
-        prepost_bytes: receive buffers a step may post at its start beyond ``depth`` per channel
-            (:data:`PREPOST_BYTES` on gloo); 0: ``depth`` per channel only.
     """
 
-    def __init__(
-        self, device: torch.device, *, use_tags: bool = True, depth: int = PREPOSTED, prepost_bytes: int = 0
-    ) -> None:
+    def __init__(self, device: torch.device, *, use_tags: bool = True) -> None:
         self.device = device
         self.use_tags = use_tags
-        self.depth = depth
-        self.prepost_bytes = prepost_bytes
         self.window: int | None = None
         self._pending: list[tuple[dist.Work, torch.Tensor, int]] = []
         self._future: dict[_Channel, deque[Message]] = defaultdict(deque)
@@ -120,16 +112,15 @@ class Transport:
             if (src, dst) not in self._links:
                 self._links[(src, dst)] = dist.new_group(sorted((src, dst)))
 
-    def bound_queues(self, depth: int | None) -> None:
-        """Local learning's bounded queues of ``depth`` messages (see the module docstring); None:
-        the defaults of the other methods (sends unbounded until STEP, :data:`PREPOSTED` receives)."""
-        self.window = depth
-        self.depth = PREPOSTED if depth is None else depth
+    def bound_sends(self, window: int | None) -> None:
+        """Local learning's bounded queues: at most ``window`` sends outstanding per peer (see the
+        module docstring); None: sends unbounded until STEP (the other methods)."""
+        self.window = window
 
-    def expect(self, messages: Sequence[Message]) -> None:
-        """Announce this step's receives, in program order, and post the first ones of each channel
-        (``depth``, or with local learning's bounded queues their depth, or as many more as fit
-        ``prepost_bytes``); each receive taken later posts the next of its channel.
+    def expect(self, messages: Sequence[Message], prepost: Prepost) -> None:
+        """Announce this step's receives, in program order, and post the first ones of each channel,
+        as deep as ``prepost`` says (:mod:`pipetrain.schedule.prepost`); each receive taken later posts
+        the next of its channel.
 
         Raises:
             TransportError: a receive could not be posted (the peer is gone).
@@ -138,24 +129,9 @@ class Transport:
         self._posted.clear()
         for message in messages:
             self._future[(message[2], message[3])].append(message)
-        depth = self.depth if self.window is not None else self._depth_within_budget()
-        for channel in list(self._future):
-            for _ in range(depth):
-                self._post_next(channel)
-
-    def _depth_within_budget(self) -> int:
-        """The most receives per channel, at least ``depth``, whose buffers (the first that many
-        messages of every channel) fit ``prepost_bytes`` together."""
-        longest = max((len(future) for future in self._future.values()), default=0)
-        depth = self.depth
-        while depth < longest and self._first_bytes(depth + 1) <= self.prepost_bytes:
-            depth += 1
-        return depth
-
-    def _first_bytes(self, n: int) -> int:
-        """Bytes of the first ``n`` announced messages of every channel."""
-        return sum(math.prod(shape) * dtype.itemsize
-                   for future in self._future.values() for shape, dtype, _, _ in islice(future, n))
+        for peer, direction in list(self._future):
+            for _ in range(prepost.depth((peer, direction.channel))):
+                self._post_next((peer, direction))
 
     def _post_next(self, channel: _Channel) -> None:
         future = self._future.get(channel)

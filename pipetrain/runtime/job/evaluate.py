@@ -24,7 +24,7 @@ from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import RankContext
 from pipetrain.runtime.interp.evaluation import EvaluationKernel
-from pipetrain.runtime.interp.executor import Contexts, expected_receives, run_program
+from pipetrain.runtime.interp.executor import Contexts, expected_receives, receive_prepost, run_program
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.forward_only import forward_only_schedule
 
@@ -47,11 +47,12 @@ def _programs(plan: Plan, n: int) -> tuple[tuple[Action, ...], ...]:
     return forward_only_schedule(plan, n).ranks
 
 
-def evaluate_rank(ctx: Contexts, plan: Plan, dataset: Dataset[Sample]) -> EvalResult | None:
+def evaluate_rank(ctx: Contexts, plan: Plan, dataset: Dataset[Sample], prepost_budget: int) -> EvalResult | None:
     """Run this rank's part of one evaluation over ``dataset``; the last stage returns the result.
 
-    ``ctx``: the rank's context, or its contexts by stage (method interleaved). Every rank of the
-    plan must call it at the same point (the ranks exchange activations).
+    ``ctx``: the rank's context, or its contexts by stage (a multi-stage placement);
+    ``prepost_budget``: the backend's receive-buffer budget (:func:`~pipetrain.schedule.prepost.prepost_budget`).
+    Every rank of the plan must call it at the same point (the ranks exchange activations).
     """
     contexts = [ctx] if isinstance(ctx, RankContext) else list(ctx.values())
     tally = EvalTally()
@@ -66,7 +67,8 @@ def evaluate_rank(ctx: Contexts, plan: Plan, dataset: Dataset[Sample]) -> EvalRe
             program = _programs(plan, int(inputs.shape[0]))[contexts[0].rank]
             for c in contexts:
                 c.begin_step(inputs, targets, _forward_ranges(program, c.stage) if c.is_first else None)
-            transport.expect(expected_receives(ctx, program))
+            prepost = receive_prepost(ctx, program, prepost_budget, plan.params.queue_bound)
+            transport.expect(expected_receives(ctx, program), prepost)
             run_program(ctx, program)
             transport.wait_sends(keep=earlier)
     finally:

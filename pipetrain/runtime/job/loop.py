@@ -17,7 +17,7 @@ import os
 import signal
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,11 +29,11 @@ from pipetrain.data import EvalResult
 from pipetrain.errors import Interrupted, UserError
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import RankContext
-from pipetrain.runtime.interp.executor import Contexts, expected_receives, run_program
+from pipetrain.runtime.interp.executor import Contexts, expected_receives, receive_prepost, run_program
 from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
 from pipetrain.runtime.interp.rank_setup import build_rank_contexts, head_parameters, stage_parameters
 from pipetrain.runtime.interp.recorder import StepRecorder
-from pipetrain.runtime.interp.transport import Transport
+from pipetrain.runtime.interp.transport import Message, Transport
 from pipetrain.runtime.job import rank_checkpoint
 from pipetrain.runtime.job.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult, job_loss
 from pipetrain.runtime.job.data import timed_batch
@@ -42,6 +42,7 @@ from pipetrain.runtime.job.metrics import MetricsLog
 from pipetrain.runtime.job.optim import clip_grad_norm_global, set_lr
 from pipetrain.runtime.job.records import RankRecord, assemble_timeline, step_times
 from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.prepost import Prepost
 from pipetrain.schedule.versions import batch_chunks
 
 __all__ = ["JobSession", "run_job"]
@@ -54,6 +55,7 @@ class JobSession(Protocol):
     step: int | None
     transport: Transport
     device: torch.device
+    prepost_budget: int
 
     @property
     def rank(self) -> int: ...
@@ -109,15 +111,15 @@ class _JobRun:
         # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
         self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
         self.ctxs: dict[int, RankContext] = {}  # by stage: one, or several under a multi-stage placement
-        session.transport.bound_queues(plan.params.queue_bound)
+        session.transport.bound_sends(plan.params.queue_bound)
         session.transport.open_links(job.schedule.directed_links())
         if self.program:
             self.ctxs = build_rank_contexts(job.graph, plan, rank, session.transport, job.config.build_optimizer,
                                             groups, job_loss(job), self.program)
             self._set_clipping()
         self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss
-        self.receives = [expected_receives(self.contexts, p) if self.ctx is not None else []
-                         for p in (self.chunks if self.chunks is not None else [self.program])]
+        # per step program: its receives, and how deep the transport posts them at its start
+        self.receives = [self._receives(p) for p in (self.chunks if self.chunks is not None else [self.program])]
         self.recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
         self.fault = _FaultHook(job.config.fault, rank, len(self.program))
         self.reports = self.ctx is not None and self.ctx.is_last and rank == plan.stages[-1].ranks[0]
@@ -136,6 +138,13 @@ class _JobRun:
         assert self.ctx is not None
         return self.ctx if len(self.ctxs) == 1 else self.ctxs
 
+    def _receives(self, program: Sequence[Action]) -> tuple[list[Message], Prepost]:
+        """``program``'s receives and their pre-posting (:mod:`pipetrain.schedule.prepost`)."""
+        if self.ctx is None:
+            return [], Prepost()
+        budget, bound = self.session.prepost_budget, self.job.plan.params.queue_bound
+        return expected_receives(self.contexts, program), receive_prepost(self.contexts, program, budget, bound)
+
     def train_step(self, step: int) -> None:
         """Run optimizer step ``step`` (and the evaluation after it when one is due)."""
         self.session.step = self.fault.step = step
@@ -144,7 +153,7 @@ class _JobRun:
         program = self.program if self.chunks is None else self.chunks[step]
         if ctx is not None:
             wait = sum(self._load_batch(c, step) for c in self.ctxs.values())
-            ctx.transport.expect(self.receives[0 if self.chunks is None else step])
+            ctx.transport.expect(*self.receives[0 if self.chunks is None else step])
             if self.chunks is not None:  # the last chunk's gradients, received by this step's expect
                 ctx.transport.wait_sends()
             for c in self.ctxs.values():
@@ -224,7 +233,8 @@ class _JobRun:
         config = self.job.config
         if self.ctx is None or not has_eval_set(config.data):
             return None
-        return evaluate_rank(self.contexts, self.job.plan, eval_dataset(config.data, self.job.graph))
+        return evaluate_rank(self.contexts, self.job.plan, eval_dataset(config.data, self.job.graph),
+                             self.session.prepost_budget)
 
     def _report(self, ctx: RankContext, step: int, loss: float, step_s: float, wait: float,
                 evaluation: EvalResult | None) -> None:
@@ -244,8 +254,9 @@ class _JobRun:
         job, ctxs = self.job, list(self.ctxs.values())
         memory = _measured(self.session.rank, ctxs) if ctxs else None
         peak = sum(c.meter.peak_bytes for c in ctxs)
+        prepost = max(p.nbytes for _, p in self.receives)
         record = RankRecord(self.session.rank, tuple(self.recorder.steps), peak, tuple(self.rows), tuple(self.waits),
-                            tuple(self.saves), memory)
+                            tuple(self.saves), memory, prepost)
         params = {}
         for ctx in ctxs if job.return_parameters else []:
             params.update(stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers)))

@@ -31,6 +31,8 @@ class RankRecord:
         checkpoint_s: per checkpoint written, the seconds the rank spent on it.
         memory: what the rank held at its peak (its ``activation_bytes`` is
             ``peak_activation_bytes``); None for a rank that ran no stage.
+        prepost_bytes: the receive buffers it posted at a step's start, at most
+            (:mod:`pipetrain.schedule.prepost`).
     """
 
     rank: int
@@ -40,6 +42,7 @@ class RankRecord:
     data_wait_s: tuple[float, ...] = ()
     checkpoint_s: tuple[float, ...] = ()
     memory: MeasuredMemory | None = None
+    prepost_bytes: int = 0
 
 
 def step_times(records: Sequence[RankRecord]) -> list[float]:
@@ -76,6 +79,7 @@ def assemble_timeline(records: Sequence[RankRecord], warmup_steps: int, label: s
         n_ranks=len(records),
         kind="measured",
         peak_activation_bytes=tuple(r.peak_activation_bytes for r in by_rank),
+        prepost_bytes=tuple(r.prepost_bytes for r in by_rank),
         label=label,
         iterations_s=tuple(times[warmup_steps:]),
     )

@@ -25,11 +25,12 @@ from torch.distributed.distributed_c10d import PrefixStore, Store
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import Interrupted, PipelineFailure
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.interp.transport import PREPOST_BYTES, Transport, TransportError
+from pipetrain.runtime.interp.transport import Transport, TransportError
 from pipetrain.runtime.job.config import StepMetrics, TrainConfig, TrainJob, TrainResult
 from pipetrain.runtime.job.loop import run_job
 from pipetrain.runtime.process import interrupts
 from pipetrain.runtime.process.watchdog import Watchdog
+from pipetrain.schedule.prepost import prepost_budget
 
 __all__ = ["RankFailure", "Rendezvous", "Reporter", "in_communication", "rank_label", "run_session", "tcp_store"]
 
@@ -133,8 +134,8 @@ class _Session:
             backend, store=PrefixStore(f"{rdv.prefix}/pg", store),
             rank=rdv.rank, world_size=rdv.world_size, timeout=timeout,
         )
-        self.transport = Transport(self.device, use_tags=backend == "gloo",
-                                   prepost_bytes=PREPOST_BYTES if backend == "gloo" else 0)
+        self.transport = Transport(self.device, use_tags=backend == "gloo")
+        self.prepost_budget = prepost_budget(backend)
         self.restore_signals = interrupts.install()
 
     @property
