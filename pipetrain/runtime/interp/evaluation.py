@@ -25,14 +25,14 @@ __all__ = ["EvaluationKernel"]
 
 
 class EvaluationKernel:
-    """Forward only, over ``ports``; the last stage adds its outputs to ``tally`` (module docstring)."""
+    """Forward only, over ``ports``; the last stage adds its outputs to ``results`` (module docstring)."""
 
     head: nn.Module | None = None
     targets_everywhere = False
 
-    def __init__(self, ports: Ports, tally: EvalTally) -> None:
+    def __init__(self, ports: Ports, results: EvalTally) -> None:
         self.ports = ports
-        self.tally = tally
+        self.results = results
 
     def begin_step(self, ctx: RankContext, inputs: torch.Tensor | None) -> None:
         self.ports.clear()
@@ -41,7 +41,7 @@ class EvaluationKernel:
         with torch.no_grad():
             ys = stage_outputs(ctx.module(*self.ports.gather(a)))
         if ctx.is_last:
-            self.tally.add(ctx.tally.loss, ys[0], ctx.tally.targets_of(a))
+            self.results.add(ctx.tally.loss, ys[0], ctx.tally.targets_of(a))
         else:
             self.ports.scatter(a, ys)
 

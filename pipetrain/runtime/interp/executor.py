@@ -65,8 +65,7 @@ def message(ctx: RankContext, a: Action) -> Message:
     the per-sample spec of the kernel's ports."""
     assert a.peer is not None
     spec = ctx.kernel.ports.spec(a)
-    direction = Direction.ACTIVATION if a.channel == "F" else Direction.GRADIENT
-    return (a.size, *spec.shape), spec.torch_dtype, a.peer, direction
+    return (a.size, *spec.shape), spec.torch_dtype, a.peer, Direction.of(a.channel)
 
 
 def _forward(ctx: RankContext, a: Action) -> None:

@@ -54,6 +54,11 @@ class Direction(IntEnum):
         """The schedule's name of the direction (:attr:`~pipetrain.schedule.action.Action.channel`)."""
         return "F" if self is Direction.ACTIVATION else "B"
 
+    @classmethod
+    def of(cls, channel: Literal["F", "B"]) -> Direction:
+        """The direction of a schedule's channel (the inverse of :attr:`channel`)."""
+        return cls.ACTIVATION if channel == "F" else cls.GRADIENT
+
 
 Message = tuple[tuple[int, ...], torch.dtype, int, "Direction"]  # shape, dtype, peer, direction
 _Channel = tuple[int, "Direction"]
