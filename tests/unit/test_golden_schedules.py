@@ -1,12 +1,13 @@
 """Golden schedules: ``build_schedule(plan).to_csv()`` matches tests/golden/schedules/<case>.csv byte for byte.
 
 Each case is a small hand-made Plan (``CASES`` below): gpipe and 1f1b on 2–4 stages with several
-micro-batch counts, zb1 (equal and unequal), zb2, interleaved, interleaved-zb, zbv, 1f1b with per-stage unequal
-partitions, uedp with unequal forward and backward sizes per stage, graph (DAGs of stages), local learning, the
-asynchronous pipedream (stashing, vertical sync, replicated) and 2bw over their default run of batches, replicated
-stages, and recompute. Every method of :data:`~pipetrain.plan.methods.METHODS` has at least one case. A golden
-file holds one CSV row per rank, one action per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so a
-changed schedule shows up in review as a diff of the file.
+micro-batch counts, zb1 (equal, unequal, strict memory), zb2, interleaved, interleaved-zb (also strict memory),
+zbv, 1f1b with per-stage unequal partitions, uedp with unequal forward and backward sizes per stage, graph (DAGs of
+stages), local learning, the asynchronous pipedream (stashing, vertical sync, replicated) and 2bw over their default
+run of batches, replicated stages, and recompute. Every method of :data:`~pipetrain.plan.methods.METHODS` has at
+least one case (``test_every_method_has_golden_schedules``). A golden file holds one CSV row per rank, one action
+per cell (:meth:`~pipetrain.schedule.schedule.Schedule.to_csv`), so a changed schedule shows up in review as a diff
+of the file.
 
 When a schedule changes on purpose, regenerate the files and review the diff::
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from pipetrain.plan.methods import LocalParams, Method, WeightPolicy
+from pipetrain.plan.methods import METHODS, LocalParams, Method, WeightPolicy, ZeroBubbleParams
 from pipetrain.plan.placement import v_rank
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.schedule.generators import build_schedule
@@ -92,6 +93,8 @@ def looping_unequal(n_ranks: int, partitions: Sequence[tuple[int, ...]]) -> Plan
     return Plan("m", "", sum(partitions[0]), Method.INTERLEAVED, stages)
 
 
+STRICT = ZeroBubbleParams(strict_memory=True)
+
 CASES: dict[str, Callable[[], Plan]] = {
     # Equal partitions; batch 10 in 7 micro-batches gives sizes (2, 2, 2, 1, 1, 1, 1).
     **{
@@ -121,6 +124,9 @@ CASES: dict[str, Callable[[], Plan]] = {
     "zb1-s4-m7": lambda: equal(Method.ZB1, 4, 10, 7),
     "zb1-s4-m2": lambda: equal(Method.ZB1, 4, 8, 2),
     "zb1-unequal-s3": lambda: chain(Method.ZB1, [[4, 4, 4], [2, 2, 2, 2, 2, 2], [6, 3, 3]]),
+    # zb1 with ZeroBubbleParams(strict_memory=True): no stage holds more micro-batches than under 1F1B.
+    "zb1-strict-s3-m5": lambda: replace(equal(Method.ZB1, 3, 10, 5), params=STRICT),
+    "zb1-strict-s4-m7": lambda: replace(equal(Method.ZB1, 4, 10, 7), params=STRICT),
     # zb2 (ZB-H2): zb1 with 2(K - k) - 1 warm-up forwards on stage k.
     "zb2-s2-m4": lambda: equal(Method.ZB2, 2, 8, 4),
     "zb2-s3-m5": lambda: equal(Method.ZB2, 3, 10, 5),
@@ -133,6 +139,8 @@ CASES: dict[str, Callable[[], Plan]] = {
     # interleaved-zb: interleaved 1F1B with B and deferred W, rank r deferring at most 2r W actions.
     "interleaved-zb-r2-v2-m4": lambda: looping(Method.INTERLEAVED_ZB, 2, 2, 8, 4),
     "interleaved-zb-r3-v2-m5": lambda: looping(Method.INTERLEAVED_ZB, 3, 2, 10, 5),
+    "interleaved-zb-strict-r2-v2-m4": lambda: replace(looping(Method.INTERLEAVED_ZB, 2, 2, 8, 4), params=STRICT),
+    "interleaved-zb-strict-r3-v2-m5": lambda: replace(looping(Method.INTERLEAVED_ZB, 3, 2, 10, 5), params=STRICT),
     # zbv (ZB-V): two stages per rank in a V; no message between stages R-1 and R (the same rank).
     "zbv-r2-m4": lambda: v_shape(2, 8, 4),
     "zbv-r3-m5": lambda: v_shape(3, 10, 5),
@@ -184,6 +192,14 @@ def test_schedule_matches_golden(name: str, update_golden: bool) -> None:
     if got != expected:
         pytest.fail(_mismatch(name, expected, got), pytrace=False)
     assert Schedule.from_csv(expected) == schedule
+
+
+@pytest.mark.parametrize("method", list(METHODS), ids=lambda m: m.value)
+def test_every_method_has_golden_schedules(method: Method) -> None:
+    """A new method of :data:`~pipetrain.plan.methods.METHODS` needs a case here (its golden file follows)."""
+    assert any(make().method is method for make in CASES.values()), (
+        f"method {method.value} has no golden schedule; add a case for it to CASES in "
+        f"tests/unit/test_golden_schedules.py and run `{REGENERATE}`")
 
 
 def test_no_stale_golden_files(update_golden: bool) -> None:
