@@ -41,7 +41,7 @@ from pipetrain.planners.microbatch.dp import stage_dp
 from pipetrain.planners.microbatch.ga import one_f_one_b_ga
 from pipetrain.planners.microbatch.ga_operators import _sync
 from pipetrain.planners.microbatch.uedp import ORDERED_PLANNERS, PlannerName
-from pipetrain.schedule.generators import one_f_one_b_sequences
+from pipetrain.schedule.one_f_one_b import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.loop_time import iteration_time
 from pipetrain.simulate.vectorised import StageTables, iteration_times
