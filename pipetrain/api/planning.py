@@ -37,6 +37,7 @@ from pipetrain.planners import (
     PlanningProblem,
     PlanningResult,
     constraints_for,
+    default_planner,
     get_planner,
     planner_for,
 )
@@ -107,7 +108,7 @@ def _planner(name: str | None, constraints: Constraints) -> PlannerSpec:
                             f"{', '.join(MICROBATCH_PLANNERS)}")
         return get_planner(name)
     if constraints.base is not None and constraints.method is None:
-        return next(p for p in PLANNERS.values() if p.kind == "microbatch" and p.default)
+        return default_planner("microbatch")
     return planner_for(constraints.method)
 
 

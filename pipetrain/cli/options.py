@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pipetrain.cli.common import DEFAULT_MODEL
 from pipetrain.cli.rerun import rerun_methods
-from pipetrain.cli.routing import how_planned, listed
+from pipetrain.cli.routing import how_planned, listed, unequal
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, MAX_DEVICES
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
 from pipetrain.graph.aux_heads import AUX_KINDS
@@ -15,7 +15,7 @@ from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
 from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, METHODS, method_names
 from pipetrain.plan.plan import MAX_BATCH_SIZE
-from pipetrain.planners import DEFAULT_PLANNER, PLANNERS
+from pipetrain.planners import DEFAULT_PLANNER, PLANNERS, default_planner
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.runtime.optim import LR_SCHEDULES
@@ -214,8 +214,10 @@ def _planner_help() -> str:
     stages = [f"{name}{' (default)' if name == DEFAULT_PLANNER else ''}: {spec.summary}"
               for name, spec in PLANNERS.items() if spec.kind == "stages"]
     microbatch = [name for name, spec in PLANNERS.items() if spec.kind == "microbatch"]
-    return f"{'; '.join(stages)}; with --method uedp, a micro-batch planner ({', '.join(microbatch)}; default " \
-        f"tidgap) (default: the --method's planner, else {DEFAULT_PLANNER})"
+    default = default_planner("microbatch").name
+    uedp = listed([m for m in METHODS if unequal(m)])
+    return f"{'; '.join(stages)}; with --method {uedp}, a micro-batch planner ({', '.join(microbatch)}; default " \
+        f"{default}) (default: the --method's planner, else {DEFAULT_PLANNER})"
 
 
 def _vertical_sync_arg(p: argparse.ArgumentParser) -> None:

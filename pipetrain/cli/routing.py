@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import METHODS, LocalParams, Method, SizeRule, WeightPolicy
-from pipetrain.planners import PLANNERS, PlannerSpec, get_planner, planner_for
+from pipetrain.planners import PLANNERS, PlannerSpec, default_planner, get_planner, planner_for
 
 __all__ = ["PlanRoute", "check_local_flags", "check_vertical_sync", "how_planned", "listed", "plan_route", "unequal"]
 
@@ -100,7 +100,7 @@ def _unequal_route(args: argparse.Namespace) -> PlanRoute:
                         f"--planner auto already tries them; drop --method {args.method} or choose a micro-batch "
                         "planner")
     if args.virtual_stages is None:
-        return PlanRoute(get_planner(args.planner) if args.planner else _default_microbatch())
+        return PlanRoute(get_planner(args.planner) if args.planner else default_planner("microbatch"))
     looping = next(p for p in PLANNERS.values() if p.kind == "microbatch" and _loops(p))
     if args.virtual_stages < 2:
         raise UserError(f"--virtual-stages {args.virtual_stages} is one model chunk per rank: drop it for plain "
@@ -114,10 +114,6 @@ def _unequal_route(args: argparse.Namespace) -> PlanRoute:
 
 def _loops(spec: PlannerSpec) -> bool:
     return any(METHODS[m].multi_stage for m in spec.methods)
-
-
-def _default_microbatch() -> PlannerSpec:
-    return next(p for p in PLANNERS.values() if p.kind == "microbatch" and p.default)
 
 
 def _route(args: argparse.Namespace, method: Method | None) -> PlanRoute:
@@ -193,7 +189,7 @@ def _refuse_method_for_async_planner(spec: PlannerSpec) -> None:
 def how_planned(method: Method) -> str:
     """How `plan --method` plans ``method``, for help texts."""
     if unequal(method):
-        return (f"a micro-batch planner on the best equal plan's stages (default {_default_microbatch().name}; "
+        return (f"a micro-batch planner on the best equal plan's stages (default {default_planner('microbatch').name}; "
                 "with --virtual-stages V, per virtual stage of an interleaved plan)")
     own = _default_planner(method)
     if own is not None:

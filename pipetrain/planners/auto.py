@@ -8,8 +8,9 @@ auto runs what the registry's specs say (:attr:`~pipetrain.planners.spec.Planner
 :data:`~pipetrain.planners.registry.AUTO_RUNS`, in their order), each simulated by the event simulator
 on the same cost model:
 
-* ``balanced``: GPipe, 1F1B and ZB-H1 (``zb1``) with an exact min–max layer split and equal micro-batches
-  (:func:`~pipetrain.planners.balanced.plan_balanced`), one stage per device;
+* ``balanced``: GPipe, 1F1B, ZB-H1 and ZB-H2 (``zb1``, ``zb2``) with an exact min–max layer split and
+  equal micro-batches (:func:`~pipetrain.planners.balanced.plan_balanced`), one stage per device, its
+  fastest plan that fits (:func:`~pipetrain.planners.balanced.fastest_fitting`);
 * ``tidgap``, ``1f1b-ga`` and ``zb1-ga``: UMPIPE's unequal micro-batches (docs/algorithms.md §2) on the
   fastest balanced plan's stages whatever its memory (their :class:`~pipetrain.planners.spec.BaseRule`),
   under memory caps (:func:`~pipetrain.planners.unequal.plan_unequal`), with a GA budget of 48 × 60

@@ -53,8 +53,8 @@ from pipetrain.planners.twobw import plan_2bw, twobw_plans
 from pipetrain.planners.unequal import plan_unequal, unequal_layout
 
 __all__ = ["ASYNC_AUTO_PLANNERS", "AUTO_PLANNERS", "AUTO_RUNS", "DEFAULT_PLANNER", "MICROBATCH_PLANNERS", "PLANNERS",
-           "STAGE_PLANNERS", "PlannerKind", "PlannerSpec", "auto_planners", "constraints_for", "get_planner",
-           "planner_for", "run_planner"]
+           "STAGE_PLANNERS", "PlannerKind", "PlannerSpec", "auto_planners", "constraints_for", "default_planner",
+           "get_planner", "planner_for", "run_planner"]
 
 DEFAULT_PLANNER = "balanced"
 """The planner of a problem that names neither a planner nor a method, and the micro-batch planners' base."""
@@ -156,6 +156,12 @@ def get_planner(name: str) -> PlannerSpec:
     return PLANNERS[name]
 
 
+def default_planner(kind: PlannerKind) -> PlannerSpec:
+    """The first default planner of ``kind``: ``balanced`` for stages, ``tidgap`` for micro-batches (the
+    planner of a problem with a base plan and no method)."""
+    return next(p for p in PLANNERS.values() if p.kind == kind and p.default)
+
+
 def planner_for(method: Method | None) -> PlannerSpec:
     """The planner that plans ``method`` when none is named: among the planners that can be asked for it
     (they take a method, or plan it alone), the first default one, else the first (``pipedream``, ``2bw``:
@@ -163,6 +169,8 @@ def planner_for(method: Method | None) -> PlannerSpec:
     if method is None:
         return PLANNERS[DEFAULT_PLANNER]
     asked = [p for p in PLANNERS.values() if p.plans(METHODS[method]) and ("method" in p.accepts or p.implies(method))]
+    if not asked:
+        raise UserError(f"no planner plans method {method.value}; write its plan by hand (docs/formats.md)")
     return next((p for p in asked if p.default), asked[0])
 
 
