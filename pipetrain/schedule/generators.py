@@ -31,7 +31,6 @@ from __future__ import annotations
 from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.asynchronous import add_steps_and_versions
-from pipetrain.schedule.one_f_one_b import one_f_one_b_sequences
 from pipetrain.schedule.orders import Orders
 from pipetrain.schedule.passes import add_communication
 from pipetrain.schedule.registry import generator_for
@@ -43,7 +42,6 @@ __all__ = [
     "DEFAULT_ASYNC_BATCHES",
     "build_schedule",
     "compute_schedule",
-    "one_f_one_b_sequences",  # importable from here for pipetrain.planners.microbatch.ga
 ]
 
 DEFAULT_ASYNC_BATCHES = 4

@@ -57,7 +57,7 @@ from pipetrain.planners.microbatch.encoding import Partition, cuts_to_partition
 from pipetrain.planners.microbatch.ga_state import Evaluator, GAConfig, Mode
 from pipetrain.planners.microbatch.ga_step import ask, init_state, tell
 from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
-from pipetrain.schedule.generators import one_f_one_b_sequences
+from pipetrain.schedule.one_f_one_b import one_f_one_b_sequences
 from pipetrain.schedule.interleaved import interleaved_orders
 from pipetrain.schedule.zero_bubble import zb1_sequences
 from pipetrain.simulate.chain import interleaved_order_time, order_time, split_order_time
