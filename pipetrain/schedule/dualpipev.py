@@ -43,6 +43,7 @@ from collections import Counter, deque
 
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.orders import Orders
 from pipetrain.schedule.zero_bubble import ZbKind
 
 __all__ = ["dualpipev_order", "dualpipev_programs"]
@@ -127,14 +128,14 @@ def _drain(order: _Order, rank: int, rest: int, down: int, up: int) -> None:
         order.weight()
 
 
-def dualpipev_programs(plan: Plan) -> dict[int, list[Action]]:
-    """Every rank's compute actions for a plan of method ``dualpipev``: F, B, W in :func:`dualpipev_order`,
+def dualpipev_programs(plan: Plan) -> Orders:
+    """Per rank, its compute actions for a plan of method ``dualpipev``: F, B, W in :func:`dualpipev_order`,
     then one STEP per stage (the down chunk's, then the up chunk's)."""
     n_ranks = plan.n_ranks
     spans = ranges(plan.stages[0].forward_sizes)
-    programs: dict[int, list[Action]] = {}
+    programs: Orders = []
     for rank in range(n_ranks):
         out = [Action(ActionKind(kind), stage, j, *spans[j]) for kind, stage, j in
                dualpipev_order(rank, n_ranks, len(spans))]
-        programs[rank] = out + [Action(ActionKind.STEP, stage) for stage in (rank, 2 * n_ranks - 1 - rank)]
+        programs.append([*out, *(Action(ActionKind.STEP, stage) for stage in (rank, 2 * n_ranks - 1 - rank))])
     return programs
