@@ -25,6 +25,7 @@ The traits, per method::
     interleaved     looping    chain  fused     sync                 yes    cross  per-stage  no        yes
     interleaved-zb  looping    chain  split     sync                 yes    cross  one        no        no
     zbv             V          chain  split     sync                 yes    cross  one        no        no
+    dualpipev       V          chain  split     sync                 yes    cross  one        no        no
 
 gpipe and uedp run every forward of a batch before any backward (``fill_drain``); pipedream and 2bw
 are planned as a 1f1b plan when a planner does not plan them itself (``plan_as``), then run without
@@ -82,6 +83,7 @@ class Method(str, Enum):
     ZB2 = "zb2"
     INTERLEAVED_ZB = "interleaved-zb"
     ZBV = "zbv"
+    DUALPIPEV = "dualpipev"
 
 
 class WeightPolicy(str, Enum):
@@ -196,7 +198,8 @@ class MethodSpec:
         sizes: how stages may cut the batch into micro-batches.
         replicas: stages may run on several ranks (data parallelism inside a stage).
         recompute: the plan may recompute a stage's forward in backward.
-        microbatches_per_stage: needs at least as many micro-batches as stages (2BW's delay).
+        microbatches_per_stage: needs at least as many micro-batches as stages (2BW's delay, DualPipeV's
+            warm-up).
         loss_per_microbatch: every micro-batch is a mini-batch of its own: its loss is divided by its
             own size (PipeDream steps after every backward); else by the batch size.
         fill_drain: every forward of a batch runs before any backward (GPipe's order): a stage holds all
@@ -299,6 +302,10 @@ _SPECS = (
                params=ZeroBubbleParams),
     MethodSpec(Method.ZBV, "Zero Bubble ZB-V (Qi et al. 2024 §6)", "2 chunks per rank in a V, split backward",
                placement=Placement.V, backward=Backward.SPLIT, sizes=SizeRule.ONE, recompute=False),
+    MethodSpec(Method.DUALPIPEV, "DualPipeV (DeepSeek-V3 §3.2.1, cut in half)",
+               "2 chunks per rank in a V, a forward of one chunk paired with a backward of the other",
+               placement=Placement.V, backward=Backward.SPLIT, sizes=SizeRule.ONE, recompute=False,
+               microbatches_per_stage=True),
 )
 
 METHODS: Mapping[Method, MethodSpec] = MappingProxyType({s.method: s for s in _SPECS})

@@ -47,11 +47,14 @@ def clip_sizes(sizes: tuple[int, ...], n: int) -> tuple[int, ...]:
 def _forward_order(plan: Plan) -> Method:
     """The method whose order the forward-only program keeps, by the plan's placement: one stage per
     rank, the fill-drain order with each stage's own partition (``uedp``: any clipped sizes); several,
-    the placement's fused-backward order (looping: ``interleaved``), else the plan's own (V: ``zbv``)."""
+    an order of the placement that takes any number of micro-batches (an eval batch may have fewer
+    than the plan), the fused-backward one first (looping: ``interleaved``; V: ``zbv``, also for
+    ``dualpipev``), else the plan's own."""
     if plan.placement is Placement.SINGLE:
         return Method.UEDP
-    fused = methods_where(placement=plan.placement, backward=Backward.FUSED, flush=True)
-    return fused[0] if fused else plan.method
+    same = methods_where(placement=plan.placement, flush=True, microbatches_per_stage=False)
+    fused = [m for m in same if METHODS[m].backward is Backward.FUSED]
+    return (*fused, *same, plan.method)[0]
 
 
 def forward_only_schedule(plan: Plan, n: int) -> Schedule:

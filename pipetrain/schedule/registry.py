@@ -21,6 +21,7 @@ asks every method for a golden schedule.
     interleaved     interleaved_programs            interleaved
     interleaved-zb  interleaved_zb_programs         interleaved_zb
     zbv             zbv_programs                    zbv
+    dualpipev       dualpipev_programs              dualpipev
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pipetrain.errors import UserError
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
 from pipetrain.schedule.asynchronous import asynchronous_orders
+from pipetrain.schedule.dualpipev import dualpipev_programs
 from pipetrain.schedule.fill_drain import gpipe_orders
 from pipetrain.schedule.interleaved import interleaved_programs
 from pipetrain.schedule.interleaved_zb import interleaved_zb_programs
@@ -59,6 +61,7 @@ GENERATORS: Mapping[Method, Generator] = MappingProxyType({
     Method.ZB2: zb2_orders,  # Qi et al. 2024 §2.2 (ZB-H2)
     Method.INTERLEAVED_ZB: interleaved_zb_programs,  # interleaved with zb1's split backward (ours)
     Method.ZBV: zbv_programs,  # Qi et al. 2024 §6 (ZB-V)
+    Method.DUALPIPEV: dualpipev_programs,  # DeepSeek-AI 2024 §3.2.1 (DualPipe), cut in half onto the V
 })
 """Every method's generator (module docstring)."""
 

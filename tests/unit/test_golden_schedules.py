@@ -73,11 +73,11 @@ def local(forward: Sequence[Sequence[int]]) -> Plan:
     return replace(chain(Method.LOCAL, forward), weights=WeightPolicy.LOCAL, params=LocalParams("linear"))
 
 
-def v_shape(n_ranks: int, batch: int, n_micro: int) -> Plan:
-    """``2 · n_ranks`` stages in a V (method zbv): stage ``s`` on rank ``s``, or ``2R − 1 − s`` from ``R`` on."""
+def v_shape(n_ranks: int, batch: int, n_micro: int, method: Method = Method.ZBV) -> Plan:
+    """``2 · n_ranks`` stages in a V (zbv, dualpipev): stage ``s`` on rank ``s``, or ``2R − 1 − s`` from ``R`` on."""
     sizes = equal_sizes(batch, n_micro)
     stages = tuple(StagePlan((f"l{k}",), (v_rank(k, n_ranks),), sizes, sizes) for k in range(2 * n_ranks))
-    return Plan("m", "", batch, Method.ZBV, stages)
+    return Plan("m", "", batch, method, stages)
 
 
 def looping(method: Method, n_ranks: int, chunks: int, batch: int, n_micro: int) -> Plan:
@@ -144,6 +144,9 @@ CASES: dict[str, Callable[[], Plan]] = {
     # zbv (ZB-V): two stages per rank in a V; no message between stages R-1 and R (the same rank).
     "zbv-r2-m4": lambda: v_shape(2, 8, 4),
     "zbv-r3-m5": lambda: v_shape(3, 10, 5),
+    # dualpipev (DeepSeek's DualPipeV): the V, a forward of one chunk paired with a backward of the other.
+    "dualpipev-r2-m4": lambda: v_shape(2, 8, 4, Method.DUALPIPEV),
+    "dualpipev-r3-m7": lambda: v_shape(3, 14, 7, Method.DUALPIPEV),
     # graph (GraphPipe): 1F1B over a DAG of stages; a skip edge, two sources joining, per-stage partitions.
     "graph-skip-s3-m4": lambda: dag([[2, 2, 2, 2]] * 3, [(0, 1), (0, 2), (1, 2)]),
     "graph-join-s3-m5": lambda: dag([[2, 2, 2, 2, 2]] * 3, [(0, 2), (1, 2)]),
