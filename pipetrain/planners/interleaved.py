@@ -85,6 +85,12 @@ def v_placed(plan: Plan) -> Plan:
     return replace(plan, stages=tuple(replace(s, ranks=r) for s, r in zip(plan.stages, placed, strict=True)))
 
 
+def runs_with(spec: MethodSpec, n_micro: int, n_stages: int) -> bool:
+    """Whether a method runs ``n_micro`` micro-batches on ``n_stages`` stages (DualPipeV and 2BW need
+    one per stage, :attr:`~pipetrain.plan.methods.MethodSpec.microbatches_per_stage`)."""
+    return not spec.microbatches_per_stage or n_micro >= n_stages
+
+
 def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
     """The fastest interleaved plan over methods, chunk and micro-batch counts (module docstring).
 
@@ -117,7 +123,8 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
         for m in counts:
             looping = [x for x in methods if METHODS[x].placement is Placement.LOOPING]
             v_shaped = [x for x in methods if METHODS[x].placement is Placement.V and chunks == 2]
-            for kinds in (looping, v_shaped):
+            for placed in (looping, v_shaped):
+                kinds = [x for x in placed if runs_with(METHODS[x], m, chunks * n_ranks)]
                 if kinds:  # one partition per placement, run by each of its methods
                     plan = build_interleaved_plan(problem.model, cost, n_ranks=n_ranks, chunks=chunks,
                                                   batch_size=problem.batch_size, n_micro=m, method=kinds[0])

@@ -153,11 +153,12 @@ def test_planner_scores_both_backwards_and_takes_a_fixed_method() -> None:
     cost, names = _gpt_cost(2, 16)
     model = ModelRef.synthetic(names, "gpt1-14")
     both = plan_interleaved(PlanningProblem(model, cost, 16, constraints=Constraints(virtual_stages=2, n_micro=4)))
-    assert {c.plan.method for c in both.candidates} == {Method.INTERLEAVED, Method.INTERLEAVED_ZB, Method.ZBV}
+    assert {c.plan.method for c in both.candidates} == {Method.INTERLEAVED, Method.INTERLEAVED_ZB, Method.ZBV,
+                                                        Method.DUALPIPEV}  # m = 4: one per stage, as DualPipeV needs
     fixed = Constraints(method=Method.INTERLEAVED_ZB, virtual_stages=2)
     result = plan_interleaved(PlanningProblem(model, cost, 16, constraints=fixed))
     assert {c.plan.method for c in result.candidates} == {Method.INTERLEAVED_ZB}
-    with pytest.raises(UserError, match="plans methods interleaved, interleaved-zb and zbv"):
+    with pytest.raises(UserError, match="plans methods interleaved, interleaved-zb, zbv and dualpipev"):
         plan_interleaved(PlanningProblem(model, cost, 16, constraints=Constraints(method=Method.ZB1)))
 
 
