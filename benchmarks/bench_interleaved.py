@@ -40,6 +40,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.interleaved import build_interleaved_plan, plan_interleaved
+from pipetrain.planners.registry import run_planner
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.profile.measure import measure_profile
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
@@ -101,7 +102,7 @@ def _plans(name: str, batch: int) -> tuple[list[tuple[str, Plan]], object]:
     cost = CostModel(measure_profile(graph, batch), api.local_cluster(2))
     problem = PlanningProblem(ModelRef.of(graph), cost, batch, constraints=Constraints(method=Method.ONE_F_ONE_B))
     interleaved = plan_interleaved(PlanningProblem(problem.model, cost, batch)).plan
-    one_f_one_b = api.run_planner("balanced", problem).plan
+    one_f_one_b = run_planner("balanced", problem).plan
     return [("1f1b", one_f_one_b), (f"interleaved v={interleaved.virtual_stages}", interleaved)], graph
 
 

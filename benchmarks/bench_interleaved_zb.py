@@ -11,8 +11,9 @@ et al. 2021, §2.2) with each backward split into B and a deferred W (Qi et al. 
 links (:func:`pipetrain.api.estimated_cluster`), batch ``--batch`` (default 64), R = 4 and 8 ranks,
 m = 8, 16, 32 equal micro-batches: 1f1b and zb1 on R balanced stages; interleaved and interleaved-zb
 with v = 2 and 4 chunks (``v·R`` balanced stages, looping placement), and interleaved-zb's
-memory-strict variant (``interleaved-zb-strict``: no rank holds more than under interleaved;
-:func:`~pipetrain.schedule.interleaved_zb.interleaved_zb_sequence`); the event simulator's iteration
+memory-strict variant (``interleaved-zb-strict``, the plan's ``ZeroBubbleParams(strict_memory=True)``: no rank
+holds more than under interleaved; :func:`~pipetrain.schedule.interleaved_zb.interleaved_zb_sequence`); the event
+simulator's iteration
 time, bubble and the most activation bytes any rank holds.
 
 **Measured.** On two local CPU ranks (gloo, one thread each; the cluster probed for contention),
@@ -34,7 +35,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -48,7 +49,7 @@ from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import Method, ZeroBubbleParams
 from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
@@ -56,14 +57,10 @@ from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
 from pipetrain.schedule.generators import build_schedule
-from pipetrain.schedule.interleaved_zb import interleaved_zb_programs
-from pipetrain.schedule.passes import add_communication
-from pipetrain.schedule.schedule import Schedule
-from pipetrain.schedule.validate import validate_for_plan
 from pipetrain.simulate.events import simulate
 
 METHODS = (Method.ONE_F_ONE_B, Method.ZB1, Method.INTERLEAVED, Method.INTERLEAVED_ZB)
-STRICT = "interleaved-zb-strict"  # simulated only: interleaved_zb_programs(plan, strict_memory=True)
+STRICT = "interleaved-zb-strict"  # simulated only: interleaved-zb with ZeroBubbleParams(strict_memory=True)
 MEASURED = {"mlp": 128, "gpt-tiny": 64}
 
 
@@ -101,13 +98,6 @@ def plan_for(model: ModelRef, cost: CostModel, method: Method, ranks: int, chunk
     return build_balanced_plan(model, cost, method=method, n_stages=ranks, batch_size=batch, n_micro=m)
 
 
-def strict_schedule(plan: Plan) -> Schedule:
-    """The memory-strict interleaved-zb variant's validated schedule (no method runs it)."""
-    schedule = add_communication(Schedule.from_mapping(interleaved_zb_programs(plan, strict_memory=True)), plan)
-    validate_for_plan(schedule, plan)
-    return schedule
-
-
 def simulate_grid(args: argparse.Namespace) -> list[SimRow]:
     """Every (R, m, method, v) row of the simulated part (module docstring)."""
     graph = build_model("gpt1-14", blocks=args.blocks)
@@ -120,7 +110,9 @@ def simulate_grid(args: argparse.Namespace) -> list[SimRow]:
                 method = Method.INTERLEAVED_ZB if label == STRICT else Method(label)
                 for chunks in ((2, 4) if method in (Method.INTERLEAVED, Method.INTERLEAVED_ZB) else (1,)):
                     plan = plan_for(model, cost, method, ranks, chunks, args.batch, m)
-                    schedule = strict_schedule(plan) if label == STRICT else build_schedule(plan)
+                    if label == STRICT:
+                        plan = replace(plan, params=ZeroBubbleParams(strict_memory=True))
+                    schedule = build_schedule(plan)
                     timeline = simulate(schedule, plan, cost)
                     base = base or timeline.iteration_s
                     rows.append(SimRow(ranks, m, label, chunks, timeline.iteration_s * 1e3,

@@ -14,8 +14,8 @@ device, no GPU runs. Models of the paper's kind (its exact models are not publis
 Each runs ``--batch`` samples in ``--micro`` equal micro-batches (default 256 in 8 of 32), for each
 auxiliary head kind (``linear``, ``dgl``, ``infopro``). Four stages:
 
-* ``local``: :func:`pipetrain.api.plan_local` (stages balanced with their heads' time); its
-  steady state on a stream of batches (:func:`~pipetrain.simulate.steady.steady_state`, PPLL's regime)
+* ``local``: :func:`pipetrain.api.plan` with ``planner="local"`` (stages balanced with their heads'
+  time); its steady state on a stream of batches (:func:`~pipetrain.simulate.steady.steady_state`, PPLL's regime)
   and its one-batch iteration (fill and drain included, as pipetrain's runtime runs a batch);
 * ``local, equal layer counts``: the same, stages cut into equal layer counts (one block per GPU,
   the split a cost-blind partition makes), steady state;
@@ -134,7 +134,8 @@ def backprop(plan: Plan, graph: LayerGraph, profile: Profile, cost: CostModel) -
 def measure(name: str, aux: str, graph: LayerGraph, profile: Profile, args: argparse.Namespace) -> Row:
     """Plan, simulate and compare one model with one head kind (module docstring)."""
     cluster, _ = api.estimated_cluster("v100", N_DEVICES)
-    plan = api.plan_local(graph, profile, cluster, batch_size=args.batch, aux=aux, n_micro=args.micro).plan
+    heads = api.Constraints(n_micro=args.micro, params=api.local_params(graph, aux))
+    plan = api.plan(graph, profile, cluster, batch_size=args.batch, planner="local", constraints=heads).plan
     cost = api.local_cost(graph, profile, cluster, aux)
     parts = stage_parts_s(plan, cost)
     stream = steady_state(plan, cost).samples_per_s

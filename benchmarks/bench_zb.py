@@ -32,7 +32,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,20 +45,17 @@ from pipetrain.cluster import CPU_ACTION_OVERHEAD_S
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import Method, ZeroBubbleParams
 from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan, plan_balanced
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.runtime import TrainConfig, train
-from pipetrain.schedule.generators import build_schedule, zb1_orders
-from pipetrain.schedule.passes import add_communication
-from pipetrain.schedule.schedule import Schedule
-from pipetrain.schedule.validate import validate
+from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 
 METHODS = (Method.ONE_F_ONE_B, Method.ZB1)
-STRICT = "zb1-strict"  # zb1 holding no more than 1F1B on every stage (zero_bubble.strict_memory_sequences)
+STRICT = "zb1-strict"  # zb1 with ZeroBubbleParams(strict_memory=True): no more held than 1F1B on every stage
 MEASURED = {"mlp": 128, "gpt-tiny": 64}
 
 
@@ -83,14 +80,6 @@ class MeasuredRow:
     predicted_samples_per_s: float
 
 
-def strict_schedule(plan: Plan) -> Schedule:
-    """The memory-strict zb1 variant's validated schedule (no method runs it; simulated only)."""
-    compute = Schedule.from_mapping({k: actions for k, actions in enumerate(zb1_orders(plan.stages, True))})
-    schedule = add_communication(compute, plan)
-    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages)
-    return schedule
-
-
 def simulated(batch: int, devices: tuple[int, ...], counts: tuple[int, ...]) -> list[SimRow]:
     """Every (devices, m, method) row of the simulated part (module docstring)."""
     graph = build_model("gpt1-14")
@@ -105,7 +94,9 @@ def simulated(batch: int, devices: tuple[int, ...], counts: tuple[int, ...]) -> 
                 method = Method.ZB1 if label == STRICT else Method(label)
                 plan = build_balanced_plan(ModelRef.of(graph), cost, method=method, n_stages=d, batch_size=batch,
                                            n_micro=m)
-                schedule = strict_schedule(plan) if label == STRICT else build_schedule(plan)
+                if label == STRICT:
+                    plan = replace(plan, params=ZeroBubbleParams(strict_memory=True))
+                schedule = build_schedule(plan)
                 timeline = simulate(schedule, plan, cost)
                 peaks = timeline.peak_activation_bytes
                 rows.append(SimRow(d, m, label, timeline.iteration_s, timeline.bubble_fraction(), max(peaks), peaks[0]))

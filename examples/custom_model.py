@@ -78,7 +78,7 @@ def main() -> None:
     graph = api.resolve_model(build(), data=data, name="residual-mlp")
     print("layers:", ", ".join(graph.names))
     profile = api.profile_model(graph, batch_size=64)
-    plan, _ = api.plan_pipeline(graph, profile, api.local_cluster(2), batch_size=64)
+    plan = api.plan(graph, profile, api.local_cluster(2), batch_size=64).plan
     print("stages:", " | ".join(", ".join(stage.layers) for stage in plan.stages))
     result = train(graph, plan, TrainConfig(steps=150, lr=0.05, data=data, eval_every=50))
     last = result.metrics[-1]

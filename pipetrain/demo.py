@@ -81,10 +81,12 @@ def _plan(graph: LayerGraph, settings: DemoSettings, out: Console, console: Cons
     cluster = _probe(graph, settings, console)
     write_atomic(folder / "cluster.json", cluster.to_json())
     console.print("[bold]3/7[/bold] planning: every method × micro-batch count, simulated")
-    plan, candidates = api.plan_pipeline(graph, profile, cluster, batch_size=batch)
+    result = api.plan(graph, profile, cluster, batch_size=batch,
+                      constraints=api.Constraints(n_stages=cluster.n_devices))  # one stage per rank
+    plan = result.plan
     write_atomic(folder / "plan.json", plan.to_json())
     out.print(plan_table(plan))
-    out.print(candidates_table(candidates, top=6))
+    out.print(candidates_table(list(result.candidates), top=6))
     console.print("[bold]4/7[/bold] predicted timeline")
     schedule, predicted = api.predict(plan, profile, cluster)
     write_atomic(folder / "schedule.csv", schedule.to_csv())

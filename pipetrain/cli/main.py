@@ -12,18 +12,9 @@ from pathlib import Path
 from rich.markup import escape
 
 from pipetrain import __version__
-from pipetrain.cli.commands import (
-    cmd_compare,
-    cmd_demo,
-    cmd_export,
-    cmd_plan,
-    cmd_probe,
-    cmd_profile,
-    cmd_simulate,
-    cmd_train,
-)
 from pipetrain.cli.common import console
 from pipetrain.cli.config_file import add_config_args, config_text, expand_config
+from pipetrain.cli.measure import cmd_probe, cmd_profile
 from pipetrain.cli.options import (
     compare_args,
     demo_args,
@@ -34,6 +25,9 @@ from pipetrain.cli.options import (
     simulate_args,
     train_args,
 )
+from pipetrain.cli.planning import cmd_plan
+from pipetrain.cli.predict import cmd_compare, cmd_simulate
+from pipetrain.cli.run import cmd_demo, cmd_export, cmd_train
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
 
 __all__ = ["build_parser", "main"]

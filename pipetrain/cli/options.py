@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipetrain import api
 from pipetrain.cli.common import DEFAULT_MODEL
+from pipetrain.cli.rerun import rerun_methods
+from pipetrain.cli.routing import how_planned, listed, unequal
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, MAX_DEVICES
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
 from pipetrain.graph.aux_heads import AUX_KINDS
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
-from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, Method, method_names, methods_where
+from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, METHODS, method_names
 from pipetrain.plan.plan import MAX_BATCH_SIZE
+from pipetrain.planners import DEFAULT_PLANNER, PLANNERS, default_planner
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.runtime.job.optim import LR_SCHEDULES
@@ -161,30 +163,10 @@ def probe_args(p: argparse.ArgumentParser) -> None:
 def plan_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     _cost_args(p)
-    p.add_argument("--method", default="auto", choices=["auto", *(m.value for m in api.PLANNABLE_METHODS),
-                                                         Method.UEDP.value, Method.LOCAL.value, Method.GRAPH.value,
-                                                         Method.INTERLEAVED.value, Method.INTERLEAVED_ZB.value,
-                                                         Method.ZBV.value, *ASYNC_METHODS],
-                   help="auto: the fastest of gpipe, 1f1b, zb1 and zb2 (zero-bubble ZB-H1, ZB-H2); uedp: UMPIPE's "
-                        "unequal micro-batches per stage on the best equal plan's stages (with --virtual-stages V, "
-                        "per virtual stage of an interleaved plan); local: PPLL's local learning, stages "
-                        "balanced with their auxiliary heads' time; graph: GraphPipe's DAG of stages for a "
-                        "model that branches (the graphpipe planner); interleaved: v model chunks per rank "
-                        "(interleaved 1F1B, any micro-batch count); interleaved-zb: the same with the backward "
-                        "split into B and deferred W (zero bubble); zbv: zero bubble's ZB-V, two chunks per rank "
-                        "in a V (rank 0 holds the first and the last), 1F1B's memory; pipedream, 2bw: the best "
-                        "1f1b plan run "
-                        "asynchronously (no flush, weight versions), or with --planner pipedream|2bw that "
-                        "planner's own steady-state plan (default: auto)")
+    p.add_argument("--method", default="auto", choices=["auto", *method_names()], help=_plan_method_help())
     _local_args(p)
     _vertical_sync_arg(p)
-    p.add_argument("--planner", choices=list(api.PLANNERS),
-                   help="balanced (default): exact min-max layer split, one stage per rank; pipedream: "
-                        "PipeDream's DP with replicated stages; bapipe: BaPipe's exploration of method, "
-                        "stages, micro-batches and device order (mixed devices); graphpipe: GraphPipe's DAG "
-                        "of stages (method graph, models that branch); 2bw: PipeDream-2BW's search of depth, "
-                        "micro-batch size and recompute; auto: every planner, the fastest plan that fits; "
-                        "with --method uedp, a micro-batch planner (default tidgap)")
+    p.add_argument("--planner", choices=list(PLANNERS), help=_planner_help())
     p.add_argument("--allow-async", action="store_true",
                    help="--planner auto: also consider the asynchronous methods pipedream and 2bw, which "
                         "change the optimizer's semantics (stale weights)")
@@ -218,12 +200,24 @@ def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) 
                    "e.g. simulate's schedule.csv, edited); validated against the plan (default: the plan's own)")
 
 
-ASYNC_METHODS = method_names(methods_where(flush=False))
-SYNC_RERUN_METHODS = (Method.ZB1.value, Method.ZB2.value, Method.ONE_F_ONE_B.value, Method.INTERLEAVED.value,
-                      Method.INTERLEAVED_ZB.value, Method.ZBV.value)
-"""Synchronous methods ``simulate`` and ``train`` can run a plan's stages by (same sizes, another order;
-the looping ones need a plan whose stage ``s`` is on rank ``s mod R``; zbv re-places 2 chunks per rank
-in a V, or re-cuts the layers into ``2R`` stages)."""
+def _plan_method_help() -> str:
+    """`plan --method`'s help: every method's record (:data:`~pipetrain.plan.methods.METHODS`) and how it
+    is planned (:func:`~pipetrain.cli.routing.how_planned`)."""
+    balanced = listed(PLANNERS[DEFAULT_PLANNER].methods, "and")
+    methods = [f"{m.value}: {spec.summary} ({spec.paper}; {how_planned(m)})" for m, spec in METHODS.items()]
+    return f"auto: the --planner's choice ({DEFAULT_PLANNER}: the fastest of {balanced}); {'; '.join(methods)} " \
+        "(default: auto)"
+
+
+def _planner_help() -> str:
+    """`plan --planner`'s help: the stage planners' summaries, then the micro-batch planners."""
+    stages = [f"{name}{' (default)' if name == DEFAULT_PLANNER else ''}: {spec.summary}"
+              for name, spec in PLANNERS.items() if spec.kind == "stages"]
+    microbatch = [name for name, spec in PLANNERS.items() if spec.kind == "microbatch"]
+    default = default_planner("microbatch").name
+    uedp = listed([m for m in METHODS if unequal(m)])
+    return f"{'; '.join(stages)}; with --method {uedp}, a micro-batch planner ({', '.join(microbatch)}; default " \
+        f"{default}) (default: the --method's planner, else {DEFAULT_PLANNER})"
 
 
 def _vertical_sync_arg(p: argparse.ArgumentParser) -> None:
@@ -247,21 +241,19 @@ def _rechunk_arg(p: argparse.ArgumentParser) -> None:
                         "count; default: the plan's own stages; zbv: 2, in a V)")
 
 
-def _async_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=[*ASYNC_METHODS, Method.LOCAL.value, *SYNC_RERUN_METHODS],
-                   help="run the plan's stages by another method: pipedream (weight stashing) or 2bw (two "
-                        "versions), asynchronously; local: PPLL's local learning; zb1: zero-bubble ZB-H1 "
-                        "(backward split into B and W); zb2: ZB-H2 (the same, twice the micro-batches in "
-                        "flight); 1f1b; interleaved, interleaved-zb: an interleaved "
-                        "plan's chunks with the backward fused or split; zbv: ZB-V, 2 chunks per rank in a V "
-                        "(a plan with other stages is re-cut into 2R) (default: the plan's own method)")
+def _rerun_args(p: argparse.ArgumentParser) -> None:
+    reruns = "; ".join(f"{m.value}: {METHODS[m].summary}" for m in rerun_methods())
+    p.add_argument("--method", choices=method_names(rerun_methods()),
+                   help=f"run the plan's stages and micro-batches by another method: {reruns} (a plan with other "
+                        "stages is re-cut for a method that places several per rank) (default: the plan's own "
+                        "method)")
     _local_args(p)
     _vertical_sync_arg(p)
 
 
 def simulate_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=True)
-    _async_args(p)
+    _rerun_args(p)
     _rechunk_arg(p)
     _cost_args(p)
     _data_args(p)
@@ -272,7 +264,7 @@ def simulate_args(p: argparse.ArgumentParser) -> None:
 
 def train_args(p: argparse.ArgumentParser) -> None:
     _plan_and_schedule_args(p, plan_required=False)
-    _async_args(p)
+    _rerun_args(p)
     _rechunk_arg(p)
     _model_args(p)
     _cost_args(p)

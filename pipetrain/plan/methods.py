@@ -25,6 +25,11 @@ The traits, per method::
     interleaved     looping    chain  fused     sync                 yes    cross  per-stage  no        yes
     interleaved-zb  looping    chain  split     sync                 yes    cross  one        no        no
     zbv             V          chain  split     sync                 yes    cross  one        no        no
+    dualpipev       V          chain  split     sync                 yes    cross  one        no        no
+
+gpipe and uedp run every forward of a batch before any backward (``fill_drain``); pipedream and 2bw
+are planned as a 1f1b plan when a planner does not plan them itself (``plan_as``), then run without
+the flush.
 
 A method's ``params`` type carries what only it needs (:class:`LocalParams`: the auxiliary heads and
 the queue depth of local learning; :class:`ZeroBubbleParams`: the strict-memory variant of the
@@ -78,6 +83,7 @@ class Method(str, Enum):
     ZB2 = "zb2"
     INTERLEAVED_ZB = "interleaved-zb"
     ZBV = "zbv"
+    DUALPIPEV = "dualpipev"
 
 
 class WeightPolicy(str, Enum):
@@ -192,9 +198,16 @@ class MethodSpec:
         sizes: how stages may cut the batch into micro-batches.
         replicas: stages may run on several ranks (data parallelism inside a stage).
         recompute: the plan may recompute a stage's forward in backward.
-        microbatches_per_stage: needs at least as many micro-batches as stages (2BW's delay).
+        microbatches_per_stage: needs at least as many micro-batches as stages (2BW's delay, DualPipeV's
+            warm-up).
         loss_per_microbatch: every micro-batch is a mini-batch of its own: its loss is divided by its
             own size (PipeDream steps after every backward); else by the batch size.
+        fill_drain: every forward of a batch runs before any backward (GPipe's order): a stage holds all
+            its micro-batches' activations at once; else backwards interleave with forwards and hold
+            fewer (1F1B: at most ``S − k`` micro-batches on stage ``k`` of ``S``).
+        plan_as: an asynchronous method's flush twin: a planner that does not plan the method itself
+            plans this one, whose stages and micro-batches the method then runs in its own order (the
+            same order without the flush, :meth:`~pipetrain.plan.plan.Plan.run_by`); None for the others.
         params: the type of its parameters.
     """
 
@@ -212,6 +225,8 @@ class MethodSpec:
     recompute: bool = True
     microbatches_per_stage: bool = False
     loss_per_microbatch: bool = False
+    fill_drain: bool = False
+    plan_as: Method | None = None
     params: type[MethodParams] = MethodParams
 
     @property
@@ -257,18 +272,19 @@ class MethodSpec:
 
 _SPECS = (
     MethodSpec(Method.GPIPE, "GPipe (Huang et al. 2019)", "fill-drain, one partition everywhere",
-               sizes=SizeRule.ONE, replicas=True),
+               sizes=SizeRule.ONE, replicas=True, fill_drain=True),
     MethodSpec(Method.ONE_F_ONE_B, "PipeDream-Flush (Narayanan et al. 2021)",
                "one-forward-one-backward with a flush per batch", replicas=True),
     MethodSpec(Method.PIPEDREAM, "PipeDream (Narayanan et al. 2019)",
                "1F1B without a flush, weight stashing, a step per micro-batch",
                weights=(WeightPolicy.STASH, WeightPolicy.VERTICAL_SYNC), flush=False, sizes=SizeRule.ONE,
-               replicas=True, loss_per_microbatch=True),
+               replicas=True, loss_per_microbatch=True, plan_as=Method.ONE_F_ONE_B),
     MethodSpec(Method.TWO_BW, "PipeDream-2BW (Narayanan et al. 2021)",
                "1F1B without a flush, two weight versions, a step per batch",
-               weights=(WeightPolicy.TWO_BW,), flush=False, sizes=SizeRule.ONE, microbatches_per_stage=True),
+               weights=(WeightPolicy.TWO_BW,), flush=False, sizes=SizeRule.ONE, microbatches_per_stage=True,
+               plan_as=Method.ONE_F_ONE_B),
     MethodSpec(Method.UEDP, "UMPIPE", "fill-drain with each stage's own forward and backward partitions",
-               sizes=SizeRule.PER_PASS),
+               sizes=SizeRule.PER_PASS, fill_drain=True),
     MethodSpec(Method.GRAPH, "GraphPipe (Jeon et al. 2025)", "1F1B over a DAG of stages",
                graph=StageGraph.DAG, replicas=True, recompute=False),
     MethodSpec(Method.LOCAL, "PPLL (Guo et al. 2024)",
@@ -286,6 +302,10 @@ _SPECS = (
                params=ZeroBubbleParams),
     MethodSpec(Method.ZBV, "Zero Bubble ZB-V (Qi et al. 2024 §6)", "2 chunks per rank in a V, split backward",
                placement=Placement.V, backward=Backward.SPLIT, sizes=SizeRule.ONE, recompute=False),
+    MethodSpec(Method.DUALPIPEV, "DualPipeV (DeepSeek-V3 §3.2.1, cut in half)",
+               "2 chunks per rank in a V, a forward of one chunk paired with a backward of the other",
+               placement=Placement.V, backward=Backward.SPLIT, sizes=SizeRule.ONE, recompute=False,
+               microbatches_per_stage=True),
 )
 
 METHODS: Mapping[Method, MethodSpec] = MappingProxyType({s.method: s for s in _SPECS})

@@ -6,7 +6,7 @@ same type and go through the same :func:`Plan.validate` (STYLE.md L7).
 Micro-batches are *size vectors*: stage ``k`` splits the ``B`` samples of a mini-batch, in order,
 into ``forward_sizes[k]`` for forward and ``backward_sizes[k]`` for backward (each sums to ``B``).
 GPipe uses one vector everywhere; 1F1B lets each stage have its own vector, used for forward and
-backward alike (unequal micro-batches under a 1F1B order, :func:`~pipetrain.schedule.generators.
+backward alike (unequal micro-batches under a 1F1B order, :func:`~pipetrain.schedule.one_f_one_b.
 one_f_one_b_orders`); UMPIPE's ``uedp`` gives each stage its own forward and backward vectors.
 
 Recompute (docs/algorithms.md §2.6): a stage whose backward sizes differ from its forward sizes cannot back-propagate

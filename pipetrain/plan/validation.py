@@ -12,7 +12,8 @@ the order they are checked:
 * stage edges: the chain, or for a ``dag`` method any DAG in topological order with one sink;
 * replicated stages, where the method allows them: one partition, a micro-batch per replica;
 * recompute, where the method allows it; the method's ``params`` type; its weight policies;
-* asynchronous methods (no flush): one partition, enough micro-batches, pipedream's replica rules;
+* a micro-batch per stage where the method needs it (2BW's delay);
+* asynchronous methods (no flush): one partition, pipedream's replica rules;
 * ranks: one stage per rank, or the method's multi-stage placement;
 * against a model: its fingerprint, and every layer once, in order.
 """
@@ -47,6 +48,7 @@ def validate_plan(plan: Plan, layer_names: Sequence[str] | None = None, fingerpr
     _check_recompute(plan)
     _check_params(plan)
     _check_weights(plan)
+    _check_microbatch_count(plan)
     if not plan.spec.flush:
         _check_async(plan)
     _check_ranks(plan)
@@ -169,14 +171,19 @@ def _check_weights(plan: Plan) -> None:
                     f"{why}); set \"weights\" to {allowed} or change the method")
 
 
+def _check_microbatch_count(plan: Plan) -> None:
+    """A method that needs a micro-batch per stage (:attr:`MethodSpec.microbatches_per_stage`) gets them."""
+    m = min(len(s.forward_sizes) for s in plan.stages)
+    if plan.spec.microbatches_per_stage and m < plan.n_stages:
+        raise UserError(f"method {plan.method.value} needs at least as many micro-batches as stages "
+                        f"({plan.n_stages}), got {m}; use more micro-batches or fewer stages")
+
+
 def _check_async(plan: Plan) -> None:
-    """An asynchronous method needs one partition for every stage and pass (its size rule), enough
-    micro-batches where it delays, and (replicas) pipedream's stashing without vertical sync, a whole
+    """An asynchronous method needs one partition for every stage and pass (its size rule) and
+    (replicas) pipedream's stashing without vertical sync, a whole
     number of micro-batches per replica, and an unreplicated last stage."""
     sizes, name = plan.stages[0].forward_sizes, plan.method.value
-    if plan.spec.microbatches_per_stage and len(sizes) < plan.n_stages:
-        raise UserError(f"method {name} needs at least as many micro-batches as stages ({plan.n_stages}), got "
-                        f"{len(sizes)}; use more micro-batches or fewer stages")
     replicas = [len(s.ranks) for s in plan.stages]
     if max(replicas) == 1:
         return

@@ -1,12 +1,12 @@
-"""The ``balanced`` planner: equal-micro-batch pipelines (GPipe, 1F1B, ZB-H1), one stage per device.
+"""The ``balanced`` planner: equal-micro-batch pipelines (GPipe, 1F1B, ZB-H1, ZB-H2), one stage per device.
 
     result = plan_balanced(PlanningProblem(ModelRef.of(graph), cost, batch_size=64))
     result.plan, result.candidates       # the fastest, and every (method, count) simulated
 
-For each method and candidate micro-batch count ``m`` the planner cuts the layers into stages by an
-exact min–max partition of per-layer forward + backward time *at that micro-batch size* (a stage's
-cost curve depends on the size, docs/algorithms.md §2.2), builds the schedule, simulates it
-(:func:`~pipetrain.planners.score.score`) and keeps the fastest. Candidates: every ``m`` up to 64
+For each method it plans (:func:`balanced_plans`) and candidate micro-batch count ``m`` the planner
+cuts the layers into stages by an exact min–max partition of per-layer forward + backward time *at
+that micro-batch size* (a stage's cost curve depends on the size, docs/algorithms.md §2.2), builds the
+schedule, simulates it (:func:`~pipetrain.planners.score.score`) and keeps the fastest. Candidates: every ``m`` up to 64
 plus powers of two up to the batch (:func:`~pipetrain.planners.counts.candidate_counts`). Ties go
 to less activation memory, then fewer micro-batches (:func:`~pipetrain.planners.contract.rank_key`).
 """
@@ -14,22 +14,30 @@ to less activation memory, then fewer micro-batches (:func:`~pipetrain.planners.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import METHODS, Method, MethodSpec, SizeRule, StageGraph
+from pipetrain.plan.placement import Placement
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import candidate_counts
 from pipetrain.planners.partition import balanced_partition
-from pipetrain.planners.score import fitting_best, memory_checked, score
+from pipetrain.planners.score import fitting_best, memory_checked, over_memory, score
+from pipetrain.planners.spec import planned_methods
 
-__all__ = ["BALANCED_METHODS", "balanced_candidates", "build_balanced_plan", "plan_balanced"]
+__all__ = ["balanced_candidates", "balanced_plans", "build_balanced_plan", "fastest_fitting", "plan_balanced"]
 
 log = logging.getLogger(__name__)
 
-BALANCED_METHODS = (Method.GPIPE, Method.ONE_F_ONE_B, Method.ZB1, Method.ZB2)
-"""The schedules the balanced planner searches."""
+
+def balanced_plans(spec: MethodSpec) -> bool:
+    """The methods the balanced planner plans: one stage per rank along a chain, a flush per batch,
+    gradients across stages and one partition per stage (forward = backward), the backward fused or
+    split: gpipe, 1f1b, zb1 and zb2."""
+    return (spec.placement is Placement.SINGLE and spec.graph is StageGraph.CHAIN and spec.flush
+            and spec.gradients_cross_stages and spec.sizes is not SizeRule.PER_PASS)
 
 
 def build_balanced_plan(model: ModelRef, cost: CostModel, *, method: Method, n_stages: int, batch_size: int,
@@ -66,15 +74,31 @@ def balanced_candidates(problem: PlanningProblem, method: Method) -> list[Candid
 
 
 def plan_balanced(problem: PlanningProblem) -> PlanningResult:
-    """The fastest balanced plan over the methods (``constraints.method``, default gpipe, 1f1b and zb1) and
-    micro-batch counts (``constraints.n_micro``, default: search), with every candidate."""
+    """The fastest balanced plan over the methods (``constraints.method``, default every one of
+    :func:`balanced_plans`) and micro-batch counts (``constraints.n_micro``, default: search), with every
+    candidate."""
     method = problem.constraints.method
-    if method is not None and method not in BALANCED_METHODS:
-        raise UserError(f"the balanced planner plans {', '.join(m.value for m in BALANCED_METHODS)}, not "
-                        f"method={method.value}; use a micro-batch planner (e.g. 'tidgap') for uedp")
+    if method is not None and not balanced_plans(METHODS[method]):
+        raise UserError(f"the balanced planner plans {', '.join(m.value for m in planned_methods(balanced_plans))}, "
+                        f"not method={method.value}; use a micro-batch planner (e.g. 'tidgap') for uedp")
     candidates: list[Candidate] = []
-    for m in [method] if method is not None else BALANCED_METHODS:
+    for m in [method] if method is not None else planned_methods(balanced_plans):
         candidates += balanced_candidates(problem, m)
     candidates.sort(key=rank_key)
     best = fitting_best(candidates, "balanced")
     return PlanningResult("balanced", best.plan, problem.cost.cluster, tuple(candidates))
+
+
+def fastest_fitting(result: PlanningResult, problem: PlanningProblem) -> PlanningResult:
+    """``result`` (planned without the memory cap) with its fastest plan that fits the devices' memory
+    under the problem's optimizer: ``auto``'s answer from the balanced planner, whose ranking whatever
+    the memory is the micro-batch planners' base (:class:`~pipetrain.planners.spec.AutoRun`).
+
+    Raises:
+        UserError: no candidate fits; names the fastest one's overflow.
+    """
+    fitting = [c for c in result.candidates if memory_checked(c, problem.cost, problem.optimizer).feasible]
+    if not fitting:
+        why = over_memory(result.plan, problem.cost, problem.optimizer)
+        raise UserError(f"no equal plan on {result.plan.n_stages} stages fits: {why}")
+    return replace(result, plan=fitting[0].plan)

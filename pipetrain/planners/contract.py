@@ -25,7 +25,7 @@ from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import OptimizerName, check_optimizer
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import Method, MethodParams
 from pipetrain.plan.plan import Plan
 
 if TYPE_CHECKING:
@@ -72,12 +72,13 @@ class Constraints:
     """What the user fixed; None leaves the choice to the planner.
 
     Attributes:
-        method: the schedule family (``balanced``: gpipe or 1f1b; None tries both; ``pipedream``: the
-            PipeDream DP's steady-state objective; ``2bw``: the 2BW planner).
-        n_stages: the stage count (``balanced``, ``bapipe``; default one stage per device).
-        n_micro: the equal micro-batch count (``balanced``; default: search).
-        base: a plan whose stages (layers, ranks) a micro-batch planner keeps; default the
-            ``balanced`` planner's best plan.
+        method: the method the planner plans (one of its :attr:`~pipetrain.planners.spec.PlannerSpec.methods`;
+            None: it searches them; ``pipedream`` asks the ``pipedream`` planner for the PipeDream DP's
+            steady-state objective).
+        n_stages: the stage count (``balanced``, ``bapipe``, ``local``; default one stage per device).
+        n_micro: the equal micro-batch count (``balanced``, ``local``; default: search).
+        base: a plan whose stages (layers, ranks) a micro-batch planner keeps; default the plan its
+            :attr:`~pipetrain.planners.spec.PlannerSpec.base` rule names (the ``balanced`` planner's best).
         memory_cap: keep each stage within its device's memory: micro-batch planners cap their sizes,
             the balanced and interleaved planners rank a candidate that does not fit last.
         seed: the genetic algorithms' seed.
@@ -85,6 +86,8 @@ class Constraints:
         virtual_stages: model chunks per rank (``interleaved``; default: search).
         allow_async: ``auto`` may also pick the asynchronous methods (``pipedream``, ``2bw``;
             docs/algorithms.md §3.5–3.6), which change the optimizer's semantics (stale weights).
+        params: the planned method's own parameters (:class:`~pipetrain.plan.methods.LocalParams` for
+            the ``local`` planner: the auxiliary heads and the queue depth); None: the method's defaults.
     """
 
     method: Method | None = None
@@ -96,6 +99,7 @@ class Constraints:
     ga: GAConfig | None = None
     virtual_stages: int | None = None
     allow_async: bool = False
+    params: MethodParams | None = None
 
     def given(self) -> tuple[str, ...]:
         """The names of the constraints set away from their defaults."""

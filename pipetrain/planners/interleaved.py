@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.methods import METHODS, Method, methods_where
+from pipetrain.plan.methods import METHODS, Method, MethodSpec
 from pipetrain.plan.placement import Placement, placed_ranks
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
@@ -35,14 +35,18 @@ from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.partition import balanced_partition
 from pipetrain.planners.partition.v_shape import v_balanced_partition
 from pipetrain.planners.score import fitting_best, memory_checked, score
+from pipetrain.planners.spec import planned_methods
 
-__all__ = ["MAX_CHUNKS", "MULTI_STAGE_METHODS", "build_interleaved_plan", "plan_interleaved", "v_placed"]
-
-MULTI_STAGE_METHODS = tuple(m for m, s in METHODS.items() if s.multi_stage)
-"""The methods this planner plans: those whose ranks each run several stages (looping or V placement)."""
+__all__ = ["MAX_CHUNKS", "build_interleaved_plan", "interleaved_plans", "plan_interleaved", "v_placed"]
 
 MAX_CHUNKS = 4
 """The most chunks per rank the planner tries by default (each adds ``R`` messages per micro-batch)."""
+
+
+def interleaved_plans(spec: MethodSpec) -> bool:
+    """The methods this planner plans: those whose ranks each run several stages (looping or V
+    placement): interleaved, interleaved-zb and zbv."""
+    return spec.multi_stage
 
 
 def build_interleaved_plan(model: ModelRef, cost: CostModel, *, n_ranks: int, chunks: int, batch_size: int,
@@ -81,6 +85,12 @@ def v_placed(plan: Plan) -> Plan:
     return replace(plan, stages=tuple(replace(s, ranks=r) for s, r in zip(plan.stages, placed, strict=True)))
 
 
+def runs_with(spec: MethodSpec, n_micro: int, n_stages: int) -> bool:
+    """Whether a method runs ``n_micro`` micro-batches on ``n_stages`` stages (DualPipeV and 2BW need
+    one per stage, :attr:`~pipetrain.plan.methods.MethodSpec.microbatches_per_stage`)."""
+    return not spec.microbatches_per_stage or n_micro >= n_stages
+
+
 def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
     """The fastest interleaved plan over methods, chunk and micro-batch counts (module docstring).
 
@@ -89,11 +99,11 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
             not loop.
     """
     c, n_layers = problem.constraints, len(problem.model.layer_names)
-    if c.method is not None and c.method not in MULTI_STAGE_METHODS:
-        raise UserError(f"the interleaved planner plans methods {', '.join(m.value for m in MULTI_STAGE_METHODS[:-1])} "
-                        f"and {MULTI_STAGE_METHODS[-1].value}, not "
-                        f"{c.method.value}; drop the method or use the balanced planner")
-    methods = MULTI_STAGE_METHODS if c.method is None else (c.method,)
+    planned = planned_methods(interleaved_plans)
+    if c.method is not None and not interleaved_plans(METHODS[c.method]):
+        raise UserError(f"the interleaved planner plans methods {', '.join(m.value for m in planned[:-1])} "
+                        f"and {planned[-1].value}, not {c.method.value}; drop the method or use the balanced planner")
+    methods = planned if c.method is None else (c.method,)
     n_ranks = min(problem.cost.cluster.n_devices, n_layers // 2)  # at least 2 layers (chunks) per rank
     cluster, _ = placed_cluster(problem.cost.cluster, range(n_ranks))
     cost = problem.cost.on(cluster)
@@ -111,9 +121,10 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
     candidates: list[Candidate] = []
     for chunks in chunk_options:
         for m in counts:
-            looping = [x for x in methods if x in methods_where(placement=Placement.LOOPING)]
-            v_shaped = [x for x in methods if x in methods_where(placement=Placement.V) and chunks == 2]
-            for kinds in (looping, v_shaped):
+            looping = [x for x in methods if METHODS[x].placement is Placement.LOOPING]
+            v_shaped = [x for x in methods if METHODS[x].placement is Placement.V and chunks == 2]
+            for placed in (looping, v_shaped):
+                kinds = [x for x in placed if runs_with(METHODS[x], m, chunks * n_ranks)]
                 if kinds:  # one partition per placement, run by each of its methods
                     plan = build_interleaved_plan(problem.model, cost, n_ranks=n_ranks, chunks=chunks,
                                                   batch_size=problem.batch_size, n_micro=m, method=kinds[0])

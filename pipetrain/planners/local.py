@@ -1,7 +1,8 @@
 """The ``local`` planner: stages for PPLL's local learning, balanced with their auxiliary heads.
 
     cost = api.local_cost(graph, profile, cluster, "dgl")          # heads in the cost model
-    result = plan_local(PlanningProblem(ModelRef.of(graph), cost, batch_size=64), "dgl", queue_depth=2)
+    heads = Constraints(params=LocalParams("dgl", queue_depth=2))
+    result = run_planner("local", PlanningProblem(ModelRef.of(graph), cost, batch_size=64, constraints=heads))
 
 With method ``local`` (docs/algorithms.md §6) every micro-batch runs F, local B and STEP on each
 stage, and every stage but the last also runs its auxiliary head, so a stage ``[j, i)`` costs, per
@@ -21,15 +22,22 @@ from __future__ import annotations
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.graph.aux_heads import AuxKind
-from pipetrain.plan.methods import LocalParams, Method, WeightPolicy
+from pipetrain.graph.aux_heads import AUX_KINDS
+from pipetrain.plan.methods import LocalParams, Method, MethodSpec, WeightPolicy
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import candidate_counts
 from pipetrain.planners.partition import balanced_partition
+from pipetrain.planners.report import CandidatesPart, NotePart, PlanPart
 from pipetrain.planners.score import score
 
-__all__ = ["build_local_plan", "plan_local"]
+__all__ = ["build_local_plan", "local_layout", "local_plans", "plan_local"]
+
+
+def local_plans(spec: MethodSpec) -> bool:
+    """The methods the local planner plans: those whose stages train on local losses, no gradient
+    crossing stages (PPLL's local learning)."""
+    return not spec.gradients_cross_stages
 
 
 def _stage_costs(model: ModelRef, cost: CostModel, b: int) -> tuple[list[float], list[float]]:
@@ -41,7 +49,7 @@ def _stage_costs(model: ModelRef, cost: CostModel, b: int) -> tuple[list[float],
     return works, [*heads, 0.0]
 
 
-def build_local_plan(model: ModelRef, cost: CostModel, *, aux: AuxKind, queue_depth: int, n_stages: int,
+def build_local_plan(model: ModelRef, cost: CostModel, *, aux: str, queue_depth: int, n_stages: int,
                      batch_size: int, n_micro: int) -> Plan:
     """The local plan with ``n_micro`` equal micro-batches, stage ``k`` on rank ``k``, balanced with its head."""
     if n_stages > cost.cluster.n_devices:
@@ -58,15 +66,43 @@ def build_local_plan(model: ModelRef, cost: CostModel, *, aux: AuxKind, queue_de
                 params=LocalParams(aux, queue_depth))
 
 
-def plan_local(problem: PlanningProblem, aux: AuxKind, queue_depth: int) -> PlanningResult:
+def _heads(problem: PlanningProblem) -> LocalParams:
+    """The heads and queue depth the problem asks for (``constraints.params``), else linear heads with
+    the default depth (a model's own default heads need its graph: :func:`pipetrain.api.plan` gives them).
+
+    Raises:
+        UserError: parameters of another method.
+    """
+    params = problem.constraints.params
+    if params is None:
+        return LocalParams(AUX_KINDS[0])
+    if not isinstance(params, LocalParams):
+        raise UserError(f"the local planner takes local learning's heads and queue depth (LocalParams), not "
+                        f"{type(params).__name__}; pass constraints.params=LocalParams(aux, queue_depth)")
+    params.check(Method.LOCAL.value)
+    return params
+
+
+def plan_local(problem: PlanningProblem) -> PlanningResult:
     """The fastest local plan over the micro-batch counts (``constraints.n_micro``, default: search),
-    one stage per device (``constraints.n_stages``), with every candidate (module docstring)."""
-    c = problem.constraints
+    one stage per device (``constraints.n_stages``), with the heads and queue depth of
+    ``constraints.params`` (:class:`~pipetrain.plan.methods.LocalParams`), with every candidate (module
+    docstring)."""
+    c, heads = problem.constraints, _heads(problem)
     n_stages = c.n_stages or min(problem.cost.cluster.n_devices, len(problem.model.layer_names))
     candidates: list[Candidate] = []
     for m in [c.n_micro] if c.n_micro is not None else candidate_counts(problem.batch_size):
-        plan = build_local_plan(problem.model, problem.cost, aux=aux, queue_depth=queue_depth, n_stages=n_stages,
-                                batch_size=problem.batch_size, n_micro=m)
+        plan = build_local_plan(problem.model, problem.cost, aux=heads.aux, queue_depth=heads.queue_depth,
+                                n_stages=n_stages, batch_size=problem.batch_size, n_micro=m)
         candidates.append(score(plan, problem.cost, label=f"local m={m}"))
     candidates.sort(key=rank_key)
     return PlanningResult("local", candidates[0].plan, problem.cost.cluster, tuple(candidates))
+
+
+def local_layout(result: PlanningResult) -> tuple[object, ...]:
+    """What local learning chose (heads, queue depth, predicted time), the plan and the candidates."""
+    params = result.plan.params
+    assert isinstance(params, LocalParams)
+    chosen = (f"local learning ({params.aux} heads, queues of {params.queue_depth}), stages balanced with their "
+              f"heads: predicted {result.candidates[0].iteration_s * 1e3:.2f} ms per iteration")
+    return NotePart(chosen), PlanPart(result.plan), CandidatesPart(result.candidates)

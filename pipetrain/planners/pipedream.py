@@ -47,15 +47,18 @@ from dataclasses import dataclass
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import parameter_copies
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import METHODS, Method, MethodSpec, StageGraph
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import thinned_counts
 from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.partition.pipedream import DeviceMemoryLimit, DPResult, DPStage, Level, pipedream_partition
+from pipetrain.planners.report import CandidatesPart, NotePart, PlanPart
 from pipetrain.planners.score import memory_checked, score, score_steady
+from pipetrain.planners.spec import planned_methods
 
-__all__ = ["PipeDreamReport", "async_candidates_at", "plan_pipedream", "rr_runnable", "topology"]
+__all__ = ["PipeDreamReport", "async_candidates_at", "pipedream_layout", "pipedream_plans", "plan_pipedream",
+           "rr_runnable", "topology"]
 
 log = logging.getLogger(__name__)
 
@@ -201,10 +204,16 @@ def async_candidates_at(problem: PlanningProblem, n_micro: int, straight: bool,
     return found
 
 
+def pipedream_plans(spec: MethodSpec) -> bool:
+    """The methods the pipedream planner plans: those that run replicated stages along a chain (its DP
+    replicates stages): gpipe and 1f1b by default, pipedream (asynchronous) when asked."""
+    return spec.replicas and spec.graph is StageGraph.CHAIN
+
+
 def plan_pipedream(
     problem: PlanningProblem,
     *,
-    methods: Sequence[Method] = (Method.GPIPE, Method.ONE_F_ONE_B),
+    methods: Sequence[Method] | None = None,
     counts: Iterable[int] | None = None,
     straight: bool = False,
 ) -> PlanningResult:
@@ -212,9 +221,10 @@ def plan_pipedream(
 
     Args:
         problem: the model, cost model (two levels: intra- and inter-node links), batch and optimizer.
-        methods: the synchronous schedules to simulate each partition under; ``constraints.method``
-            picks one of them, or ``pipedream`` for PipeDream's asynchronous plan
-            (:func:`~pipetrain.planners.pipedream_async.async_candidates_at`).
+        methods: the synchronous schedules to simulate each partition under (default: those of
+            :func:`pipedream_plans` with a flush, gpipe and 1f1b); ``constraints.method`` picks one
+            of them, or an asynchronous one (``pipedream``) for PipeDream's asynchronous plan
+            (:func:`async_candidates_at`).
         counts: micro-batch counts to try; default :func:`~pipetrain.planners.counts.thinned_counts`.
         straight: no replication (PipeDream's straight pipeline).
 
@@ -223,19 +233,34 @@ def plan_pipedream(
         :class:`PipeDreamReport` (the chosen replication, the options skipped and why).
 
     Raises:
-        UserError: no count gives a plan that fits the devices' memory (says what to change).
+        UserError: a method it does not plan, or no count gives a plan that fits the devices' memory
+            (says what to change).
     """
+    fixed = problem.constraints.method
+    planned = planned_methods(pipedream_plans)
+    if fixed is not None and not pipedream_plans(METHODS[fixed]):
+        asynchronous = " or ".join(m.value for m in planned if not METHODS[m].flush)
+        raise UserError(f"the pipedream planner plans {', '.join(m.value for m in planned[:-1])} or "
+                        f"{planned[-1].value}, not {fixed.value}; drop --method or use --method {asynchronous} for "
+                        "its asynchronous plan")
+    synchronous = [fixed] if fixed is not None else (
+        list(methods) if methods is not None else [m for m in planned if METHODS[m].flush])
     candidates: list[Candidate] = []
     skipped: list[tuple[int, str]] = []
-    fixed = problem.constraints.method
-    if fixed is not None and fixed not in (Method.PIPEDREAM, *methods):
-        raise UserError(f"the pipedream planner plans gpipe, 1f1b or pipedream, not {fixed.value}; drop --method or "
-                        "use --method pipedream for its asynchronous plan")
     for m in counts if counts is not None else thinned_counts(problem.batch_size):
-        if fixed is Method.PIPEDREAM:
+        if fixed is not None and not METHODS[fixed].flush:
             candidates += async_candidates_at(problem, m, straight, skipped)
         else:
-            candidates += _candidates_at(problem, m, [fixed] if fixed is not None else methods, straight, skipped)
+            candidates += _candidates_at(problem, m, synchronous, straight, skipped)
+    return _result(candidates, skipped)
+
+
+def _result(candidates: list[Candidate], skipped: list[tuple[int, str]]) -> PlanningResult:
+    """The fastest candidate with PipeDream's report.
+
+    Raises:
+        UserError: no candidate; names the first reasons.
+    """
     if not candidates:
         reasons = "; ".join(f"m={m}: {why}" for m, why in skipped[:3])
         raise UserError(f"the pipedream planner found no plan that fits ({reasons}); use a smaller batch, more "
@@ -248,3 +273,10 @@ def plan_pipedream(
              len(best.plan.stages[0].forward_sizes), best.iteration_s)
     return PlanningResult("pipedream", best.plan, best.cluster, tuple(candidates),
                           PipeDreamReport(config, tuple(skipped)))
+
+
+def pipedream_layout(result: PlanningResult) -> tuple[object, ...]:
+    """The plan, PipeDream's configuration (replicas per stage) and its candidates."""
+    assert isinstance(result.report, PipeDreamReport)
+    return (PlanPart(result.plan), NotePart(f"PipeDream configuration {result.report.config} (replicas per stage)"),
+            CandidatesPart(result.candidates, "pipedream candidates"))

@@ -35,14 +35,15 @@ import logging
 from dataclasses import dataclass
 
 from pipetrain.errors import UserError
-from pipetrain.plan.methods import Method, WeightPolicy
+from pipetrain.plan.methods import METHODS, Method, MethodSpec, WeightPolicy
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.partition import balanced_partition
 from pipetrain.planners.score import over_memory, score_steady
+from pipetrain.planners.spec import planned_methods
 
-__all__ = ["MAX_MICRO", "TwoBWReport", "micro_batch_sizes", "plan_2bw", "two_bw_plan"]
+__all__ = ["MAX_MICRO", "TwoBWReport", "micro_batch_sizes", "plan_2bw", "two_bw_plan", "twobw_plans"]
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +110,16 @@ def _option(problem: PlanningProblem, depth: int, b: int, skipped: list[tuple[st
     return None
 
 
+def twobw_plans(spec: MethodSpec) -> bool:
+    """The methods the 2bw planner plans: those that double-buffer weights (PipeDream-2BW's two versions)."""
+    return WeightPolicy.TWO_BW in spec.weights
+
+
 def _check(problem: PlanningProblem) -> None:
     method = problem.constraints.method
-    if method is not None and method is not Method.TWO_BW:
-        raise UserError(f"the 2bw planner plans method 2bw, not {method.value}; use --method 2bw, or another "
+    if method is not None and not twobw_plans(METHODS[method]):
+        own = " or ".join(m.value for m in planned_methods(twobw_plans))
+        raise UserError(f"the 2bw planner plans method {own}, not {method.value}; use --method {own}, or another "
                         "planner (pipedream, balanced) for that method")
 
 

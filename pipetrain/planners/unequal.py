@@ -1,6 +1,6 @@
 """Micro-batch planners on a base plan's stages: UMPIPE's unequal micro-batches (docs/algorithms.md §2).
 
-    result = plan_unequal(problem, "tidgap")     # base: constraints.base, or the balanced planner's best
+    result = run_planner("tidgap", problem)      # base: constraints.base, or the balanced planner's best
     result.plan                                  # method uedp (1f1b for '1f1b-ga', zb1 for 'zb1-ga')
     result.report.baselines                      # what to compare its speedup with
 
@@ -17,17 +17,17 @@ import logging
 from dataclasses import dataclass, replace
 
 from pipetrain.errors import UserError
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import Backward
 from pipetrain.plan.plan import Plan
-from pipetrain.planners.balanced import plan_balanced
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult
-from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig, PlannerName, fits_without_recompute, microbatch_caps
 from pipetrain.planners.microbatch.uedp import plan_uedp
 from pipetrain.planners.progress import generation_bar
+from pipetrain.planners.report import CandidatesPart, NotePart, PlanPart
+from pipetrain.planners.spec import BaseRule
 from pipetrain.simulate.memory import overflows
 
-__all__ = ["UnequalReport", "plan_unequal"]
+__all__ = ["UnequalReport", "plan_unequal", "unequal_layout"]
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,10 @@ class UnequalReport:
     kept_baseline: str | None = None
 
 
-def _base(problem: PlanningProblem, planner: PlannerName) -> tuple[Plan, tuple[Candidate, ...]]:
-    """The given base plan, else the balanced planner's best (the interleaved planner's for
-    ``interleaved-ga``), with the candidates it was chosen from."""
+def _base(problem: PlanningProblem, rule: BaseRule) -> tuple[Plan, tuple[Candidate, ...]]:
+    """The given base plan, else the fastest plan of the planner ``rule`` names (the balanced planner's;
+    the interleaved planner's fused plan for ``interleaved-ga``, whose orders are interleaved 1F1B's),
+    with the candidates it was chosen from."""
     given = problem.constraints.base
     if given is not None:
         if given.n_ranks > problem.cost.cluster.n_devices:
@@ -65,14 +66,8 @@ def _base(problem: PlanningProblem, planner: PlannerName) -> tuple[Plan, tuple[C
             raise UserError(f"the profile is of another model than the base plan's {given.model!r}; "
                             "profile that model")
         return given, ()
-    # the fastest stages whatever their memory: the caps (_capped) bound the micro-batches, not the base's own
-    if planner == "interleaved-ga":  # its orders are interleaved 1F1B's: not interleaved-zb's
-        interleaved = plan_interleaved(replace(problem, constraints=replace(problem.constraints,
-                                                                            method=Method.INTERLEAVED,
-                                                                            memory_cap=False)))
-        return interleaved.plan, interleaved.candidates
-    balanced = plan_balanced(replace(problem, constraints=replace(problem.constraints, method=None, memory_cap=False)))
-    return balanced.plan, balanced.candidates
+    found = rule.find(problem)
+    return rule.pick(found), found.candidates
 
 
 def _capped(problem: PlanningProblem, base: Plan) -> tuple[Plan, tuple[int | None, ...] | None]:
@@ -86,9 +81,10 @@ def _capped(problem: PlanningProblem, base: Plan) -> tuple[Plan, tuple[int | Non
     return base, caps
 
 
-def plan_unequal(problem: PlanningProblem, planner: PlannerName) -> PlanningResult:
-    """Run micro-batch planner ``planner`` on the base plan's stages (see the module docstring)."""
-    base, base_candidates = _base(problem, planner)
+def plan_unequal(problem: PlanningProblem, planner: PlannerName, base_rule: BaseRule) -> PlanningResult:
+    """Run micro-batch planner ``planner`` on the base plan's stages (see the module docstring):
+    ``constraints.base``, else the one ``base_rule`` finds."""
+    base, base_candidates = _base(problem, base_rule)
     start, caps = _capped(problem, replace(base, prediction=None))
     c = problem.constraints
     generations = (c.ga or GAConfig()).generations
@@ -98,7 +94,7 @@ def plan_unequal(problem: PlanningProblem, planner: PlannerName) -> PlanningResu
     baselines: tuple[tuple[str, Plan], ...] = (("best equal plan", base),)
     over = overflows(base, problem.cost, optimizer=problem.optimizer) if caps is not None else []
     _check_memory(plan, problem, caps)
-    if over and base.method is not Method.INTERLEAVED:  # interleaved stages take no other planner
+    if over and not base.spec.multi_stage:  # chunks on every rank take no other planner
         fitting = plan_uedp(start, problem.cost, planner="equal", caps=caps)
         baselines = ((f"best equal plan, over memory on stage {over[0][0]}", base),
                      ("best equal plan within memory", fitting))
@@ -139,8 +135,26 @@ def _check_memory(plan: Plan, problem: PlanningProblem, caps: tuple[int | None, 
     if not over:
         return
     stage, need, room = over[0]
-    why = {Method.INTERLEAVED: ("its chunks together do not fit", "use fewer virtual stages (--virtual-stages)"),
-           Method.ZB1: ("the split backward holds gradients from B to W", "use planner 1f1b-ga")}
-    cause, fix = why.get(plan.method, ("it does not fit", "plan with recompute"))
+    cause, fix = _overflow_cause(plan)
     raise UserError(f"the {plan.method.value} plan needs {need} bytes on the rank of stage {stage}, which has {room}: "
                     f"{cause}; {fix}, more devices or a smaller batch")
+
+
+def _overflow_cause(plan: Plan) -> tuple[str, str]:
+    """Why a plan within its caps overflows, and what to change, from its method's traits."""
+    if plan.spec.multi_stage:
+        return "its chunks together do not fit", "use fewer virtual stages (--virtual-stages)"
+    if plan.spec.backward is Backward.SPLIT:
+        return "the split backward holds gradients from B to W", "use planner 1f1b-ga"
+    return "it does not fit", "plan with recompute"
+
+
+def unequal_layout(result: PlanningResult) -> tuple[object, ...]:
+    """The plan beside its baselines and memory caps; why a baseline was kept instead; the base planner's
+    candidates."""
+    report = result.report
+    assert isinstance(report, UnequalReport)
+    kept = () if report.kept_baseline is None else (NotePart(report.kept_baseline),)
+    base = () if not report.base_candidates else (
+        CandidatesPart(report.base_candidates, "equal-micro-batch candidates (the baseline)"),)
+    return PlanPart(result.plan, report.baselines, report.caps), *kept, *base

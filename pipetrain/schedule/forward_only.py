@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import METHODS, Backward, Method, MethodParams, methods_where
+from pipetrain.plan.placement import Placement
 from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import compute_schedule
@@ -43,6 +44,19 @@ def clip_sizes(sizes: tuple[int, ...], n: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _forward_order(plan: Plan) -> Method:
+    """The method whose order the forward-only program keeps, by the plan's placement: one stage per
+    rank, the fill-drain order with each stage's own partition (``uedp``: any clipped sizes); several,
+    an order of the placement that takes any number of micro-batches (an eval batch may have fewer
+    than the plan), the fused-backward one first (looping: ``interleaved``; V: ``zbv``, also for
+    ``dualpipev``), else the plan's own."""
+    if plan.placement is Placement.SINGLE:
+        return Method.UEDP
+    same = methods_where(placement=plan.placement, flush=True, microbatches_per_stage=False)
+    fused = [m for m in same if METHODS[m].backward is Backward.FUSED]
+    return (*fused, *same, plan.method)[0]
+
+
 def forward_only_schedule(plan: Plan, n: int) -> Schedule:
     """Every rank's forward-only program for an eval batch of ``n`` samples (``1 <= n <= B``).
 
@@ -53,11 +67,8 @@ def forward_only_schedule(plan: Plan, n: int) -> Schedule:
         raise UserError(f"an eval batch of {n} samples does not fit the plan's batch of {plan.batch_size}")
     clipped = [clip_sizes(s.forward_sizes, n) for s in plan.stages]
     stages = tuple(replace(s, forward_sizes=c, backward_sizes=c) for s, c in zip(plan.stages, clipped, strict=True))
-    method = Method.GPIPE if len(set(clipped)) == 1 else Method.UEDP  # UEDP: GPipe's order, sizes per stage
-    if plan.spec.multi_stage:  # its ranks run several stages: the placement's fused order (else the method's own)
-        fused = methods_where(placement=plan.placement, backward=Backward.FUSED)
-        method = fused[0] if fused else plan.method
-    gpipe = replace(plan, batch_size=n, method=method, recompute=False, stages=stages, prediction=None,
-                    weights=METHODS[method].weights[0], params=MethodParams())
-    full = add_communication(compute_schedule(gpipe), gpipe)  # no plan check: a replica may get no micro-batch
+    method = _forward_order(plan)
+    forward = replace(plan, batch_size=n, method=method, recompute=False, stages=stages, prediction=None,
+                      weights=METHODS[method].weights[0], params=MethodParams())
+    full = add_communication(compute_schedule(forward), forward)  # no plan check: a replica may get no micro-batch
     return Schedule.from_lists([[a for a in program if a.kind in _FORWARD_KINDS] for _, program in full])

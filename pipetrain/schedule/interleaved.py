@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.interleaved_unequal import Step, unequal_interleaved_orders
+from pipetrain.schedule.orders import Orders
 
 __all__ = ["interleaved_orders", "interleaved_programs", "interleaved_sequence", "rank_order"]
 
@@ -74,17 +75,15 @@ def interleaved_orders(partitions: Sequence[tuple[int, ...]], n_ranks: int) -> l
             for r in range(n_ranks)]
 
 
-def interleaved_programs(plan: Plan) -> dict[int, list[Action]]:
-    """Every rank's compute actions (F, B, then one STEP per chunk) for a plan of method ``interleaved``."""
+def interleaved_programs(plan: Plan) -> Orders:
+    """Per rank, its compute actions for a plan of method ``interleaved``: F and B in
+    :func:`interleaved_orders`' order, then one STEP per chunk, in chunk order."""
     n_ranks, chunks = plan.n_ranks, plan.virtual_stages
     partitions = [s.forward_sizes for s in plan.stages]
     spans = [ranges(sizes) for sizes in partitions]
-    orders = interleaved_orders(partitions, n_ranks)
-    programs: dict[int, list[Action]] = {}
-    for rank in range(n_ranks):
-        out: list[Action] = []
-        for backward, stage, j in orders[rank]:
-            out.append(Action(ActionKind.B if backward else ActionKind.F, stage, j, *spans[stage][j]))
-        out += [Action(ActionKind.STEP, chunk * n_ranks + rank) for chunk in range(chunks)]
-        programs[rank] = out
+    programs: Orders = []
+    for rank, order in enumerate(interleaved_orders(partitions, n_ranks)):
+        out = [Action(ActionKind.B if backward else ActionKind.F, stage, j, *spans[stage][j])
+               for backward, stage, j in order]
+        programs.append([*out, *(Action(ActionKind.STEP, chunk * n_ranks + rank) for chunk in range(chunks))])
     return programs

@@ -36,7 +36,8 @@ from __future__ import annotations
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.interleaved import rank_order
-from pipetrain.schedule.zero_bubble import ZbKind, place_weight_grads
+from pipetrain.schedule.orders import Orders
+from pipetrain.schedule.zero_bubble import ZbKind, place_weight_grads, strict_memory
 
 __all__ = ["held_bound", "interleaved_zb_programs", "interleaved_zb_sequence"]
 
@@ -63,24 +64,25 @@ def interleaved_zb_sequence(rank: int, n_micro: int, n_ranks: int, chunks: int,
     """Rank ``rank``'s ``(kind, (chunk, micro-batch))`` order without the steps (module docstring):
     its interleaved order with W placed, ``d_r = 2r`` deferred at most and ``H`` pairs held.
 
-    ``strict_memory``: a variant (not a method; benchmarks/bench_interleaved_zb.py simulates it)
-    that holds no more pairs than the rank itself does under interleaved 1F1B, so its activation
-    bytes stay at interleaved's (equal in the V100-scale simulation); it keeps about a third of the
-    time saved."""
+    ``strict_memory``: a variant (the plan's ``ZeroBubbleParams(strict_memory=True)``;
+    benchmarks/bench_interleaved_zb.py simulates it) that holds no more pairs than the rank itself
+    does under interleaved 1F1B, so its activation bytes stay at interleaved's (equal in the
+    V100-scale simulation); it keeps about a third of the time saved."""
     order = rank_order(rank, n_micro, n_ranks, chunks)
     bound = _held_peak(order) if strict_memory else held_bound(n_ranks, chunks)
     return place_weight_grads(order, 2 * rank, bound)
 
 
-def interleaved_zb_programs(plan: Plan, strict_memory: bool = False) -> dict[int, list[Action]]:
-    """Every rank's compute actions for a plan of method ``interleaved-zb``: F, B, W, then one STEP
-    per chunk, in chunk order; ``strict_memory``: the variant of :func:`interleaved_zb_sequence`."""
+def interleaved_zb_programs(plan: Plan) -> Orders:
+    """Per rank, its compute actions for a plan of method ``interleaved-zb``: F, B, W, then one STEP
+    per chunk, in chunk order; the plan's ``strict_memory`` parameter
+    (:func:`~pipetrain.schedule.zero_bubble.strict_memory`) picks the variant of :func:`interleaved_zb_sequence`."""
     n_ranks, chunks = plan.n_ranks, plan.virtual_stages
     spans = ranges(plan.stages[0].forward_sizes)
-    programs: dict[int, list[Action]] = {}
+    strict = strict_memory(plan)
+    programs: Orders = []
     for rank in range(n_ranks):
         out = [Action(ActionKind(kind), chunk * n_ranks + rank, j, *spans[j])
-               for kind, (chunk, j) in interleaved_zb_sequence(rank, len(spans), n_ranks, chunks, strict_memory)]
-        out += [Action(ActionKind.STEP, chunk * n_ranks + rank) for chunk in range(chunks)]
-        programs[rank] = out
+               for kind, (chunk, j) in interleaved_zb_sequence(rank, len(spans), n_ranks, chunks, strict)]
+        programs.append([*out, *(Action(ActionKind.STEP, chunk * n_ranks + rank) for chunk in range(chunks))])
     return programs

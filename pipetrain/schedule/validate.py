@@ -40,7 +40,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.schedule import Schedule
 
-__all__ = ["ScheduleError", "dry_run", "local_queue", "validate", "validate_for_plan"]
+__all__ = ["ScheduleError", "dry_run", "validate", "validate_for_plan", "validate_run"]
 
 _GRID_ROWS = 40
 
@@ -53,11 +53,6 @@ def _fail(schedule: Schedule, rank: int, step: int, why: str) -> ScheduleError:
     action = schedule.ranks[rank][step] if step < len(schedule.ranks[rank]) else None
     grid = schedule.grid(mark=(rank, step), max_steps=max(step + 4, _GRID_ROWS))
     return ScheduleError(f"rank {rank}, step {step} ({action}): {why}\n{grid}")
-
-
-def local_queue(plan: Plan) -> int | None:
-    """The plan's bounded queue depth (method ``local``), else None (what :func:`validate` takes)."""
-    return plan.params.queue_bound
 
 
 def validate(schedule: Schedule, batch_size: int, stage_of_rank: Sequence[int], n_stages: int,
@@ -293,6 +288,19 @@ def dry_run(schedule: Schedule, capacity: int | None = None) -> None:
         raise _fail(schedule, stuck[0], pos[stuck[0]], f"deadlock: {waits} wait forever")
 
 
+def validate_run(schedule: Schedule, run: Plan) -> None:
+    """:func:`validate` with the plan's batch, ranks, stages, stage edges and queue bound (local
+    learning's); ``run``: an asynchronous plan over the batches the schedule spans
+    (:meth:`~pipetrain.plan.plan.Plan.repeated`), whose STEPs come after its backwards as it goes.
+
+    Raises:
+        ScheduleError: on the first violation found.
+    """
+    validate(schedule, run.batch_size, run.rank_stages, run.n_stages, steps_anywhere=run.asynchronous,
+             local_queue=run.params.queue_bound, stage_edges=run.stage_edges,
+             stages_of_rank=[run.stages_of_rank(r) for r in range(run.n_ranks)])
+
+
 def validate_for_plan(schedule: Schedule, plan: Plan) -> None:
     """Check a schedule against the plan it is to run (e.g. a hand-edited one): :func:`validate` on
     the plan's ranks, stages and batch, and on every stage that keeps its activations (does not
@@ -309,9 +317,7 @@ def validate_for_plan(schedule: Schedule, plan: Plan) -> None:
     if plan.asynchronous:  # the schedule spans the run's batches (Plan.repeated)
         ends = [a.hi for _, program in schedule for a in program]
         plan = plan.repeated(max(1, -(-max(ends, default=0) // plan.batch_size)))
-    validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages, steps_anywhere=plan.asynchronous,
-             local_queue=local_queue(plan), stage_edges=plan.stage_edges,
-             stages_of_rank=[plan.stages_of_rank(r) for r in range(plan.n_ranks)])
+    validate_run(schedule, plan)
     for rank, program in schedule:
         for stage in plan.stages_of_rank(rank):
             _check_ranges(plan, rank, stage, [a for a in program if a.stage == stage])

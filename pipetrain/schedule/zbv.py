@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from pipetrain.plan.placement import v_rank
 from pipetrain.plan.plan import Plan, ranges
 from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.orders import Orders
 from pipetrain.schedule.zero_bubble import ZbKind
 
 __all__ = ["SCENARIOS", "TIE_BREAKS", "StageTimes", "replay_makespan", "robust_orders", "zbv_bound", "zbv_orders",
@@ -254,14 +255,13 @@ def robust_orders(n_ranks: int, n_micro: int) -> tuple[tuple[Step, ...], ...]:
     return tuple(tuple(order) for order in best)
 
 
-def zbv_programs(plan: Plan) -> dict[int, list[Action]]:
-    """Every rank's compute actions for a plan of method ``zbv``: F, B, W in the order of
+def zbv_programs(plan: Plan) -> Orders:
+    """Per rank, its compute actions for a plan of method ``zbv``: F, B, W in the order of
     :func:`robust_orders`, then one STEP per stage (chunk 0's, then chunk 1's)."""
     n_ranks = plan.n_ranks
     spans = ranges(plan.stages[0].forward_sizes)
-    programs: dict[int, list[Action]] = {}
+    programs: Orders = []
     for rank, order in enumerate(robust_orders(n_ranks, len(spans))):
         out = [Action(ActionKind(kind), stage, j, *spans[j]) for kind, stage, j in order]
-        out += [Action(ActionKind.STEP, stage) for stage in (rank, 2 * n_ranks - 1 - rank)]
-        programs[rank] = out
+        programs.append([*out, *(Action(ActionKind.STEP, stage) for stage in (rank, 2 * n_ranks - 1 - rank))])
     return programs

@@ -1,4 +1,4 @@
-"""Zero-bubble ZB-H1 orders: 1F1B with the backward split into ``B`` and ``W`` (method ``zb1``).
+"""Zero-bubble orders: 1F1B with the backward split into ``B`` and ``W`` (methods ``zb1``, ``zb2``).
 
 Qi, Wan, Huang and Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024, §2.1 ("memory efficient
 schedule", ZB-H1). A backward splits into ``B``, the gradient of the stage's input (what the
@@ -20,7 +20,7 @@ ZB-H1's ``(K-1)(T_F+T_B-T_W)``, a third (the paper's Figure 3). ``K = 2``, ``m =
     stage 1:  F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3 STEP
 
 Unequal micro-batches (each stage its own partition, forward = backward): the F/B order is
-pipetrain's unequal 1F1B order (:func:`~pipetrain.schedule.generators.one_f_one_b_sequences`, whose
+pipetrain's unequal 1F1B order (:func:`~pipetrain.schedule.one_f_one_b.one_f_one_b_sequences`, whose
 second rule may add forwards a successor needs); before such a forward, pending W actions run first
 while the stage already holds ``K`` micro-batches, so the count bound holds there too. W actions
 depend on nothing but their own B, so inserting them never creates a deadlock.
@@ -41,18 +41,31 @@ costs more than W (e.g. ``T_F = 1, T_B = 1.5, T_W = 0.5``, ``K = 4``: half of ZB
     stage 0:  F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3 STEP
     stage 1:  F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3 STEP
 
+The memory-strict variant of ZB-H1 (:func:`strict_memory_sequences`) is the plan's parameter
+``ZeroBubbleParams(strict_memory=True)`` (:class:`~pipetrain.plan.methods.ZeroBubbleParams`), which
+:func:`zb1_orders` reads. The zero-bubble methods cannot run replicated stages yet.
+
 Data: per stage a list of ``(kind, j)`` with kind ``"F"``, ``"B"`` or ``"W"`` and ``j`` the
-micro-batch index in the stage's own partition; every ``j`` appears once per kind.
+micro-batch index in the stage's own partition; every ``j`` appears once per kind. The generators
+(:func:`zb1_orders`, :func:`zb2_orders`) turn them into actions with sample ranges, each stage's
+program ending in its STEP.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, TypeVar
 
-__all__ = ["ZbKind", "place_weight_grads", "strict_memory_sequences", "zb1_sequences", "zb2_in_flight",
-           "zb2_sequences"]
+from pipetrain.errors import UserError
+from pipetrain.plan.methods import ZeroBubbleParams
+from pipetrain.plan.plan import Plan, ranges
+from pipetrain.schedule.action import Action, ActionKind
+from pipetrain.schedule.one_f_one_b import one_f_one_b_sequences
+from pipetrain.schedule.orders import Orders, Sequences, check_one_partition
+
+__all__ = ["ZbKind", "place_weight_grads", "strict_memory", "strict_memory_sequences", "zb1_orders", "zb1_sequences",
+           "zb2_in_flight", "zb2_orders", "zb2_sequences"]
 
 ZbKind = Literal["F", "B", "W"]
 Item = TypeVar("Item")  # what an action runs on: a micro-batch index, or (chunk, micro-batch) (interleaved-zb)
@@ -79,7 +92,7 @@ def zb1_sequences(fb_orders: Sequence[Sequence[tuple[bool, int]]], deferred: Seq
 
 def zb2_in_flight(n_stages: int) -> list[int]:
     """ZB-H2's warm-up: per stage ``k``, the ``2 (K − k) − 1`` micro-batches it forwards before its first
-    B (the ``in_flight`` bound of :func:`~pipetrain.schedule.generators.one_f_one_b_sequences`)."""
+    B (the ``in_flight`` bound of :func:`~pipetrain.schedule.one_f_one_b.one_f_one_b_sequences`)."""
     return [2 * (n_stages - k) - 1 for k in range(n_stages)]
 
 
@@ -127,3 +140,47 @@ def place_weight_grads(order: Sequence[tuple[bool, Item]], delay: int, bound: in
             held -= 1
     out += [("W", j) for j in pending]
     return out
+
+
+def strict_memory(plan: Plan) -> bool:
+    """Whether the plan asks for the memory-strict variant (:class:`~pipetrain.plan.methods.ZeroBubbleParams`)."""
+    return isinstance(plan.params, ZeroBubbleParams) and plan.params.strict_memory
+
+
+def zb1_orders(plan: Plan) -> Orders:
+    """ZB-H1 orders (§2.1, module docstring): each stage's 1F1B order (equal or per-stage unequal
+    partitions) with its backward split into B and W, at most ``k`` W actions deferred on stage ``k``;
+    with ``strict_memory`` (:func:`strict_memory`) the variant that holds no more than 1F1B on every
+    stage (:func:`strict_memory_sequences`).
+
+    Raises:
+        UserError: a stage whose forward and backward sizes differ, or a replicated stage.
+    """
+    sequences = one_f_one_b_sequences([s.forward_sizes for s in plan.stages])
+    return _split_orders(plan, sequences, strict_memory_sequences if strict_memory(plan) else zb1_sequences)
+
+
+def zb2_orders(plan: Plan) -> Orders:
+    """ZB-H2 orders (§2.2, module docstring): 1F1B with ``2 (K − k) − 1`` warm-up forwards on stage
+    ``k``, the backward split into B and W, at most ``2K − 1`` micro-batches held from F to W.
+
+    Raises:
+        UserError: a stage whose forward and backward sizes differ, or a replicated stage.
+    """
+    sequences = one_f_one_b_sequences([s.forward_sizes for s in plan.stages], zb2_in_flight(plan.n_stages))
+    return _split_orders(plan, sequences, zb2_sequences)
+
+
+def _split_orders(plan: Plan, sequences: Sequences,
+                  place: Callable[[Sequences], list[list[tuple[ZbKind, int]]]]) -> Orders:
+    """The stages' F/B ``sequences`` with W placed by ``place``, as actions, each program ending in its STEP."""
+    if plan.replicated:
+        raise UserError("the zero-bubble methods cannot run replicated stages yet; give every stage one rank "
+                        "or use method 1f1b")
+    check_one_partition(plan.stages)
+    orders = []
+    for k, (stage, sequence) in enumerate(zip(plan.stages, place(sequences), strict=True)):
+        spans = ranges(stage.forward_sizes)
+        actions = [Action(ActionKind(kind), k, j, *spans[j]) for kind, j in sequence]
+        orders.append([*actions, Action(ActionKind.STEP, k)])
+    return orders

@@ -22,7 +22,7 @@ the evaluator of the GA over unequal 1F1B (ZB-H1) plans, one individual at a tim
 
 Shapes: ``forward_sizes[k]`` and ``backward_sizes[k]`` are stage ``k``'s size vectors (each sums to
 ``B``); ``sequences[k]`` is its order as ``(is_backward, micro-batch index)`` pairs, as
-:func:`pipetrain.schedule.generators.one_f_one_b_sequences` returns, or for a split backward as
+:func:`pipetrain.schedule.one_f_one_b.one_f_one_b_sequences` returns, or for a split backward as
 ``("F" | "B" | "W", micro-batch index)`` pairs, as :func:`pipetrain.schedule.zero_bubble.zb1_sequences`
 returns.
 """

@@ -7,7 +7,7 @@ closed form below are **pipetrain's reconstruction** (docs/algorithms.md §2.3),
 Notation (stage ``k`` of ``K``, a batch of ``B`` samples). Forward micro-batch ``j`` of stage ``k``
 covers samples ``(X[k, j-1], X[k, j]]`` of size ``x[k, j]``; backward micro-batch ``j`` covers
 ``(Y[k, j-1], Y[k, j]]`` of size ``y[k, j]``, in forward sample order (the order
-:func:`pipetrain.schedule.generators.gpipe_orders` emits). ``f[k](b)``, ``g[k](b)``: forward and
+:func:`pipetrain.schedule.fill_drain.gpipe_orders` emits). ``f[k](b)``, ``g[k](b)``: forward and
 backward seconds on ``b`` samples; ``cF[k](b)``, ``cB[k](b)``: seconds to send ``b`` samples'
 activations to ``k + 1`` or gradients to ``k - 1`` (one FIFO channel per link, overlapped with
 compute)::

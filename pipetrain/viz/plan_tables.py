@@ -9,13 +9,13 @@ from functools import singledispatch
 from rich import box
 from rich.table import Table
 
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import METHODS, SizeRule
 from pipetrain.plan.plan import Plan
 from pipetrain.planners.auto import ASYNC_NOTE, AutoReport
 from pipetrain.planners.bapipe import BapipeCandidate, BapipeResult
 from pipetrain.planners.contract import Candidate, PlanningResult
-from pipetrain.planners.pipedream import PipeDreamReport
-from pipetrain.planners.unequal import UnequalReport
+from pipetrain.planners.registry import PLANNERS
+from pipetrain.planners.report import CandidatesPart, NotePart, PlanPart, default_layout
 from pipetrain.profile.table import Profile
 from pipetrain.viz.tables import _num, _render, time_unit
 
@@ -74,9 +74,9 @@ def plan_table(
         caps: per stage, the largest micro-batch memory allows (None: no cap, shown "none"),
             shown beside the largest micro-batch of ``uedp`` plans.
 
-    Plans with per-stage partitions (``uedp``, unequal ``1f1b``) also show each stage's forward and backward
-    micro-batch counts, its largest micro-batch (and cap) and whether it recomputes forward in
-    backward.
+    Plans with per-stage partitions (a method with each stage's own partition per pass, ``uedp``;
+    unequal ``1f1b``) also show each stage's forward and backward micro-batch counts, its largest
+    micro-batch (and cap) and whether it recomputes forward in backward.
     """
     caption = []
     if plan.prediction is not None:
@@ -86,7 +86,7 @@ def plan_table(
         caption += [_versus(plan.prediction.iteration_s, label, other) for label, other in baselines]
     table = Table(title=f"plan: {plan.model}, {plan.method.value}, batch {plan.batch_size}",
                   caption="\n".join(caption), box=box.ROUNDED)
-    per_stage = plan.method is Method.UEDP or bool(baselines) or any(
+    per_stage = plan.spec.sizes is SizeRule.PER_PASS or bool(baselines) or any(
         s.forward_sizes != plan.stages[0].forward_sizes for s in plan.stages
     )
     columns = ["stage", "ranks", "layers", "forward sizes", "backward sizes"]
@@ -176,7 +176,7 @@ def _kinds_text(kinds: Sequence[str]) -> str:
 
 
 def _micro_text(c: BapipeCandidate) -> str:
-    if c.method is Method.UEDP:
+    if METHODS[c.method].sizes is SizeRule.PER_PASS:
         return f"unequal (on {c.n_micro})"
     return sizes_text(c.plan.stages[0].forward_sizes)
 
@@ -193,16 +193,21 @@ def _bapipe_caption(best: BapipeCandidate, unit: str, scale: float) -> str:
 
 
 def auto_table(result: PlanningResult, *, width: int = 120) -> str:
-    """``auto``: each planner's plan and predicted time beside the winner's, or why it has none; the
-    asynchronous candidates (``--allow-async``, docs/algorithms.md §3.5–3.6) marked as changing the
+    """``auto``: each run's plan and predicted time beside the winner's, or why it has none; the
+    asynchronous runs (``--allow-async``, docs/algorithms.md §3.5–3.6) marked as changing the
     optimizer's semantics."""
     assert isinstance(result.report, AutoReport)
-    best = result.plan.prediction.iteration_s if result.plan.prediction else 0.0
+    return _auto_table(result.report, width)
+
+
+def _auto_table(report: AutoReport, width: int) -> str:
+    winner = next(o for o in report.outcomes if o.planner == report.winner)
+    best = winner.iteration_s
     unit, scale = time_unit(best)
-    table = Table(title=f"planners (auto keeps the fastest that fits: {result.report.winner})", box=box.ROUNDED)
+    table = Table(title=f"planners (auto keeps the fastest that fits: {report.winner})", box=box.ROUNDED)
     for name in ("planner", f"predicted ({unit})", "vs winner", "plan, or why none", "async"):
         table.add_column(name, justify="right" if name.startswith(("predicted", "vs")) else "left")
-    for o in result.report.outcomes:
+    for o in report.outcomes:
         found = o.plan is not None
         table.add_row(o.planner, _num(o.iteration_s * scale) if found else "-",
                       f"{o.iteration_s / best:.3f}×" if found and best > 0 else "-", o.note,
@@ -211,38 +216,39 @@ def auto_table(result: PlanningResult, *, width: int = 120) -> str:
 
 
 def result_tables(result: PlanningResult, *, top: int = 8) -> list[str]:
-    """What ``pipetrain plan`` prints for any planner: the plan, then the planner's own account
+    """What ``pipetrain plan`` prints for any planner: the parts its spec lays its result out in
+    (:attr:`~pipetrain.planners.spec.PlannerSpec.layout`): the plan, then the planner's own account
     (its candidates, BaPipe's exploration, ``auto``'s planners, a micro-batch plan's baselines)."""
-    return _report_tables(result.report, result, top)
+    spec = PLANNERS.get(result.planner)
+    parts = spec.layout(result) if spec is not None else default_layout(result)
+    return [_part(part, top) for part in parts]
 
 
 @singledispatch
-def _report_tables(report: object, result: PlanningResult, top: int) -> list[str]:
-    return [plan_table(result.plan), candidates_table(list(result.candidates), top=top)]
+def _part(part: object, top: int) -> str:
+    raise TypeError(f"no table for a report part of type {type(part).__name__}")
 
 
-@_report_tables.register
-def _(report: UnequalReport, result: PlanningResult, top: int) -> list[str]:
-    tables = [plan_table(result.plan, baselines=report.baselines, caps=report.caps)]
-    if report.kept_baseline is not None:
-        tables.append(report.kept_baseline)
-    if report.base_candidates:
-        tables.append(candidates_table(list(report.base_candidates), top=top,
-                                       title="equal-micro-batch candidates (the baseline)"))
-    return tables
+@_part.register
+def _(part: PlanPart, top: int) -> str:
+    return plan_table(part.plan, baselines=part.baselines, caps=part.caps)
 
 
-@_report_tables.register
-def _(report: PipeDreamReport, result: PlanningResult, top: int) -> list[str]:
-    return [plan_table(result.plan), f"PipeDream configuration {report.config} (replicas per stage)",
-            candidates_table(list(result.candidates), top=top, title="pipedream candidates")]
+@_part.register
+def _(part: CandidatesPart, top: int) -> str:
+    return candidates_table(list(part.candidates), top=top, title=part.title)
 
 
-@_report_tables.register
-def _(report: BapipeResult, result: PlanningResult, top: int) -> list[str]:
-    return [plan_table(result.plan), bapipe_table(report, top=top)]
+@_part.register
+def _(part: NotePart, top: int) -> str:
+    return part.text
 
 
-@_report_tables.register
-def _(report: AutoReport, result: PlanningResult, top: int) -> list[str]:
-    return [plan_table(result.plan), auto_table(result)]
+@_part.register
+def _(part: BapipeResult, top: int) -> str:
+    return bapipe_table(part, top=top)
+
+
+@_part.register
+def _(part: AutoReport, top: int) -> str:
+    return _auto_table(part, 120)

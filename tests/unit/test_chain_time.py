@@ -7,7 +7,8 @@ import pytest
 
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan
-from pipetrain.schedule.generators import build_schedule, one_f_one_b_sequences
+from pipetrain.schedule.generators import build_schedule
+from pipetrain.schedule.one_f_one_b import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.loop_time import iteration_time

@@ -14,7 +14,7 @@ from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
 from pipetrain.planners.microbatch import GA_PLANNERS, PLANNER_NAMES
-from pipetrain.planners.microbatch.uedp import ORDERED_PLANNERS
+from pipetrain.planners.microbatch.uedp import ALGORITHMS
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.simulate.timeline import Timeline
 
@@ -180,7 +180,7 @@ def test_plan_uedp_each_planner(
                            "--profile", str(tiny_profile))
     graph = build_model("gpt-tiny")
     plan.validate(graph.names, graph.fingerprint())
-    expected = ORDERED_PLANNERS.get(planner, Method.UEDP)  # unequal 1F1B and ZB-H1: pipetrain's extensions
+    expected = ALGORITHMS[planner].method  # unequal 1F1B and ZB-H1: pipetrain's extensions
     kept = "found nothing faster than the best equal plan" in text  # then the equal plan is what was saved
     assert (plan.method is expected) != kept and plan.prediction is not None
     if planner != "interleaved-ga":  # that one keeps the interleaved planner's stages, v per rank

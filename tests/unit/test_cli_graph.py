@@ -15,8 +15,8 @@ from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
 from pipetrain.plan.stage_graph import validate_for_graph
-from pipetrain.planners.auto import auto_planners
 from pipetrain.planners.contract import ModelRef, PlanningProblem
+from pipetrain.planners.registry import auto_planners
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.simulate.timeline import Timeline
 

@@ -1,20 +1,27 @@
-"""Every generator over a parameter grid passes the validator (DESIGN.md §5.1, STYLE.md L13)."""
+"""Every generator over a parameter grid passes the validator (DESIGN.md §5.1, STYLE.md L13).
+
+The grid runs over every method of :data:`~pipetrain.plan.methods.METHODS` (a new method without a
+generator fails ``test_grid_validates[<method>-...]``), its plans shaped by the method's traits
+(:func:`method_plan`): placement, stage graph, parameters and weight policy.
+"""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pipetrain.errors import UserError
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import METHODS, Backward, LocalParams, Method, MethodParams, StageGraph
+from pipetrain.plan.placement import placed_ranks
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.schedule.action import ActionKind
-from pipetrain.schedule.generators import build_schedule, compute_schedule
+from pipetrain.schedule.generators import DEFAULT_ASYNC_BATCHES, build_schedule, compute_schedule
 from pipetrain.schedule.schedule import Schedule
-from pipetrain.schedule.validate import ScheduleError, validate
+from pipetrain.schedule.validate import ScheduleError, validate, validate_for_plan
 
-METHODS = [Method.GPIPE, Method.ONE_F_ONE_B]
+EXAMPLE_PARAMS: dict[type[MethodParams], MethodParams] = {LocalParams: LocalParams("linear")}
+"""A value of every parameter type without defaults (a method's ``params`` the grid cannot default)."""
 
 
 def chain_plan(method: Method, n_stages: int, batch: int, sizes: tuple[int, ...]) -> Plan:
@@ -22,34 +29,80 @@ def chain_plan(method: Method, n_stages: int, batch: int, sizes: tuple[int, ...]
     return Plan("m", "", batch, method, stages)
 
 
+def method_plan(method: Method, n_ranks: int, sizes: tuple[int, ...], replicas: int = 1) -> Plan:
+    """A plan of ``method`` on ``n_ranks`` ranks (``replicas`` more for stage 0), every stage cutting
+    the batch into ``sizes``, shaped by the method's traits: one stage per rank, or two per rank in
+    its placement; the chain, or for a DAG method the chain with a skip edge ``k -> k + 2`` from
+    every stage; its default weight policy and parameters."""
+    spec = METHODS[method]
+    n_stages = 2 * n_ranks if spec.multi_stage else n_ranks
+    ranks = placed_ranks(spec.placement, n_stages, n_ranks) or tuple(
+        tuple(range(replicas)) if k == 0 else (k + replicas - 1,) for k in range(n_stages))
+    stages = tuple(StagePlan((f"l{k}",), r, sizes, sizes) for k, r in enumerate(ranks))
+    edges = (*((k, k + 1) for k in range(n_stages - 1)), *((k, k + 2) for k in range(n_stages - 2)))
+    params = spec.default_params() or EXAMPLE_PARAMS[spec.params]
+    return Plan("m", "", sum(sizes), method, stages, edges=tuple(sorted(edges)) if spec.graph is StageGraph.DAG
+                else (), weights=spec.weights[0], params=params)
+
+
 def stage_of(plan: Plan) -> list[int]:
     return [plan.stage_of_rank(r) for r in range(plan.n_ranks)]
 
 
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("n_stages", [1, 2, 3, 4, 8])
-@pytest.mark.parametrize(("batch", "n_micro"), [(1, 1), (8, 1), (8, 3), (8, 8), (10, 4), (7, 2), (16, 16)])
-def test_grid_validates(method: Method, n_stages: int, batch: int, n_micro: int) -> None:
-    plan = chain_plan(method, n_stages, batch, equal_sizes(batch, n_micro))
-    schedule = build_schedule(plan)
-    validate(schedule, batch, stage_of(plan), n_stages)
-    for _rank, program in schedule:
+def check_counts(plan: Plan, schedule: Schedule) -> None:
+    """Every rank forwards and back-propagates each micro-batch of each of its stages once per batch
+    (an asynchronous plan's :data:`DEFAULT_ASYNC_BATCHES`), has a W per B under a split backward, and
+    ends with a STEP."""
+    spec, n_micro = plan.spec, len(plan.stages[0].forward_sizes)
+    batches = 1 if spec.flush else DEFAULT_ASYNC_BATCHES
+    for rank, program in schedule:
         kinds = [a.kind for a in program]
-        assert kinds.count(ActionKind.F) == n_micro
-        assert kinds.count(ActionKind.B) == n_micro
+        replicas = [plan.stages[k].ranks for k in plan.stages_of_rank(rank)]  # round-robin: j % r is the replica
+        own = batches * sum(len(range(ranks.index(rank), n_micro, len(ranks))) for ranks in replicas)
+        assert kinds.count(ActionKind.F) == own
+        assert kinds.count(ActionKind.B) == own
+        assert kinds.count(ActionKind.W) == (own if spec.backward is Backward.SPLIT else 0)
         assert kinds[-1] is ActionKind.STEP
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.sampled_from(METHODS),
-    st.integers(1, 6),
-    st.lists(st.integers(1, 5), min_size=1, max_size=12),
-)
+@pytest.mark.parametrize("method", list(METHODS), ids=lambda m: m.value)
+@pytest.mark.parametrize("n_stages", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize(("batch", "n_micro"), [(1, 1), (8, 1), (8, 3), (8, 8), (10, 4), (7, 2), (16, 16)])
+def test_grid_validates(method: Method, n_stages: int, batch: int, n_micro: int) -> None:
+    """``n_stages``: the ranks (two stages on each under a multi-stage placement)."""
+    plan = method_plan(method, n_stages, equal_sizes(batch, n_micro))
+    if plan.spec.microbatches_per_stage and n_micro < plan.n_stages:
+        with pytest.raises(UserError, match="at least as many micro-batches as stages"):
+            build_schedule(plan)
+        return
+    schedule = build_schedule(plan)
+    validate_for_plan(schedule, plan)  # validate() with the plan's batch, ranks, stages, edges, queue bound
+    check_counts(plan, schedule)
+
+
+@pytest.mark.parametrize("method", [m for m, spec in METHODS.items() if spec.replicas], ids=lambda m: m.value)
+@pytest.mark.parametrize(("n_stages", "replicas"), [(2, 2), (3, 2), (3, 3), (4, 2)])
+@pytest.mark.parametrize(("batch", "n_micro"), [(8, 4), (12, 6), (7, 6)])
+def test_replicated_grid_validates(method: Method, n_stages: int, replicas: int, batch: int, n_micro: int) -> None:
+    """Stage 0 replicated: each replica runs its round-robin share of the stage's order."""
+    plan = method_plan(method, n_stages, equal_sizes(batch, n_micro), replicas)
+    if not plan.spec.flush and n_micro % replicas:
+        with pytest.raises(UserError, match="do not divide"):
+            build_schedule(plan)
+        return
+    schedule = build_schedule(plan)
+    validate_for_plan(schedule, plan)
+    check_counts(plan, schedule)
+
+
+@pytest.mark.parametrize("method", list(METHODS), ids=lambda m: m.value)
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 6), st.lists(st.integers(1, 5), min_size=1, max_size=12))
 def test_random_size_vectors_validate(method: Method, n_stages: int, sizes: list[int]) -> None:
-    """Unequal (but shared) size vectors, including sizes of 1, validate."""
-    plan = chain_plan(method, n_stages, sum(sizes), tuple(sizes))
-    validate(build_schedule(plan), sum(sizes), stage_of(plan), n_stages)
+    """Unequal (but shared) size vectors, including sizes of 1, validate (``n_stages``: the ranks)."""
+    plan = method_plan(method, n_stages, tuple(sizes))
+    assume(not plan.spec.microbatches_per_stage or len(sizes) >= plan.n_stages)
+    validate_for_plan(build_schedule(plan), plan)
 
 
 def test_gpipe_order_exact() -> None:

@@ -40,7 +40,7 @@ def plan(n_ranks: int, chunks: int, n_micro: int, batch: int | None = None, name
 
 
 def short(p: Plan) -> list[str]:
-    return [" ".join(str(a).split("[")[0] for a in program) for program in interleaved_programs(p).values()]
+    return [" ".join(str(a).split("[")[0] for a in program) for program in interleaved_programs(p)]
 
 
 def test_two_chunks_two_ranks_four_micro_batches_is_megatrons_order() -> None:

@@ -4,6 +4,7 @@ dry run over a grid, the simulator, the planner, the CLI and the plan's refusals
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import Method, ZeroBubbleParams
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.interleaved import plan_interleaved
@@ -42,7 +43,7 @@ def plan(n_ranks: int, chunks: int, n_micro: int, method: Method = Method.INTERL
 
 
 def short(p: Plan) -> list[str]:
-    return [" ".join(str(a).split("[")[0] for a in program) for program in interleaved_zb_programs(p).values()]
+    return [" ".join(str(a).split("[")[0] for a in program) for program in interleaved_zb_programs(p)]
 
 
 def test_two_ranks_two_chunks_four_micro_batches() -> None:
@@ -93,7 +94,7 @@ def test_whole_grid_validates(n_ranks: int, chunks: int) -> None:
 def test_strict_memory_variant_holds_each_ranks_interleaved_count() -> None:
     for n_ranks, chunks, n_micro in ((2, 2, 4), (3, 2, 5), (4, 3, 9), (4, 2, 3)):
         p = plan(n_ranks, chunks, n_micro)
-        strict = add_communication(Schedule.from_mapping(interleaved_zb_programs(p, strict_memory=True)), p)
+        strict = add_communication(compute_schedule(replace(p, params=ZeroBubbleParams(strict_memory=True))), p)
         validate_for_plan(strict, p)
         cost = CostModel(flat_profile(p.n_stages, saved_bytes=1), Cluster.local(n_ranks, link=FREE))
         fused = plan(n_ranks, chunks, n_micro, Method.INTERLEAVED)
@@ -152,11 +153,12 @@ def test_planner_scores_both_backwards_and_takes_a_fixed_method() -> None:
     cost, names = _gpt_cost(2, 16)
     model = ModelRef.synthetic(names, "gpt1-14")
     both = plan_interleaved(PlanningProblem(model, cost, 16, constraints=Constraints(virtual_stages=2, n_micro=4)))
-    assert {c.plan.method for c in both.candidates} == {Method.INTERLEAVED, Method.INTERLEAVED_ZB, Method.ZBV}
+    assert {c.plan.method for c in both.candidates} == {Method.INTERLEAVED, Method.INTERLEAVED_ZB, Method.ZBV,
+                                                        Method.DUALPIPEV}  # m = 4: one per stage, as DualPipeV needs
     fixed = Constraints(method=Method.INTERLEAVED_ZB, virtual_stages=2)
     result = plan_interleaved(PlanningProblem(model, cost, 16, constraints=fixed))
     assert {c.plan.method for c in result.candidates} == {Method.INTERLEAVED_ZB}
-    with pytest.raises(UserError, match="plans methods interleaved, interleaved-zb and zbv"):
+    with pytest.raises(UserError, match="plans methods interleaved, interleaved-zb, zbv and dualpipev"):
         plan_interleaved(PlanningProblem(model, cost, 16, constraints=Constraints(method=Method.ZB1)))
 
 

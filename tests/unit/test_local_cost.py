@@ -88,7 +88,8 @@ def test_the_planner_moves_layers_off_a_stage_whose_head_is_expensive() -> None:
     kwargs = {"aux": "dgl", "queue_depth": 2, "n_stages": 2, "batch_size": 8, "n_micro": 8}
     assert [len(s.layers) for s in build_local_plan(model, plain, **kwargs).stages] == [2, 2]  # type: ignore[arg-type]
     assert [len(s.layers) for s in build_local_plan(model, with_heads, **kwargs).stages] == [1, 3]  # type: ignore[arg-type]
-    result = plan_local(PlanningProblem(model, with_heads, 8, constraints=Constraints(n_stages=2)), "dgl", 2)
+    result = plan_local(PlanningProblem(model, with_heads, 8,
+                                        constraints=Constraints(n_stages=2, params=LocalParams("dgl", 2))))
     assert [len(s.layers) for s in result.plan.stages] == [1, 3]
     assert result.plan.method is Method.LOCAL and result.plan.params == LocalParams("dgl", 2)
     assert all(c.plan.method is Method.LOCAL for c in result.candidates)
@@ -118,7 +119,8 @@ def test_api_plans_and_predicts_local_with_heads() -> None:
     graph = build_model("vit-digits")
     profile = estimate_profile(graph, "v100", 16)
     cluster, _ = api.estimated_cluster("v100", 2)
-    result = api.plan_local(graph, profile, cluster, batch_size=16, aux="dgl", n_micro=4)
+    result = api.plan(graph, profile, cluster, batch_size=16, planner="local",
+                      constraints=Constraints(n_micro=4, params=LocalParams("dgl")))
     plan = result.plan
     _, predicted = api.predict(plan, profile, cluster, graph=graph)
     assert predicted.iteration_s == pytest.approx(result.candidates[0].iteration_s)

@@ -42,6 +42,13 @@ def base_plan(c: Cluster) -> Plan:
                                method=Method.GPIPE, n_stages=2, batch_size=BATCH, n_micro=4)
 
 
+def micro(base: Plan, prof: Profile, c: Cluster, *, planner: str, ga: GAConfig | None = None, seed: int = 0,
+          memory_cap: bool = True) -> Plan:
+    """``planner`` on ``base``'s stages through :func:`pipetrain.api.plan`."""
+    constraints = api.Constraints(base=base, ga=ga, seed=seed, memory_cap=memory_cap)
+    return api.plan(ModelRef.of_plan(base), prof, c, planner=planner, constraints=constraints).plan
+
+
 def room_for(stage: int, b: int) -> int:
     """Exactly the bytes a recomputing stage needs with micro-batches of at most ``b`` samples."""
     inputs = (INPUT if stage == 0 else OUT) * BATCH
@@ -66,7 +73,7 @@ def test_impossible_memory_names_the_stage() -> None:
     with pytest.raises(UserError, match=r"stage 1 \(l2 … l3, rank 1\) needs 0\.3 MiB even with micro-batches of one"):
         microbatch_caps(base_plan(c), CostModel(profile(), c))
     with pytest.raises(UserError, match="stage 1"):
-        api.plan_microbatches(base_plan(c), profile(), c, planner="equal")
+        micro(base_plan(c), profile(), c, planner="equal")
 
 
 @pytest.mark.parametrize("planner", PLANNER_NAMES)
@@ -78,9 +85,9 @@ def test_planners_respect_caps_and_fit(planner: str) -> None:
                 "interleaved-ga": "needs a base plan of method interleaved"}
     if planner in refusals:
         with pytest.raises(UserError, match=refusals[planner]):
-            api.plan_microbatches(base, profile(), c, planner=planner, ga=ga)  # type: ignore[arg-type]
+            micro(base, profile(), c, planner=planner, ga=ga)
         return
-    plan = api.plan_microbatches(base, profile(), c, planner=planner, ga=ga)  # type: ignore[arg-type]
+    plan = micro(base, profile(), c, planner=planner, ga=ga)
     plan.validate()
     assert plan.recompute  # neither stage holds the whole batch's activations
     for stage, cap in zip(plan.stages, (5, 7), strict=True):
@@ -91,24 +98,25 @@ def test_planners_respect_caps_and_fit(planner: str) -> None:
 
 def test_no_memory_cap_ignores_memory() -> None:
     c = cluster(room_for(0, 5), room_for(1, 7))
-    plan = api.plan_microbatches(base_plan(c), profile(), c, planner="dp", memory_cap=False)
+    plan = micro(base_plan(c), profile(), c, planner="dp", memory_cap=False)
     assert not plan.recompute and max(plan.stages[0].forward_sizes) > 5
 
 
 def test_ample_memory_keeps_activations() -> None:
     c = cluster(2**30, 2**30)
-    plan = api.plan_microbatches(base_plan(c), profile(), c, planner="tidgap", ga=GA, seed=1)
+    plan = micro(base_plan(c), profile(), c, planner="tidgap", ga=GA, seed=1)
     assert not plan.recompute
-    assert plan == api.plan_microbatches(base_plan(c), profile(), c, planner="tidgap", ga=GA, seed=1)
+    assert plan == micro(base_plan(c), profile(), c, planner="tidgap", ga=GA, seed=1)
 
 
 def test_api_rejects_unknown_planner_and_uedp_in_plan_pipeline() -> None:
     c = cluster(2**30, 2**30)
     with pytest.raises(UserError, match="unknown micro-batch planner 'nosuch'"):
-        api.plan_microbatches(base_plan(c), profile(), c, planner="nosuch")  # type: ignore[arg-type]
+        micro(base_plan(c), profile(), c, planner="nosuch")
     graph = api.resolve_model("gpt-tiny")
-    with pytest.raises(UserError, match="plan_microbatches"):
-        api.plan_pipeline(graph, profile(), c, batch_size=BATCH, method=Method.UEDP)
+    with pytest.raises(UserError, match="use a micro-batch planner"):
+        api.plan(graph, profile(), c, batch_size=BATCH, planner="balanced",
+                 constraints=api.Constraints(method=Method.UEDP))
 
 
 def held_profile(held: int) -> Profile:
@@ -124,9 +132,9 @@ def test_zb1_ga_plan_is_checked_with_the_held_gradients() -> None:
     fits_activations = parameter_copies("sgd") * 2 * PARAMS + 2 * SAVED * BATCH
     c = cluster(fits_activations, fits_activations)
     base = replace(base_plan(c), method=Method.ZB1)
-    plan = api.plan_microbatches(base, held_profile(0), c, planner="zb1-ga", ga=GA)
+    plan = micro(base, held_profile(0), c, planner="zb1-ga", ga=GA)
     assert plan.method is Method.ZB1 and not plan.recompute
     with pytest.raises(UserError, match=r"zb1 plan needs \d+ bytes on the rank of stage \d.*B to W; use planner "
                                         r"1f1b-ga"):
-        api.plan_microbatches(base, held_profile(4 * SAVED), c, planner="zb1-ga", ga=GA)
-    assert api.plan_microbatches(base, held_profile(4 * SAVED), c, planner="zb1-ga", ga=GA, memory_cap=False)
+        micro(base, held_profile(4 * SAVED), c, planner="zb1-ga", ga=GA)
+    assert micro(base, held_profile(4 * SAVED), c, planner="zb1-ga", ga=GA, memory_cap=False)

@@ -40,8 +40,8 @@ from pipetrain.planners.microbatch import (
 from pipetrain.planners.microbatch.dp import stage_dp
 from pipetrain.planners.microbatch.ga import one_f_one_b_ga
 from pipetrain.planners.microbatch.ga_operators import _sync
-from pipetrain.planners.microbatch.uedp import ORDERED_PLANNERS, PlannerName
-from pipetrain.schedule.generators import one_f_one_b_sequences
+from pipetrain.planners.microbatch.uedp import ALGORITHMS, PlannerName
+from pipetrain.schedule.one_f_one_b import one_f_one_b_sequences
 from pipetrain.simulate.chain import order_time
 from pipetrain.simulate.loop_time import iteration_time
 from pipetrain.simulate.vectorised import StageTables, iteration_times
@@ -322,7 +322,7 @@ def test_plan_uedp_builds_a_simulated_uedp_plan(planner: PlannerName) -> None:
     base = Plan("synthetic", "", 12, method, tuple(StagePlan((f"l{k}",), (k,), sizes, sizes) for k in range(3)))
     plan = plan_uedp(base, cost, planner=planner, seed=0, config=SMALL)
     plan.validate()
-    assert plan.method is ORDERED_PLANNERS.get(planner, Method.UEDP)
+    assert plan.method is ALGORITHMS[planner].method
     assert [s.layers for s in plan.stages] == [s.layers for s in base.stages]
     tables = StageTables.from_plan(plan, cost)
     predicted = run_microbatch_planner(planner, tables, seed=0, config=SMALL, n_ranks=plan.n_ranks)

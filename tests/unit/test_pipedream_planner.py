@@ -13,20 +13,13 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import Method, WeightPolicy
 from pipetrain.plan.plan import Plan
-from pipetrain.planners.auto import (
-    ASYNC_AUTO_PLANNERS,
-    ASYNC_NOTE,
-    AUTO_PLANNERS,
-    INTERLEAVED_GA_MAX_BATCH,
-    AutoReport,
-    auto_planners,
-    plan_auto,
-)
+from pipetrain.planners.auto import ASYNC_NOTE, INTERLEAVED_GA_MAX_BATCH, AutoReport, plan_auto
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.partition.pipedream import DPResult, DPStage
 from pipetrain.planners.pipedream import PipeDreamReport, plan_pipedream, rr_runnable, topology
+from pipetrain.planners.registry import ASYNC_AUTO_PLANNERS, AUTO_PLANNERS, AUTO_RUNS, auto_planners
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.viz.plan_tables import auto_table
 from tests.conftest import flat_profile
@@ -64,7 +57,8 @@ def test_topology_follows_the_servers() -> None:
 
 def test_auto_runs_every_planner_and_keeps_the_fastest() -> None:
     cost = vgg_like()
-    result = plan_auto(PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), cost, batch_size=16))
+    result = plan_auto(PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), cost, batch_size=16),
+                       AUTO_RUNS)
     assert isinstance(result.report, AutoReport)
     assert [o.planner for o in result.report.outcomes] == [p for p in AUTO_PLANNERS if p != "graphpipe"]  # a chain
     found = [o for o in result.report.outcomes if o.plan is not None]
@@ -143,7 +137,7 @@ def test_cli_plans_pipedream_with_its_planner(tmp_path: Path) -> None:
 def test_auto_considers_async_methods_only_when_allowed(allow: bool) -> None:
     problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), vgg_like(), batch_size=16,
                               constraints=Constraints(allow_async=allow))
-    result = plan_auto(problem)
+    result = plan_auto(problem, AUTO_RUNS)
     assert isinstance(result.report, AutoReport)
     names = [o.planner for o in result.report.outcomes]
     assert names == list(auto_planners(problem)) == [*AUTO_PLANNERS[:-1], *(ASYNC_AUTO_PLANNERS if allow else ())]
@@ -167,7 +161,8 @@ def test_auto_runs_interleaved_ga_for_small_batches_or_a_given_budget() -> None:
     assert "interleaved-ga" in names(INTERLEAVED_GA_MAX_BATCH)
     assert "interleaved-ga" not in names(INTERLEAVED_GA_MAX_BATCH + 1)
     assert "interleaved-ga" in names(INTERLEAVED_GA_MAX_BATCH + 1, Constraints(ga=GAConfig(8, 3)))
-    result = plan_auto(PlanningProblem(model, vgg_like(), batch_size=8, constraints=Constraints(ga=GAConfig(8, 3))))
+    result = plan_auto(PlanningProblem(model, vgg_like(), batch_size=8, constraints=Constraints(ga=GAConfig(8, 3))),
+                       AUTO_RUNS)
     assert isinstance(result.report, AutoReport)
     outcome = {o.planner: o for o in result.report.outcomes}["interleaved-ga"]
     fused = next(c.plan for c in plan_interleaved(PlanningProblem(model, vgg_like(), batch_size=8)).candidates

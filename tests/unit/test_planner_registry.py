@@ -64,7 +64,7 @@ def small_constraints(name: str) -> Constraints:
 
 
 def test_the_registry_lists_stage_planners_then_microbatch_planners() -> None:
-    assert STAGE_PLANNERS == ("balanced", "pipedream", "bapipe", "graphpipe", "interleaved", "auto", "2bw")
+    assert STAGE_PLANNERS == ("balanced", "pipedream", "bapipe", "graphpipe", "interleaved", "auto", "2bw", "local")
     assert set(MICROBATCH_PLANNERS) >= {"equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga", "zb1-ga"}
     assert tuple(PLANNERS) == (*STAGE_PLANNERS, *MICROBATCH_PLANNERS)
     fields = {f.name for f in dataclasses.fields(Constraints)}

@@ -20,7 +20,8 @@ from pipetrain.planners.microbatch import GAConfig, plan_uedp
 from pipetrain.planners.microbatch.ga import ga, zb1_ga
 from pipetrain.planners.microbatch.uedp import with_sizes
 from pipetrain.planners.registry import MICROBATCH_PLANNERS
-from pipetrain.schedule.generators import build_schedule, one_f_one_b_sequences
+from pipetrain.schedule.generators import build_schedule
+from pipetrain.schedule.one_f_one_b import one_f_one_b_sequences
 from pipetrain.schedule.zero_bubble import zb1_sequences
 from pipetrain.simulate.chain import split_order_time
 from pipetrain.simulate.events import simulate

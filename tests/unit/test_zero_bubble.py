@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import Method, ZeroBubbleParams
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.profile.table import DEFAULT_WEIGHT_GRAD_SHARE, Profile
 from pipetrain.runtime.interp.executor import check_runnable
@@ -217,12 +217,11 @@ def test_measured_split_prices_b_and_w_as_timed() -> None:
 @pytest.mark.parametrize("n_micro", [1, 3, 8])
 def test_strict_memory_variant_holds_1f1b_counts(n_stages: int, n_micro: int) -> None:
     """The memory-strict variant holds no more than 1F1B on every stage, and validates."""
-    from pipetrain.schedule.generators import zb1_orders
     from pipetrain.schedule.passes import add_communication
     from pipetrain.schedule.validate import validate
 
-    plan = equal(Method.ZB1, n_stages, n_micro)
-    compute = Schedule.from_mapping(dict(enumerate(zb1_orders(plan.stages, strict_memory=True))))
+    plan = replace(equal(Method.ZB1, n_stages, n_micro), params=ZeroBubbleParams(strict_memory=True))
+    compute = compute_schedule(plan)
     schedule = add_communication(compute, plan)
     validate(schedule, plan.batch_size, plan.rank_stages, plan.n_stages)
     one = build_schedule(equal(Method.ONE_F_ONE_B, n_stages, n_micro))

@@ -3,7 +3,8 @@ partition on (heterogeneous) clusters. :func:`explore` is the search; :func:`pla
 registry's planner."""
 
 from pipetrain.planners.bapipe.candidates import BapipeCandidate, BapipeResult
-from pipetrain.planners.bapipe.explore import BAPIPE_METHODS, CommModel, explore, plan_bapipe
+from pipetrain.planners.bapipe.explore import CommModel, bapipe_layout, bapipe_plans, explore, plan_bapipe
 from pipetrain.planners.device_orders import Placement
 
-__all__ = ["BAPIPE_METHODS", "BapipeCandidate", "BapipeResult", "CommModel", "Placement", "explore", "plan_bapipe"]
+__all__ = ["BapipeCandidate", "BapipeResult", "CommModel", "Placement", "bapipe_layout", "bapipe_plans", "explore",
+           "plan_bapipe"]

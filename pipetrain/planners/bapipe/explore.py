@@ -56,7 +56,8 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from pipetrain.errors import UserError
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import METHODS, Backward, Method, MethodSpec, SizeRule, StageGraph
+from pipetrain.plan.placement import Placement as StagePlacement
 from pipetrain.plan.plan import equal_sizes
 from pipetrain.planners.bapipe.candidates import BapipeCandidate, BapipeResult, Proposal
 from pipetrain.planners.bapipe.runner import Runner
@@ -66,14 +67,28 @@ from pipetrain.planners.counts import thinned_counts
 from pipetrain.planners.device_orders import Placement, device_types, placed_cluster, placements
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.progress import PhaseTicker, phase_ticker
+from pipetrain.planners.report import PlanPart
+from pipetrain.planners.spec import planned_methods
 
-__all__ = ["BAPIPE_METHODS", "CommModel", "explore", "plan_bapipe"]
+__all__ = ["CommModel", "bapipe_layout", "bapipe_plans", "explore", "plan_bapipe"]
 
 log = logging.getLogger(__name__)
 
-_EQUAL_METHODS = (Method.GPIPE, Method.ONE_F_ONE_B)
-BAPIPE_METHODS = (*_EQUAL_METHODS, Method.UEDP)
-"""What the ``bapipe`` planner of the registry explores."""
+
+def bapipe_plans(spec: MethodSpec) -> bool:
+    """The methods BaPipe explores: one stage per rank along a chain, a flush per batch, the backward
+    fused and gradients across stages (its DP's memory and time model, §4.2–4.3): gpipe and 1f1b with
+    equal micro-batches, and uedp (UMPIPE's unequal ones, each stage its own partition per pass) on the
+    best equal plans' stages."""
+    return (spec.placement is StagePlacement.SINGLE and spec.graph is StageGraph.CHAIN and spec.flush
+            and spec.backward is Backward.FUSED and spec.gradients_cross_stages)
+
+
+def _unequal(spec: MethodSpec) -> bool:
+    """Planned by a micro-batch planner on an equal plan's stages (each stage its own partition per pass)."""
+    return spec.sizes is SizeRule.PER_PASS
+
+
 _SMALL_GA = GAConfig(population=32, generations=40)
 
 CommModel = Literal["serial", "overlap", "both"]
@@ -83,7 +98,7 @@ _COMM_MODELS: dict[str, tuple[bool, ...]] = {"overlap": (True,), "serial": (Fals
 def explore(
     problem: PlanningProblem,
     *,
-    methods: Sequence[Method] = _EQUAL_METHODS,
+    methods: Sequence[Method] | None = None,
     stage_counts: Iterable[int] | None = None,
     counts: Iterable[int] | None = None,
     max_orders: int = 24,
@@ -96,8 +111,9 @@ def explore(
     Args:
         problem: the model, cost model, batch ``B``, optimizer; constraints: the stage count
             (``n_stages``, unless ``stage_counts``), the ``uedp`` GA's seed and budget (default 32 × 40).
-        methods: among ``gpipe``, ``1f1b`` and ``uedp`` (UMPIPE's unequal micro-batches on the
-            best equal plans' stages; needs ``gpipe`` or ``1f1b`` too).
+        methods: among those of :func:`bapipe_plans`: ``gpipe``, ``1f1b`` and ``uedp`` (UMPIPE's
+            unequal micro-batches on the best equal plans' stages; needs ``gpipe`` or ``1f1b`` too);
+            default the equal ones.
         stage_counts: the stage counts ``S`` to try; default ``1..min(devices, L)``.
         counts: equal micro-batch counts to try; default :func:`~pipetrain.planners.counts.thinned_counts`.
         max_orders: device orders tried per stage count (heterogeneous clusters).
@@ -125,14 +141,14 @@ def explore(
         run = Runner(problem, tables)
         _simulate_shortlist(run, proposals, simulate_top, tick)
         simulated = list(run.simulated.values())
-        if Method.UEDP in methods:
-            simulated += _unequal(run, simulated, uedp_bases, tick)
+        if any(_unequal(METHODS[m]) for m in methods or ()):
+            simulated += _unequal_plans(run, simulated, uedp_bases, tick)
     return _result(run, simulated, len(proposals), over)
 
 
 def plan_bapipe(problem: PlanningProblem) -> PlanningResult:
-    """The registry's ``bapipe``: :func:`explore` over gpipe, 1f1b and uedp, as a PlanningResult."""
-    found = explore(problem, methods=BAPIPE_METHODS)
+    """The registry's ``bapipe``: :func:`explore` over every method of :func:`bapipe_plans`, as a PlanningResult."""
+    found = explore(problem, methods=planned_methods(bapipe_plans))
     candidates = tuple(c.as_candidate(placed_cluster(problem.cost.cluster, c.placement.devices)[0])
                        for c in found.candidates)
     return PlanningResult("bapipe", found.plan, found.cluster, candidates, found)
@@ -145,7 +161,12 @@ def _simulate_shortlist(run: Runner, proposals: Sequence[Proposal], simulate_top
         _simulate_group(run, group, simulate_top, tick)
 
 
-def _unequal(run: Runner, simulated: Sequence[BapipeCandidate], uedp_bases: int,
+def bapipe_layout(result: PlanningResult) -> tuple[object, ...]:
+    """The plan, then BaPipe's exploration (its own table, :func:`pipetrain.viz.plan_tables.bapipe_table`)."""
+    return PlanPart(result.plan), result.report
+
+
+def _unequal_plans(run: Runner, simulated: Sequence[BapipeCandidate], uedp_bases: int,
              tick: PhaseTicker) -> list[BapipeCandidate]:
     """``uedp`` (tidgap) on the stages of the ``uedp_bases`` best feasible equal plans."""
     feasible = _ranked([c for c in simulated if c.feasible])
@@ -178,7 +199,7 @@ def _result(run: Runner, simulated: Sequence[BapipeCandidate], n_scored: int, ov
 
 
 def _check_arguments(
-    problem: PlanningProblem, methods: Sequence[Method], stage_counts: Iterable[int] | None,
+    problem: PlanningProblem, methods: Sequence[Method] | None, stage_counts: Iterable[int] | None,
     counts: Iterable[int] | None, comm: str,
 ) -> tuple[list[Method], list[int], list[int]]:
     """The equal methods, stage counts and micro-batch counts to explore; UserError naming a bad one."""
@@ -187,12 +208,17 @@ def _check_arguments(
         stage_counts = [problem.constraints.n_stages]
     if comm not in _COMM_MODELS:
         raise UserError(f"comm model {comm!r} is not one of {', '.join(_COMM_MODELS)}; pick one")
-    unknown = [m.value for m in methods if m not in (*_EQUAL_METHODS, Method.UEDP)]
+    planned = planned_methods(bapipe_plans)
+    given = [m for m in planned if not _unequal(METHODS[m])] if methods is None else list(methods)
+    unknown = [m.value for m in given if not bapipe_plans(METHODS[m])]
     if unknown:
-        raise UserError(f"bapipe explores gpipe, 1f1b and uedp, not {', '.join(unknown)}; drop them")
-    equal = [m for m in _EQUAL_METHODS if m in methods]
+        raise UserError(f"bapipe explores {', '.join(m.value for m in planned[:-1])} and {planned[-1].value}, not "
+                        f"{', '.join(unknown)}; drop them")
+    equal = [m for m in planned if m in given and not _unequal(METHODS[m])]
     if not equal:
-        raise UserError("uedp plans micro-batches on equal plans' stages; ask for gpipe or 1f1b as well")
+        names = " or ".join(m.value for m in planned if not _unequal(METHODS[m]))
+        unequal = " and ".join(m.value for m in given)
+        raise UserError(f"{unequal} plans micro-batches on equal plans' stages; ask for {names} as well")
     most = min(cost.cluster.n_devices, n_layers)
     stage_list = sorted(set(stage_counts)) if stage_counts is not None else list(range(1, most + 1))
     if not stage_list or not all(1 <= s <= most for s in stage_list):

@@ -16,7 +16,7 @@ import numpy as np
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import OptimizerName, parameter_copies
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import METHODS, Method
 from pipetrain.planners.device_orders import DeviceType, Placement, placements
 from pipetrain.planners.partition.hetero import StageMemoryLimits, hetero_partition
 
@@ -57,10 +57,12 @@ class LayerTables:
                          [self.cost.transfer_s(x, dst, src) for x in out]])
 
     def memory(self, method: Method, placement: Placement, sizes: tuple[int, ...]) -> StageMemoryLimits:
-        """Per position: device memory and samples in flight (GPipe all ``B``; 1F1B the first
-        ``min(m, S - k)`` micro-batches, the largest ones as :func:`equal_sizes` puts them first)."""
+        """Per position: device memory and samples in flight (a fill-drain method, GPipe, all ``B``;
+        else 1F1B's first ``min(m, S - k)`` micro-batches, the largest ones as :func:`equal_sizes` puts
+        them first)."""
         n = len(placement.devices)
-        in_flight = [self.batch if method is Method.GPIPE else sum(sizes[:min(len(sizes), n - k)]) for k in range(n)]
+        fill_drain = METHODS[method].fill_drain
+        in_flight = [self.batch if fill_drain else sum(sizes[:min(len(sizes), n - k)]) for k in range(n)]
         limits = [self.cost.cluster.devices[d].memory_bytes for d in placement.devices]
         return StageMemoryLimits(np.array(limits, dtype=float), self.state_bytes, self.saved_per_sample,
                                  np.array(in_flight, dtype=float))

@@ -8,6 +8,6 @@
 * :mod:`.brute`: the exhaustive reference on small graphs.
 """
 
-from pipetrain.planners.graphpipe.planner import GraphPipeReport, plan_graphpipe
+from pipetrain.planners.graphpipe.planner import GraphPipeReport, graphpipe_plans, plan_graphpipe
 
-__all__ = ["GraphPipeReport", "plan_graphpipe"]
+__all__ = ["GraphPipeReport", "graphpipe_plans", "plan_graphpipe"]

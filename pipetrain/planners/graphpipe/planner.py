@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from pipetrain.errors import UserError
+from pipetrain.plan.methods import MethodSpec, StageGraph
 from pipetrain.plan.plan import equal_sizes
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.graphpipe.costs import StageEstimator
@@ -31,7 +32,7 @@ from pipetrain.planners.graphpipe.sp import SPNode, decompose
 from pipetrain.planners.graphpipe.stages import layer_edges, to_plan
 from pipetrain.planners.score import memory_checked, score
 
-__all__ = ["GraphPipeReport", "micro_batch_options", "plan_graphpipe"]
+__all__ = ["GraphPipeReport", "graphpipe_plans", "micro_batch_options", "plan_graphpipe"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,11 @@ def _candidates_at(problem: PlanningProblem, tree: SPNode, edges: tuple[tuple[in
         else:
             skipped.append((b, candidate.infeasible))
     return found
+
+
+def graphpipe_plans(spec: MethodSpec) -> bool:
+    """The methods the graphpipe planner plans: those whose stages may form a DAG (method graph)."""
+    return spec.graph is StageGraph.DAG
 
 
 def plan_graphpipe(problem: PlanningProblem) -> PlanningResult:

@@ -15,6 +15,7 @@ size) and return a :class:`MicrobatchPlan`; :func:`plan_uedp` turns one into a `
 ``interleaved-ga`` :func:`~.ga.interleaved_ga`: the GA per virtual stage of an interleaved plan
 ==========  ==================================================================
 
+:data:`ALGORITHMS` says which method each one's plan runs and which are genetic algorithms.
 :func:`microbatch_caps` bounds each stage's micro-batch by its device's memory (docs/algorithms.md §2.6).
 """
 
@@ -36,8 +37,10 @@ from pipetrain.planners.microbatch.ga_step import ask, init_state, tell
 from pipetrain.planners.microbatch.greedy import local_greedy, saturation_point
 from pipetrain.planners.microbatch.result import MicrobatchPlan
 from pipetrain.planners.microbatch.uedp import (
+    ALGORITHMS,
     GA_PLANNERS,
     PLANNER_NAMES,
+    MicrobatchAlgorithm,
     PlannerName,
     plan_uedp,
     run_microbatch_planner,
@@ -45,10 +48,12 @@ from pipetrain.planners.microbatch.uedp import (
 from pipetrain.simulate.vectorised import StageTables
 
 __all__ = [
+    "ALGORITHMS",
     "GA_PLANNERS",
     "PLANNER_NAMES",
     "GAConfig",
     "GAState",
+    "MicrobatchAlgorithm",
     "MicrobatchPlan",
     "Partition",
     "PlannerName",

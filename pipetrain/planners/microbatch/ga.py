@@ -27,7 +27,7 @@ reconstruction** (docs/algorithms.md §2.4):
   single-chromosome one (BENCHMARKS.md, UMPIPE ablation);
 * single-chromosome ablation: the backward chromosome is the forward one;
 * unequal 1F1B (pipetrain's extension): single chromosome, each individual timed under its 1F1B
-  order (:func:`~pipetrain.schedule.generators.one_f_one_b_sequences`) by
+  order (:func:`~pipetrain.schedule.one_f_one_b.one_f_one_b_sequences`) by
   :func:`~pipetrain.simulate.chain.order_time`, one at a time, seeded with the equal 1F1B plans;
 * unequal ZB-H1 (pipetrain's extension, planner ``zb1-ga``): the same, each individual timed under its
   ZB-H1 order (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §2.1): the unequal 1F1B
@@ -57,8 +57,8 @@ from pipetrain.planners.microbatch.encoding import Partition, cuts_to_partition
 from pipetrain.planners.microbatch.ga_state import Evaluator, GAConfig, Mode
 from pipetrain.planners.microbatch.ga_step import ask, init_state, tell
 from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
-from pipetrain.schedule.generators import one_f_one_b_sequences
 from pipetrain.schedule.interleaved import interleaved_orders
+from pipetrain.schedule.one_f_one_b import one_f_one_b_sequences
 from pipetrain.schedule.zero_bubble import zb1_sequences
 from pipetrain.simulate.chain import interleaved_order_time, order_time, split_order_time
 from pipetrain.simulate.grouped import population_times

@@ -14,13 +14,14 @@ is scored once (:func:`~pipetrain.planners.score.score`) to fill its :class:`~pi
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Literal, get_args
 
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import METHODS, Method
 from pipetrain.plan.plan import Plan
 from pipetrain.planners.microbatch.dp import global_dp
 from pipetrain.planners.microbatch.equal import best_equal
@@ -39,19 +40,48 @@ from pipetrain.planners.microbatch.result import MicrobatchPlan
 from pipetrain.planners.score import score
 from pipetrain.simulate.vectorised import StageTables
 
-__all__ = ["GA_PLANNERS", "ORDERED_PLANNERS", "PLANNER_NAMES", "PlannerName", "plan_uedp", "run_microbatch_planner",
-           "with_sizes"]
+__all__ = ["ALGORITHMS", "GA_PLANNERS", "PLANNER_NAMES", "MicrobatchAlgorithm", "PlannerName", "plan_uedp",
+           "run_microbatch_planner", "with_sizes"]
 
 log = logging.getLogger(__name__)
 
 PlannerName = Literal["equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga", "zb1-ga", "interleaved-ga"]
-PLANNER_NAMES: tuple[PlannerName, ...] = ("equal", "greedy", "dp", "dgap", "tidgap", "single", "1f1b-ga", "zb1-ga",
-                                          "interleaved-ga")
-GA_PLANNERS: tuple[PlannerName, ...] = ("dgap", "tidgap", "single", "1f1b-ga", "zb1-ga", "interleaved-ga")
+
+
+@dataclass(frozen=True)
+class MicrobatchAlgorithm:
+    """One micro-batch planner (:func:`run_microbatch_planner` runs it by name).
+
+    Attributes:
+        method: the method whose order it times, which its plan then runs: UMPIPE's flush order
+            (``uedp``, each stage its own forward and backward partition), or pipetrain's extensions
+            to another order (forward = backward per stage).
+        ga: a genetic algorithm: it takes a seed, a :class:`GAConfig` and ``on_generation``.
+        what: how its sizes differ, for help texts.
+    """
+
+    method: Method
+    ga: bool
+    what: str = "per stage, forward and backward"
+
+
+ALGORITHMS: Mapping[str, MicrobatchAlgorithm] = MappingProxyType({
+    "equal": MicrobatchAlgorithm(Method.UEDP, False),
+    "greedy": MicrobatchAlgorithm(Method.UEDP, False),
+    "dp": MicrobatchAlgorithm(Method.UEDP, False),
+    "dgap": MicrobatchAlgorithm(Method.UEDP, True),
+    "tidgap": MicrobatchAlgorithm(Method.UEDP, True),
+    "single": MicrobatchAlgorithm(Method.UEDP, True),
+    "1f1b-ga": MicrobatchAlgorithm(Method.ONE_F_ONE_B, True, "under the 1F1B order, forward = backward"),
+    "zb1-ga": MicrobatchAlgorithm(Method.ZB1, True, "under the ZB-H1 order (backward split into B and W), "
+                                                   "forward = backward"),
+    "interleaved-ga": MicrobatchAlgorithm(Method.INTERLEAVED, True,
+                                          "per virtual stage of an interleaved plan, forward = backward"),
+})
+"""Every micro-batch planner of :data:`PLANNER_NAMES`, by name."""
+PLANNER_NAMES: tuple[PlannerName, ...] = get_args(PlannerName)
+GA_PLANNERS: tuple[PlannerName, ...] = tuple(name for name in PLANNER_NAMES if ALGORITHMS[name].ga)
 """The planners that are genetic algorithms: they take a seed, a GAConfig and ``on_generation``."""
-ORDERED_PLANNERS: dict[str, Method] = {"1f1b-ga": Method.ONE_F_ONE_B, "zb1-ga": Method.ZB1,
-                                       "interleaved-ga": Method.INTERLEAVED}
-"""The planners whose plans run another order than UEDP's flush, and the method they plan."""
 
 
 def run_microbatch_planner(
@@ -88,15 +118,14 @@ def run_microbatch_planner(
 
 
 def with_sizes(base: Plan, result: MicrobatchPlan) -> Plan:
-    """``base`` with ``result``'s per-stage forward and backward sizes and no prediction; method
-    ``uedp``, or ``1f1b`` for a ``1f1b-ga`` result (its order is 1F1B, forward = backward), ``zb1``
-    for a ``zb1-ga`` result (ZB-H1, forward = backward), ``interleaved`` for an ``interleaved-ga`` one."""
+    """``base`` with ``result``'s per-stage forward and backward sizes and no prediction, run by the
+    method of the planner that chose them (:data:`ALGORITHMS`: ``uedp``, or ``1f1b`` for ``1f1b-ga``,
+    ``zb1`` for ``zb1-ga``, ``interleaved`` for ``interleaved-ga``)."""
     stages = tuple(
         replace(stage, forward_sizes=fwd, backward_sizes=bwd)
         for stage, fwd, bwd in zip(base.stages, result.forward_sizes, result.backward_sizes, strict=True)
     )
-    method = ORDERED_PLANNERS.get(result.planner, Method.UEDP)
-    return replace(base, method=method, stages=stages, prediction=None)
+    return replace(base, method=ALGORITHMS[result.planner].method, stages=stages, prediction=None)
 
 
 def plan_uedp(
@@ -147,13 +176,14 @@ def plan_uedp(
 
 def _check_base(planner: PlannerName, base: Plan) -> None:
     """Refuse a base plan the planner's method cannot run (see :func:`plan_uedp`)."""
-    if planner == "zb1-ga" and base.recompute:
-        raise UserError("planner zb1-ga plans method zb1, which keeps every forward's activations until its W "
-                        "and cannot recompute, but the base plan recomputes (some stage cannot hold a whole "
-                        "batch's activations); use planner 1f1b-ga or tidgap, which may recompute, or a base "
+    method = METHODS[ALGORITHMS[planner].method]
+    if base.recompute and not method.recompute:
+        raise UserError(f"planner {planner} plans method {method.name}, which keeps every forward's activations "
+                        "until its W and cannot recompute, but the base plan recomputes (some stage cannot hold a "
+                        "whole batch's activations); use planner 1f1b-ga or tidgap, which may recompute, or a base "
                         "plan without recompute (--no-memory-cap)")
-    interleaved = base.method is Method.INTERLEAVED
-    if interleaved != (planner == "interleaved-ga"):
-        raise UserError(f"planner {planner} cannot keep the base plan's {base.method.value} stages: interleaved "
-                        "stages (v per rank) take planner interleaved-ga, and planner interleaved-ga needs a base "
-                        "plan of method interleaved (the interleaved planner's); choose the matching pair")
+    if base.placement is not method.placement:
+        alike = " or ".join(m.value for m, s in METHODS.items() if s.placement is method.placement and s.flush)
+        raise UserError(f"planner {planner} cannot keep the base plan's {base.method.value} stages "
+                        f"({base.placement.value} placement): it plans method {method.name} and needs a base plan "
+                        f"of method {alike} ({method.placement.value} placement); choose the matching pair")

@@ -1,0 +1,69 @@
+"""What a plan will do: its schedule and simulated timeline, under the cost model that prices it.
+
+    schedule, predicted = api.predict(plan, profile, cluster)      # a local plan: graph= too
+    cost = api.cost_of(plan, profile, cluster, graph)              # with local learning's heads
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipetrain.api.clusters import Profiles
+from pipetrain.cluster import Cluster
+from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
+from pipetrain.graph.aux_heads import check_aux, default_aux
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.methods import LocalParams
+from pipetrain.plan.plan import Plan
+from pipetrain.profile.heads import head_profiles
+from pipetrain.schedule.generators import build_schedule
+from pipetrain.schedule.schedule import Schedule
+from pipetrain.schedule.validate import validate_for_plan
+from pipetrain.simulate.events import simulate
+from pipetrain.simulate.timeline import Timeline
+
+__all__ = ["cost_of", "local_cost", "predict"]
+
+
+def predict(
+    plan: Plan, profile: Profiles, cluster: Cluster, *, schedule: Schedule | None = None,
+    graph: LayerGraph | None = None,
+) -> tuple[Schedule, Timeline]:
+    """The schedule (``schedule``, validated against the plan, or the plan's own) and its simulated
+    timeline: pass the same schedule to ``train(..., schedule=)`` to run exactly what was predicted.
+    A local plan needs its ``graph``, to cost its auxiliary heads (:func:`local_cost`)."""
+    if plan.n_ranks > cluster.n_devices:
+        raise UserError(f"the plan uses {plan.n_ranks} ranks but the cluster has {cluster.n_devices} devices; "
+                        f"use a cluster with {plan.n_ranks} (local_cluster({plan.n_ranks}))")
+    if schedule is None:
+        schedule = build_schedule(plan)
+    else:
+        validate_for_plan(schedule, plan)
+    return schedule, simulate(schedule, plan, cost_of(plan, profile, cluster, graph))
+
+
+def cost_of(plan: Plan, profile: Profiles, cluster: Cluster, graph: LayerGraph | None = None) -> CostModel:
+    """The cost model that predicts ``plan``: with its auxiliary heads for method local (:func:`local_cost`).
+
+    Raises:
+        UserError: a local plan without its ``graph``.
+    """
+    params = plan.params
+    if not isinstance(params, LocalParams):
+        return CostModel(profile, cluster)
+    if graph is None:
+        raise UserError("a local plan's prediction counts its auxiliary heads: pass graph= "
+                        "(api.graph_for_plan(plan))")
+    return local_cost(graph, profile, cluster, params.aux, after=[s.layers[-1] for s in plan.stages])
+
+
+def local_cost(graph: LayerGraph, profile: Profiles, cluster: Cluster, aux: str | None = None,
+               after: Sequence[str] | None = None) -> CostModel:
+    """``profile`` on ``cluster`` with the auxiliary heads ``aux`` (None: the model's default) after
+    every layer but the last (or those in ``after``), estimated or measured as the profile was
+    (:func:`~pipetrain.profile.heads.head_profiles`): method local's cost model."""
+    kind = check_aux(graph, aux if aux is not None else default_aux(graph))
+    cost = CostModel(profile, cluster)
+    heads = {id(p): head_profiles(graph, p, kind, after=after) for p in cost.profiles.values()}
+    return cost.with_heads({k: heads[id(p)] for k, p in cost.profiles.items()})

@@ -1,0 +1,53 @@
+"""``pipetrain profile`` and ``pipetrain probe``: measure the model's layers and this machine's links."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipetrain import api
+from pipetrain.cli.common import graph_of, out, save_text
+from pipetrain.errors import UserError
+
+__all__ = ["cmd_probe", "cmd_profile"]
+
+
+def cmd_profile(args: argparse.Namespace) -> None:
+    graph = graph_of(args)
+    profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats,
+                                loss=args.loss)
+    save_text(args.out, profile.to_json(), "profile")
+    from pipetrain.viz.plan_tables import profile_table
+
+    out.print(profile_table(profile))
+
+
+def cmd_probe(args: argparse.Namespace) -> None:
+    from pipetrain.calibrate.overhead import probe_local_cluster
+
+    if args.calibrate and args.model is None:
+        raise UserError("--calibrate fits the terms to runs of your model: add --model (and --batch)")
+    model = None if args.model is None else (graph_of(args), max(1, args.batch // 4))
+    cluster = probe_local_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead, model=model)
+    calibration = None
+    if model is not None and args.calibrate:
+        from pipetrain.calibrate.fit import calibrate_cluster
+
+        profile = api.profile_model(model[0], args.batch, progress=True)
+        out.print(f"calibrating on {model[0].name}: three short runs of it on {args.ranks} ranks ...")
+        calibration = calibrate_cluster(model[0], profile, cluster, args.batch)
+        cluster = calibration.apply(cluster)
+    save_text(args.out, cluster.to_json(), "cluster")
+    link = cluster.intra_node
+    how = "measured" if args.overhead is None else "given"
+    out.print(
+        f"link: latency {link.latency_s * 1e6:.0f} µs, bandwidth {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s; "
+        f"two ranks computing at once each run at {cluster.concurrency_speed(2):.2f}× their speed alone "
+        f"(median of {args.probes} probes{'' if model is None else f', on {model[0].name} work'}); "
+        f"{cluster.action_overhead_s * 1e6:.0f} µs per action ({how if calibration is None else 'calibrated'})"
+    )
+    if calibration is not None:
+        out.print(f"calibrated on {args.model}: {calibration.describe()}")
+    if cluster.collective is not None:
+        two = cluster.collective
+        out.print(f"all-reduce over 2 ranks: {2 * two.latency_s * 1e6:.0f} µs + "
+                  f"{two.bandwidth_bytes_per_s / 1e9:.2f} GB/s (ring step: latency {two.latency_s * 1e6:.0f} µs)")

@@ -1,0 +1,75 @@
+"""``pipetrain plan``: the planner its flags select (:mod:`pipetrain.cli.routing`), its constraints,
+:func:`pipetrain.api.plan`, then the plan file and the planner's tables."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from pipetrain import api
+from pipetrain.cli.common import cluster_and_profiles, console, graph_of, out, save_text
+from pipetrain.cli.routing import PlanRoute, plan_route
+from pipetrain.cluster import Cluster
+from pipetrain.errors import UserError
+from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams
+from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
+
+__all__ = ["cmd_plan"]
+
+_CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
+                     "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
+                     "base": "--base", "virtual_stages": "--virtual-stages", "allow_async": "--allow-async",
+                     "params": "--aux/--queue-depth"}
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    route = plan_route(args)
+    constraints = _plan_constraints(args, route)
+    graph = graph_of(args)
+    api.check_stage_count(graph, args.stages or args.ranks or 2)
+    if route.spec.method_params() is LocalParams:  # the heads, checked against the model before any profiling
+        constraints = dataclasses.replace(constraints, params=api.local_params(
+            graph, args.aux, args.queue_depth or DEFAULT_QUEUE_DEPTH))
+    cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
+    result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=route.spec.name,
+                      optimizer=args.optimizer, constraints=constraints, progress=True)
+    if route.run_by is not None:
+        result = dataclasses.replace(result, plan=result.plan.run_by(route.run_by, args.vertical_sync))
+    _save_plan(args, result, cluster)
+
+
+def _plan_constraints(args: argparse.Namespace, route: PlanRoute) -> api.Constraints:
+    """`plan`'s flags as the planner's constraints; a UserError naming the flags it does not take."""
+    overrides = {name: getattr(args, name) for name in ("population", "generations") if getattr(args, name) is not None}
+    try:
+        ga = GAConfig(**overrides) if overrides else None
+    except ValueError as e:
+        raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
+    spec = route.spec
+    constraints = api.Constraints(method=route.method, n_stages=args.stages, n_micro=args.micro,
+                                  memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga,
+                                  virtual_stages=args.virtual_stages, allow_async=args.allow_async)
+    ignored = [_CONSTRAINT_FLAGS[name] for name in spec.ignored(constraints)]
+    if ignored and spec.kind == "microbatch":
+        raise UserError(f"{', '.join(ignored)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), not "
+                        f"--planner {spec.name}; drop them or choose a GA planner")
+    if ignored:
+        raise UserError(f"--planner {spec.name} chooses {', '.join(ignored)} itself or does not use "
+                        f"{'it' if len(ignored) == 1 else 'them'}; drop {', '.join(ignored)}")
+    return constraints
+
+
+def _save_plan(args: argparse.Namespace, result: api.PlanningResult, cluster: Cluster) -> None:
+    """Write the plan (and the sub-cluster it uses) and print the planner's tables."""
+    save_text(args.out, result.plan.to_json(), "plan")
+    n, planned = result.plan.n_ranks, result.cluster
+    if n < planned.n_devices:  # the plan's ranks are the first n devices of the planner's cluster
+        planned = dataclasses.replace(planned, devices=planned.devices[:n], name=f"{planned.name}[:{n}]")
+    if planned.n_devices != cluster.n_devices:
+        used = args.out.with_suffix(".cluster.json")
+        save_text(used, planned.to_json(), f"the {planned.n_devices} devices the plan uses")
+        console.print(f"[dim]the plan leaves devices idle; pass --cluster {used} to simulate it[/dim]")
+    from pipetrain.viz.plan_tables import result_tables
+
+    for table in result_tables(result, top=args.top):
+        out.print(table)

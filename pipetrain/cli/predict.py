@@ -1,0 +1,87 @@
+"""``pipetrain simulate`` and ``pipetrain compare``: a plan's predicted timeline, and predicted beside measured."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipetrain import api
+from pipetrain.cli.common import cluster_and_profiles, console, load_plan, load_schedule, out, save_text
+from pipetrain.cli.rerun import rechunked, rerun
+from pipetrain.cost import CostModel
+from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.plan import Plan
+from pipetrain.simulate.timeline import Timeline
+
+__all__ = ["cmd_compare", "cmd_simulate", "write_timeline"]
+
+
+def _predict(args: argparse.Namespace, plan: Plan, graph: LayerGraph) -> tuple[CostModel, Timeline]:
+    n_ranks = args.ranks or plan.n_ranks
+    if n_ranks < plan.n_ranks:
+        raise UserError(f"the plan uses {plan.n_ranks} ranks but --ranks is {n_ranks}; pass --ranks {plan.n_ranks}")
+    cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, n_ranks)
+    schedule, predicted = api.predict(plan, profile, cluster, schedule=load_schedule(args), graph=graph)
+    if getattr(args, "out_dir", None) is not None:
+        save_text(args.out_dir / "schedule.csv", schedule.to_csv(), "schedule")
+    return api.cost_of(plan, profile, cluster, graph), predicted
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    plan = load_plan(args.plan)
+    graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
+    plan = rerun(rechunked(plan, args, graph), args, graph)
+    cost, predicted = _predict(args, plan, graph)
+    write_timeline(args.out_dir, "predicted", predicted, plan)
+    from pipetrain.simulate.memory import device_memory, stage_memory
+    from pipetrain.viz.tables import memory_table, timeline_table
+
+    out.print(timeline_table(predicted, plan.rank_stages))
+    streamed = plan.params.queue_bound is not None  # bounded queues: local learning
+    if plan.asynchronous or streamed:
+        from pipetrain.simulate.steady import steady_state
+
+        steady = steady_state(plan, cost)
+        how, fill = (", run as a stream of batches through bounded queues,", "once per batch here, as the runtime "
+                     "runs one batch per schedule") if streamed else \
+            (" runs batches without a flush (the timeline shows several):", "once per run")
+        out.print(f"{plan.method.value}{how} steady state {steady.samples_per_s:.1f} samples/s, "
+                  f"{steady.batch_s * 1e3:.2f} ms per batch; filling and draining the pipeline adds "
+                  f"{steady.warmup_s * 1e3:.2f} ms {fill}")
+    memories = stage_memory(plan, cost, optimizer=args.optimizer)
+    out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer))
+
+
+def write_timeline(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:
+    from pipetrain.viz.files import save_timeline
+
+    save_timeline(folder, name, timeline, plan.rank_stages)
+    console.print(f"[dim]wrote {name} timeline, Chrome trace (open in https://ui.perfetto.dev) and Gantt: "
+                  f"{folder}/{name}.json, {folder}/{name}_trace.json, {folder}/{name}.png[/dim]")
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    plan = load_plan(args.plan)
+    predicted, measured = Timeline.load(args.predicted), Timeline.load(args.measured)
+    for flag, timeline, kind in (("--predicted", predicted, "predicted"), ("--measured", measured, "measured")):
+        if timeline.n_ranks != plan.n_ranks:
+            raise UserError(f"{flag} has {timeline.n_ranks} ranks but the plan {plan.n_ranks}; compare the timelines "
+                            "of this plan (`pipetrain simulate` and `train` with --plan)")
+        if timeline.kind != kind:
+            raise UserError(f"{flag} is a {timeline.kind} timeline; pass the {kind} one (`pipetrain "
+                            f"{'simulate' if kind == 'predicted' else 'train'} --out` writes {kind}.json)")
+    picture = args.out if args.out.suffix else args.out.with_suffix(".png")
+    if picture.suffix.lower() != ".png":
+        raise UserError(f"--out {args.out}: compare writes a PNG picture; give a name ending in .png "
+                        f"(e.g. --out {args.out.with_suffix('.png')})")
+    _show_comparison(plan, predicted, measured, picture)
+
+
+def _show_comparison(plan: Plan, predicted: Timeline, measured: Timeline, picture: Path) -> None:
+    from pipetrain.viz.files import save_comparison
+    from pipetrain.viz.tables import compare_table
+
+    out.print(compare_table(predicted, measured, plan.rank_stages))
+    save_comparison(picture, predicted, measured, plan.rank_stages)
+    console.print(f"[dim]wrote predicted-vs-measured Gantt: {picture}[/dim]")

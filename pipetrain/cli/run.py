@@ -1,0 +1,106 @@
+"""``pipetrain train``, ``pipetrain export`` and ``pipetrain demo``: run a plan, keep its model, show the loop."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
+
+from pipetrain import api
+from pipetrain.cli.common import console, graph_of, load_plan, load_profile, load_schedule, out
+from pipetrain.cli.predict import write_timeline
+from pipetrain.cli.rerun import rechunked, rerun
+from pipetrain.data import default_source
+from pipetrain.errors import UserError
+from pipetrain.plan.plan import Plan
+
+if TYPE_CHECKING:
+    from pipetrain.runtime.job.config import TrainResult
+
+__all__ = ["cmd_demo", "cmd_export", "cmd_train"]
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if under_torchrun and args.plan is None:
+        raise UserError("under torchrun every rank must use the same plan: make one with `pipetrain plan`, "
+                        "then pass --plan plan.json")
+    if args.schedule is not None and args.plan is None:
+        raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
+    if args.plan is not None:
+        plan = load_plan(args.plan)
+        if args.model is not None and args.model != plan.model:
+            raise UserError(f"--model {args.model} but {args.plan} was made for {plan.model}; drop --model to train "
+                            f"the plan's model, or plan anew with --model {args.model}")
+        graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
+    else:
+        graph = graph_of(args)
+        cluster = api.local_cluster(args.ranks or 2, args.cluster)
+        plan = api.plan(graph, load_profile(args, graph, args.batch), cluster, batch_size=args.batch,
+                        constraints=api.Constraints(n_stages=cluster.n_devices)).plan  # one stage per rank
+    plan = rerun(rechunked(plan, args, graph), args, graph)
+    schedule = load_schedule(args)
+    from pipetrain.runtime import TrainConfig, run_worker_from_env, train
+
+    config = TrainConfig(steps=20 if args.steps is None else args.steps, epochs=args.epochs, optimizer=args.optimizer,
+                         lr=args.lr, data=args.data or default_source(graph), loss=args.loss,
+                         eval_every=args.eval_every, seed=args.seed, timeout_s=args.timeout,
+                         threads_per_rank=args.threads, out=args.out_dir, momentum=args.momentum,
+                         weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
+                         lr_warmup_steps=args.warmup_steps, clip_grad_norm=args.clip_grad_norm,
+                         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, keep=args.keep,
+                         resume=args.resume)
+    if under_torchrun:
+        result = run_worker_from_env(graph, plan, config, schedule=schedule)
+        if result is None:  # not rank 0
+            return
+    else:
+        result = train(graph, plan, config, schedule=schedule)
+    write_timeline(args.out_dir, "measured", result.timeline, plan)
+    _summarise_training(plan, result)
+    _plot_losses(args.out_dir, result, f"{plan.model} on {config.data}")
+
+
+def _plot_losses(folder: Path, result: TrainResult, title: str) -> None:
+    """``loss.png`` from ``metrics.csv`` (a resumed run's earlier steps included), else from the result
+    (under torchrun the last stage may have written the CSV on another node)."""
+    from pipetrain.runtime.job.metrics import METRICS_FILE, read_metrics
+    from pipetrain.viz.curves import save_loss_plot
+
+    csv_path = folder / METRICS_FILE
+    rows = read_metrics(csv_path) if csv_path.exists() else result.metrics
+    save_loss_plot(rows, folder / "loss.png", title=title)
+    console.print(f"[dim]wrote {csv_path} and {folder}/loss.png (train and eval curves)[/dim]")
+
+
+def _summarise_training(plan: Plan, result: TrainResult) -> None:
+    """Two lines: how the loss went and how fast, then the last evaluation."""
+    steps, waits = len(result.losses), result.data_wait_s
+    wait = f"data wait {statistics.median(waits[1:]) * 1e3:.2f} ms/step" if len(waits) > 1 else "data wait"
+    out.print(f"trained {plan.model} for {steps} steps: loss {result.losses[0]:.4f} → {result.losses[-1]:.4f}, "
+              f"{result.samples_per_s:.1f} samples/s (median step, slowest rank: "
+              f"{result.timeline.iteration_s * 1e3:.1f} ms), "
+              f"{wait} (first batch {waits[0]:.2f} s, loading the data)")
+    final = result.final_eval
+    if final is not None and final.eval_loss is not None:
+        accuracy = f", accuracy {final.eval_accuracy:.1%}" if final.eval_accuracy is not None else ""
+        out.print(f"eval after step {final.step}: loss {final.eval_loss:.4f}{accuracy}")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from pipetrain.runtime.job.checkpoint import export_checkpoint
+
+    checkpoint, tensors, size = export_checkpoint(args.checkpoint, args.out, with_heads=args.with_heads)
+    model = escape(str(checkpoint.manifest.get("model")))
+    out.print(f"exported {model} after step {checkpoint.step} ({escape(str(checkpoint.folder))}): {tensors} tensors, "
+              f"{size:,} bytes of tensors → {escape(str(args.out))}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from pipetrain.demo import DemoSettings, run_demo
+
+    run_demo(DemoSettings(args.model, args.batch, args.ranks, args.steps, args.out_dir), out, console)
