@@ -12,6 +12,7 @@ from torch import nn
 
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.plan.methods import Method
+from pipetrain.plan.placement import v_rank
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.plan.stage_graph import induced_edges
 from pipetrain.runtime.job.config import TrainResult
@@ -42,6 +43,15 @@ def chain_plan(graph: LayerGraph, n_stages: int, batch: int, n_micro: int, metho
     sizes = equal_sizes(batch, n_micro)
     stages = tuple(StagePlan(layers, (k,), sizes, sizes) for k, layers in enumerate(cut(graph.names, n_stages)))
     return Plan(graph.name, "", batch, method, stages)
+
+
+def v_plan(graph: LayerGraph, batch: int, n_ranks: int, n_micro: int, method: Method = Method.ZBV) -> Plan:
+    """``2R`` stages of the graph's layers in a V (zbv, dualpipev): stage ``s`` on rank ``s`` (``s < R``)
+    or ``2R − 1 − s``, ``n_micro`` equal micro-batches."""
+    sizes = equal_sizes(batch, n_micro)
+    stages = tuple(StagePlan(layers, (v_rank(k, n_ranks),), sizes, sizes)
+                   for k, layers in enumerate(cut(graph.names, 2 * n_ranks)))
+    return Plan(f"{method.value}-test", "", batch, method, stages)
 
 
 def replicated_plan(

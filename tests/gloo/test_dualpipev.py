@@ -15,13 +15,12 @@ import pytest
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
-from pipetrain.plan.placement import v_rank
-from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
+from pipetrain.plan.plan import Plan
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule
 
-from .models import check_resume_and_reshard, cut, max_param_diff, mlp_graph
+from .models import check_resume_and_reshard, max_param_diff, mlp_graph, v_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -34,11 +33,7 @@ DIGITS = build_model("mlp-digits")
 
 
 def dualpipev_plan(graph: LayerGraph, batch: int, n_ranks: int, n_micro: int) -> Plan:
-    """``2R`` stages of the graph's layers in a V, ``n_micro`` equal micro-batches."""
-    sizes = equal_sizes(batch, n_micro)
-    stages = tuple(StagePlan(layers, (v_rank(k, n_ranks),), sizes, sizes)
-                   for k, layers in enumerate(cut(graph.names, 2 * n_ranks)))
-    return Plan("dualpipev-test", "", batch, Method.DUALPIPEV, stages)
+    return v_plan(graph, batch, n_ranks, n_micro, Method.DUALPIPEV)
 
 
 CASES = {

@@ -13,16 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
-from pipetrain.plan.methods import Method
-from pipetrain.plan.placement import v_rank
-from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule
 
-from .models import check_resume_and_reshard, cut, max_param_diff, mlp_graph
+from .models import check_resume_and_reshard, max_param_diff, mlp_graph, v_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -32,14 +28,6 @@ SGD = TrainConfig(steps=3, warmup_steps=1, lr=0.05, progress=False, timeout_s=30
 GRAPH = mlp_graph(n_blocks=7)  # 8 layers
 GPT = build_model("gpt-tiny", blocks=2)
 DIGITS = build_model("mlp-digits")
-
-
-def v_plan(graph: LayerGraph, batch: int, n_ranks: int, n_micro: int) -> Plan:
-    """``2R`` stages of the graph's layers, stage ``s`` on rank ``s`` (``s < R``) or ``2R − 1 − s``."""
-    sizes = equal_sizes(batch, n_micro)
-    stages = tuple(StagePlan(layers, (v_rank(k, n_ranks),), sizes, sizes)
-                   for k, layers in enumerate(cut(graph.names, 2 * n_ranks)))
-    return Plan("zbv-test", "", batch, Method.ZBV, stages)
 
 
 CASES = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -44,6 +45,18 @@ def test_plan_round_trips_and_keeps_old_plans_unchanged() -> None:
     assert Plan.from_json(plan.to_json()) == plan
     sync = replace(plan, method=Method.ONE_F_ONE_B, weights=WeightPolicy.SYNC, params=MethodParams())
     assert "aux" not in sync.to_json() and "queue_depth" not in sync.to_json()
+
+
+def test_plans_written_before_params_keep_loading() -> None:
+    """A plan file of method local from before ``params`` had its heads and queue depth at the top level."""
+    data = json.loads(local_chain(2, 4, 2, queue_depth=3).to_json())
+    assert data["params"] == {"aux": "linear", "queue_depth": 3}
+    old = {**{k: v for k, v in data.items() if k != "params"}, "aux": "dgl", "queue_depth": 5}
+    assert Plan.from_json(json.dumps(old)).params == LocalParams("dgl", 5)
+    with pytest.raises(UserError, match="takes no parameter 'depth'"):
+        Plan.from_json(json.dumps({**data, "params": {"aux": "linear", "depth": 2}}))
+    with pytest.raises(UserError, match="needs its auxiliary heads"):
+        Plan.from_json(json.dumps({k: v for k, v in data.items() if k != "params"})).validate()
 
 
 @pytest.mark.parametrize(("change", "message"), [
