@@ -14,9 +14,8 @@ from torch import nn
 from pipetrain.callables import is_callable_ref
 from pipetrain.data import data_specs, resolve_loss
 from pipetrain.errors import UserError
-from pipetrain.graph.capture import capture
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.graph.load import default_loss_kind, leaf_classes, load_model
+from pipetrain.graph.load import capture_module, default_loss_kind, load_model
 from pipetrain.plan.plan import Plan
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.planners import ModelRef
@@ -60,10 +59,10 @@ def resolve_model(
         raise UserError(f"model {label!r} is your own module, whose input and target shapes come from the data; "
                         "pass data (--data) digits or module.path:callable")
     input, target = data_specs(data, label)
-    kind = resolve_loss(loss, target).kind or default_loss_kind(target)
+    kind = resolve_loss(loss, target, input).kind or default_loss_kind(target, input)
     if isinstance(model, str):
         return load_model(model, input=input, target=target, loss=kind, leaf_modules=leaf_modules)
-    return capture(model, input=input, target=target, loss=kind, name=label, leaf_modules=leaf_classes(leaf_modules))
+    return capture_module(model, input=input, target=target, loss=kind, name=label, leaf_modules=leaf_modules)
 
 
 def graph_for_plan(

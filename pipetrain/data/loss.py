@@ -1,4 +1,4 @@
-"""Losses by name: ``cross-entropy``, ``mse`` or a user's ``module.path:callable``.
+"""Losses by name: ``cross-entropy``, ``next-token``, ``mse`` or a user's ``module.path:callable``.
 
 A loss maps a micro-batch's ``(output [b, ...], target [b, ...])`` to the **sum over its samples**
 of each sample's loss, a scalar tensor. The runtime divides by the batch size ``B`` once, so the
@@ -12,8 +12,12 @@ callable must keep that convention: return ``per_sample_losses.sum()``, not the 
 Built-in names resolve by the per-sample target spec: ``cross-entropy`` takes int64 targets of
 shape ``()`` (class per sample, output ``[b, C]``) or ``(T,)`` (class per position, output
 ``[b, T, V]``, per-sample loss = mean over positions); ``mse`` takes float targets shaped like the
-output (per-sample loss = mean over elements). With no name, integer targets get cross-entropy and
-float targets mse, which is each zoo model's own ``LayerGraph.loss``.
+output (per-sample loss = mean over elements); ``next-token`` takes int64 targets ``(T,)`` equal to
+the inputs (Hugging Face ``labels``: position ``t`` predicts target ``t + 1``, ``-100`` ignored,
+per-sample loss = mean over the counted positions; a causal LM's own ``loss`` when every sample
+counts as many). With no name, integer targets get cross-entropy and float targets mse, which is
+each zoo model's own ``LayerGraph.loss``; a model of keyword inputs (dict data) with targets ``(T,)``
+gets next-token.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from pipetrain.graph.layer_graph import LossKind, TensorSpec, loss_sum
 
 __all__ = ["LOSS_NAMES", "Loss", "default_loss_name", "model_loss", "resolve_loss"]
 
-LOSS_NAMES = ("cross-entropy", "mse")
+LOSS_NAMES = ("cross-entropy", "next-token", "mse")
+_NAMES = {LossKind.MSE: "mse", LossKind.CAUSAL_LM: "next-token"}
 
 
 @dataclass(frozen=True)
@@ -58,28 +63,37 @@ class Loss:
 
 def model_loss(kind: LossKind) -> Loss:
     """A model's own loss (``LayerGraph.loss``) as a :class:`Loss`."""
-    return Loss("mse" if kind is LossKind.MSE else "cross-entropy", kind)
+    return Loss(_NAMES.get(kind, "cross-entropy"), kind)
 
 
-def default_loss_name(target: TensorSpec) -> str:
-    """``"cross-entropy"`` for integer targets, ``"mse"`` for float ones."""
-    return "mse" if target.torch_dtype.is_floating_point else "cross-entropy"
+def default_loss_name(target: TensorSpec, input: TensorSpec | None = None) -> str:
+    """``"mse"`` for float targets; ``"next-token"`` for token targets ``(T,)`` of a model of keyword
+    inputs (``input.fields``: Hugging Face ``labels``); else ``"cross-entropy"``."""
+    if target.torch_dtype.is_floating_point:
+        return "mse"
+    return "next-token" if input is not None and input.fields and len(target.shape) == 1 else "cross-entropy"
 
 
-def resolve_loss(name: str | None, target: TensorSpec) -> Loss:
+def resolve_loss(name: str | None, target: TensorSpec, input: TensorSpec | None = None) -> Loss:
     """The loss called ``name`` (None: the default for ``target``), checked against the target spec.
 
     Args:
         name: ``"cross-entropy"``, ``"mse"``, ``"module.path:callable"`` or None.
         target: the per-sample target spec the data yields.
+        input: the per-sample input spec, which picks the default (:func:`default_loss_name`).
 
     Raises:
         UserError: an unknown name, a built-in loss that does not fit the targets, or a callable
             that cannot be imported.
     """
-    name = default_loss_name(target) if name is None else name
+    name = default_loss_name(target, input) if name is None else name
     if name == "cross-entropy":
         return Loss(name, _cross_entropy_kind(target))
+    if name == "next-token":
+        if target.torch_dtype.is_floating_point or len(target.shape) != 1:
+            raise UserError(f"loss 'next-token' takes int64 token targets (T,), not {target.shape} {target.dtype}; "
+                            "use cross-entropy or mse")
+        return Loss(name, LossKind.CAUSAL_LM)
     if name == "mse":
         if not target.torch_dtype.is_floating_point:
             raise UserError(f"loss 'mse' needs float targets but the data's are {target.dtype}; use cross-entropy")

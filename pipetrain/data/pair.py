@@ -8,15 +8,16 @@ a pair against the model before any rank starts.
 
 from __future__ import annotations
 
-from collections.abc import Sized
-from dataclasses import dataclass
+from collections.abc import Mapping, Sized
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from pipetrain.data.fields import FieldsDataset
 from pipetrain.errors import UserError
-from pipetrain.graph.layer_graph import TensorSpec
+from pipetrain.graph.layer_graph import Field, TensorSpec
 
 __all__ = ["DatasetPair", "Sample", "check_pair", "sample_spec", "tensor_pairs"]
 
@@ -58,15 +59,31 @@ def check_pair(pair: object, source: str, model: str, input_spec: TensorSpec | N
             f"data {source!r} returned a {type(pair).__name__}; return a (train_dataset, eval_dataset) tuple "
             "of map-style torch Datasets"
         )
+    splits = []
     for split, dataset in (("train", pair.train), ("eval", pair.eval)):
-        _check_dataset(dataset, f"data {source!r} ({split} split)", model, input_spec)
-    return pair
+        where = f"data {source!r} ({split} split)"
+        dataset = _samples(dataset, where)
+        _check_dataset(dataset, where, model, input_spec)
+        splits.append(dataset)
+    return DatasetPair(splits[0], splits[1])
 
 
 def sample_spec(dataset: Dataset[Sample]) -> tuple[TensorSpec, TensorSpec]:
-    """Per-sample ``(input, target)`` specs of a checked dataset's first item."""
+    """Per-sample ``(input, target)`` specs of a checked dataset's first item (with the keyword
+    inputs' layout, ``fields``, for a dataset of dict items)."""
     x, y = dataset[0]
-    return TensorSpec.of(x.unsqueeze(0)), TensorSpec.of(y.unsqueeze(0))
+    spec = TensorSpec.of(x.unsqueeze(0))
+    if isinstance(dataset, FieldsDataset):
+        spec = replace(spec, fields=dataset.fields)
+    return spec, TensorSpec.of(y.unsqueeze(0))
+
+
+def _samples(dataset: object, where: str) -> Any:
+    """``dataset``, or for one of dict items (Hugging Face style) its :class:`FieldsDataset`."""
+    if isinstance(dataset, Sized) and hasattr(dataset, "__getitem__") and len(dataset) >= 1:
+        if isinstance(dataset[0], Mapping):  # type: ignore[index]
+            return FieldsDataset(dataset, where)  # type: ignore[arg-type]
+    return dataset
 
 
 def _check_dataset(dataset: object, where: str, model: str, input_spec: TensorSpec | None) -> None:
@@ -76,13 +93,24 @@ def _check_dataset(dataset: object, where: str, model: str, input_spec: TensorSp
         raise UserError(f"{where} is empty; give it at least one sample")
     item: Any = dataset[0]  # type: ignore[index]
     if not (isinstance(item, tuple | list) and len(item) == 2 and all(isinstance(t, torch.Tensor) for t in item)):
-        raise UserError(f"{where} yields {_describe(item)}; make dataset[i] return an (input, target) pair of tensors")
+        raise UserError(f"{where} yields {_describe(item)}; make dataset[i] return an (input, target) pair of tensors, "
+                        "or a dict of tensors with the target under 'labels'")
     x = item[0]
+    fields = getattr(dataset, "fields", ())
+    if input_spec is not None and input_spec.fields and fields != input_spec.fields:
+        raise UserError(f"{where} yields the inputs {_layout(fields)}, but model {model!r} takes "
+                        f"{_layout(input_spec.fields)}; make the data match the model or choose another model")
     if input_spec is not None and (tuple(x.shape) != input_spec.shape or x.dtype != input_spec.torch_dtype):
         raise UserError(
             f"{where} yields inputs of shape {tuple(x.shape)} {_dtype(x.dtype)}, but model {model!r} takes "
             f"{input_spec.shape} {input_spec.dtype} per sample; make the data match the model or choose another model"
         )
+
+
+def _layout(fields: tuple[Field, ...]) -> str:
+    if not fields:
+        return "one tensor"
+    return ", ".join(f"{f.name} {f.shape} {f.dtype}" for f in fields)
 
 
 def _describe(item: object) -> str:

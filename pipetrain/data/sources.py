@@ -4,8 +4,11 @@
 ``digits``         scikit-learn's 8×8 digits, 1,437 train / 360 eval (:mod:`pipetrain.data.digits`)
 ``text``           bytes of ``pydoc_data.topics``, 90% train / 10% eval (:mod:`pipetrain.data.text`)
 ``synthetic``      random batches from the model's specs, no datasets (:mod:`pipetrain.data.synthetic`)
+``text:PATH``      a local text file, causal LM windows (:mod:`pipetrain.data.text_file`)
 ``mod.path:fn``    ``fn()`` returns ``(train_dataset, eval_dataset)``: map-style torch Datasets
-                   whose items are ``(input, target)`` tensors, input shaped as the model's input
+                   whose items are ``(input, target)`` tensors, input shaped as the model's input,
+                   or dicts of tensors with the target under ``labels`` (Hugging Face style,
+                   :mod:`pipetrain.data.fields`)
 =================  ==============================================================================
 
 A user's module is imported from the working directory first, then ``sys.path``; the factory is
@@ -23,6 +26,7 @@ from pipetrain.data import digits, text
 from pipetrain.data.loader import BatchSource, StepLoader
 from pipetrain.data.pair import DatasetPair, check_pair, sample_spec
 from pipetrain.data.synthetic import SyntheticBatches
+from pipetrain.data.text_file import is_text_file, text_file_pair
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 
@@ -37,8 +41,8 @@ def check_source_name(source: str) -> None:
     Raises:
         UserError: neither a built-in name nor ``module.path:callable``.
     """
-    if source not in SOURCE_NAMES and not is_callable_ref(source):
-        raise UserError(f"data {source!r} is unknown; use {', '.join(SOURCE_NAMES)} or module.path:callable")
+    if source not in SOURCE_NAMES and not is_text_file(source) and not is_callable_ref(source):
+        raise UserError(f"data {source!r} is unknown; use {', '.join(SOURCE_NAMES)}, text:PATH or module.path:callable")
 
 
 def default_source(graph: LayerGraph) -> str:
@@ -69,7 +73,7 @@ def load_datasets(source: str, graph: LayerGraph) -> DatasetPair:
     if source == "text":
         _check_text_model(graph)
         return text.text_pair(graph.input.shape[0])
-    return check_pair(_call_factory(source), source, graph.name, graph.input)
+    return check_pair(_user_pair(source), source, graph.name, graph.input)
 
 
 def data_specs(source: str, model: str) -> tuple[TensorSpec, TensorSpec]:
@@ -86,7 +90,7 @@ def data_specs(source: str, model: str) -> tuple[TensorSpec, TensorSpec]:
     if source in ("synthetic", "text"):
         raise UserError(f"model {model!r} takes its input and target shapes from the data, but the {source} data "
                         "takes them from the model; pass --data digits or --data module.path:callable")
-    pair = digits.digits_pair() if source == "digits" else check_pair(_call_factory(source), source, model, None)
+    pair = digits.digits_pair() if source == "digits" else check_pair(_user_pair(source), source, model, None)
     items = [pair.train[i] for i in range(min(_SCANNED, len(pair.train)))]  # type: ignore[arg-type]
     specs = []
     for j, spec in enumerate(sample_spec(pair.train)):
@@ -141,6 +145,11 @@ def _spec(spec: TensorSpec) -> str:
     """``(32,) int64 in [0, 256)``: a per-sample spec as errors show it."""
     values = f" in [0, {spec.high})" if spec.high is not None else ""
     return f"{spec.shape} {spec.dtype}{values}"
+
+
+def _user_pair(source: str) -> object:
+    """The datasets of a text file or a user's factory, unchecked."""
+    return text_file_pair(source) if is_text_file(source) else _call_factory(source)
 
 
 @functools.lru_cache(maxsize=4)

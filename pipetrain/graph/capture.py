@@ -34,7 +34,6 @@ non-persistent buffer or a constant is copied into each layer that reads it.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +45,10 @@ from pipetrain.errors import UserError
 from pipetrain.graph.capture_dag import branches
 from pipetrain.graph.fx_trace import Part, innermost_module, sample_parts, trace
 from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec, _Copy
+from pipetrain.graph.packing import Slot, pack, unpack
+from pipetrain.graph.rematerialise import rematerialise
 
-__all__ = ["CapturedLayer", "capture"]
+__all__ = ["CapturedLayer", "capture", "capture_traced"]
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _LEAF = "mark the module that {} a leaf (leaf_modules=[...] / --leaf module.path:Class)"
@@ -81,8 +82,17 @@ def capture(
     """
     root = copy.deepcopy(module)  # a snapshot: later changes to the user's module do not leak in
     traced = trace(root, leaf_modules, name)
+    return capture_traced(root, traced, input=input, target=target, loss=loss, name=name, seed=seed)
+
+
+def capture_traced(root: nn.Module, traced: fx.GraphModule, *, input: TensorSpec, target: TensorSpec,
+                   loss: LossKind, name: str, seed: int = 0) -> LayerGraph:
+    """The LayerGraph of ``traced``, a graph of one placeholder (the input) and one output over
+    ``root``'s modules and tensors (from fx, or from ``torch.export`` by
+    :mod:`pipetrain.graph.export_capture`), cut as the module docstring says."""
     runs = _runs(root, traced.graph, name)
     parts = sample_parts(traced, input, name)
+    rematerialise(root, runs, parts)
     model = _Model(root, frozenset(root.state_dict()))
     dag = branches(runs, traced.graph, parts)
     if dag is not None:
@@ -190,14 +200,13 @@ def _check_cut(name: str, runs: list[tuple[str, list[fx.Node]]], k: int, crossin
         if not tensors:
             raise UserError(f"{name!r} returns {values}; return one tensor, batched along dim 0, for the loss")
         return
-    dtypes = {part.dtype for part in tensors}
-    if len(tensors) == len(found) and (len(found) == 1 or (len(dtypes) == 1 and dtypes.pop().is_floating_point)):
+    if len(tensors) == len(found):
         return
     hint = "compute sizes where they are used (x.shape[0] in the later code), " if "not a tensor" in found else ""
     raise UserError(
         f"cannot cut {name!r} between layers {runs[k - 1][0]!r} and {runs[k][0]!r}: what crosses it, "
-        f"{values or 'nothing'}, cannot travel as one tensor (several values must all be floating-point tensors "
-        f"of one dtype, batched along dim 0); {hint}{_LEAF.format('spans this cut')}, or pass an nn.Sequential"
+        f"{values or 'nothing'}, cannot travel as one tensor (every value must be a tensor batched along dim 0); "
+        f"{hint}{_LEAF.format('spans this cut')}, or pass an nn.Sequential"
     )
 
 
@@ -227,13 +236,13 @@ def _build_layer(model: _Model, nodes: list[fx.Node], inputs: list[list[fx.Node]
     for node in nodes:
         env[node] = graph.node_copy(node, lookup)
     graph.output(env[outputs[0]] if len(outputs) == 1 else tuple(env[node] for node in outputs))
-    shapes = tuple(None if len(group) == 1 else tuple(_shape(parts[node]) for node in group) for group in inputs)
-    return CapturedLayer(model, graph, shapes, packs=len(outputs) > 1)
+    slots = tuple(None if len(group) == 1 else tuple(_slot(parts[node]) for node in group) for group in inputs)
+    return CapturedLayer(model, graph, slots, packs=len(outputs) > 1)
 
 
-def _shape(part: Part | str) -> tuple[int, ...]:
+def _slot(part: Part | str) -> Slot:
     assert isinstance(part, Part), "checked by _check_cut"
-    return part.shape
+    return Slot(part.shape, part.dtype)
 
 
 class CapturedLayer(nn.Module):
@@ -241,8 +250,9 @@ class CapturedLayer(nn.Module):
 
     One tensor per input group: a chain's layer has one group (what crosses the cut before it), a
     DAG's one per producing layer (that layer's outputs). A group of one value is that value as is;
-    of several, ``x [b, Σ nᵢ]`` holds each part ``[b, *shapeᵢ]`` flattened to ``[b, nᵢ]``, side by
-    side, and is split back by ``shapes``. Outputs likewise: several are packed into one
+    of several, ``x [b, Σ nᵢ]`` holds each part ``[b, *shapeᵢ]`` side by side
+    (:func:`pipetrain.graph.packing.pack`: flattened, or as its bytes when its dtype is not the
+    carrier's), and is split back by ``slots``. Outputs likewise: several are packed into one
     ``[b, Σ mⱼ]``. The modules and tensors the nodes use sit at the model's own paths, so
     ``state_dict`` keys are the model's names (``blocks.0.fc.weight``). The code is an fx
     GraphModule's generated ``forward``, run with this module as ``self``;
@@ -251,10 +261,10 @@ class CapturedLayer(nn.Module):
 
     _code: fx.GraphModule
 
-    def __init__(self, model: _Model, graph: fx.Graph, shapes: tuple[tuple[tuple[int, ...], ...] | None, ...],
+    def __init__(self, model: _Model, graph: fx.Graph, slots: tuple[tuple[Slot, ...] | None, ...],
                  packs: bool) -> None:
         super().__init__()
-        self._unpack_shapes = shapes
+        self._unpack_slots = slots
         self._packs = packs
         targets = {str(node.target) for node in graph.nodes if node.op in ("call_module", "get_attr")}
         for target in sorted(targets, key=_tree_order(model.root)):  # the model's order: deterministic names
@@ -264,16 +274,14 @@ class CapturedLayer(nn.Module):
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         """One ``[b, ...]`` per input group (packed ``[b, Σ nᵢ]`` if several values) → ``[b, ...]``
         (packed if several outputs)."""
-        parts = [part for x, shapes in zip(xs, self._unpack_shapes, strict=True)
-                 for part in ((x,) if shapes is None else _unpack(x, shapes))]
+        parts = [part for x, slots in zip(xs, self._unpack_slots, strict=True)
+                 for part in ((x,) if slots is None else unpack(x, slots))]
         code: Callable[..., Any] = type(self._code).forward
         out = code(self, *parts)
-        if self._packs:
-            return torch.cat([t.reshape(t.shape[0], -1) for t in out], dim=1)
-        return out  # type: ignore[no-any-return]
+        return pack(out) if self._packs else out  # type: ignore[no-any-return]
 
     def extra_repr(self) -> str:
-        return f"unpacks={self._unpack_shapes}, packs={self._packs}"
+        return f"unpacks={self._unpack_slots}, packs={self._packs}"
 
 
 def _tree_order(root: nn.Module) -> Callable[[str], tuple[int, int, str]]:
@@ -291,12 +299,6 @@ def _tree_order(root: nn.Module) -> Callable[[str], tuple[int, int, str]]:
         return -1, len(parts), target
 
     return key
-
-
-def _unpack(x: torch.Tensor, shapes: tuple[tuple[int, ...], ...]) -> tuple[torch.Tensor, ...]:
-    """``x [b, Σ nᵢ]`` → one ``[b, *shapeᵢ]`` per shape, ``nᵢ`` = the shape's element count."""
-    chunks = torch.split(x, [math.prod(shape) for shape in shapes], dim=1)
-    return tuple(c.reshape(x.shape[0], *shape) for c, shape in zip(chunks, shapes, strict=True))
 
 
 def _attach(holder: nn.Module, model: _Model, target: str) -> None:

@@ -30,7 +30,23 @@ from torch import nn
 
 from pipetrain.errors import UserError
 
-__all__ = ["Layer", "LayerGraph", "LossKind", "TensorSpec", "loss_sum"]
+__all__ = ["Field", "Layer", "LayerGraph", "LossKind", "TensorSpec", "loss_sum"]
+
+_DTYPES = {"float32": torch.float32, "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
+           "bool": torch.bool, "int32": torch.int32}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One keyword input of a model that takes several (``input_ids [T] int64``), per sample."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "int64"
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _DTYPES[self.dtype]
 
 
 @dataclass(frozen=True)
@@ -41,16 +57,19 @@ class TensorSpec:
         shape: per-sample shape (without the batch dimension).
         dtype: ``"float32"`` or ``"int64"``.
         high: for integer tensors, values are drawn from ``[0, high)``.
+        fields: for a model of several keyword inputs (Hugging Face: ``input_ids``, ``attention_mask``),
+            their names, shapes and dtypes, in the order :func:`pipetrain.graph.packing.pack` lays them
+            into the one ``[b, *shape]`` tensor this spec describes; empty for a model of one tensor.
     """
 
     shape: tuple[int, ...]
     dtype: str = "float32"
     high: int | None = None
+    fields: tuple[Field, ...] = ()
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return {"float32": torch.float32, "int64": torch.int64, "float16": torch.float16,
-                "bfloat16": torch.bfloat16}[self.dtype]
+        return _DTYPES[self.dtype]
 
     @property
     def bytes_per_sample(self) -> int:
@@ -71,6 +90,8 @@ class LossKind(str, Enum):
     CROSS_ENTROPY = "cross_entropy"  # output [b, C], target [b] int64
     LM = "lm"  # output [b, T, V], target [b, T] int64; per-sample loss = mean over T
     MSE = "mse"  # output and target of equal shape; per-sample loss = mean over elements
+    CAUSAL_LM = "causal_lm"  # output [b, T, V], target [b, T] int64 = the inputs (Hugging Face ``labels``):
+    # position t predicts target t + 1; targets of -100 are ignored; per-sample loss = mean over the rest
 
 
 def loss_sum(kind: LossKind, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -86,8 +107,24 @@ def loss_sum(kind: LossKind, output: torch.Tensor, target: torch.Tensor) -> torc
             output.flatten(0, 1), target.flatten(), reduction="none"
         )
         return per_token.view(target.shape).mean(dim=1).sum()
+    if kind is LossKind.CAUSAL_LM:
+        return _next_token_sum(output, target)
     per_elem = nn.functional.mse_loss(output, target, reduction="none")
     return per_elem.flatten(1).mean(dim=1).sum()
+
+
+IGNORED = -100
+"""A target that no loss counts (Hugging Face's ``ignore_index``: padding, prompts)."""
+
+
+def _next_token_sum(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Sum over samples of the mean next-token cross-entropy of each: the loss a Hugging Face causal
+    LM computes from ``labels`` (its own ``loss`` when every sample counts as many targets)."""
+    logits, following = output[:, :-1], target[:, 1:]
+    per_token = nn.functional.cross_entropy(logits.flatten(0, 1).float(), following.flatten(), reduction="none",
+                                            ignore_index=IGNORED).view(following.shape)
+    counted = (following != IGNORED).sum(dim=1).clamp(min=1)
+    return (per_token.sum(dim=1) / counted).sum()
 
 
 class _Copy:

@@ -12,17 +12,20 @@ that names its model rebuilds it in every rank and in a later run.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
+from dataclasses import replace
 
 from torch import nn
 
 from pipetrain.callables import is_callable_ref, load_callable
 from pipetrain.errors import UserError
 from pipetrain.graph.capture import capture
+from pipetrain.graph.export_capture import capture_exported
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.graph.zoo import build_model
 
-__all__ = ["default_loss_kind", "leaf_classes", "load_model"]
+__all__ = ["capture_module", "default_loss_kind", "leaf_classes", "load_model"]
 
 
 def load_model(
@@ -62,16 +65,44 @@ def load_model(
     if input is None or target is None:
         raise UserError(f"model {ref!r} is your own module, whose input and target shapes come from the data; "
                         "pass --data digits or --data module.path:callable")
-    kind = default_loss_kind(target) if loss is None else loss
-    return capture(module, input=input, target=target, loss=kind, name=ref, leaf_modules=leaf_classes(leaf_modules))
+    kind = default_loss_kind(target, input) if loss is None else loss
+    return capture_module(module, input=input, target=target, loss=kind, name=ref, leaf_modules=leaf_modules)
 
 
-def default_loss_kind(target: TensorSpec) -> LossKind:
-    """The loss a target fits: MSE for float targets, else cross-entropy over a class per sample
-    (target ``()``) or per position (``LM``, target ``(T,)``)."""
+def capture_module(module: nn.Module, *, input: TensorSpec, target: TensorSpec, loss: LossKind, name: str,
+                   leaf_modules: Sequence[type[nn.Module] | str] = ()) -> LayerGraph:
+    """``module`` captured by the tool that fits it: ``torch.export``
+    (:func:`~pipetrain.graph.export_capture.capture_exported`) for a model of keyword inputs (dict
+    data, ``input.fields``; Hugging Face), else ``torch.fx`` (:func:`~pipetrain.graph.capture.capture`).
+    A model of one tensor fed dict data of one field (``text:PATH`` for your own LM) takes it as that tensor.
+
+    Raises:
+        UserError: ``leaf_modules`` with a model of keyword inputs (export keeps no module whole), or
+            a capture failure.
+    """
+    if input.fields and not (len(input.fields) == 1 and _one_tensor_model(module, input.fields[0].name)):
+        if leaf_modules:
+            raise UserError(f"model {name!r} takes keyword inputs and is captured with torch.export, which keeps no "
+                            "module whole; drop --leaf")
+        return capture_exported(module, input=input, target=target, loss=loss, name=name)
+    plain = replace(input, fields=())
+    return capture(module, input=plain, target=target, loss=loss, name=name, leaf_modules=leaf_classes(leaf_modules))
+
+
+def _one_tensor_model(module: nn.Module, keyword: str) -> bool:
+    """Whether ``module.forward`` takes no input called ``keyword`` (so it takes one positional tensor)."""
+    return keyword not in inspect.signature(module.forward).parameters
+
+
+def default_loss_kind(target: TensorSpec, input: TensorSpec | None = None) -> LossKind:
+    """The loss a target fits: MSE for float targets; for token targets ``(T,)`` of a model of
+    keyword inputs (Hugging Face ``labels``) the next-token loss (``CAUSAL_LM``); else cross-entropy
+    over a class per sample (target ``()``) or per position (``LM``, target ``(T,)``)."""
     if target.torch_dtype.is_floating_point:
         return LossKind.MSE
-    return LossKind.CROSS_ENTROPY if target.shape == () else LossKind.LM
+    if target.shape == ():
+        return LossKind.CROSS_ENTROPY
+    return LossKind.CAUSAL_LM if input is not None and input.fields else LossKind.LM
 
 
 def leaf_classes(leaves: Sequence[type[nn.Module] | str]) -> list[type[nn.Module]]:

@@ -202,7 +202,7 @@ class TrainJob:
 def job_loss(job: TrainJob) -> Loss:
     """The job's loss: ``config.loss`` resolved against the model's targets, or the model's own."""
     name = job.config.loss
-    return model_loss(job.graph.loss) if name is None else resolve_loss(name, job.graph.target)
+    return model_loss(job.graph.loss) if name is None else resolve_loss(name, job.graph.target, job.graph.input)
 
 
 @dataclass(frozen=True)
