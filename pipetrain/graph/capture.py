@@ -43,6 +43,7 @@ from torch import fx, nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.capture_dag import branches
+from pipetrain.graph.devices import named_device, retarget
 from pipetrain.graph.fx_trace import Part, innermost_module, sample_parts, trace
 from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec, _Copy
 from pipetrain.graph.packing import Slot, pack, unpack
@@ -270,18 +271,42 @@ class CapturedLayer(nn.Module):
         for target in sorted(targets, key=_tree_order(model.root)):  # the model's order: deterministic names
             _attach(self, model, target)
         object.__setattr__(self, "_code", fx.GraphModule(self, graph, class_name="CapturedCode"))
+        self._device = named_device(graph)
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         """One ``[b, ...]`` per input group (packed ``[b, Σ nᵢ]`` if several values) → ``[b, ...]``
         (packed if several outputs)."""
+        if self._device is not None and xs[0].device != self._device:  # code traced elsewhere (devices.py)
+            self._device = xs[0].device
+            retarget(self._code.graph, self._device)
+            self._code.recompile()
         parts = [part for x, slots in zip(xs, self._unpack_slots, strict=True)
                  for part in ((x,) if slots is None else unpack(x, slots))]
         code: Callable[..., Any] = type(self._code).forward
         out = code(self, *parts)
         return pack(out) if self._packs else out  # type: ignore[no-any-return]
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling rebuilds ``_code`` by tracing its code again, which turns values computed from
+        buffers alone (a rotary table) into new constants held by ``_code``: hold them here too, as
+        buffers outside the ``state_dict``, since the code runs with this module as ``self``."""
+        super().__setstate__(state)
+        for node in self._code.graph.nodes:
+            target = str(node.target)
+            if node.op == "get_attr" and not _has_path(self, target):
+                self.register_buffer(target, self._code.get_buffer(target), persistent=False)
+
     def extra_repr(self) -> str:
         return f"unpacks={self._unpack_slots}, packs={self._packs}"
+
+
+def _has_path(module: nn.Module, target: str) -> bool:
+    try:
+        module.get_submodule(target.rpartition(".")[0]) if "." in target else module
+    except AttributeError:
+        return False
+    holder = module.get_submodule(target.rpartition(".")[0]) if "." in target else module
+    return hasattr(holder, target.rpartition(".")[2])
 
 
 def _tree_order(root: nn.Module) -> Callable[[str], tuple[int, int, str]]:

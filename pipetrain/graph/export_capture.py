@@ -48,7 +48,7 @@ from torch.export.graph_signature import InputKind
 from pipetrain.errors import UserError
 from pipetrain.graph.capture import capture_traced
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
-from pipetrain.graph.packing import Slot, unpack
+from pipetrain.graph.packing import Slot, carrier, unpack
 
 __all__ = ["capture_exported", "unpack_fields"]
 
@@ -99,8 +99,9 @@ def capture_exported(
 
 def unpack_fields(x: torch.Tensor, slots: tuple[Slot, ...]) -> tuple[torch.Tensor, ...]:
     """The keyword inputs packed in ``x`` (``[b, n]``), one ``[b, *slot.shape]`` each: the captured
-    graph's first operation (a module-level function, so captured layers pickle)."""
-    return unpack(x, slots)
+    graph's first operation. It reads nothing of ``x`` but its batch size, so fx can trace it again
+    when a pickled layer is rebuilt."""
+    return unpack(x, slots, carrier([slot.dtype for slot in slots]))
 
 
 def _export(root: nn.Module, input: TensorSpec, name: str) -> ExportedProgram:
@@ -170,7 +171,11 @@ def _weight(root: nn.Module, program: ExportedProgram, graph: fx.Graph, kind: In
     """A ``get_attr`` of a lifted parameter, buffer or constant, inserted where the placeholder was."""
     if kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
         attribute = f"_pipetrain_constant_{target.replace('.', '_')}"
-        setattr(root, attribute, program.constants[target])
+        value = program.constants[target]
+        if isinstance(value, torch.Tensor):
+            root.register_buffer(attribute, value, persistent=False)  # moves with .to(), is not saved
+        else:
+            setattr(root, attribute, value)
         target = attribute
     with graph.inserting_before(node):
         return graph.get_attr(target)
@@ -197,14 +202,20 @@ def _pick_output(graph: fx.Graph, program: ExportedProgram, name: str) -> None:
 
 
 def _dropout_modules(root: nn.Module, graph: fx.Graph) -> None:
-    """Turn each exported ``aten.dropout(x, p, train)`` into a call of an ``nn.Dropout(p)`` held by
-    the model, so that ``eval()`` disables it as it does in the original."""
-    for k, node in enumerate(n for n in list(graph.nodes) if n.target is torch.ops.aten.dropout.default):
+    """Turn each exported ``aten.dropout(x, p, train)`` into a call of an ``nn.Dropout(p)``, so that
+    ``eval()`` disables it as in the original: the ``nn.Dropout`` it ran in, else a new one held by
+    the module whose forward called it (so it stays in that module's layer)."""
+    for k, node in enumerate([n for n in graph.nodes if n.target is torch.ops.aten.dropout.default]):
         x, p = node.args[0], float(node.args[1])  # type: ignore[arg-type]
-        path = f"_pipetrain_dropout_{k}"
-        root.add_module(path, nn.Dropout(p))
+        stack = list((node.meta.get("nn_module_stack") or {}).values())
+        owner = stack[-1][0] if stack else ""
+        module = root.get_submodule(owner)
+        if not (isinstance(module, nn.Dropout) and module.p == p):
+            path = f"_pipetrain_dropout_{k}"
+            module.add_module(path, nn.Dropout(p))
+            owner = f"{owner}.{path}" if owner else path
         with graph.inserting_before(node):
-            module = graph.call_module(path, (x,))
-        module.meta = dict(node.meta)
-        node.replace_all_uses_with(module)
+            call = graph.call_module(owner, (x,))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
         graph.erase_node(node)

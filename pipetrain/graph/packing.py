@@ -71,16 +71,21 @@ def pack(values: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat(columns, dim=1)
 
 
-def unpack(packed: torch.Tensor, slots: Sequence[Slot]) -> tuple[torch.Tensor, ...]:
-    """The values of ``packed`` (``[b, Σ widths]``), one ``[b, *slot.shape]`` of ``slot.dtype`` per slot."""
-    b, carried = packed.shape[0], packed.dtype
-    widths = [slot_width(slot, carried) for slot in slots]
-    values = []
-    for chunk, slot in zip(torch.split(packed, widths, dim=1), slots, strict=True):
+def unpack(packed: torch.Tensor, slots: Sequence[Slot], carried: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+    """The values of ``packed`` (``[b, Σ widths]``), one ``[b, *slot.shape]`` of ``slot.dtype`` per slot.
+
+    ``carried``: ``packed``'s dtype, when known (then nothing but the batch size is read from
+    ``packed``, so ``torch.fx`` can trace this)."""
+    b, carried = packed.shape[0], packed.dtype if carried is None else carried
+    values, lo = [], 0
+    for slot in slots:
+        hi = lo + slot_width(slot, carried)
+        chunk = packed[:, lo:hi]
         if slot.dtype != carried:
             raw = chunk.detach().contiguous().view(torch.uint8)[:, :math.prod(slot.shape) * _itemsize(slot.dtype)]
             chunk = raw.contiguous().view(slot.dtype)
         values.append(chunk.reshape(b, *slot.shape))
+        lo = hi
     return tuple(values)
 
 

@@ -31,13 +31,14 @@ Runs = list[tuple[str, list[fx.Node]]]
 
 def rematerialise(root: nn.Module, runs: Runs, parts: dict[fx.Node, Part | str]) -> None:
     """Give each layer of ``runs`` (``(owner, nodes)`` in graph order) its own copy of every
-    recomputable value it reads from another layer; the graph and ``runs`` change in place."""
+    recomputable value it reads from another layer; the graph and ``runs`` change in place. The
+    batch size is taken from the first batched tensor the cut before the layer carries."""
     recomputable = _Recomputable(root)
     layer_of = {node: k for k, (_, nodes) in enumerate(runs) for node in nodes}
     for k, (owner, nodes) in enumerate(runs):
-        foreign = _foreign_inputs(nodes, k, layer_of)
-        wanted = [node for node in foreign if recomputable(node)]
-        anchor = next((node for node in foreign if not recomputable(node) and isinstance(parts.get(node), Part)), None)
+        wanted = [node for node in _foreign_inputs(nodes, k, layer_of) if recomputable(node)]
+        anchor = next((node for node in _live_into(k, runs, layer_of)
+                       if not recomputable(node) and isinstance(parts.get(node), Part)), None)
         if not wanted or anchor is None:
             continue
         copier = _Copier(anchor)
@@ -48,6 +49,7 @@ def rematerialise(root: nn.Module, runs: Runs, parts: dict[fx.Node, Part | str])
             for value in wanted:
                 node.replace_input_with(value, copier.copies[value])
         runs[k] = (owner, copier.added + nodes)
+        layer_of.update(dict.fromkeys(copier.added, k))
 
 
 class _Copier:
@@ -81,6 +83,12 @@ def _foreign_inputs(nodes: list[fx.Node], k: int, layer_of: dict[fx.Node, int]) 
             if source in layer_of and layer_of[source] != k:
                 found.setdefault(source)
     return list(found)
+
+
+def _live_into(k: int, runs: Runs, layer_of: dict[fx.Node, int]) -> list[fx.Node]:
+    """The values made before run ``k`` and used by it or later: what the cut before it carries."""
+    return [node for _, nodes in runs[:k] for node in nodes
+            if any(layer_of.get(user, len(runs)) >= k for user in node.users)]
 
 
 def _is_batch_size(node: fx.Node) -> bool:
