@@ -3,13 +3,14 @@
 :func:`capture` traces the module's ``forward`` into one fx graph and cuts it into layers:
 
 * **Owner.** Every node belongs to a module: a ``call_module`` node to the module it calls, any
-  other node to the module whose ``forward`` created it. The owner is that module's qualified
-  name cut down to the first module below the root that is not a container (``ModuleList``,
-  ``ModuleDict``, ``Sequential``): ``blocks.0.attn.out_proj`` → ``blocks.0``. For an
-  ``nn.Sequential`` root the owners are its children ``0``, ``1``, … as in
-  :meth:`LayerGraph.from_sequential`. Code in the root's own ``forward`` (``x = x + self.block(x)``)
-  and stateless attributes of the root (``self.act = nn.ReLU()``) run with the node before them;
-  ``get_attr`` nodes are copied into every layer that reads them.
+  other node to the module whose ``forward`` created it. That module's layer is its *owner*
+  (:mod:`pipetrain.graph.owners`): one layer per entry of a ``ModuleList``, ``Sequential`` or
+  ``ModuleDict`` at any depth (``blocks.0.attn.out_proj`` → ``blocks.0``,
+  ``encoder.layers.3.mlp`` → ``encoder.layers.3``), modules that hold such containers walked
+  through, any other module below the root a layer. Code in the root's own ``forward``
+  (``x = x + self.block(x)``) and in walked-through modules runs with the node before it; a layer
+  without parameters or persistent buffers (activations, pooling, dropout) joins the layer before
+  it. ``get_attr`` nodes are copied into every layer that reads them.
 * **Layer.** A maximal run of consecutive nodes with one owner, named after it.
 * **Edges.** When a layer reads values of layers other than the one before it (branches, skips),
   the graph is a DAG: each layer takes one tensor per layer it reads, that layer's outputs
@@ -29,6 +30,10 @@ non-persistent buffer or a constant is copied into each layer that reads it.
     ...                 loss=LossKind.CROSS_ENTROPY, name="my-model")   # doctest: +SKIP
     >>> graph.names                                                     # doctest: +SKIP
     ('stem', 'blocks.0', 'blocks.1', 'head')
+
+A layer's code that changes one of its inputs in place (an in-place activation first thing in a
+block) gets a copy of that input: what a stage receives is a leaf of autograd, which in-place
+operations may not touch.
 """
 
 from __future__ import annotations
@@ -41,15 +46,16 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.fx.graph import inplace_methods
 
 from pipetrain.errors import UserError
 from pipetrain.graph.capture_dag import branches
 from pipetrain.graph.fx_trace import Part, innermost_module, sample_parts, trace
 from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec, _Copy
+from pipetrain.graph.owners import Owners, group, merge_stateless
 
 __all__ = ["CapturedLayer", "capture"]
 
-_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _LEAF = "mark the module that {} a leaf (leaf_modules=[...] / --leaf module.path:Class)"
 
 
@@ -104,53 +110,23 @@ def capture(
 # ---- grouping nodes into layers --------------------------------------------------------------
 
 
-class _Owners:
-    """Maps a module path to the layer that owns it (see the module docstring), memoised."""
-
-    def __init__(self, root: nn.Module) -> None:
-        self.root = root
-        self.cache: dict[str, str | None] = {}
-
-    def __call__(self, path: str) -> str | None:
-        """The owner of the module at ``path``; None for a stateless attribute of the root."""
-        if path not in self.cache:
-            self.cache[path] = self._owner(path.split("."))
-        return self.cache[path]
-
-    def _owner(self, parts: list[str]) -> str | None:
-        module, depth = self.root, 0
-        while depth < len(parts):
-            module = module.get_submodule(parts[depth])
-            depth += 1
-            if isinstance(self.root, nn.Sequential) or not isinstance(module, _CONTAINERS):
-                break
-        if depth == 1 and not isinstance(self.root, _CONTAINERS) and not module.state_dict():
-            return None
-        return ".".join(parts[:depth])
-
-
 def _runs(root: nn.Module, graph: fx.Graph, name: str) -> list[tuple[str, list[fx.Node]]]:
-    """``(owner, nodes)`` per layer, in graph order; the placeholder, output and get_attr nodes in none.
+    """``(owner, nodes)`` per layer, in graph order (:mod:`pipetrain.graph.owners`: glue joins the
+    node before, stateless runs the layer before); the placeholder, output and get_attr nodes in none.
 
     Raises:
         UserError: a module that runs at two separate places (its weights would sit in two layers).
     """
-    owners = _Owners(root)
-    found: list[tuple[fx.Node, str | None]] = []
+    called = {id(root.get_submodule(str(node.target))) for node in graph.nodes if node.op == "call_module"}
+    owners = Owners(root, whole=lambda module: id(module) in called)
+    owned: list[tuple[fx.Node, str | None]] = []
     for node in graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
             continue
         module = innermost_module(node.meta.get("nn_module_stack") or {})
         path = str(node.target) if node.op == "call_module" else module and module[0]
-        found.append((node, owners(path) if path else None))
-    current = next((owner for _, owner in found if owner is not None), "model")
-    runs: list[tuple[str, list[fx.Node]]] = []
-    for node, owner in found:
-        current = owner or current
-        if runs and runs[-1][0] == current:
-            runs[-1][1].append(node)
-        else:
-            runs.append((current, [node]))
+        owned.append((node, owners(path) if path else None))
+    runs = [(owner or "model", nodes) for owner, nodes in merge_stateless(group(owned), owners.stateless)]
     seen = [owner for owner, _ in runs]
     for k, owner in enumerate(seen):
         if owner in seen[:k]:
@@ -259,6 +235,9 @@ class CapturedLayer(nn.Module):
         targets = {str(node.target) for node in graph.nodes if node.op in ("call_module", "get_attr")}
         for target in sorted(targets, key=_tree_order(model.root)):  # the model's order: deterministic names
             _attach(self, model, target)
+        placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+        self._copied = frozenset(i for i, node in enumerate(placeholders)
+                                 if any(_in_place(self, user) and user.args[0] is node for user in node.users))
         object.__setattr__(self, "_code", fx.GraphModule(self, graph, class_name="CapturedCode"))
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
@@ -266,6 +245,7 @@ class CapturedLayer(nn.Module):
         (packed if several outputs)."""
         parts = [part for x, shapes in zip(xs, self._unpack_shapes, strict=True)
                  for part in ((x,) if shapes is None else _unpack(x, shapes))]
+        parts = [part.clone() if i in self._copied else part for i, part in enumerate(parts)]
         code: Callable[..., Any] = type(self._code).forward
         out = code(self, *parts)
         if self._packs:
@@ -273,7 +253,23 @@ class CapturedLayer(nn.Module):
         return out  # type: ignore[no-any-return]
 
     def extra_repr(self) -> str:
-        return f"unpacks={self._unpack_shapes}, packs={self._packs}"
+        return f"unpacks={self._unpack_shapes}, packs={self._packs}, copies={sorted(self._copied)}"
+
+
+def _in_place(holder: nn.Module, node: fx.Node) -> bool:
+    """Whether ``node`` changes its first argument in place: a module built with ``inplace=True``,
+    ``F.relu(x, inplace=True)``, ``x.relu_()``, ``torch.relu_(x)``, ``x[i] = v``, ``operator.iadd``."""
+    if not node.args:
+        return False
+    if node.op == "call_module":
+        return getattr(holder.get_submodule(str(node.target)), "inplace", False) is True
+    if node.op == "call_method":
+        return str(node.target).endswith("_") and not str(node.target).startswith("_")
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", "")
+        return node.kwargs.get("inplace") is True or (name.endswith("_") and not name.startswith("_")) \
+            or name in inplace_methods
+    return False
 
 
 def _tree_order(root: nn.Module) -> Callable[[str], tuple[int, int, str]]:
