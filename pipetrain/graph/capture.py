@@ -52,7 +52,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.capture_dag import branches
 from pipetrain.graph.fx_trace import Part, innermost_module, sample_parts, trace
 from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec, _Copy
-from pipetrain.graph.owners import Owners, group, merge_stateless
+from pipetrain.graph.owners import CONTAINERS, Owners, group, merge_stateless
 
 __all__ = ["CapturedLayer", "capture"]
 
@@ -97,7 +97,7 @@ def capture(
     else:
         cuts = _cuts(runs, traced.graph)
         for k in range(1, len(cuts)):
-            _check_cut(name, runs, k, cuts[k], parts)
+            _check_cut(name, root, runs, k, cuts[k], parts)
         layers = [_build_layer(model, nodes, [cuts[k]], cuts[k + 1], parts) for k, (_, nodes) in enumerate(runs)]
     owners = [owner for owner, _ in runs]
     _check_shared_state(name, layers, owners)
@@ -123,8 +123,7 @@ def _runs(root: nn.Module, graph: fx.Graph, name: str) -> list[tuple[str, list[f
     for node in graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
             continue
-        module = innermost_module(node.meta.get("nn_module_stack") or {})
-        path = str(node.target) if node.op == "call_module" else module and module[0]
+        path = _module_path(node)
         owned.append((node, owners(path) if path else None))
     runs = [(owner or "model", nodes) for owner, nodes in merge_stateless(group(owned), owners.stateless)]
     seen = [owner for owner, _ in runs]
@@ -133,9 +132,35 @@ def _runs(root: nn.Module, graph: fx.Graph, name: str) -> list[tuple[str, list[f
             raise UserError(
                 f"module {owner!r} of {name!r} runs at two separate places in forward (before and after "
                 f"{seen[k - 1]!r}), so it cannot be one layer; give each call its own module, or "
-                + _LEAF.format("makes both calls")
+                + _leaf_remedy(root, [owner.rpartition(".")[0]], "makes both calls")
             )
     return runs
+
+
+def _module_path(node: fx.Node) -> str:
+    """The module that runs ``node``: the one it calls, else the one whose forward made it; ``""``: the root."""
+    if node.op == "call_module":
+        return str(node.target)
+    module = innermost_module(node.meta.get("nn_module_stack") or {})
+    return module[0] if module else ""
+
+
+def _leaf_remedy(root: nn.Module, paths: Sequence[str], what: str) -> str:
+    """``mark Encoder ('encoder', which {what}) a leaf ...``: the innermost module other than the root
+    and containers that runs all of ``paths`` (module paths) in its forward; kept whole, it is one
+    layer, so what fails between its layers no longer happens. Unnamed if that is the root."""
+    common: list[str] = []
+    for names in zip(*(path.split(".") if path else [] for path in paths), strict=False):  # to the shortest
+        if len(set(names)) > 1:
+            break
+        common.append(names[0])
+    while common and isinstance(root.get_submodule(".".join(common)), CONTAINERS):
+        common.pop()
+    if not common:
+        return _LEAF.format(what)
+    cls = type(root.get_submodule(".".join(common)))
+    return (f"mark {cls.__name__} ({'.'.join(common)!r}, which {what}) a leaf, run whole inside one layer "
+            f"(leaf_modules=[{cls.__name__}] / --leaf {cls.__module__}:{cls.__qualname__})")
 
 
 def _cuts(runs: list[tuple[str, list[fx.Node]]], graph: fx.Graph) -> list[list[fx.Node]]:
@@ -151,8 +176,8 @@ def _cuts(runs: list[tuple[str, list[fx.Node]]], graph: fx.Graph) -> list[list[f
     return cuts
 
 
-def _check_cut(name: str, runs: list[tuple[str, list[fx.Node]]], k: int, crossing: list[fx.Node],
-               parts: dict[fx.Node, Part | str]) -> None:
+def _check_cut(name: str, root: nn.Module, runs: list[tuple[str, list[fx.Node]]], k: int,
+               crossing: list[fx.Node], parts: dict[fx.Node, Part | str]) -> None:
     """Check that the values crossing cut ``k`` (before layer ``k``; ``len(runs)``: the model's
     output) can travel as one tensor.
 
@@ -170,10 +195,11 @@ def _check_cut(name: str, runs: list[tuple[str, list[fx.Node]]], k: int, crossin
     if len(tensors) == len(found) and (len(found) == 1 or (len(dtypes) == 1 and dtypes.pop().is_floating_point)):
         return
     hint = "compute sizes where they are used (x.shape[0] in the later code), " if "not a tensor" in found else ""
+    remedy = _leaf_remedy(root, [_module_path(n) for node in crossing for n in (node, *node.users)], "spans this cut")
     raise UserError(
         f"cannot cut {name!r} between layers {runs[k - 1][0]!r} and {runs[k][0]!r}: what crosses it, "
         f"{values or 'nothing'}, cannot travel as one tensor (several values must all be floating-point tensors "
-        f"of one dtype, batched along dim 0); {hint}{_LEAF.format('spans this cut')}, or pass an nn.Sequential"
+        f"of one dtype, batched along dim 0); {hint}{remedy}, or pass an nn.Sequential"
     )
 
 

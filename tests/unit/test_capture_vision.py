@@ -148,17 +148,19 @@ def _vit_with_clip() -> nn.Module:
     return model
 
 
-def _vit_with_checked_encoder() -> nn.Module:
+
+
+def _vit_with_encoder(cls: type[Encoder]) -> nn.Module:
     model = ViTLike()
-    checked = CheckedEncoder(17, 3, 2, 16, 32, 0.0)
-    checked.load_state_dict(model.encoder.state_dict())
-    model.encoder = checked
+    encoder = cls(17, 3, 2, 16, 32, 0.0)
+    encoder.load_state_dict(model.encoder.state_dict())
+    model.encoder = encoder
     return model
 
 
 @pytest.mark.parametrize(("build", "where", "names"), [
     (_vit_with_clip, "module 'encoder.layers.encoder_layer_1.mlp.5'", VIT_NAMES),
-    (_vit_with_checked_encoder, "module 'encoder'", ("conv_proj", "encoder", "heads.head")),
+    (lambda: _vit_with_encoder(CheckedEncoder), "module 'encoder'", ("conv_proj", "encoder", "heads.head")),
 ])
 def test_fx_failure_is_one_line_whose_leaf_remedy_works_when_followed(
         build: Callable[[], nn.Module], where: str, names: tuple[str, ...]) -> None:
@@ -172,6 +174,41 @@ def test_fx_failure_is_one_line_whose_leaf_remedy_works_when_followed(
     assert leaf is not None
     graph = grab(model, leaf_modules=leaf_classes([leaf.group(1)]))  # what the message says to do
     assert graph.names == names
+    x = torch.randn(3, *IMAGE)
+    assert torch.equal(graph.build_sequential()(x), model(x))
+
+
+class MaskedEncoder(Encoder):
+    """Keeps an int64 mask from before its blocks to after them: no cut between its blocks can carry it."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        keep = (input.abs().sum(-1, keepdim=True) > 0).long()
+        return super().forward(input) * keep
+
+
+class LoopedEncoder(Encoder):
+    """Runs its first block again after the others: the block's weights would sit in two layers."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        first = self.layers.encoder_layer_0
+        return self.ln(first(self.layers(self.dropout(input + self.pos_embedding))))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("cls", "failure"), [
+    (MaskedEncoder, r"cannot cut 'm' between layers 'conv_proj' and 'encoder\.layers\.encoder_layer_0': .*'long'"),
+    (LoopedEncoder, r"module 'encoder\.layers\.encoder_layer_0' of 'm' runs at two separate places"),
+])
+def test_a_failure_between_blocks_names_the_module_to_keep_whole_and_that_works(
+        cls: type[Encoder], failure: str) -> None:
+    model = _vit_with_encoder(cls)
+    with pytest.raises(UserError, match=failure) as error:
+        grab(model)
+    text = str(error.value)
+    assert "\n" not in text and f"mark {cls.__name__} ('encoder', which " in text
+    leaf = re.search(r"--leaf (\S+)\)", text)
+    assert leaf is not None and leaf.group(1) == f"{__name__}:{cls.__name__}"
+    graph = grab(model, leaf_modules=leaf_classes([leaf.group(1)]))
+    assert graph.names == ("conv_proj", "encoder", "heads.head")
     x = torch.randn(3, *IMAGE)
     assert torch.equal(graph.build_sequential()(x), model(x))
 
