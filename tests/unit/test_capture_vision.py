@@ -19,7 +19,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.capture import capture
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.graph.load import leaf_classes
-from tests.vision_models import CLASSES, IMAGE, Encoder, MobileNetV2Like, ResNetLike, ViTLike
+from tests.vision_models import CLASSES, IMAGE, ConvNormActivation, Encoder, MobileNetV2Like, ResNetLike, ViTLike
 
 LABEL = TensorSpec((), "int64", high=CLASSES)
 
@@ -119,6 +119,39 @@ def test_in_place_operations_on_a_stage_input_run_and_give_the_modules_gradients
         found = _split_gradients(graph, cut, x.clone())
         assert set(found) == set(expected)
         assert all(torch.allclose(found[k], g, rtol=1e-5, atol=1e-6) for k, g in expected.items()), cut  # type: ignore[arg-type]
+
+
+# ---- modules kept whole ----------------------------------------------------------------------
+
+
+def test_a_leaf_sequential_keeps_conv_norm_and_activation_in_one_layer() -> None:
+    model = MobileNetV2Like(dropout=0.0)
+    graph = grab(model, leaf_modules=[ConvNormActivation])
+    assert graph.names == ("features.0", "features.1", "features.2", "features.3", "features.4", "classifier.1")
+    x = torch.randn(2, *IMAGE)
+    assert torch.equal(graph.build_sequential()(x), model(x))
+
+
+class Tokens(nn.Module):
+    """A torch.nn TransformerEncoder (fx keeps it whole) holding its ModuleList ``layers``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(6, 8)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True), 2,
+                                             enable_nested_tensor=False)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(x)).mean(1))
+
+
+def test_a_module_fx_keeps_whole_is_a_layer_though_it_holds_a_container() -> None:
+    model = Tokens()
+    graph = grab(model, (4, 6))
+    assert graph.names == ("embed", "encoder", "head")
+    x = torch.randn(2, 4, 6)
+    assert torch.equal(graph.build_sequential()(x), model(x))
 
 
 # ---- errors that fix -------------------------------------------------------------------------
