@@ -17,14 +17,15 @@ root:
 * any other module is a layer.
 
 Glue (owner None: the root's own code, a walked-through module's, a container's) runs with the
-node before it. :func:`merge_stateless` then folds every run of nodes whose owner holds no
+node before it (:func:`group`). :func:`merge_stateless` then folds every run whose owner holds no
 parameter and no persistent buffer (activations, pooling, dropout, flatten) into the layer before
-it, so that no layer is only such an op: a layer of an in-place ``ReLU`` alone would modify the
-tensor its stage received, which autograd refuses.
+it, so that no layer is only such an op: a layer of an in-place ``ReLU`` alone is no unit worth
+a stage boundary, and would modify the tensor its stage received, which autograd refuses.
 
-    >>> owners = Owners(gpt2)                                   # doctest: +SKIP
-    >>> owners("transformer.h.0.attn.c_attn"), owners("transformer.wte"), owners("transformer")
-    ('transformer.h.0', 'transformer.wte', None)                # doctest: +SKIP
+    >>> owners = Owners(gpt2)                                               # doctest: +SKIP
+    >>> owners("transformer.h.0.attn.c_attn"), owners("transformer.wte"), owners("transformer")  # doctest: +SKIP
+    ('transformer.h.0', 'transformer.wte', None)
+    >>> runs = merge_stateless(group(owned_nodes), owners.stateless)         # doctest: +SKIP
 """
 
 from __future__ import annotations
