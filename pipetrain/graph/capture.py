@@ -3,13 +3,14 @@
 :func:`capture` traces the module's ``forward`` into one fx graph and cuts it into layers:
 
 * **Owner.** Every node belongs to a module: a ``call_module`` node to the module it calls, any
-  other node to the module whose ``forward`` created it. The owner is that module's qualified
-  name cut down to the first module below the root that is not a container (``ModuleList``,
-  ``ModuleDict``, ``Sequential``): ``blocks.0.attn.out_proj`` → ``blocks.0``. For an
-  ``nn.Sequential`` root the owners are its children ``0``, ``1``, … as in
-  :meth:`LayerGraph.from_sequential`. Code in the root's own ``forward`` (``x = x + self.block(x)``)
-  and stateless attributes of the root (``self.act = nn.ReLU()``) run with the node before them;
-  ``get_attr`` nodes are copied into every layer that reads them.
+  other node to the module whose ``forward`` created it. That module's layer is its *owner*
+  (:mod:`pipetrain.graph.owners`): one layer per entry of a ``ModuleList``, ``Sequential`` or
+  ``ModuleDict`` at any depth (``blocks.0.attn.out_proj`` → ``blocks.0``,
+  ``encoder.layers.3.mlp`` → ``encoder.layers.3``), modules that hold such containers walked
+  through, any other module below the root a layer. Code in the root's own ``forward``
+  (``x = x + self.block(x)``) and in walked-through modules runs with the node before it; a layer
+  without parameters or persistent buffers (activations, pooling, dropout) joins the layer before
+  it. ``get_attr`` nodes are copied into every layer that reads them.
 * **Layer.** A maximal run of consecutive nodes with one owner, named after it.
 * **Edges.** When a layer reads values of layers other than the one before it (branches, skips),
   the graph is a DAG: each layer takes one tensor per layer it reads, that layer's outputs
@@ -29,6 +30,10 @@ non-persistent buffer or a constant is copied into each layer that reads it.
     ...                 loss=LossKind.CROSS_ENTROPY, name="my-model")   # doctest: +SKIP
     >>> graph.names                                                     # doctest: +SKIP
     ('stem', 'blocks.0', 'blocks.1', 'head')
+
+A layer's code that changes one of its inputs in place (an in-place activation first thing in a
+block) gets a copy of that input: what a stage receives is a leaf of autograd, which in-place
+operations may not touch.
 """
 
 from __future__ import annotations
@@ -40,18 +45,19 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.fx.graph import inplace_methods
 
 from pipetrain.errors import UserError
 from pipetrain.graph.capture_dag import branches
 from pipetrain.graph.devices import named_device, retarget
 from pipetrain.graph.fx_trace import Part, innermost_module, sample_parts, trace
 from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec, _Copy
+from pipetrain.graph.owners import CONTAINERS, Owners, group, merge_stateless
 from pipetrain.graph.packing import Slot, pack, unpack
 from pipetrain.graph.rematerialise import rematerialise
 
 __all__ = ["CapturedLayer", "capture", "capture_traced"]
 
-_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _LEAF = "mark the module that {} a leaf (leaf_modules=[...] / --leaf module.path:Class)"
 
 
@@ -102,7 +108,7 @@ def capture_traced(root: nn.Module, traced: fx.GraphModule, *, input: TensorSpec
     else:
         cuts = _cuts(runs, traced.graph)
         for k in range(1, len(cuts)):
-            _check_cut(name, runs, k, cuts[k], parts)
+            _check_cut(name, root, runs, k, cuts[k], parts)
         layers = [_build_layer(model, nodes, [cuts[k]], cuts[k + 1], parts) for k, (_, nodes) in enumerate(runs)]
     owners = [owner for owner, _ in runs]
     _check_shared_state(name, layers, owners)
@@ -115,62 +121,57 @@ def capture_traced(root: nn.Module, traced: fx.GraphModule, *, input: TensorSpec
 # ---- grouping nodes into layers --------------------------------------------------------------
 
 
-class _Owners:
-    """Maps a module path to the layer that owns it (see the module docstring), memoised."""
-
-    def __init__(self, root: nn.Module) -> None:
-        self.root = root
-        self.cache: dict[str, str | None] = {}
-
-    def __call__(self, path: str) -> str | None:
-        """The owner of the module at ``path``; None for a stateless attribute of the root."""
-        if path not in self.cache:
-            self.cache[path] = self._owner(path.split("."))
-        return self.cache[path]
-
-    def _owner(self, parts: list[str]) -> str | None:
-        module, depth = self.root, 0
-        while depth < len(parts):
-            module = module.get_submodule(parts[depth])
-            depth += 1
-            if isinstance(self.root, nn.Sequential) or not isinstance(module, _CONTAINERS):
-                break
-        if depth == 1 and not isinstance(self.root, _CONTAINERS) and not module.state_dict():
-            return None
-        return ".".join(parts[:depth])
-
-
 def _runs(root: nn.Module, graph: fx.Graph, name: str) -> list[tuple[str, list[fx.Node]]]:
-    """``(owner, nodes)`` per layer, in graph order; the placeholder, output and get_attr nodes in none.
+    """``(owner, nodes)`` per layer, in graph order (:mod:`pipetrain.graph.owners`: glue joins the
+    node before, stateless runs the layer before); the placeholder, output and get_attr nodes in none.
 
     Raises:
         UserError: a module that runs at two separate places (its weights would sit in two layers).
     """
-    owners = _Owners(root)
-    found: list[tuple[fx.Node, str | None]] = []
+    called = {id(root.get_submodule(str(node.target))) for node in graph.nodes if node.op == "call_module"}
+    owners = Owners(root, whole=lambda module: id(module) in called)
+    owned: list[tuple[fx.Node, str | None]] = []
     for node in graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
             continue
-        module = innermost_module(node.meta.get("nn_module_stack") or {})
-        path = str(node.target) if node.op == "call_module" else module and module[0]
-        found.append((node, owners(path) if path else None))
-    current = next((owner for _, owner in found if owner is not None), "model")
-    runs: list[tuple[str, list[fx.Node]]] = []
-    for node, owner in found:
-        current = owner or current
-        if runs and runs[-1][0] == current:
-            runs[-1][1].append(node)
-        else:
-            runs.append((current, [node]))
+        path = _module_path(node)
+        owned.append((node, owners(path) if path else None))
+    runs = [(owner or "model", nodes) for owner, nodes in merge_stateless(group(owned), owners.stateless)]
     seen = [owner for owner, _ in runs]
     for k, owner in enumerate(seen):
         if owner in seen[:k]:
             raise UserError(
                 f"module {owner!r} of {name!r} runs at two separate places in forward (before and after "
                 f"{seen[k - 1]!r}), so it cannot be one layer; give each call its own module, or "
-                + _LEAF.format("makes both calls")
+                + _leaf_remedy(root, [owner.rpartition(".")[0]], "makes both calls")
             )
     return runs
+
+
+def _module_path(node: fx.Node) -> str:
+    """The module that runs ``node``: the one it calls, else the one whose forward made it; ``""``: the root."""
+    if node.op == "call_module":
+        return str(node.target)
+    module = innermost_module(node.meta.get("nn_module_stack") or {})
+    return module[0] if module else ""
+
+
+def _leaf_remedy(root: nn.Module, paths: Sequence[str], what: str) -> str:
+    """``mark Encoder ('encoder', which {what}) a leaf ...``: the innermost module other than the root
+    and containers that runs all of ``paths`` (module paths) in its forward; kept whole, it is one
+    layer, so what fails between its layers no longer happens. Unnamed if that is the root."""
+    common: list[str] = []
+    for names in zip(*(path.split(".") if path else [] for path in paths), strict=False):  # to the shortest
+        if len(set(names)) > 1:
+            break
+        common.append(names[0])
+    while common and isinstance(root.get_submodule(".".join(common)), CONTAINERS):
+        common.pop()
+    if not common:
+        return _LEAF.format(what)
+    cls = type(root.get_submodule(".".join(common)))
+    return (f"mark {cls.__name__} ({'.'.join(common)!r}, which {what}) a leaf, run whole inside one layer "
+            f"(leaf_modules=[{cls.__name__}] / --leaf {cls.__module__}:{cls.__qualname__})")
 
 
 def _cuts(runs: list[tuple[str, list[fx.Node]]], graph: fx.Graph) -> list[list[fx.Node]]:
@@ -186,8 +187,8 @@ def _cuts(runs: list[tuple[str, list[fx.Node]]], graph: fx.Graph) -> list[list[f
     return cuts
 
 
-def _check_cut(name: str, runs: list[tuple[str, list[fx.Node]]], k: int, crossing: list[fx.Node],
-               parts: dict[fx.Node, Part | str]) -> None:
+def _check_cut(name: str, root: nn.Module, runs: list[tuple[str, list[fx.Node]]], k: int,
+               crossing: list[fx.Node], parts: dict[fx.Node, Part | str]) -> None:
     """Check that the values crossing cut ``k`` (before layer ``k``; ``len(runs)``: the model's
     output) can travel as one tensor.
 
@@ -204,10 +205,11 @@ def _check_cut(name: str, runs: list[tuple[str, list[fx.Node]]], k: int, crossin
     if len(tensors) == len(found):
         return
     hint = "compute sizes where they are used (x.shape[0] in the later code), " if "not a tensor" in found else ""
+    remedy = _leaf_remedy(root, [_module_path(n) for node in crossing for n in (node, *node.users)], "spans this cut")
     raise UserError(
         f"cannot cut {name!r} between layers {runs[k - 1][0]!r} and {runs[k][0]!r}: what crosses it, "
         f"{values or 'nothing'}, cannot travel as one tensor (every value must be a tensor batched along dim 0); "
-        f"{hint}{_LEAF.format('spans this cut')}, or pass an nn.Sequential"
+        f"{hint}{remedy}, or pass an nn.Sequential"
     )
 
 
@@ -270,6 +272,9 @@ class CapturedLayer(nn.Module):
         targets = {str(node.target) for node in graph.nodes if node.op in ("call_module", "get_attr")}
         for target in sorted(targets, key=_tree_order(model.root)):  # the model's order: deterministic names
             _attach(self, model, target)
+        placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+        self._copied = frozenset(i for i, node in enumerate(placeholders)
+                                 if any(_in_place(self, user) and user.args[0] is node for user in node.users))
         object.__setattr__(self, "_code", fx.GraphModule(self, graph, class_name="CapturedCode"))
         self._device = named_device(graph)
 
@@ -282,6 +287,7 @@ class CapturedLayer(nn.Module):
             self._code.recompile()
         parts = [part for x, slots in zip(xs, self._unpack_slots, strict=True)
                  for part in ((x,) if slots is None else unpack(x, slots))]
+        parts = [part.clone() if i in self._copied else part for i, part in enumerate(parts)]
         code: Callable[..., Any] = type(self._code).forward
         out = code(self, *parts)
         return pack(out) if self._packs else out  # type: ignore[no-any-return]
@@ -290,14 +296,14 @@ class CapturedLayer(nn.Module):
         """Unpickling rebuilds ``_code`` by tracing its code again, which turns values computed from
         buffers alone (a rotary table) into new constants held by ``_code``: hold them here too, as
         buffers outside the ``state_dict``, since the code runs with this module as ``self``."""
-        super().__setstate__(state)
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
         for node in self._code.graph.nodes:
             target = str(node.target)
             if node.op == "get_attr" and not _has_path(self, target):
                 self.register_buffer(target, self._code.get_buffer(target), persistent=False)
 
     def extra_repr(self) -> str:
-        return f"unpacks={self._unpack_slots}, packs={self._packs}"
+        return f"unpacks={self._unpack_slots}, packs={self._packs}, copies={sorted(self._copied)}"
 
 
 def _has_path(module: nn.Module, target: str) -> bool:
@@ -307,6 +313,22 @@ def _has_path(module: nn.Module, target: str) -> bool:
         return False
     holder = module.get_submodule(target.rpartition(".")[0]) if "." in target else module
     return hasattr(holder, target.rpartition(".")[2])
+
+
+def _in_place(holder: nn.Module, node: fx.Node) -> bool:
+    """Whether ``node`` changes its first argument in place: a module built with ``inplace=True``,
+    ``F.relu(x, inplace=True)``, ``x.relu_()``, ``torch.relu_(x)``, ``x[i] = v``, ``operator.iadd``."""
+    if not node.args:
+        return False
+    if node.op == "call_module":
+        return getattr(holder.get_submodule(str(node.target)), "inplace", False) is True
+    if node.op == "call_method":
+        return str(node.target).endswith("_") and not str(node.target).startswith("_")
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", "")
+        return node.kwargs.get("inplace") is True or (name.endswith("_") and not name.startswith("_")) \
+            or name in inplace_methods
+    return False
 
 
 def _tree_order(root: nn.Module) -> Callable[[str], tuple[int, int, str]]:

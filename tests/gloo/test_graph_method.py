@@ -59,7 +59,7 @@ def _plans() -> dict[str, Plan]:
 PLANS = _plans()
 TOWERS = capture(Towers(), input=TensorSpec((FEATURES,)), target=TensorSpec((), "int64", high=CLASSES),
                  loss=LossKind.CROSS_ENTROPY, name="towers")
-TOWERS_PLAN = graph_plan(TOWERS, [("a.0", "a.1", "a.2"), ("b.0", "b.1"), ("merge", "head")], [(0,), (1,), (2,)],
+TOWERS_PLAN = graph_plan(TOWERS, [("a.0", "a.2"), ("b.0",), ("merge", "head")], [(0,), (1,), (2,)],  # Tanhs join
                          [EQUAL] * 3)
 DIGITS = build_model("branchy-digits")
 DIGITS_PLAN = graph_plan(DIGITS, [("mlp0", "mlp1", "mlp2"), ("img0", "img1", "img2"), ("concat", "head")],
