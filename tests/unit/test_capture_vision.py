@@ -212,11 +212,21 @@ def test_fx_failure_is_one_line_whose_leaf_remedy_works_when_followed(
 
 
 class MaskedEncoder(Encoder):
-    """Keeps an int64 mask from before its blocks to after them: no cut between its blocks can carry it."""
+    """Keeps an int64 mask from before its blocks to after them: every cut between them carries it,
+    packed beside the float activations."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         keep = (input.abs().sum(-1, keepdim=True) > 0).long()
         return super().forward(input) * keep
+
+
+class ScaledEncoder(Encoder):
+    """Keeps a scalar of the whole batch (not batched along dim 0) until after its blocks: no cut
+    between them can carry it."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        scale = input.abs().max()
+        return super().forward(input) / scale
 
 
 class LoopedEncoder(Encoder):
@@ -228,7 +238,8 @@ class LoopedEncoder(Encoder):
 
 
 @pytest.mark.parametrize(("cls", "failure"), [
-    (MaskedEncoder, r"cannot cut 'm' between layers 'conv_proj' and 'encoder\.layers\.encoder_layer_0': .*'long'"),
+    (ScaledEncoder, r"cannot cut 'm' between layers 'conv_proj' and 'encoder\.layers\.encoder_layer_0': "
+                    r".*not batched along dim 0"),
     (LoopedEncoder, r"module 'encoder\.layers\.encoder_layer_0' of 'm' runs at two separate places"),
 ])
 def test_a_failure_between_blocks_names_the_module_to_keep_whole_and_that_works(
@@ -242,6 +253,14 @@ def test_a_failure_between_blocks_names_the_module_to_keep_whole_and_that_works(
     assert leaf is not None and leaf.group(1) == f"{__name__}:{cls.__name__}"
     graph = grab(model, leaf_modules=leaf_classes([leaf.group(1)]))
     assert graph.names == ("conv_proj", "encoder", "heads.head")
+    x = torch.randn(3, *IMAGE)
+    assert torch.equal(graph.build_sequential()(x), model(x))
+
+
+def test_an_int_mask_crosses_every_cut_between_blocks_packed_beside_the_activations() -> None:
+    model = _vit_with_encoder(MaskedEncoder)
+    graph = grab(model)
+    assert graph.names[:2] == ("conv_proj", "encoder.layers.encoder_layer_0")
     x = torch.randn(3, *IMAGE)
     assert torch.equal(graph.build_sequential()(x), model(x))
 
