@@ -100,3 +100,8 @@ def classification_data() -> tuple[_Items, _Items]:
     lengths = torch.randint(T // 2, T + 1, (n,), generator=generator)
     mask = (torch.arange(T)[None, :] < lengths[:, None]).long()
     return _split({"input_ids": ids * mask, "attention_mask": mask, "labels": ids[:, 0] % 3})
+
+
+def char_tokenizer() -> object:
+    """A tokenizer factory for ``text:PATH?tokenizer=tests.hf_models:char_tokenizer``: ids = code points mod 128."""
+    return lambda text: [ord(c) % VOCAB for c in text]

@@ -20,8 +20,9 @@ into the same form :func:`pipetrain.graph.capture.capture` builds from fx and ha
 * **One output.** The ``ModelOutput``'s ``logits`` (else its only tensor) is the model's output; the
   loss that transformers computes from ``labels`` is left out (pipetrain's loss is a plan's,
   :data:`~pipetrain.graph.layer_graph.LossKind.CAUSAL_LM` for causal LMs).
-* **Training and evaluation.** Export records dropout as run in training mode; each dropout becomes
-  an ``nn.Dropout`` module, so ``eval()`` turns it off as in the original model. Shape assertions
+* **Training and evaluation.** Export records dropout as run in training mode; each dropout, and
+  each attention's dropout, becomes a module again (:mod:`pipetrain.graph.training_only`), so
+  ``eval()`` turns it off as in the original model. Shape assertions
   are dropped (the batch dimension is dynamic: micro-batches of any size run the same layers).
 
 Layers are then cut at block granularity by the owner rule of :mod:`pipetrain.graph.capture`
@@ -49,6 +50,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.capture import capture_traced
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.graph.packing import Slot, carrier, unpack
+from pipetrain.graph.training_only import modules_for_training_only_ops
 
 __all__ = ["capture_exported", "unpack_fields"]
 
@@ -90,7 +92,7 @@ def capture_exported(
     program = _export(root, input, name)
     graph = _single_input_graph(root, program, input)
     _pick_output(graph, program, name)
-    _dropout_modules(root, graph)
+    modules_for_training_only_ops(root, graph)
     traced = fx.GraphModule(root, graph)
     traced.graph.eliminate_dead_code()
     traced.recompile()
@@ -199,23 +201,3 @@ def _pick_output(graph: fx.Graph, program: ExportedProgram, name: str) -> None:
     if not isinstance(chosen, fx.Node):
         raise UserError(f"model {name!r} returns no tensor to train on; return the logits")
     output.args = (chosen,)
-
-
-def _dropout_modules(root: nn.Module, graph: fx.Graph) -> None:
-    """Turn each exported ``aten.dropout(x, p, train)`` into a call of an ``nn.Dropout(p)``, so that
-    ``eval()`` disables it as in the original: the ``nn.Dropout`` it ran in, else a new one held by
-    the module whose forward called it (so it stays in that module's layer)."""
-    for k, node in enumerate([n for n in graph.nodes if n.target is torch.ops.aten.dropout.default]):
-        x, p = node.args[0], float(node.args[1])  # type: ignore[arg-type]
-        stack = list((node.meta.get("nn_module_stack") or {}).values())
-        owner = stack[-1][0] if stack else ""
-        module = root.get_submodule(owner)
-        if not (isinstance(module, nn.Dropout) and module.p == p):
-            path = f"_pipetrain_dropout_{k}"
-            module.add_module(path, nn.Dropout(p))
-            owner = f"{owner}.{path}" if owner else path
-        with graph.inserting_before(node):
-            call = graph.call_module(owner, (x,))
-        call.meta = dict(node.meta)
-        node.replace_all_uses_with(call)
-        graph.erase_node(node)
