@@ -1,0 +1,95 @@
+"""Hugging Face models trained as they are on 2 ranks (issue 26 §1, level (c) like ``test_equivalence``).
+
+GPT-2 (its head tied to its embedding, on different stages), Llama (an attention mask crosses every
+cut) and BERT for classification (padding masks), from tiny configs with random init, trained 3
+SGD steps under 1f1b, zb1 and interleaved: every weight equals the Hugging Face model itself trained
+in one process with its own loss (``labels``) on the same batches, under the model's own names.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from pipetrain.api import resolve_model
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.graph.packing import Slot, unpack
+from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
+from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
+from pipetrain.runtime.job.data import make_batch
+from tests import hf_models
+
+from .models import chain_plan, cut
+
+pytest.importorskip("transformers")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+BATCH = 8
+TOL = 1e-5
+MODELS = {
+    "gpt2": ("tests.hf_models:gpt2", "tests.hf_models:causal_data"),
+    "llama": ("tests.hf_models:llama", "tests.hf_models:causal_masked_data"),
+    "bert": ("tests.hf_models:bert", "tests.hf_models:classification_data"),
+}
+METHODS = ("1f1b", "zb1", "interleaved")
+
+
+def _config(data: str) -> TrainConfig:
+    return TrainConfig(steps=3, lr=0.1, data=data, progress=False, timeout_s=60)
+
+
+def _plan(graph: LayerGraph, method: str) -> Plan:
+    if method == "interleaved":  # 4 stages looping over 2 ranks
+        sizes = equal_sizes(BATCH, 2)
+        stages = tuple(StagePlan(layers, (k % 2,), sizes, sizes) for k, layers in enumerate(cut(graph.names, 4)))
+        return Plan(graph.name, "", BATCH, Method.INTERLEAVED, stages)
+    return chain_plan(graph, 2, BATCH, 4, Method.ONE_F_ONE_B if method == "1f1b" else Method.ZB1)
+
+
+@pytest.fixture(scope="module")
+def graphs() -> dict[str, LayerGraph]:
+    return {name: resolve_model(model, data=data) for name, (model, data) in MODELS.items()}
+
+
+@pytest.fixture(scope="module")
+def results(graphs: dict[str, LayerGraph]) -> dict[tuple[str, str], TrainResult]:
+    cases = [(name, method) for name in MODELS for method in METHODS]
+    jobs = [TrainJob(graphs[name], _plan(graphs[name], method), _config(MODELS[name][1]), return_parameters=True)
+            for name, method in cases]
+    return dict(zip(cases, train_many(jobs), strict=True))
+
+
+def _hugging_face_train(name: str, graph: LayerGraph) -> nn.Module:
+    """The Hugging Face model itself, trained with its own loss on the pipeline's batches."""
+    model = getattr(hf_models, MODELS[name][0].split(":")[1])()
+    config = _config(MODELS[name][1])
+    optimizer = config.build_optimizer(model.parameters())
+    slots = [Slot(f.shape, f.torch_dtype) for f in graph.input.fields]
+    for step in range(config.steps):
+        x, y = make_batch(graph, BATCH, step, config.seed, config.data)
+        inputs = dict(zip((f.name for f in graph.input.fields), unpack(x, slots), strict=True))
+        model(**inputs, labels=y).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_weights_equal_the_hugging_face_model_trained_in_one_process(
+        graphs: dict[str, LayerGraph], results: dict[tuple[str, str], TrainResult], name: str) -> None:
+    model = _hugging_face_train(name, graphs[name])
+    expected = model.state_dict()
+    start = getattr(hf_models, MODELS[name][0].split(":")[1])().state_dict()
+    for method in METHODS:
+        trained = results[name, method].parameters
+        assert set(trained) <= set(expected)
+        # relative to each tensor's scale; a key bias, whose gradient is zero in exact arithmetic, stays ~0
+        worst = max((((trained[k] - expected[k]).abs().max() / (expected[k].abs().max() + 0.1)).item(), k)
+                    for k in trained)
+        assert worst[0] <= TOL, (method, worst)
+        assert max((trained[k] - start[k]).abs().max().item() for k in trained) > 1e-4  # training moved them
+    loaded = getattr(hf_models, MODELS[name][0].split(":")[1])()
+    loaded.load_state_dict({**loaded.state_dict(), **results[name, "1f1b"].parameters}, strict=True)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in results[name, "1f1b"].parameters.items())
