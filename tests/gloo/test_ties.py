@@ -1,4 +1,4 @@
-"""Tied weights across stages (issue 26 §3, DESIGN.md §5 invariant 8), level (c) like ``test_equivalence``.
+"""Tied weights across stages (issue 26 §3, docs/architecture.md §6), level (c) like ``test_equivalence``.
 
 :class:`~tests.gloo.models.TiedLM` (embedding and head tied as GPT-2's, blocks 0 and 1 tied as
 ALBERT's), a plain ``nn.Module`` captured by fx, trains 3 steps under gpipe, 1f1b, zb1, interleaved,

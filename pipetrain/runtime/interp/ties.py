@@ -6,7 +6,7 @@ of every copy's: first over the copies on this rank (two stages of a looping or 
 with one all-reduce over the tie's *owners*, every rank of every stage holding it, replicas
 included (a process group made at setup per tie, :func:`tie_groups`). Every copy then takes the
 same step from the same value, so training equals single-process, as Megatron trains its embedding
-and head (DESIGN.md §5 invariant 8). Ties whose layers share one stage were made one tensor when the
+and head (docs/architecture.md §6). Ties whose layers share one stage were made one tensor when the
 stage was built and need nothing here.
 
 A replicated stage leaves its tied parameters out of the replicas' all-reduce (the owners' sum
