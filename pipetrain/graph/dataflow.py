@@ -158,7 +158,8 @@ def chain_stage(graph: LayerGraph, indices: Sequence[int], device: torch.device 
     :class:`StageModule` between its cuts (the model linearised)."""
     if graph.is_chain:
         module = graph.build_sequential(indices)
-        return module if device is None else module.to(device)
+        # a move may give each holder of a tied tensor its own copy (meta does): tie them again
+        return module if device is None else graph.tied(module.to(device), indices)
     return StageModule(graph, indices, *chain_ports(graph, indices), device=device)
 
 

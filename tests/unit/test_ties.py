@@ -74,6 +74,8 @@ def test_a_stage_holds_one_copy_and_another_stage_its_own_equal_copy() -> None:
     assert torch.equal(weight(last, "1.lm_head"), weight(first, "0.wte"))
     both = StageModule(GRAPH, [0, 4], [(-1,), (3,)], [(0,), (4,)])  # a DAG stage re-ties as well
     assert weight(both, "1.lm_head") is weight(both, "0.wte")
+    moved = chain_stage(GRAPH, range(5), device="meta")  # a move to another device keeps the ties
+    assert weight(moved, "4.lm_head") is weight(moved, "0.wte") and weight(moved, "0.wte").is_meta
 
 
 def test_single_process_reference_equals_plain_torch_on_the_module() -> None:
