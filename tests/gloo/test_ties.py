@@ -2,10 +2,10 @@
 
 :class:`~tests.gloo.models.TiedLM` (embedding and head tied as GPT-2's, blocks 0 and 1 tied as
 ALBERT's), a plain ``nn.Module`` captured by fx, trains 3 steps under gpipe, 1f1b, zb1, interleaved,
-zbv, replicated stages and clipping, with each tie on one stage, on two stages of two ranks, or on
-two stages of one rank; every rank's copy of every weight equals the module itself trained by plain
-torch within 1e-5. A checkpointed run resumes bit for bit, writes each tie once and exports weights
-that the original module loads with ``strict=True``.
+zbv, graph (the DAG kernel), replicated stages and clipping, with each tie on one stage, on two
+stages of two ranks, or on two stages of one rank; every rank's copy of every weight equals the
+module itself trained by plain torch within 1e-5. A checkpointed run resumes bit for bit, writes
+each tie once and exports weights that the original module loads with ``strict=True``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
 from pipetrain.runtime.job.checkpoint import export_checkpoint, newest_checkpoint
 from pipetrain.runtime.job.data import make_batch
 
-from .models import TiedLM, cut, tied_lm_graph, v_plan
+from .models import TiedLM, cut, graph_plan, tied_lm_graph, v_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -51,6 +51,7 @@ CASES: dict[str, tuple[Plan, TrainConfig]] = {
     # a V: embedding and head on stages 0 and 3 of rank 0, the blocks on stages 1 and 2 of rank 1
     "zbv": (v_plan(GRAPH, BATCH, 2, 4), SGD),
     "replicated": (plan(BLOCKS_IN_ONE, [(0, 1), (2,)], Method.ONE_F_ONE_B), SGD),
+    "graph": (graph_plan(GRAPH, BLOCKS_IN_ONE, [(0,), (1,)], [(2, 2, 4), (4, 4)]), SGD),
     "1f1b-clip": (plan(BLOCKS_IN_ONE, [(0,), (1,)], Method.ONE_F_ONE_B), CLIP),
 }
 
