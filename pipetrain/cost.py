@@ -26,7 +26,7 @@ import numpy as np
 
 from pipetrain.cluster import Cluster, device_model
 from pipetrain.errors import UserError
-from pipetrain.profile.table import LayerProfile, Profile
+from pipetrain.profile.table import LayerProfile, Profile, TiedBytes
 
 __all__ = ["CostModel"]
 
@@ -190,17 +190,29 @@ class CostModel:
         shared = sum(max(len(held.intersection(t.layers)) - 1, 0) * t.parameter_bytes for t in self.profile.ties)
         return sum(self.profile.layer(n).parameter_bytes for n in layers) - shared
 
+    def _spanning_ties(self, stages: Sequence[tuple[Sequence[str], Sequence[int]]]
+                       ) -> list[tuple[TiedBytes, list[int], list[int]]]:
+        """The tied parameters that two or more of ``stages`` (each: its layers and its ranks) hold,
+        with those stages' indices and their ranks (the owners)."""
+        out = []
+        for tie in self.profile.ties:
+            holding = [k for k, (layers, _) in enumerate(stages) if set(layers).intersection(tie.layers)]
+            if len(holding) > 1:
+                out.append((tie, holding, sorted({r for k in holding for r in stages[k][1]})))
+        return out
+
     def tied_allreduce_s(self, stages: Sequence[tuple[Sequence[str], Sequence[int]]], rank: int) -> float:
         """Seconds ``rank`` spends before its first step summing the gradients of the tied parameters
         that two or more of ``stages`` (each: its layers and its ranks) hold: a ring all-reduce of each
         over its owners, every rank of every stage holding it (0 for one owner, or none held)."""
-        total = 0.0
-        for tie in self.profile.ties:
-            holding = [ranks for layers, ranks in stages if set(layers).intersection(tie.layers)]
-            owners = sorted({r for ranks in holding for r in ranks})
-            if len(holding) > 1 and rank in owners:
-                total += self.allreduce_s(tie.parameter_bytes, owners)
-        return total
+        return sum(self.allreduce_s(tie.parameter_bytes, owners)
+                   for tie, _, owners in self._spanning_ties(stages) if rank in owners)
+
+    def replica_bytes(self, stages: Sequence[tuple[Sequence[str], Sequence[int]]], k: int) -> int:
+        """Bytes stage ``k``'s replicas all-reduce: its parameters but those tied to another stage
+        (which its owners all-reduce instead, :meth:`tied_allreduce_s`)."""
+        tied = sum(tie.parameter_bytes for tie, holding, _ in self._spanning_ties(stages) if k in holding)
+        return self.parameter_bytes(stages[k][0]) - tied
 
     def step_s(self, layers: Sequence[str], rank: int) -> float:
         """Seconds for the optimizer step of the stage's parameters.

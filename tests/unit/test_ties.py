@@ -230,3 +230,12 @@ def test_the_simulator_prices_the_ties_all_reduce_at_each_owners_first_step() ->
     assert CostModel(tied, cluster).tied_allreduce_s([(s.layers, s.ranks) for s in across.stages], 1) == price
     v_placement = [(names[:1], (0,)), (names[1:3], (1,)), (names[3:], (0,))]  # both users on rank 0
     assert CostModel(tied, cluster).tied_allreduce_s(v_placement, 0) == 0.0
+
+
+def test_replicas_all_reduce_their_untied_parameters_and_the_owners_the_tie() -> None:
+    tied = replace(flat_profile(4, parameter_bytes=10_000), ties=(TiedBytes(("l0", "l3"), 10_000),))
+    cost = CostModel(tied, Cluster.local(3))
+    stages = [(("l0", "l1"), (0, 1)), (("l2", "l3"), (2,))]
+    assert cost.replica_bytes(stages, 0) == 10_000 and cost.replica_bytes(stages, 1) == 10_000
+    assert cost.tied_allreduce_s(stages, 2) == cost.allreduce_s(10_000, [0, 1, 2]) > 0
+    assert cost.replica_bytes([(("l0", "l1", "l2", "l3"), (0, 1))], 0) == 30_000  # one stage: tied once, all-reduced
