@@ -239,3 +239,23 @@ def test_replicas_all_reduce_their_untied_parameters_and_the_owners_the_tie() ->
     assert cost.replica_bytes(stages, 0) == 10_000 and cost.replica_bytes(stages, 1) == 10_000
     assert cost.tied_allreduce_s(stages, 2) == cost.allreduce_s(10_000, [0, 1, 2]) > 0
     assert cost.replica_bytes([(("l0", "l1", "l2", "l3"), (0, 1))], 0) == 30_000  # one stage: tied once, all-reduced
+
+
+class Scaled(nn.Module):
+    def __init__(self, scale: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("scale", scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+def test_a_persistent_buffer_two_layers_hold_is_tied_as_well() -> None:
+    scale = torch.full((3,), 2.0)
+    spec = TensorSpec((3,))
+    graph = LayerGraph.from_layers([("a", Scaled(scale)), ("b", Scaled(scale))], input=spec, target=spec,
+                                   loss=LossKind.MSE)
+    assert graph.ties == (Tie(("a.scale", "b.scale"), ("a", "b")),)
+    model = graph.build_sequential()
+    assert model[1].scale is model[0].scale
+    assert estimate_profile(graph, "a100", 2).ties == ()  # no gradient to sum, nothing to price
