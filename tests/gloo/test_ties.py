@@ -4,7 +4,8 @@
 ALBERT's), a plain ``nn.Module`` captured by fx, trains 3 steps under gpipe, 1f1b, zb1, interleaved,
 zbv, graph (the DAG kernel), replicated stages and clipping, with each tie on one stage, on two
 stages of two ranks, or on two stages of one rank; every rank's copy of every weight equals the
-module itself trained by plain torch within 1e-5. A checkpointed run resumes bit for bit, writes
+module itself trained by plain torch within 1e-5, and the weights each rank holds are the memory
+model's. A checkpointed run resumes bit for bit, writes
 each tie once and exports weights that the original module loads with ``strict=True``.
 """
 
@@ -16,12 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipetrain.cluster import Cluster
+from pipetrain.cost import CostModel
 from pipetrain.graph.layer_graph import loss_sum
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
+from pipetrain.profile.estimate import estimate_profile
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
 from pipetrain.runtime.job.checkpoint import export_checkpoint, newest_checkpoint
 from pipetrain.runtime.job.data import make_batch
+from pipetrain.simulate.memory import stage_memory
 
 from .models import TiedLM, cut, graph_plan, tied_lm_graph, v_plan
 
@@ -90,6 +95,17 @@ def test_every_copy_equals_plain_torch(results: dict[str, TrainResult], name: st
         assert torch.allclose(got[key], value, rtol=0, atol=TOL), key
     assert results[name].losses == pytest.approx(losses, abs=TOL)
     assert (got["wte.weight"] - GRAPH.build_module().wte.weight).abs().max() > 1e-3  # it trained
+
+
+@pytest.mark.parametrize("name", ["1f1b", "gpipe-both-across", "zb1-adam"])
+def test_measured_weights_and_gradients_equal_the_memory_model(results: dict[str, TrainResult], name: str) -> None:
+    """Each stage holds a copy of a tie it shares with another stage, and one of a tie inside it."""
+    stages_plan, config = CASES[name]
+    cost = CostModel(estimate_profile(GRAPH, "a100", BATCH), Cluster.local(2))
+    predicted = stage_memory(stages_plan, cost, optimizer=config.optimizer)
+    measured = sorted(results[name].memory, key=lambda m: m.rank)
+    assert [m.weight_bytes for m in measured] == [p.weight_bytes for p in predicted]
+    assert [m.gradient_bytes for m in measured] == [p.gradient_bytes for p in predicted]
 
 
 def test_clipping_was_active() -> None:
