@@ -29,6 +29,7 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer, LayerGraph
 from pipetrain.graph.ties import Tie
+from pipetrain.plan.methods import methods_where
 from pipetrain.plan.plan import Plan
 
 __all__ = ["TiedCopies", "TiedGradients", "check_ties", "spanning_ties", "tie_groups"]
@@ -55,10 +56,11 @@ def check_ties(graph: LayerGraph, plan: Plan) -> None:
     spec = plan.spec
     if spec.flush and spec.gradients_cross_stages:
         return
+    synchronous = ", ".join(m.value for m in methods_where(flush=True, gradients_cross_stages=True))
     for tie, stages in spanning_ties(graph, plan):
         raise UserError(f"{tie.name} is tied to {', '.join(tie.names[1:])} (layers {', '.join(tie.layers)}) on stages "
                         f"{list(stages)}, which method {plan.method.value} cannot keep equal; put those layers in one "
-                        "stage, or use a synchronous method (gpipe, 1f1b, zb1, interleaved)")
+                        f"stage, or use a synchronous method ({synchronous})")
 
 
 def tie_groups(graph: LayerGraph, plan: Plan) -> dict[Tie, dist.ProcessGroup]:
