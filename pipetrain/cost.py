@@ -2,11 +2,14 @@
 
 A stage's time on ``b`` samples is the sum of its layers' profiled times at ``b``, divided by the
 device's relative speed, plus a fixed per-action overhead (the runtime's own bookkeeping per
-micro-batch). Transfers cost ``latency + bytes / bandwidth`` on the link between the two ranks. A replicated stage
-all-reduces its gradients with a ring over its ranks (Patarasuk and Yuan 2009; the data-parallel
-sync of PipeDream, docs/algorithms.md §3.2): ``2 (r - 1)`` steps, each moving ``bytes / r`` over the ring's
-slowest link, so ``2 (r - 1) · latency + 2 (r - 1) / r · bytes / bandwidth``; ranks of one node use the
-probed all-reduce (``Cluster.collective``) as that link where the cluster has one.
+micro-batch). Transfers cost ``latency + bytes / bandwidth`` on the link between the two ranks. A
+replicated stage all-reduces its gradients with a ring over its ranks (Patarasuk and Yuan 2009; the
+data-parallel sync of PipeDream, docs/algorithms.md §3.2): ``2 (r - 1)`` steps, each moving ``bytes / r``
+over the ring's slowest link, so ``2 (r - 1) · latency + 2 (r - 1) / r · bytes / bandwidth``; ranks of one
+node use the probed all-reduce (``Cluster.collective``) as that link where the cluster has one. A tied
+parameter (:class:`~pipetrain.profile.table.TiedBytes`) counts once in a stage holding several of its
+layers, and costs the stages holding it such an all-reduce of its gradient over all their ranks
+(:meth:`CostModel.tied_allreduce_s`).
 
 For method ``local`` a cost model can also hold the auxiliary heads' profiles
 (:meth:`CostModel.with_heads`, from :func:`~pipetrain.profile.heads.head_profiles`): a stage ending at
@@ -23,7 +26,7 @@ import numpy as np
 
 from pipetrain.cluster import Cluster, device_model
 from pipetrain.errors import UserError
-from pipetrain.profile.table import LayerProfile, Profile
+from pipetrain.profile.table import LayerProfile, Profile, TiedBytes
 
 __all__ = ["CostModel"]
 
@@ -181,7 +184,35 @@ class CostModel:
         return self.profile.held_grad_bytes_per_sample(layers) * b
 
     def parameter_bytes(self, layers: Sequence[str]) -> int:
-        return sum(self.profile.layer(n).parameter_bytes for n in layers)
+        """Bytes of a stage's parameters: its layers', a parameter tied between several of them
+        counted once (the stage holds one copy; each stage holding it holds its own)."""
+        held = set(layers)
+        shared = sum(max(len(held.intersection(t.layers)) - 1, 0) * t.parameter_bytes for t in self.profile.ties)
+        return sum(self.profile.layer(n).parameter_bytes for n in layers) - shared
+
+    def _spanning_ties(self, stages: Sequence[tuple[Sequence[str], Sequence[int]]]
+                       ) -> list[tuple[TiedBytes, list[int], list[int]]]:
+        """The tied parameters that two or more of ``stages`` (each: its layers and its ranks) hold,
+        with those stages' indices and their ranks (the owners)."""
+        out = []
+        for tie in self.profile.ties:
+            holding = [k for k, (layers, _) in enumerate(stages) if set(layers).intersection(tie.layers)]
+            if len(holding) > 1:
+                out.append((tie, holding, sorted({r for k in holding for r in stages[k][1]})))
+        return out
+
+    def tied_allreduce_s(self, stages: Sequence[tuple[Sequence[str], Sequence[int]]], rank: int) -> float:
+        """Seconds ``rank`` spends before its first step summing the gradients of the tied parameters
+        that two or more of ``stages`` (each: its layers and its ranks) hold: a ring all-reduce of each
+        over its owners, every rank of every stage holding it (0 for one owner, or none held)."""
+        return sum(self.allreduce_s(tie.parameter_bytes, owners)
+                   for tie, _, owners in self._spanning_ties(stages) if rank in owners)
+
+    def replica_bytes(self, stages: Sequence[tuple[Sequence[str], Sequence[int]]], k: int) -> int:
+        """Bytes stage ``k``'s replicas all-reduce: its parameters but those tied to another stage
+        (which its owners all-reduce instead, :meth:`tied_allreduce_s`)."""
+        tied = sum(tie.parameter_bytes for tie, holding, _ in self._spanning_ties(stages) if k in holding)
+        return self.parameter_bytes(stages[k][0]) - tied
 
     def step_s(self, layers: Sequence[str], rank: int) -> float:
         """Seconds for the optimizer step of the stage's parameters.

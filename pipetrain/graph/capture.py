@@ -23,8 +23,9 @@
 Each layer is a :class:`CapturedLayer` whose ``state_dict`` keys are the model's own names
 (``blocks.0.attn.in_proj_weight``): the layers' state dicts together are the module's, key for key
 (state that ``forward`` never reads goes to the layer whose name prefixes it, else the first). A
-parameter or persistent buffer that two layers would share (tied weights) is an error; a
-non-persistent buffer or a constant is copied into each layer that reads it.
+parameter or persistent buffer that two layers share (tied weights) is listed in ``LayerGraph.ties``
+(:mod:`pipetrain.graph.ties`); a non-persistent buffer or a constant is copied into each layer that
+reads it.
 
     >>> graph = capture(model, input=TensorSpec((64,)), target=TensorSpec((), "int64", high=10),
     ...                 loss=LossKind.CROSS_ENTROPY, name="my-model")   # doctest: +SKIP
@@ -55,6 +56,7 @@ from pipetrain.graph.layer_graph import Layer, LayerGraph, LossKind, TensorSpec,
 from pipetrain.graph.owners import CONTAINERS, Owners, group, merge_stateless
 from pipetrain.graph.packing import Slot, pack, unpack
 from pipetrain.graph.rematerialise import rematerialise
+from pipetrain.graph.ties import find_ties
 
 __all__ = ["CapturedLayer", "capture", "capture_traced"]
 
@@ -84,8 +86,8 @@ def capture(
         seed: ``LayerGraph.seed``.
 
     Raises:
-        UserError: the module cannot be traced, runs a module at two separate places, shares a
-            parameter between layers, or passes across a cut tensors that cannot be packed.
+        UserError: the module cannot be traced, runs a module at two separate places, or passes
+            across a cut tensors that cannot be packed.
     """
     root = copy.deepcopy(module)  # a snapshot: later changes to the user's module do not leak in
     traced = trace(root, leaf_modules, name)
@@ -111,11 +113,11 @@ def capture_traced(root: nn.Module, traced: fx.GraphModule, *, input: TensorSpec
             _check_cut(name, root, runs, k, cuts[k], parts)
         layers = [_build_layer(model, nodes, [cuts[k]], cuts[k + 1], parts) for k, (_, nodes) in enumerate(runs)]
     owners = [owner for owner, _ in runs]
-    _check_shared_state(name, layers, owners)
     _attach_unused_state(model, layers, owners)
     built = tuple(Layer(owner, _Copy(layer), prefix="") for owner, layer in zip(owners, layers, strict=True))
     edges = () if dag is None else tuple((owners[p], owners[k]) for k, ps in enumerate(dag.producers) for p in ps)
-    return LayerGraph(name, built, input, target, loss, seed, edges=edges, module=_Copy(root))
+    ties = find_ties(list(zip(built, layers, strict=True)))
+    return LayerGraph(name, built, input, target, loss, seed, edges=edges, ties=ties, module=_Copy(root))
 
 
 # ---- grouping nodes into layers --------------------------------------------------------------
@@ -369,21 +371,6 @@ def _attach(holder: nn.Module, model: _Model, target: str) -> None:
         dest.register_buffer(field, value, persistent=target in model.state_names)
     else:
         setattr(dest, field, value)  # a module, a parameter, or a plain tensor attribute
-
-
-def _check_shared_state(name: str, layers: list[CapturedLayer], owners: list[str]) -> None:
-    """Raises UserError when two layers hold one parameter or persistent buffer (tied weights)."""
-    seen: dict[int, tuple[str, int]] = {}
-    for k, layer in enumerate(layers):
-        for key, tensor in layer.state_dict(keep_vars=True).items():
-            first_key, first = seen.setdefault(id(tensor), (key, k))
-            if first == k:
-                continue
-            shared = f"{key!r}" if key == first_key else f"{first_key!r} (also {key!r})"
-            raise UserError(
-                f"{shared} of {name!r} is used by two layers, {owners[first]!r} and {owners[k]!r} (shared or tied "
-                "weights); untie it (give each user its own copy), or " + _LEAF.format("holds both users")
-            )
 
 
 def _attach_unused_state(model: _Model, layers: list[CapturedLayer], owners: list[str]) -> None:

@@ -96,7 +96,7 @@ class StageModule(nn.Module):
 
     ``forward(*inputs)`` takes one tensor per input port and returns one tensor per output port (the
     tensor itself when there is one port). Children are the layers, named ``"0"``, ``"1"``, … in
-    ``indices`` order, as in ``graph.build_sequential(indices)``, so state dicts and
+    ``indices`` order, with tied tensors made one, as in ``graph.build_sequential(indices)``, so state dicts and
     :func:`~pipetrain.runtime.interp.rank_setup.stage_parameters` treat both alike.
     """
 
@@ -106,6 +106,7 @@ class StageModule(nn.Module):
         self.indices = tuple(indices)
         for position, i in enumerate(self.indices):
             self.add_module(str(position) if names is None else names[position], graph.build_layer(i, device))
+        graph.tied(self, self.indices)
         self.layer_inputs = tuple(graph.predecessors(i) or (MODEL_INPUT,) for i in self.indices)
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
         values = {v for port in self.inputs for v in port}
@@ -157,7 +158,8 @@ def chain_stage(graph: LayerGraph, indices: Sequence[int], device: torch.device 
     :class:`StageModule` between its cuts (the model linearised)."""
     if graph.is_chain:
         module = graph.build_sequential(indices)
-        return module if device is None else module.to(device)
+        # a move may give each holder of a tied tensor its own copy (meta does): tie them again
+        return module if device is None else graph.tied(module.to(device), indices)
     return StageModule(graph, indices, *chain_ports(graph, indices), device=device)
 
 

@@ -24,11 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import pairwise
+from typing import TypeVar
 
 import torch
 from torch import nn
 
 from pipetrain.errors import UserError
+from pipetrain.graph.ties import Tie, find_ties, retie
 
 __all__ = ["Field", "Layer", "LayerGraph", "LossKind", "TensorSpec", "loss_sum"]
 
@@ -47,6 +49,8 @@ class Field:
     @property
     def torch_dtype(self) -> torch.dtype:
         return _DTYPES[self.dtype]
+
+M = TypeVar("M", bound=nn.Module)
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,8 @@ class LayerGraph:
         seed: base seed for layer initialisation.
         edges: ``(src, dst)`` layer-name pairs; empty means the chain ``layers[0] -> layers[1] ...``;
             otherwise a DAG under the contract of the module docstring.
+        ties: the tensors several layers hold (tied weights, :mod:`pipetrain.graph.ties`): each
+            layer builds its own copy, which a module of several layers makes one again.
         module: for a model captured from an ``nn.Module`` (:func:`pipetrain.graph.capture.capture`),
             a picklable factory of a copy of it; see :meth:`build_module`.
     """
@@ -186,6 +192,7 @@ class LayerGraph:
     loss: LossKind = LossKind.CROSS_ENTROPY
     seed: int = 0
     edges: tuple[tuple[str, str], ...] = field(default=())
+    ties: tuple[Tie, ...] = field(default=())
     module: Callable[[], nn.Module] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -196,6 +203,10 @@ class LayerGraph:
             raise UserError(f"model {self.name!r} has duplicate layer names; make them unique")
         if self.edges:
             self._check_dag(names)
+        strangers = [layer for tie in self.ties for layer in tie.layers if layer not in names]
+        if strangers or any(len(tie.layers) < 2 for tie in self.ties):
+            raise UserError(f"model {self.name!r}: a tie names layers {strangers[:3] or 'fewer than 2'}; list each "
+                            "tied tensor with the two or more layers of the model that hold it")
 
     def _check_dag(self, names: list[str]) -> None:
         """The DAG contract (module docstring), with the first broken rule named."""
@@ -230,11 +241,13 @@ class LayerGraph:
         name: str = "sequential",
         seed: int = 0,
     ) -> LayerGraph:
-        """One layer per child of ``model``; each rank gets a copy of the given weights."""
+        """One layer per child of ``model``; each rank gets a copy of the given weights (children
+        sharing a tensor are tied, :mod:`pipetrain.graph.ties`)."""
         if not isinstance(model, nn.Sequential):
             raise UserError("from_sequential needs an nn.Sequential; wrap your layers in one")
         layers = tuple(Layer(n, _Copy(m)) for n, m in model.named_children())
-        return cls(name, layers, input, target, loss, seed)
+        ties = find_ties([(layer, m) for layer, m in zip(layers, model.children(), strict=True)])
+        return cls(name, layers, input, target, loss, seed, ties=ties)
 
     @classmethod
     def from_layers(
@@ -247,11 +260,13 @@ class LayerGraph:
         name: str = "layers",
         seed: int = 0,
     ) -> LayerGraph:
-        """From ``(name, module or picklable factory)`` pairs, in execution order."""
+        """From ``(name, module or picklable factory)`` pairs, in execution order. Modules sharing a
+        tensor are tied (:mod:`pipetrain.graph.ties`); factories are not looked into (each builds its own)."""
         built = tuple(
             Layer(n, _Copy(m) if isinstance(m, nn.Module) else m) for n, m in layers
         )
-        return cls(name, built, input, target, loss, seed)
+        given = [(layer, m) for layer, (_, m) in zip(built, layers, strict=True) if isinstance(m, nn.Module)]
+        return cls(name, built, input, target, loss, seed, ties=find_ties(given))
 
     # ---- queries -----------------------------------------------------------------------------
 
@@ -313,7 +328,13 @@ class LayerGraph:
             raise UserError(f"model {self.name!r} branches, so its layers are not a Sequential; build them with "
                             "pipetrain.graph.dataflow.chain_stage or whole_model")
         chosen = range(len(self)) if indices is None else indices
-        return nn.Sequential(*(self.build_layer(i) for i in chosen))
+        return self.tied(nn.Sequential(*(self.build_layer(i) for i in chosen)), chosen)
+
+    def tied(self, module: M, indices: Sequence[int]) -> M:
+        """``module``, whose children are the layers ``indices`` built one by one, with the copies of
+        each tied tensor made one (:func:`~pipetrain.graph.ties.retie`); returns it."""
+        retie([(self.layers[i], child) for i, child in zip(indices, module.children(), strict=True)], self.ties)
+        return module
 
     def build_module(self) -> nn.Module:
         """The whole model as one module whose ``state_dict`` keys are the pipeline's names
@@ -336,7 +357,8 @@ class LayerGraph:
 
             every = range(len(self))
             return StageModule(self, every, [(MODEL_INPUT,)], [(len(self) - 1,)], names=self.names)
-        return nn.Sequential(OrderedDict((layer.name, self.build_layer(i)) for i, layer in enumerate(self.layers)))
+        whole = nn.Sequential(OrderedDict((layer.name, self.build_layer(i)) for i, layer in enumerate(self.layers)))
+        return self.tied(whole, range(len(self)))
 
     def output_specs(self) -> tuple[TensorSpec, ...]:
         """Per-sample output spec of every layer, found by a forward pass on the meta device (of 2
@@ -355,8 +377,8 @@ class LayerGraph:
         return tuple(specs[j] for j in self.predecessors(i)) or (self.input,)
 
     def fingerprint(self) -> str:
-        """A short hash of the input spec, layer names and parameters (model's names, shapes); plans
-        and profiles record it.
+        """A short hash of the input spec, layer names, parameters (model's names, shapes) and ties;
+        plans and profiles record it.
 
         The name is left out: the same layers built under another name (a zoo name, a
         ``module:callable`` reference, a label) are the same model to a plan.
@@ -364,6 +386,8 @@ class LayerGraph:
         digest = hashlib.sha256(f"{self.input.shape}{self.input.dtype}".encode())
         if not self.is_chain:
             digest.update(repr(sorted(tuple(e) for e in self.edges)).encode())
+        if self.ties:
+            digest.update(repr(self.ties).encode())
         for i, layer in enumerate(self.layers):
             digest.update(layer.name.encode())
             for pname, p in self.build_layer(i, device="meta").named_parameters():

@@ -51,7 +51,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import layer_port, port_spec, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.profile.inputs import loss_saved_bytes, size_grid
-from pipetrain.profile.stats import layer_stats
+from pipetrain.profile.stats import layer_stats, tied_bytes
 from pipetrain.profile.table import LayerProfile, Profile
 
 __all__ = ["Kernel", "estimate_profile", "kernel_seconds", "trace_kernels"]
@@ -299,6 +299,7 @@ def estimate_profile(
         source=source,
         input_bytes_per_sample=graph.input.bytes_per_sample,
         edges=() if graph.is_chain else tuple(graph.edges),
+        ties=tied_bytes(graph),
         layers=tuple(layers),
         loss_saved_bytes_per_sample=loss_saved_bytes(
             graph, _meta_input(spec, grid[-1]), layers[-1].saved_output_bytes_per_sample > 0, torch.Generator()

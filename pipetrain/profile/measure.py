@@ -43,6 +43,7 @@ from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.profile.composition import _composition_ratios, _scaled
 from pipetrain.profile.inputs import LossFn, model_loss_fn, size_grid
 from pipetrain.profile.per_layer import _measure_layers
+from pipetrain.profile.stats import tied_bytes
 from pipetrain.profile.table import Profile
 from pipetrain.profile.timing import _Timer, _torch_threads
 
@@ -96,6 +97,7 @@ def measure_profile(
                f"scaled x{statistics.median(ratios):.3f} (median over sizes) to the whole model's time",
         input_bytes_per_sample=graph.input.bytes_per_sample,
         edges=() if graph.is_chain else tuple(graph.edges),
+        ties=tied_bytes(graph),
         layers=tuple(_scaled(lp, ratios) for lp in layers),
         loss_saved_bytes_per_sample=loss_bytes,
     )

@@ -1,6 +1,7 @@
 """Per-layer byte and FLOP counts from one recorded forward pass (what the profilers record beside time).
 
     stats, out = layer_stats(module, x)     # x [b, ...]; stats per sample; works on the meta device
+    ties = tied_bytes(graph)                # the tied parameters' bytes (Profile.ties)
 
 The saved bytes are what autograd keeps for backward (each storage once, parameters and buffers
 excluded), counted by a ``saved_tensors_hooks`` pack hook; the held-gradient bytes are those a split
@@ -22,9 +23,11 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import FlopCounterMode
 
+from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.split_backward import input_grads, layer_outputs
+from pipetrain.profile.table import TiedBytes
 
-__all__ = ["LayerStats", "SavedStorages", "held_grad_bytes", "layer_stats"]
+__all__ = ["LayerStats", "SavedStorages", "held_grad_bytes", "layer_stats", "tied_bytes"]
 
 
 @dataclass(frozen=True)
@@ -145,3 +148,17 @@ def held_grad_bytes(module: nn.Module, x: torch.Tensor) -> int:
         work = input_grads(y, torch.zeros_like(y), x, record)[1]
     storages = {_storage_key(g.untyped_storage()): g for _, g in work}
     return sum(int(g.untyped_storage().nbytes()) for g in storages.values())
+
+
+def tied_bytes(graph: LayerGraph) -> tuple[TiedBytes, ...]:
+    """The graph's tied parameters (persistent buffers left out: no gradient to sum) and their bytes,
+    read from their first layer built on the meta device."""
+    out = []
+    for tie in graph.ties:
+        i = graph.index(tie.layers[0])
+        layer = graph.layers[i]
+        held = [p for k, p in graph.build_layer(i, device="meta").named_parameters(remove_duplicate=False)
+                if layer.qualified(k) in tie.names]
+        if held:
+            out.append(TiedBytes(tie.layers, held[0].numel() * held[0].element_size()))
+    return tuple(out)

@@ -33,7 +33,7 @@ from typing import Any
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 
-__all__ = ["DEFAULT_WEIGHT_GRAD_SHARE", "LayerProfile", "Profile", "interpolate"]
+__all__ = ["DEFAULT_WEIGHT_GRAD_SHARE", "LayerProfile", "Profile", "TiedBytes", "interpolate"]
 
 DEFAULT_WEIGHT_GRAD_SHARE = 0.5
 """The weight-gradient share of a layer's backward when its profile does not say (module docstring)."""
@@ -140,6 +140,21 @@ class LayerProfile:
 
 
 @dataclass(frozen=True)
+class TiedBytes:
+    """A parameter that several layers hold (tied weights, :mod:`pipetrain.graph.ties`): each layer's
+    ``parameter_bytes`` counts it, a stage holding several of them keeps one copy, and the stages
+    holding it sum its gradients with an all-reduce before their step.
+
+    Attributes:
+        layers: the layers holding it (two or more).
+        parameter_bytes: its bytes.
+    """
+
+    layers: tuple[str, ...]
+    parameter_bytes: int
+
+
+@dataclass(frozen=True)
 class Profile:
     """A model's per-layer costs on one device.
 
@@ -155,6 +170,7 @@ class Profile:
         edges: the model's layer edges when it is a DAG (``LayerGraph.edges``); empty for a chain.
             They say which outputs cross a stage boundary (:meth:`cut_bytes_per_sample`,
             :meth:`edge_bytes_per_sample`).
+        ties: the tied parameters (``LayerGraph.ties``'s parameters, with their bytes).
     """
 
     model: str
@@ -165,6 +181,7 @@ class Profile:
     layers: tuple[LayerProfile, ...]
     loss_saved_bytes_per_sample: int = 0
     edges: tuple[tuple[str, str], ...] = ()
+    ties: tuple[TiedBytes, ...] = ()
 
     def layer(self, name: str) -> LayerProfile:
         for layer in self.layers:
@@ -263,6 +280,8 @@ class Profile:
                 layers=layers,
                 loss_saved_bytes_per_sample=int(data.get("loss_saved_bytes_per_sample", 0)),
                 edges=tuple((str(a), str(b)) for a, b in data.get("edges", ())),
+                ties=tuple(TiedBytes(tuple(str(n) for n in t["layers"]), int(t["parameter_bytes"]))
+                           for t in data.get("ties", ())),
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
             raise UserError(f"malformed profile JSON ({e!r}); re-create it with `pipetrain profile`") from None

@@ -21,6 +21,7 @@ from pipetrain.data import EvalResult, Loss
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import whole_model
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.graph.ties import alias_names
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime.interp.memory import ActivationMeter
@@ -148,6 +149,7 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_p
         for layer, child in zip(graph.layers, model.children(), strict=True):
             for pname, p in child.named_parameters():
                 parameters[layer.qualified(pname)] = p.detach().clone()
+        parameters = alias_names(parameters, graph.ties)
     return TrainResult(tuple(r.loss for r in rows), tuple(times),
                        batch_size / statistics.median(times[config.warmup_steps:]), timeline, parameters,
                        metrics=tuple(rows), data_wait_s=tuple(waits))

@@ -27,7 +27,11 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   buffers a rank posts at a step's start are the runtime's (:mod:`pipetrain.schedule.prepost`), reported
   per rank (``Timeline.prepost_bytes``), and cost no time;
 * the replicas of a replicated stage start their STEP together (their ``i``-th), once the last one reaches it, and
-  the STEP then costs the ring all-reduce of the stage's gradients plus the optimizer step.
+  the STEP then costs the ring all-reduce of the stage's gradients (but those tied to another stage) plus the
+  optimizer step;
+* a rank holding a tied parameter that other stages hold too adds, to its first STEP, the all-reduce of its
+  gradient over the owners (:meth:`~pipetrain.cost.CostModel.tied_allreduce_s`; the owners' wait for one another
+  is not modelled: in a flushed schedule the first stage, holding the embedding, finishes last anyway).
 
 The simulation advances in time order from event to event (an action ends, a message arrives);
 between events every busy rank's remaining work shrinks at its current rate. Cost:
@@ -84,6 +88,8 @@ class _Simulator:
         self.queued: dict[_Channel, int] = defaultdict(int)  # sent, not yet received
         self.capacity = plan.params.queue_bound
         self.events: list[Event] = []
+        self.stages = [(s.layers, s.ranks) for s in plan.stages]
+        self.tied_s = [cost.tied_allreduce_s(self.stages, r) for r in range(n)]
 
     # ---- costs --------------------------------------------------------------------------------
 
@@ -101,8 +107,9 @@ class _Simulator:
             return own + self.head_s(rank, a)
         if a.kind in (ActionKind.B, ActionKind.W):
             return self.split_s(rank, a)
-        stage = self.plan.stages[a.stage]
-        sync = self.cost.allreduce_s(self.cost.parameter_bytes(layers), stage.ranks)
+        sync = self.cost.allreduce_s(self.cost.replica_bytes(self.stages, a.stage), self.plan.stages[a.stage].ranks)
+        if self.steps_before[rank][self.pos[rank]] == 0:  # the rank's first STEP sums the tied copies
+            sync += self.tied_s[rank]
         return sync + self.cost.step_s(layers, rank) + self.head_s(rank, a)
 
     def split_s(self, rank: int, a: Action) -> float:

@@ -149,6 +149,9 @@ class StageTables:
         """Cost every size ``0..batch`` exactly as the event simulator costs actions, the split
         backward's ``B`` and ``W`` included.
 
+        The step seconds include the all-reduce of tied parameters' gradients on each rank's first
+        stage (:meth:`~pipetrain.cost.CostModel.tied_allreduce_s`).
+
         Args:
             cost: the cost model (its per-action overhead is part of ``f`` and ``g``).
             stages: each stage's layer names, in pipeline order.
@@ -173,6 +176,9 @@ class StageTables:
             if k > 0:
                 c_b[k, 1:] = [cost.transfer_s(cost.input_bytes(layers, b), rank, ranks[k - 1]) for b in sizes[1:]]
         step = np.array([cost.step_s(layers, rank) for layers, rank in zip(stages, ranks, strict=True)])
+        held = [(layers, (rank,)) for layers, rank in zip(stages, ranks, strict=True)]
+        for rank in set(ranks):  # the tied copies' all-reduce, at the rank's first STEP (as the event simulator)
+            step[list(ranks).index(rank)] += cost.tied_allreduce_s(held, rank)
         return cls(f, g, c_f, c_b, step, g_rc, b_in, w)
 
     @classmethod

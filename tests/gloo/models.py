@@ -193,3 +193,33 @@ def check_resume_and_reshard(graph: LayerGraph, plan: Plan, tmp_path: Path, eval
     assert [m.loss for m in resumed.metrics] == [m.loss for m in unbroken.metrics[4:]]
     assert max_param_diff(resharded, unbroken) <= 1e-4
     return unbroken
+
+
+class TiedLM(nn.Module):
+    """A token embedding, three blocks and a head whose weight is the embedding's (GPT-2's tie), and,
+    with ``shared_blocks``, blocks 0 and 1 sharing their weight too (ALBERT's)."""
+
+    def __init__(self, vocab: int = 11, width: int = 8, shared_blocks: bool = True) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(3))
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        if shared_blocks:
+            self.blocks[1].weight = self.blocks[0].weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.wte(tokens)
+        for block in self.blocks:
+            h = torch.tanh(block(h))
+        return self.lm_head(h)
+
+
+def tied_lm_graph(seq: int = 5, vocab: int = 11) -> LayerGraph:
+    """:class:`TiedLM` captured: layers ``wte, blocks.0, blocks.1, blocks.2, lm_head``, two ties."""
+    from pipetrain.graph.capture import capture
+    from pipetrain.graph.layer_graph import LossKind
+
+    torch.manual_seed(0)
+    tokens = TensorSpec((seq,), "int64", high=vocab)
+    return capture(TiedLM(vocab), input=tokens, target=tokens, loss=LossKind.LM, name="tied-lm")

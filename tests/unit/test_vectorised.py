@@ -16,7 +16,7 @@ from pipetrain.cost import CostModel
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.microbatch.encoding import cuts_to_partition, partition_to_cuts
-from pipetrain.profile.table import LayerProfile, Profile
+from pipetrain.profile.table import LayerProfile, Profile, TiedBytes
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.loop_time import iteration_time
@@ -89,7 +89,7 @@ def random_cost(rng: np.random.Generator, n: int, batch: int) -> tuple[CostModel
     """A cost model from a synthetic profile on a random two-level cluster.
 
     Each stage has one or two layers whose costs are random on the full grid 1..batch; devices sit on
-    random nodes (so links differ) and have random speeds.
+    random nodes (so links differ) and have random speeds; half the profiles tie two layers.
     """
     grid = tuple(range(1, batch + 1))
     stages, layers = [], []
@@ -103,7 +103,10 @@ def random_cost(rng: np.random.Generator, n: int, batch: int) -> tuple[CostModel
             bwd = tuple(float(2 * alpha + rng.uniform(0.5, 3.0) * beta * b) for b in grid)
             layers.append(LayerProfile(name, grid, fwd, bwd, int(rng.integers(0, 5000)),
                                        int(rng.integers(0, 100)), 0, 0.0, float(rng.uniform(0, 0.3))))
-    profile = Profile("random", "", "cpu", "synthetic", int(rng.integers(1, 5000)), tuple(layers))
+    # half the instances tie the first layer to the last (an embedding and its head), summed at STEP
+    tied = n > 1 and bool(rng.integers(0, 2))
+    ties = (TiedBytes((stages[0][0], stages[-1][-1]), int(rng.integers(1, 5000))),) if tied else ()
+    profile = Profile("random", "", "cpu", "synthetic", int(rng.integers(1, 5000)), tuple(layers), ties=ties)
     devices = tuple(Device("cpu", 1 << 30, float(rng.uniform(0.5, 2.0)), int(rng.integers(0, 2))) for _ in range(n))
     cluster = Cluster(devices, Link(float(rng.uniform(0, 0.3)), float(rng.uniform(1e3, 1e5))),
                       Link(float(rng.uniform(0, 1.0)), float(rng.uniform(1e3, 1e4))),

@@ -11,10 +11,11 @@ N(0, 0.02). The ``gpt1-14`` preset has exactly these sizes and 14 pipeline layer
 
 Differences from the paper, chosen for pipelining: blocks are pre-LN (LayerNorm before each
 sub-layer, as in GPT-2) with a final LayerNorm in the head, which trains stably without warm-up
-tuning; the head is *not* tied to the token embedding, because the two live on different
-pipeline stages; there is no dropout, so a pipelined run and its unpipelined reference compute the
-same numbers. Parameters of ``gpt1-14``: 116.5 M without the head (GPT-1's "117M", whose head
-was the tied embedding), 147.6 M with the untied head.
+tuning; the head is *not* tied to the token embedding (each layer here is built by its own
+factory; a captured model may tie them, docs/architecture.md §6); there is no dropout, so a
+pipelined run and its unpipelined reference compute the same numbers. Parameters of ``gpt1-14``:
+116.5 M without the head (GPT-1's "117M", whose head was the tied embedding), 147.6 M with the
+untied head.
 
 Attention is causal and uses ``torch.nn.functional.scaled_dot_product_attention``. The loss is
 ``LossKind.LM``: targets are the next tokens, ``[b, T]`` int64.

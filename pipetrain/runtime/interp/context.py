@@ -31,6 +31,7 @@ from pipetrain.data import Loss
 from pipetrain.graph.layer_graph import TensorSpec
 from pipetrain.runtime.interp.buffers import ChunkBuffer
 from pipetrain.runtime.interp.memory import ActivationMeter
+from pipetrain.runtime.interp.ties import TiedGradients
 from pipetrain.runtime.interp.transport import Transport
 from pipetrain.schedule.action import Action
 
@@ -203,6 +204,8 @@ class RankContext:
         input_ranges: the first stage's sample ranges on this rank (its micro-batches); None: the
             whole batch.
         clip: clips the gradients before the optimizer step (global norm over all stages), or None.
+        ties: sums the copies of tied parameters held by several stages before the step (on the
+            rank's first STEP), or None.
     """
 
     rank: int
@@ -217,6 +220,7 @@ class RankContext:
     replicas: dist.ProcessGroup | None = None
     input_ranges: tuple[Range, ...] | None = None
     clip: Clip | None = None
+    ties: TiedGradients | None = None
 
     @property
     def is_first(self) -> bool:

@@ -1,6 +1,7 @@
 """A stage's optimizer step after back-propagation across stages (STEP of the chain and DAG kernels).
 
     STEP  on a replicated stage, all-reduce (sum) the gradients and the loss over the stage's ranks;
+          sum the copies of tied parameters over their owners (:mod:`~pipetrain.runtime.interp.ties`);
           clip the global gradient norm (if set); optimizer step; zero the gradients; after a
           flush (synchronous methods), every message and kept tensor of the batch was consumed
 
@@ -24,9 +25,11 @@ __all__ = ["check_consumed", "optimizer_step"]
 
 
 def optimizer_step(ctx: RankContext) -> None:
-    """All-reduce over the replicas, clip, step and zero the gradients (module docstring)."""
+    """All-reduce over the replicas, sum the tied copies, clip, step and zero the gradients (module docstring)."""
     if ctx.replicas is not None:
         _allreduce_gradients(ctx, ctx.replicas)
+    if ctx.ties is not None:
+        ctx.ties.sum_gradients()
     if ctx.clip is not None:
         ctx.clip([p for p in ctx.module.parameters() if p.requires_grad])
     ctx.meter.note_gradients()
@@ -36,8 +39,10 @@ def optimizer_step(ctx: RankContext) -> None:
 
 
 def _allreduce_gradients(ctx: RankContext, replicas: dist.ProcessGroup) -> None:
-    """Sum the stage's gradients (and, on the last stage, the loss) over its replicas, in one message."""
-    params = [p for p in ctx.module.parameters() if p.requires_grad]
+    """Sum the stage's gradients (and, on the last stage, the loss) over its replicas, in one message;
+    tied parameters are summed over all their owners instead."""
+    ties = ctx.ties
+    params = [p for p in ctx.module.parameters() if p.requires_grad and not (ties is not None and ties.holds(p))]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     if ctx.is_last:
         total = ctx.tally.total

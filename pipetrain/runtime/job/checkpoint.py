@@ -10,7 +10,9 @@ On disk, one folder per checkpoint under the checkpoint directory ``D``::
 e.g. ``blocks.0.up.weight``), so a checkpoint does not depend on how the model was cut: any plan can
 read the tensors of its layers from whichever shards hold them (resharding). Optimizer state is keyed
 ``"{name}/{key}"`` (``exp_avg``, ``momentum_buffer``, ``step``...). The replicas of a replicated stage
-hold the same state, so only its first rank writes it; every rank writes its RNG state.
+hold the same state, so only its first rank writes it; every rank writes its RNG state. A tied tensor
+(:mod:`pipetrain.graph.ties`), whose copies hold the same value and optimizer state, is written once,
+by the stage of its first layer under its first name, and read back into every copy.
 
 ``manifest.json`` records the step, the samples seen, the model (name, fingerprint, layers), the
 plan's layout (each stage's layers and ranks), the optimizer and, per shard, its file, size, SHA-256
@@ -40,6 +42,7 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import Layer, LayerGraph
+from pipetrain.graph.ties import Tie, saved_by, saved_name
 from pipetrain.plan.plan import Plan
 
 __all__ = [
@@ -88,12 +91,13 @@ def plan_layout(plan: Plan) -> list[dict[str, list[Any]]]:
 
 
 def stage_state(module: nn.Module, layers: Sequence[Layer], optimizer: torch.optim.Optimizer | None,
-                *, owner: bool) -> State:
+                *, owner: bool, ties: Sequence[Tie] = ()) -> State:
     """What a rank saves: its stage's parameters, buffers and optimizer state when it is the stage's
     first rank (``owner``), and its RNG state.
 
     Args:
         module: the stage, one child per layer of ``layers``, in order.
+        ties: the model's ties: a tied tensor is saved only by its first layer (:func:`~pipetrain.graph.ties.saved_by`).
     """
     state: State = {"rng": {"torch": torch.get_rng_state()}}
     if torch.cuda.is_available() and any(p.is_cuda for p in module.parameters()):
@@ -102,27 +106,35 @@ def stage_state(module: nn.Module, layers: Sequence[Layer], optimizer: torch.opt
         return state
     children = zip(layers, module.children(), strict=True)
     state["model"] = {layer.qualified(k): v.detach().cpu() for layer, child in children
-                      for k, v in child.state_dict().items()}
-    state["optimizer"] = _optimizer_state(module, layers, optimizer)
+                      for k, v in child.state_dict().items() if saved_by(layer.name, layer.qualified(k), ties)}
+    state["optimizer"] = _optimizer_state(module, layers, optimizer, ties)
     return state
 
 
-def _parameter_names(module: nn.Module, layers: Sequence[Layer]) -> list[str]:
-    """The model's names of ``module.parameters()``, in that order (the optimizer's order)."""
-    return [layer.qualified(k) for layer, child in zip(layers, module.children(), strict=True)
-            for k, _ in child.named_parameters()]
+def _parameter_names(module: nn.Module, layers: Sequence[Layer]) -> list[tuple[str, str]]:
+    """``(layer, model's name)`` of each of ``module.parameters()``, in that order (the optimizer's
+    order; a parameter tied between two of the layers is listed once, by the first)."""
+    seen: set[int] = set()
+    names = []
+    for layer, child in zip(layers, module.children(), strict=True):
+        for k, p in child.named_parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                names.append((layer.name, layer.qualified(k)))
+    return names
 
 
-def _optimizer_state(module: nn.Module, layers: Sequence[Layer], optimizer: torch.optim.Optimizer | None
-                     ) -> dict[str, torch.Tensor]:
+def _optimizer_state(module: nn.Module, layers: Sequence[Layer], optimizer: torch.optim.Optimizer | None,
+                     ties: Sequence[Tie]) -> dict[str, torch.Tensor]:
     if optimizer is None:
         return {}
     names = _parameter_names(module, layers)
     out: dict[str, torch.Tensor] = {}
     for index, entry in optimizer.state_dict()["state"].items():
+        layer, name = names[index]
         for key, value in entry.items():
-            if value is not None:
-                out[f"{names[index]}/{key}"] = torch.as_tensor(value).detach().cpu()
+            if value is not None and saved_by(layer, name, ties):
+                out[f"{name}/{key}"] = torch.as_tensor(value).detach().cpu()
     return out
 
 
@@ -270,15 +282,17 @@ def newest_checkpoint(directory: str | Path) -> Checkpoint | None:
 
 
 def restore_stage(state: State, module: nn.Module, layers: Sequence[Layer],
-                  optimizer: torch.optim.Optimizer | None) -> None:
+                  optimizer: torch.optim.Optimizer | None, ties: Sequence[Tie] = ()) -> None:
     """Load ``state`` (from :meth:`Checkpoint.load`) into a stage: parameters and buffers by the
-    model's names, the optimizer state of each parameter, and the RNG state when present."""
+    model's names (a tied tensor's copy by its first name, ``ties``), the optimizer state of each
+    parameter, and the RNG state when present."""
     model = state["model"]
     for layer, child in zip(layers, module.children(), strict=True):
-        local = {k: model[layer.qualified(k)] for k in child.state_dict()}
+        local = {k: model[saved_name(layer.qualified(k), ties)] for k in child.state_dict()}
         child.load_state_dict(local, strict=True)
     if optimizer is not None and state["optimizer"]:
-        _restore_optimizer(state["optimizer"], _parameter_names(module, layers), optimizer)
+        names = [saved_name(name, ties) for _, name in _parameter_names(module, layers)]
+        _restore_optimizer(state["optimizer"], names, optimizer)
     if "torch" in state["rng"]:
         torch.set_rng_state(state["rng"]["torch"])
     if "cuda" in state["rng"] and torch.cuda.is_available():
@@ -301,7 +315,8 @@ def _restore_optimizer(saved: dict[str, torch.Tensor], names: list[str], optimiz
 def export_checkpoint(directory: str | Path, out: str | Path, *, with_heads: bool = False
                       ) -> tuple[Checkpoint, int, int]:
     """Write the newest whole checkpoint's model state, one ``state_dict`` under the model's own
-    names (what the original module loads with ``load_state_dict(..., strict=True)``), to ``out``.
+    names (what the original module loads with ``load_state_dict(..., strict=True)``), to ``out``;
+    a tied tensor under each of its names, one tensor that ``torch.save`` writes once.
     Local learning's auxiliary heads (``aux{k}.<name>``) are left out unless ``with_heads``; they
     then follow the model's tensors, in name order.
 
@@ -316,7 +331,9 @@ def export_checkpoint(directory: str | Path, out: str | Path, *, with_heads: boo
         raise UserError(f"no whole checkpoint in {directory}; train with --checkpoint-dir {directory} first")
     keys = [k for shard in checkpoint.shards for k in shard.keys]
     model = checkpoint.load(keys)["model"]
-    ordered = {k: model[k] for k in checkpoint.manifest.get("state_keys", keys) if k in model}
+    first = {name: names[0] for names in checkpoint.manifest.get("ties", []) for name in names}
+    ordered = {k: model[first.get(k, k)] for k in checkpoint.manifest.get("state_keys", keys)
+               if first.get(k, k) in model}
     if with_heads:
         ordered.update({k: model[k] for k in sorted(model) if k not in ordered})
     buffer = Path(out)

@@ -11,6 +11,7 @@ from pipetrain.errors import UserError
 from pipetrain.plan.plan import Plan
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.runtime.interp.executor import check_runnable
+from pipetrain.runtime.interp.ties import check_ties
 from pipetrain.runtime.job.config import TrainConfig, TrainJob, job_loss
 from pipetrain.runtime.job.data import steps_per_epoch, timed_batch
 from pipetrain.runtime.job.evaluate import eval_dataset, has_eval_set
@@ -32,6 +33,7 @@ def check_job(job: TrainJob) -> TrainJob:
     """
     plan, graph, config = job.plan, job.graph, job.config
     validate_for_graph(plan, graph)
+    check_ties(graph, plan)
     config = _resolve_steps(job)
     if plan.asynchronous:
         _check_async(plan, config)

@@ -27,12 +27,14 @@ from torch import nn
 
 from pipetrain.data import EvalResult
 from pipetrain.errors import Interrupted, UserError
+from pipetrain.graph.ties import alias_names
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import RankContext
 from pipetrain.runtime.interp.executor import Contexts, expected_receives, receive_prepost, run_program
 from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
 from pipetrain.runtime.interp.rank_setup import build_rank_contexts, head_parameters, stage_parameters
 from pipetrain.runtime.interp.recorder import StepRecorder
+from pipetrain.runtime.interp.ties import TiedGradients, tie_groups
 from pipetrain.runtime.interp.transport import Message, Transport
 from pipetrain.runtime.job import rank_checkpoint
 from pipetrain.runtime.job.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult, job_loss
@@ -108,6 +110,7 @@ class _JobRun:
         # an asynchronous program spans the run: step t runs batch t's chunk of it
         self.chunks = batch_chunks(self.program, plan.batch_size, job.config.steps) if plan.asynchronous else None
         groups = {k: dist.new_group(list(s.ranks)) for k, s in enumerate(plan.stages) if len(s.ranks) > 1}
+        tied_groups = tie_groups(job.graph, plan)  # collective, like the replicas' groups
         # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
         self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
         self.ctxs: dict[int, RankContext] = {}  # by stage: one, or several under a multi-stage placement
@@ -116,7 +119,10 @@ class _JobRun:
         if self.program:
             self.ctxs = build_rank_contexts(job.graph, plan, rank, session.transport, job.config.build_optimizer,
                                             groups, job_loss(job), self.program)
-            self._set_clipping()
+            ties = TiedGradients.build(job.graph, plan, {k: c.module for k, c in self.ctxs.items()}, tied_groups)
+            if ties:
+                self.ctxs[self._first_step_stage("tied weights", "use the method's own schedule")].ties = ties
+            self._set_clipping(ties)
         self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss
         # per step program: its receives, and how deep the transport posts them at its start
         self.receives = [self._receives(p) for p in (self.chunks if self.chunks is not None else [self.program])]
@@ -189,34 +195,44 @@ class _JobRun:
         self.saves.append(time.perf_counter() - start)
         return folder
 
-    def _clipper(self, max_norm: float, replicas: int) -> Callable[[list[nn.Parameter]], object]:
-        """STEP's global-norm clipping over the plan's ranks."""
+    def _clipper(self, max_norm: float, replicas: int, ties: TiedGradients) -> Callable[[list[nn.Parameter]], object]:
+        """STEP's global-norm clipping over the plan's ranks (tied copies counted once)."""
         world = self.group if self.group is not None else dist.group.WORLD
         return functools.partial(clip_grad_norm_global, max_norm=max_norm, world=world, replicas=replicas,
-                                 device=self.session.device)
+                                 device=self.session.device, copies=ties.copies())
 
-    def _set_clipping(self) -> None:
+    def _first_step_stage(self, what: str, fix: str) -> int:
+        """The stage of the rank's first STEP, where a step's work over all of the rank's stages runs
+        (``what``: clipping, tied weights); with several stages, the program must run every compute
+        action before it.
+
+        Raises:
+            UserError: a program of several stages with compute after its first STEP (``fix``: what to do).
+        """
+        steps = [i for i, a in enumerate(self.program) if a.kind is ActionKind.STEP]
+        if len(self.ctxs) > 1 and any(a.kind is not ActionKind.STEP for a in self.program[steps[0]:]):
+            raise UserError(f"{what} on rank {self.session.rank}, which runs several stages, needs every forward and "
+                            f"backward before its first STEP; this schedule interleaves them: {fix}")
+        return self.program[steps[0]].stage
+
+    def _set_clipping(self, ties: TiedGradients) -> None:
         """Give each of the rank's contexts its STEP's clipping (``RankContext.clip``), once, when
         ``clip_grad_norm`` asks for it. One stage: its own, over the stage's replicas. Several stages
         (method interleaved): the first STEP clips the gradients of all of them, as one rank's share
-        of the global norm, and the later STEPs clip nothing; the program must then run every compute
-        action before its first STEP (checked here)."""
+        of the global norm, and the later STEPs clip nothing (:meth:`_first_step_stage`)."""
         max_norm = self.job.config.clip_grad_norm
         if max_norm is None or not self.ctxs:
             return
         if len(self.ctxs) == 1:
             (stage, ctx), = self.ctxs.items()
-            ctx.clip = self._clipper(max_norm, len(self.job.plan.stages[stage].ranks))
+            ctx.clip = self._clipper(max_norm, len(self.job.plan.stages[stage].ranks), ties)
             return
-        steps = [i for i, a in enumerate(self.program) if a.kind is ActionKind.STEP]
-        if not steps:
+        if not any(a.kind is ActionKind.STEP for a in self.program):
             return
-        if any(a.kind is not ActionKind.STEP for a in self.program[steps[0]:]):
-            raise UserError(f"--clip-grad-norm with several stages on rank {self.session.rank} needs every forward "
-                            "and backward before its first STEP; this schedule interleaves them: leave out "
-                            "--clip-grad-norm or use the method's own schedule")
+        fix = "leave out --clip-grad-norm or use the method's own schedule"
+        stage = self._first_step_stage("--clip-grad-norm", fix)
         params = [p for c in self.ctxs.values() for p in c.module.parameters() if p.requires_grad]
-        self.ctxs[self.program[steps[0]].stage].clip = functools.partial(_clip_all, self._clipper(max_norm, 1), params)
+        self.ctxs[stage].clip = functools.partial(_clip_all, self._clipper(max_norm, 1, ties), params)
 
     def _load_batch(self, ctx: RankContext, step: int) -> float:
         """Load step ``step``'s batch; returns the seconds spent waiting for it."""
@@ -305,6 +321,7 @@ def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
                 raise RuntimeError(f"the replicas of rank {rank}'s stage hold different values of {name} after "
                                    "training: their gradient all-reduce failed")
             parameters[name] = value
+    parameters = alias_names(parameters, job.graph.ties)  # one tensor under each name of a tie
     metrics = next((r.metrics for r in records if r.metrics), ())
     times = step_times(records)
     sizes = plan.stages[0].forward_sizes

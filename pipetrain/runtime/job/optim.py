@@ -17,7 +17,7 @@ all-reduce, so pipelined training clips exactly as single-process training does.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
@@ -184,6 +184,7 @@ def clip_grad_norm_global(
     world: dist.ProcessGroup | None,
     replicas: int = 1,
     device: torch.device | None = None,
+    copies: Mapping[int, int] | None = None,
 ) -> float:
     """Clip the gradient norm of the whole model, whose parameters are spread over pipeline stages.
 
@@ -191,11 +192,13 @@ def clip_grad_norm_global(
     is scaled by the same factor, exactly as ``torch.nn.utils.clip_grad_norm_`` does over all of the
     model's parameters in one process::
 
-        total = sqrt(Σ_ranks Σ_{p on rank} ‖p.grad‖² / replicas)
+        total = sqrt(Σ_ranks Σ_{p on rank} ‖p.grad‖² / copies(p))
         p.grad ← p.grad · min(1, max_norm / (total + 1e-6))
 
     A stage replicated on ``r`` ranks (same, already all-reduced gradients) counts once: each replica
-    adds ``1/r`` of its squared norm. The squares are summed in float64 with one all-reduce over
+    adds ``1/r`` of its squared norm (``copies(p) = replicas``). A tied parameter held by several
+    stages (same, summed gradients, :mod:`pipetrain.runtime.interp.ties`) counts once too: each copy
+    adds ``1/copies`` of it. The squares are summed in float64 with one all-reduce over
     ``world``, which every rank of ``world`` must join once per step (``params=[]`` if it has none).
 
     Args:
@@ -205,6 +208,7 @@ def clip_grad_norm_global(
             process holds the whole model (nothing is reduced).
         replicas: how many ranks hold this rank's stage (1 when it is not replicated).
         device: where the squares are reduced (default: the first gradient's, else the CPU).
+        copies: for tied parameters, by ``id``, how many copies the plan's ranks hold.
 
     Returns the total norm before clipping (the same on every rank).
 
@@ -214,12 +218,19 @@ def clip_grad_norm_global(
         raise UserError(f"--clip-grad-norm {max_norm}: give a norm > 0, or leave it out to not clip")
     if replicas < 1:
         raise ValueError(f"replicas={replicas}: a stage runs on at least 1 rank")
+    tied = copies or {}
     grads = [p.grad for p in params if p.grad is not None]
     where = device if device is not None else (grads[0].device if grads else torch.device("cpu"))
     squared = torch.zeros((), dtype=torch.float64, device=where)
-    for g in grads:
-        squared += torch.linalg.vector_norm(g, 2.0).to(where, torch.float64).square()
-    squared /= replicas
+    shared = torch.zeros((), dtype=torch.float64, device=where)
+    for p in params:
+        if p.grad is not None:
+            norm = torch.linalg.vector_norm(p.grad, 2.0).to(where, torch.float64).square()
+            if id(p) in tied:
+                shared += norm / tied[id(p)]
+            else:
+                squared += norm
+    squared = squared / replicas + shared
     if world is not None:
         dist.all_reduce(squared, op=dist.ReduceOp.SUM, group=world)
     total = squared.sqrt().to(torch.float32)

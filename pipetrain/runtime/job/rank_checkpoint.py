@@ -20,6 +20,7 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Layer
+from pipetrain.graph.ties import saved_name
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import RankContext
 from pipetrain.runtime.interp.rank_setup import HEAD_PREFIX
@@ -85,7 +86,7 @@ def save(job: TrainJob, ctxs: Sequence[RankContext], rank: int, world_size: int,
         for ctx in ctxs:
             owner = rank == plan.stages[ctx.stage].ranks[0]
             module, layers = _with_head(ctx, job.graph.layers_named(plan.stages[ctx.stage].layers))
-            for part, values in stage_state(module, layers, ctx.optimizer, owner=owner).items():
+            for part, values in stage_state(module, layers, ctx.optimizer, owner=owner, ties=job.graph.ties).items():
                 state.setdefault(part, {}).update(values)
         entry = write_shard(config.checkpoint_dir, done, rank, state)
     entries: list[Any] | None = [None] * world_size if rank == 0 else None
@@ -102,7 +103,8 @@ def manifest_fields(job: TrainJob) -> dict[str, Any]:
     return {"model": graph.name, "fingerprint": graph.fingerprint(),
             "layers": list(graph.names), "layout": plan_layout(plan), "batch_size": plan.batch_size,
             "optimizer": config.optimizer, "data": config.data, "seed": config.seed,
-            "state_keys": _state_keys(job), "heads": [f"{HEAD_PREFIX}{k}" for k in _head_stages(plan)]}
+            "state_keys": _state_keys(job), "heads": [f"{HEAD_PREFIX}{k}" for k in _head_stages(plan)],
+            "ties": [list(tie.names) for tie in graph.ties]}
 
 
 def _head_stages(plan: Plan) -> range:
@@ -149,10 +151,10 @@ def resume(job: TrainJob, ctxs: Sequence[RankContext], rank: int) -> int:
     for ctx in ctxs:
         saved_heads = f"{HEAD_PREFIX}{ctx.stage}" in checkpoint.manifest.get("heads", [])
         module, layers = _with_head(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers), saved_heads)
-        keys = [layer.qualified(k) for layer, child in zip(layers, module.children(), strict=True)
-                for k in child.state_dict()]
+        children = zip(layers, module.children(), strict=True)
+        keys = [saved_name(layer.qualified(k), job.graph.ties) for layer, child in children for k in child.state_dict()]
         state = checkpoint.load(keys, rank=rank if same else None)
         if other_optimizer:
             state["optimizer"] = {}
-        restore_stage(state, module, layers, ctx.optimizer)
+        restore_stage(state, module, layers, ctx.optimizer, job.graph.ties)
     return checkpoint.step
