@@ -28,6 +28,7 @@ from pipetrain.cli.options import (
 from pipetrain.cli.planning import cmd_plan
 from pipetrain.cli.predict import cmd_compare, cmd_simulate
 from pipetrain.cli.run import cmd_demo, cmd_export, cmd_train
+from pipetrain.data.text_file import is_text_file, with_options
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
 
 __all__ = ["build_parser", "main"]
@@ -74,7 +75,19 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         close = difflib.get_close_matches(extra[0].partition("=")[0], known, n=1)
         hint = f"; did you mean {close[0]}?" if close else f"; see `pipetrain {args.command} --help`"
         command.error(f"unrecognized argument {extra[0]}{hint}")
+    _text_file_options(args, command)
     return args
+
+
+def _text_file_options(args: argparse.Namespace, command: argparse.ArgumentParser) -> None:
+    """Fold ``--tokenizer`` and ``--context`` into ``--data text:PATH`` (``text:PATH?context=T&tokenizer=...``)."""
+    tokenizer, context = getattr(args, "tokenizer", None), getattr(args, "context", None)
+    if tokenizer is None and context is None:
+        return
+    if not is_text_file(args.data or ""):
+        command.error("--tokenizer and --context go with --data text:PATH (a local text file)")
+    args.data = with_options(args.data, context=context, tokenizer=tokenizer)
+    args.tokenizer = args.context = None
 
 
 def _config_words(path: Path, command: argparse.ArgumentParser, given: Sequence[str]) -> list[str]:

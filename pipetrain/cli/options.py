@@ -96,8 +96,13 @@ def _data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--leaf", action="append", metavar="module.path:Class",
                    help="keep this module class whole inside one layer when tracing your model (repeatable; "
                         "default: none)")
-    p.add_argument("--data", help=f"{', '.join(SOURCE_NAMES)} or module.path:callable returning (train, eval) "
-                   "datasets (default: the model's own: digits for mlp-digits, text for gpt-tiny, else synthetic)")
+    p.add_argument("--data", help=f"{', '.join(SOURCE_NAMES)}, text:PATH (a local text file) or module.path:callable "
+                   "returning (train, eval) datasets of (input, target) pairs or dicts with 'labels' (default: the "
+                   "model's own: digits for mlp-digits, text for gpt-tiny, else synthetic)")
+    p.add_argument("--tokenizer", metavar="module.path:callable",
+                   help="with --data text:PATH: a factory of the model's tokenizer (default: bytes as tokens)")
+    p.add_argument("--context", type=int, metavar="T",
+                   help="with --data text:PATH: tokens per sample (default: 128)")
     p.add_argument("--loss", help=f"{', '.join(LOSS_NAMES)} or module.path:callable (default: cross-entropy for "
                    "integer targets, mse for float ones)")
 

@@ -5,7 +5,8 @@ The pipeline's last stage and the single-process reference both feed every eval 
 independent of how the eval set was cut into micro-batches::
 
     eval_loss     = Σ per-sample loss / samples            (the training loss, on held-out data)
-    eval_accuracy = Σ correct / Σ predictions              argmax over the last dim == target
+    eval_accuracy = Σ correct / Σ predictions              argmax over the last dim == target (next-token
+                                                          loss: the next target; targets of -100 not counted)
     perplexity    = exp(eval_loss)                         for a class per position (language models)
 
 Accuracy is defined when the output has one more dimension than the target (the classes), and the
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from pipetrain.data.loss import Loss
+from pipetrain.graph.layer_graph import IGNORED, LossKind
 
 __all__ = ["EvalResult", "EvalTally"]
 
@@ -73,8 +75,11 @@ class EvalTally:
         self.loss_sum += float(loss(output, target))
         self.samples += target.shape[0]
         if output.dim() == target.dim() + 1 and not target.is_floating_point():
-            self.correct += float((output.argmax(dim=-1) == target).sum())
-            self.predictions += target.numel()
+            if loss.kind is LossKind.CAUSAL_LM:  # position t predicts target t + 1; -100 is no target
+                output, target = output[:, :-1], target[:, 1:]
+            counted = target != IGNORED
+            self.correct += float(((output.argmax(dim=-1) == target) & counted).sum())
+            self.predictions += float(counted.sum())
             self.per_position = target.dim() > 1
         else:
             self.classified = False

@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 from pipetrain.callables import load_callable
 from pipetrain.errors import UserError
 
-__all__ = ["PREFIX", "TextFile", "is_text_file", "text_file_pair"]
+__all__ = ["PREFIX", "TextFile", "is_text_file", "text_file_pair", "with_options"]
 
 PREFIX = "text:"
 DEFAULT_CONTEXT = 128
@@ -40,6 +40,15 @@ EVAL_FRACTION = 0.1
 def is_text_file(source: str) -> bool:
     """Whether ``source`` names a local text file (``text:PATH``); checked before ``module:callable``."""
     return source.startswith(PREFIX) and len(source) > len(PREFIX)
+
+
+def with_options(source: str, *, context: int | None = None, tokenizer: str | None = None) -> str:
+    """``source`` (``text:PATH[?...]``) with the options given (not None) set: the command line's
+    ``--context`` and ``--tokenizer``."""
+    path, _, query = source.partition("?")
+    options = {key: values[-1] for key, values in parse_qs(query).items()}
+    options |= {k: str(v) for k, v in (("context", context), ("tokenizer", tokenizer)) if v is not None}
+    return f"{path}?{'&'.join(f'{k}={v}' for k, v in options.items())}" if options else path
 
 
 @dataclass(frozen=True)

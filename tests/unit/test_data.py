@@ -275,7 +275,7 @@ def test_a_module_in_the_working_directory_comes_first(user_dir: Path, tmp_path_
 
 
 def test_unknown_source_names_the_choices() -> None:
-    with pytest.raises(UserError, match=r"use digits, text, synthetic or module\.path:callable"):
+    with pytest.raises(UserError, match=r"use digits, text, synthetic, text:PATH or module\.path:callable"):
         TrainConfig(data="imagenet")
     assert TrainConfig(data="text").data == "text"
 
@@ -307,7 +307,7 @@ def test_builtin_losses_sum_over_samples() -> None:
         ("mse", TensorSpec((), "int64"), "needs float targets"),
         ("cross-entropy", TensorSpec((3,)), "needs int64 class targets"),
         ("cross-entropy", TensorSpec((4, 4), "int64"), "write a module.path:callable loss"),
-        ("hinge", TensorSpec((), "int64"), "use cross-entropy, mse or module.path:callable"),
+        ("hinge", TensorSpec((), "int64"), "use cross-entropy, next-token, mse or module.path:callable"),
         ("pt_no_such_loss:f", TensorSpec(()), "loss 'pt_no_such_loss:f': no module"),
     ],
 )
