@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from pipetrain.api import resolve_model
-from pipetrain.data import data_specs, load_datasets, resolve_loss
+from pipetrain.cli.main import _parse
+from pipetrain.data import EvalTally, data_specs, load_datasets, resolve_loss
 from pipetrain.data.fields import FieldsDataset
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import Field, LayerGraph, LossKind, TensorSpec, loss_sum
@@ -191,3 +192,20 @@ def test_loss_names_include_next_token() -> None:
     assert resolve_loss("cross-entropy", target, input).kind is LossKind.LM
     with pytest.raises(UserError, match="'next-token' takes int64 token targets"):
         resolve_loss("next-token", TensorSpec((), "int64"))
+
+
+def test_next_token_accuracy_scores_the_following_target_and_skips_ignored_ones() -> None:
+    labels = torch.tensor([[3, 1, 4, 1, 5], [2, 7, 1, 8, -100]])
+    logits = torch.nn.functional.one_hot(labels.roll(-1, dims=1).clamp(min=0), 9).float()  # position t → label t+1
+    logits[0, 0] = torch.nn.functional.one_hot(torch.tensor(0), 9).float()  # one wrong prediction
+    tally = EvalTally()
+    tally.add(resolve_loss("next-token", TensorSpec((5,), "int64")), logits, labels)
+    result = tally.result()
+    assert result.accuracy == pytest.approx(6 / 7)  # 4 + 3 counted targets, one wrong
+
+
+def test_the_command_line_folds_tokenizer_and_context_into_the_text_file() -> None:
+    args = _parse(["train", "--data", "text:notes.txt", "--context", "32", "--tokenizer", "my_tok:load"])
+    assert args.data == "text:notes.txt?context=32&tokenizer=my_tok:load"
+    with pytest.raises(SystemExit):
+        _parse(["train", "--data", "digits", "--context", "32"])
