@@ -101,11 +101,16 @@ class Recompute:
 
 @contextmanager
 def _buffers_kept(module: nn.Module) -> Iterator[None]:
-    """Put ``module``'s buffers (BatchNorm's running statistics, its batch count) back as they were
-    on leaving: a re-run forward must not update them a second time (module docstring)."""
-    before = [(b, b.clone()) for b in module.buffers()]
+    """Run with copies of ``module``'s buffers (BatchNorm's running statistics, its batch count) in
+    their place, then put the originals back: a re-run forward must not update them a second time
+    (module docstring). The copies are swapped, not written back, since the re-run's autograd graph
+    saved them for its backward."""
+    owned = [(owner, name, buffer) for owner in module.modules()
+             for name, buffer in owner.named_buffers(recurse=False)]
+    for owner, name, buffer in owned:
+        setattr(owner, name, buffer.clone())
     try:
         yield
     finally:
-        for buffer, value in before:
-            buffer.copy_(value)
+        for owner, name, buffer in owned:
+            setattr(owner, name, buffer)
