@@ -16,6 +16,7 @@ import torch
 
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.job.checks import check_job
 from pipetrain.runtime.job.config import StepMetrics, TrainConfig, TrainJob, TrainResult
@@ -80,6 +81,8 @@ def run_worker_from_env(
     )
     _check_gpu(config, local_rank)
     job = check_job(TrainJob(graph, plan, config, return_state_dict, schedule))
+    if rank == 0:
+        warn_batch_norm(plan, graph)
     try:
         results = run_session(rdv, [job], _LogReporter())
     except RankFailure as e:
