@@ -310,7 +310,7 @@ def run_config(setup: ModelSetup, config: Config, round_: int, timeout_s: float)
 def _reference_child(model: str, batch: int, config: TrainConfigT, queue: mp.Queue[object]) -> None:
     from pipetrain.runtime import reference_train
 
-    queue.put(reference_train(build_model(model), batch, config, return_parameters=False))
+    queue.put(reference_train(build_model(model), batch, config, return_state_dict=False))
 
 
 def _fresh_reference(setup: ModelSetup, config: TrainConfigT) -> TrainResultT:

@@ -140,7 +140,7 @@ def _compare(graph: LayerGraph, plan: Plan, predicted: Timeline, result: TrainRe
     save_comparison(picture, predicted, result.timeline, plan.rank_stages)
     console.print("[bold]7/7[/bold] single-process training, for speed (same model, batch and threads per rank)")
     config = _config(settings, data, min(settings.steps, 20), evaluate=False)
-    reference = reference_train(graph, plan.batch_size, config, return_parameters=False)
+    reference = reference_train(graph, plan.batch_size, config, return_state_dict=False)
     ratio = result.samples_per_s / reference.samples_per_s
     out.print(f"pipelined: {result.samples_per_s:.1f} samples/s on {plan.n_ranks} ranks; single process: "
               f"{reference.samples_per_s:.1f} samples/s → {ratio:.2f}×")

@@ -6,7 +6,7 @@
     model = build()                                                  # any nn.Module
     result = pipetrain.train(model, "examples.custom_model:digits_data", ranks=2, batch_size=64,
                              epochs=3, lr=0.05, out="run")
-    model.load_state_dict(result.parameters, strict=False)           # the trained weights, by name
+    model.load_state_dict(result.state_dict)                         # trained weights and buffers, by name
     print(result.final_eval)
 
     plan = pipetrain.plan(model, "examples.custom_model:digits_data", ranks=2, batch_size=64)
@@ -29,6 +29,7 @@ from torch import nn
 from pipetrain import api
 from pipetrain.data import default_source
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.job.config import TrainConfig, TrainResult
@@ -66,7 +67,9 @@ def plan(
         progress: progress bars while profiling and planning.
     """
     graph = api.resolve_model(model, data=data, loss=loss, leaf_modules=leaf_modules)
-    return _plan(graph, batch_size, ranks, loss, planner, optimizer, progress)
+    chosen = _plan(graph, batch_size, ranks, loss, planner, optimizer, progress)
+    warn_batch_norm(chosen, graph)  # train says it when it runs the plan
+    return chosen
 
 
 def _plan(graph: LayerGraph, batch_size: int, ranks: int, loss: str | None, planner: str,
@@ -102,7 +105,9 @@ def train(
 
     Returns:
         The measured run: ``losses``, ``metrics`` (evaluations included), ``samples_per_s``, the
-        measured ``timeline`` and ``parameters``, the trained weights under the module's own names.
+        measured ``timeline`` and ``state_dict``, the trained weights and buffers (BatchNorm's running
+        statistics) under the module's own names: ``model.load_state_dict(result.state_dict)`` loads
+        them, strictly.
     """
     from pipetrain.runtime.process.spawn import refuse_rerun_of_main
     from pipetrain.runtime.train import train as run
@@ -114,4 +119,4 @@ def train(
     graph = api.graph_for_plan(chosen, graph)
     config = TrainConfig(data=data or default_source(graph), loss=loss, out=Path(out) if out is not None else None,
                          **settings)
-    return run(graph, chosen, config, return_parameters=True)
+    return run(graph, chosen, config, return_state_dict=True)

@@ -108,12 +108,14 @@ def with_terms(cluster: Cluster, speed: float, overhead_s: float) -> Cluster:
 
 def calibration_plans(graph: LayerGraph, profile: Profile, cluster: Cluster, batch: int) -> tuple[Plan, Plan]:
     """The two calibration plans on the cluster's ranks: balanced ``1f1b`` on one micro-batch, and
-    ``zbv`` on ``min(8, batch)`` (``zb1`` where the model has fewer layers than two per rank)."""
+    ``zbv`` on ``min(8, batch)`` (``zb1`` where the model has fewer layers than two per rank; half as
+    many, at most, for a BatchNorm that trains on 2 samples or more)."""
     n = cluster.n_devices
     if n < 2 or len(graph) < n:
         raise UserError(f"calibration runs a pipeline of one stage per rank: {graph.name!r} has {len(graph)} "
                         f"layers for {n} ranks; calibrate on 2 or more ranks and no more ranks than layers")
-    model, cost, m = ModelRef.of(graph), CostModel(profile, cluster), min(8, batch)
+    model, cost = ModelRef.of(graph), CostModel(profile, cluster)
+    m = max(1, min(8, batch // model.smallest_microbatch))  # micro-batches a BatchNorm trains on
     few = build_balanced_plan(model, cost, method=Method.ONE_F_ONE_B, n_stages=n, batch_size=batch, n_micro=1)
     if len(graph) >= 2 * n:
         many = build_interleaved_plan(model, cost, n_ranks=n, chunks=2, batch_size=batch, n_micro=m,
@@ -127,9 +129,10 @@ def replicated_plan(graph: LayerGraph, cluster: Cluster, batch: int) -> Plan:
     """Data parallelism on the cluster's ranks: one stage of every layer, replicated on each rank, one
     micro-batch per replica, its gradients all-reduced at the step."""
     model, n = ModelRef.of(graph), cluster.n_devices
-    if batch < n:
+    least = n * model.smallest_microbatch  # a micro-batch of 2 or more per rank through a BatchNorm on [b, C]
+    if batch < least:
         raise UserError(f"a data-parallel calibration gives each of {n} ranks a micro-batch: batch {batch} is "
-                        f"too small; calibrate with --batch {n} or more")
+                        f"too small; calibrate with --batch {least} or more")
     sizes = equal_sizes(batch, n)
     return Plan(model.name, model.fingerprint, batch, Method.GPIPE,
                 (StagePlan(tuple(model.layer_names), tuple(range(n)), sizes, sizes),))

@@ -7,6 +7,7 @@ import argparse
 from pipetrain import api
 from pipetrain.cli.common import graph_of, out, save_text
 from pipetrain.errors import UserError
+from pipetrain.graph.batch_norm import batch_norms
 
 __all__ = ["cmd_probe", "cmd_profile"]
 
@@ -26,7 +27,9 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
     if args.calibrate and args.model is None:
         raise UserError("--calibrate fits the terms to runs of your model: add --model (and --batch)")
-    model = None if args.model is None else (graph_of(args), max(1, args.batch // 4))
+    graph = None if args.model is None else graph_of(args)
+    # the contention probe trains the model's halves on a quarter batch: never fewer samples than its BatchNorms take
+    model = None if graph is None else (graph, max(batch_norms(graph).smallest_microbatch, args.batch // 4))
     cluster = probe_local_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead, model=model)
     calibration = None
     if model is not None and args.calibrate:

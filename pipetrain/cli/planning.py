@@ -11,6 +11,7 @@ from pipetrain.cli.common import cluster_and_profiles, console, graph_of, out, s
 from pipetrain.cli.routing import PlanRoute, plan_route
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
+from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 
@@ -35,6 +36,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
                       optimizer=args.optimizer, constraints=constraints, progress=True)
     if route.run_by is not None:
         result = dataclasses.replace(result, plan=result.plan.run_by(route.run_by, args.vertical_sync))
+    warn_batch_norm(result.plan, graph)
     _save_plan(args, result, cluster)
 
 

@@ -96,8 +96,8 @@ class StageModule(nn.Module):
 
     ``forward(*inputs)`` takes one tensor per input port and returns one tensor per output port (the
     tensor itself when there is one port). Children are the layers, named ``"0"``, ``"1"``, … in
-    ``indices`` order, with tied tensors made one, as in ``graph.build_sequential(indices)``, so state dicts and
-    :func:`~pipetrain.runtime.interp.rank_setup.stage_parameters` treat both alike.
+    ``indices`` order, with tied tensors made one, as in ``graph.build_sequential(indices)``, so state
+    dicts and :func:`~pipetrain.runtime.interp.rank_setup.stage_state_dict` treat both alike.
     """
 
     def __init__(self, graph: LayerGraph, indices: Sequence[int], inputs: Sequence[Port], outputs: Sequence[Port],

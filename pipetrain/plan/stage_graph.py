@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.batch_norm import check_batch_norm_sizes
 from pipetrain.plan.methods import StageGraph
 from pipetrain.plan.plan import Plan
 
@@ -36,12 +37,14 @@ def induced_edges(graph: LayerGraph, stages: Sequence[Sequence[str]]) -> tuple[t
 
 
 def validate_for_graph(plan: Plan, graph: LayerGraph) -> None:
-    """:meth:`Plan.validate` against ``graph``, and for method ``graph`` rules C1 and C2.
+    """:meth:`Plan.validate` against ``graph``, its micro-batches against the model's BatchNorms
+    (:func:`~pipetrain.plan.batch_norm.check_batch_norm_sizes`), and for method ``graph`` rules C1 and C2.
 
     Raises:
         UserError: naming the stages and layers at fault, and what to change.
     """
     plan.validate(graph.names, graph.fingerprint())
+    check_batch_norm_sizes(plan, graph)
     if plan.spec.graph is not StageGraph.DAG:
         return
     index = {name: i for i, name in enumerate(graph.names)}

@@ -62,7 +62,8 @@ def balanced_candidates(problem: PlanningProblem, method: Method) -> list[Candid
     """Every simulated balanced plan of ``method`` (one per micro-batch count), fastest first."""
     c = problem.constraints
     n_stages = c.n_stages or min(problem.cost.cluster.n_devices, len(problem.layer_names))
-    options = [c.n_micro] if c.n_micro is not None else candidate_counts(problem.batch_size)
+    smallest = problem.smallest_microbatch
+    options = [c.n_micro] if c.n_micro is not None else candidate_counts(problem.batch_size, smallest=smallest)
     candidates = []
     for m in options:
         plan = build_balanced_plan(problem.model, problem.cost, method=method, n_stages=n_stages,

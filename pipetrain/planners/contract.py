@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
+from pipetrain.graph.batch_norm import batch_norms
 from pipetrain.plan.memory import OptimizerName, check_optimizer
 from pipetrain.plan.methods import Method, MethodParams
 from pipetrain.plan.plan import Plan
@@ -45,16 +46,21 @@ class ModelRef:
         layer_names: the layers ``L`` of them, in order.
         edges: the layer edges of a DAG model (``LayerGraph.edges``), empty for a chain: the
             GraphPipe planner partitions along them, the others linearise the model.
+        smallest_microbatch: the fewest samples a micro-batch may have: 2 when a BatchNorm sees
+            one value per channel of a sample and so cannot train on one
+            (:class:`~pipetrain.graph.batch_norm.BatchNorms`), else 1.
     """
 
     name: str
     fingerprint: str
     layer_names: tuple[str, ...]
     edges: tuple[tuple[str, str], ...] = ()
+    smallest_microbatch: int = 1
 
     @classmethod
     def of(cls, graph: LayerGraph) -> ModelRef:
-        return cls(graph.name, graph.fingerprint(), tuple(graph.names), () if graph.is_chain else tuple(graph.edges))
+        return cls(graph.name, graph.fingerprint(), tuple(graph.names), () if graph.is_chain else tuple(graph.edges),
+                   batch_norms(graph).smallest_microbatch)
 
     @classmethod
     def of_plan(cls, plan: Plan) -> ModelRef:
@@ -133,10 +139,28 @@ class PlanningProblem:
         if not self.model.layer_names:
             raise UserError(f"model {self.model.name!r} has no layers to plan")
         check_optimizer(self.optimizer)
+        self._check_smallest()
+
+    def _check_smallest(self) -> None:
+        """Every micro-batch can hold the model's smallest trainable one (BatchNorm: 2 samples)."""
+        smallest, m = self.model.smallest_microbatch, self.constraints.n_micro
+        if smallest == 1:
+            return
+        why = f"model {self.model.name!r} has a BatchNorm that cannot train on 1 sample"
+        if self.batch_size < smallest:
+            raise UserError(f"{why}; use a batch of at least {smallest}")
+        if m is not None and self.batch_size // m < smallest:
+            raise UserError(f"{why}, and {m} micro-batches of batch {self.batch_size} make some of 1; use at most "
+                            f"{self.batch_size // smallest} micro-batches")
 
     @property
     def layer_names(self) -> tuple[str, ...]:
         return self.model.layer_names
+
+    @property
+    def smallest_microbatch(self) -> int:
+        """The fewest samples a micro-batch may have (:attr:`ModelRef.smallest_microbatch`)."""
+        return self.model.smallest_microbatch
 
 
 @dataclass(frozen=True)

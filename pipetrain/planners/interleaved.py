@@ -117,7 +117,7 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
     if n_ranks < 2 or not chunk_options:
         raise UserError(f"interleaved 1F1B needs at least 2 ranks with 2 layers each (here {n_ranks} ranks, "
                         f"{n_layers} layers); use --method 1f1b")
-    counts = [c.n_micro] if c.n_micro is not None else thinned_counts(problem.batch_size)
+    counts = [c.n_micro] if c.n_micro is not None else thinned_counts(problem.batch_size, problem.smallest_microbatch)
     candidates: list[Candidate] = []
     for chunks in chunk_options:
         for m in counts:

@@ -91,7 +91,8 @@ def plan_local(problem: PlanningProblem) -> PlanningResult:
     c, heads = problem.constraints, _heads(problem)
     n_stages = c.n_stages or min(problem.cost.cluster.n_devices, len(problem.model.layer_names))
     candidates: list[Candidate] = []
-    for m in [c.n_micro] if c.n_micro is not None else candidate_counts(problem.batch_size):
+    smallest = problem.smallest_microbatch
+    for m in [c.n_micro] if c.n_micro is not None else candidate_counts(problem.batch_size, smallest=smallest):
         plan = build_local_plan(problem.model, problem.cost, aux=heads.aux, queue_depth=heads.queue_depth,
                                 n_stages=n_stages, batch_size=problem.batch_size, n_micro=m)
         candidates.append(score(plan, problem.cost, label=f"local m={m}"))

@@ -247,7 +247,7 @@ def plan_pipedream(
         list(methods) if methods is not None else [m for m in planned if METHODS[m].flush])
     candidates: list[Candidate] = []
     skipped: list[tuple[int, str]] = []
-    for m in counts if counts is not None else thinned_counts(problem.batch_size):
+    for m in counts if counts is not None else thinned_counts(problem.batch_size, problem.smallest_microbatch):
         if fixed is not None and not METHODS[fixed].flush:
             candidates += async_candidates_at(problem, m, straight, skipped)
         else:

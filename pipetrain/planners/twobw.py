@@ -72,11 +72,12 @@ class TwoBWReport:
     skipped: tuple[tuple[str, str], ...]
 
 
-def micro_batch_sizes(batch_size: int, depth: int) -> list[int]:
-    """The powers of two ``b`` dividing the batch with ``depth <= B / b <= MAX_MICRO``, largest first."""
+def micro_batch_sizes(batch_size: int, depth: int, smallest: int = 1) -> list[int]:
+    """The powers of two ``b >= smallest`` (a model with BatchNorm: 2) dividing the batch with
+    ``depth <= B / b <= MAX_MICRO``, largest first."""
     sizes, b = [], 1
     while b <= batch_size:
-        if batch_size % b == 0 and depth <= batch_size // b <= MAX_MICRO:
+        if b >= smallest and batch_size % b == 0 and depth <= batch_size // b <= MAX_MICRO:
             sizes.append(b)
         b *= 2
     return sizes[::-1]
@@ -138,7 +139,7 @@ def plan_2bw(problem: PlanningProblem) -> PlanningResult:
     skipped = [(f"w={w} d={n // w}", _NOT_REPLICATED) for w in range(2, n + 1) if n % w == 0]
     candidates: list[Candidate] = []
     for depth in range(1, min(n, len(problem.layer_names)) + 1):
-        for b in micro_batch_sizes(problem.batch_size, depth):
+        for b in micro_batch_sizes(problem.batch_size, depth, problem.smallest_microbatch):
             found = _option(problem, depth, b, skipped)
             if found is not None:
                 candidates.append(found)

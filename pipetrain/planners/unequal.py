@@ -90,12 +90,12 @@ def plan_unequal(problem: PlanningProblem, planner: PlannerName, base_rule: Base
     generations = (c.ga or GAConfig()).generations
     with generation_bar(planner, generations, problem.progress and planner in GA_PLANNERS) as on_generation:
         plan = plan_uedp(start, problem.cost, planner=planner, seed=c.seed, config=c.ga, caps=caps,
-                         on_generation=on_generation)
+                         on_generation=on_generation, smallest=problem.smallest_microbatch)
     baselines: tuple[tuple[str, Plan], ...] = (("best equal plan", base),)
     over = overflows(base, problem.cost, optimizer=problem.optimizer) if caps is not None else []
     _check_memory(plan, problem, caps)
     if over and not base.spec.multi_stage:  # chunks on every rank take no other planner
-        fitting = plan_uedp(start, problem.cost, planner="equal", caps=caps)
+        fitting = plan_uedp(start, problem.cost, planner="equal", caps=caps, smallest=problem.smallest_microbatch)
         baselines = ((f"best equal plan, over memory on stage {over[0][0]}", base),
                      ("best equal plan within memory", fitting))
     described = f"{planner} (seed {c.seed})" if planner in GA_PLANNERS else planner

@@ -3,7 +3,9 @@
 Layers timed one at a time do not find the caches as a training step, running them in sequence,
 leaves them. So the profiler also times one forward and backward (with the loss) of the whole model
 at every size ``b`` of the grid and scales that size's layer times by the ratio of the two
-(:func:`_composition_ratios`, one per size, clamped to ``[0.5, 2]``; :func:`_scaled`).
+(:func:`_composition_ratios`, one per size, clamped to ``[0.5, 2]``; :func:`_scaled`). A model
+that cannot train on one sample (BatchNorm, :mod:`pipetrain.graph.batch_norm`) is not run there:
+the sizes below its smallest take the smallest's ratio.
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ def _forward_backward(model: nn.Module, loss: LossFn, x: torch.Tensor, targets: 
 
 
 def _composition_ratios(graph: LayerGraph, layers: Sequence[LayerProfile], timer: _Timer,
-                        loss: LossFn) -> list[float]:
+                        loss: LossFn, smallest: int = 1) -> list[float]:
     """Per grid size, the whole model's forward + backward seconds over the sum of its layers'.
 
     Layers timed one at a time do not run as the same layers in sequence do: their caches hold
     one layer's weights and activations, not the model's (on a 2-core CPU gpt-tiny's layers in
-    sequence took ×1.15 their sum, the mlp's ×0.93). Each ratio is clamped to [0.5, 2].
+    sequence took ×1.15 their sum, the mlp's ×0.93). Each ratio is clamped to [0.5, 2]. Sizes
+    below ``smallest`` (the fewest samples the model trains on) take the first trainable size's.
     """
     model = whole_model(graph).to(timer.device)
     generator = torch.Generator().manual_seed(graph.seed)
@@ -54,9 +57,11 @@ def _composition_ratios(graph: LayerGraph, layers: Sequence[LayerProfile], timer
     timer.grow_heap(prepare(grid[-1]))
     ratios = []
     for i, b in enumerate(grid):
+        if b < smallest:
+            continue
         parts = sum(lp.forward_s[i] + lp.backward_s[i] for lp in layers)
         ratios.append(min(2.0, max(0.5, timer.median_s(prepare(b)) / parts)) if parts > 0 else 1.0)
-    return ratios
+    return [ratios[0]] * (len(grid) - len(ratios)) + ratios
 
 
 def _scaled(layer: LayerProfile, ratios: Sequence[float]) -> LayerProfile:

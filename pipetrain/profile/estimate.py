@@ -48,9 +48,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from pipetrain.cluster import DeviceModel, device_model
 from pipetrain.errors import UserError
+from pipetrain.graph.batch_norm import batch_norms
 from pipetrain.graph.dataflow import layer_port, port_spec, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.profile.inputs import loss_saved_bytes, size_grid
+from pipetrain.profile.inputs import extrapolated_note, filled_below, loss_saved_bytes, size_grid, trainable_grid
 from pipetrain.profile.stats import layer_stats, tied_bytes
 from pipetrain.profile.table import LayerProfile, Profile
 
@@ -210,16 +211,20 @@ def _meta_input(spec: TensorSpec, b: int) -> torch.Tensor:
 
 
 def _estimate_layer(
-    graph: LayerGraph, i: int, spec: TensorSpec, grid: tuple[int, ...], device: DeviceModel
+    graph: LayerGraph, i: int, spec: TensorSpec, grid: tuple[int, ...], device: DeviceModel, smallest: int = 1
 ) -> tuple[LayerProfile, TensorSpec]:
-    """Layer ``i``'s estimated profile, given its input spec; and its output spec."""
+    """Layer ``i``'s estimated profile, given its input spec; and its output spec. Sizes below
+    ``smallest`` (a BatchNorm that cannot train on them) are extrapolated (:func:`filled_below`)."""
     module = profiled_layer(graph, i, device="meta")
     forward_s, backward_s = [], []
     try:
         for b in grid:
+            if b < smallest:
+                continue
             forward, backward = trace_kernels(module, _meta_input(spec, b))
             forward_s.append(sum(kernel_seconds(k, device) for k in forward))
             backward_s.append(sum(kernel_seconds(k, device) for k in backward))
+        forward_s, backward_s = list(filled_below(grid, tuple(forward_s))), list(filled_below(grid, tuple(backward_s)))
         weight_grad_s = _weight_grad_s(module, spec, grid, device, backward_s)
         with _FusedAttention():
             stats, out = layer_stats(module, _meta_input(spec, grid[-1]))
@@ -280,17 +285,19 @@ def estimate_profile(
         UserError: an unknown device model, a bad size, or a layer that cannot run on meta.
     """
     model = device if isinstance(device, DeviceModel) else device_model(device)
-    grid = size_grid(batch_size, sizes)
+    norms = batch_norms(graph)
+    grid = trainable_grid(graph.name, norms, size_grid(batch_size, sizes))
     layers, outputs = [], list[TensorSpec]()  # each layer's input from the earlier layers' outputs
     for i in range(len(graph)):
-        layer, out = _estimate_layer(graph, i, port_spec(graph, layer_port(graph, i), outputs), grid, model)
+        smallest = 2 if graph.layers[i].name in norms.single_value else 1
+        layer, out = _estimate_layer(graph, i, port_spec(graph, layer_port(graph, i), outputs), grid, model, smallest)
         layers.append(layer)
         outputs.append(out)
     spec = outputs[-1]
     source = (
         f"estimated for {model.name}: per-kernel roofline, peak {model.peak_flops:.3g} FLOP/s, "
         f"{model.memory_bandwidth_bytes_per_s:.3g} B/s, {model.kernel_overhead_s * 1e6:.3g} us "
-        f"per kernel, saturation {model.saturation_flops:.3g} FLOP"
+        f"per kernel, saturation {model.saturation_flops:.3g} FLOP{extrapolated_note(norms, grid)}"
     )
     return Profile(
         model=graph.name,

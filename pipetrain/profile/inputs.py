@@ -7,21 +7,31 @@ drawn from the model's :class:`~pipetrain.graph.layer_graph.TensorSpec` (:func:`
 The loss is a :data:`LossFn` (the model's own: :func:`model_loss_fn`), run on the last layer's
 output as ``loss(output, targets) / B`` (the batch mean the runtime backpropagates); what it saves
 for backward is part of the last stage's memory (:func:`loss_saved_bytes`, bytes per sample).
+
+A layer with a BatchNorm that sees one value per channel of a sample cannot train on one sample
+(:mod:`pipetrain.graph.batch_norm`): the profilers time it from its smallest trainable size up and
+fill the grid's smaller sizes by :func:`filled_below` (:func:`trainable_grid` says so once).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
 from pipetrain.errors import UserError
+from pipetrain.graph.batch_norm import BatchNorms, listed
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec, loss_sum
 from pipetrain.profile.stats import SavedStorages
+from pipetrain.profile.table import interpolate
 
-__all__ = ["LossFn", "loss_saved_bytes", "model_loss_fn", "sample_input", "size_grid"]
+__all__ = ["LossFn", "extrapolated_note", "filled_below", "loss_saved_bytes", "model_loss_fn", "sample_input",
+           "size_grid", "trainable_grid"]
+
+log = logging.getLogger(__name__)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``loss(output [b, ...], target [b, ...])``: the sum over the ``b`` samples of each one's loss."""
@@ -45,6 +55,43 @@ def size_grid(batch_size: int, sizes: Sequence[int] | None = None) -> tuple[int,
     if not sizes or min(sizes) < 1:
         raise UserError(f"profile sizes must be positive integers, got {list(sizes)}")
     return tuple(sorted(set(sizes)))
+
+
+def filled_below(grid: tuple[int, ...], timed: tuple[float, ...]) -> tuple[float, ...]:
+    """Seconds at every size of ``grid``, given those ``timed`` at its last ``len(timed)`` sizes.
+
+    A smaller size ``b`` is extrapolated linearly from the two smallest timed sizes, kept between
+    proportional time (``t₀ · b / b₀``, no fixed cost) and the smallest timed size's own (``t₀``:
+    fewer samples never take longer), so a noisy slope neither predicts 0 s nor more than ``t₀``.
+    """
+    sizes = grid[len(grid) - len(timed):]
+    b0, t0 = sizes[0], timed[0]
+    below = tuple(min(t0, max(t0 * b / b0, interpolate(sizes, timed, b))) for b in grid[:len(grid) - len(timed)])
+    return below + tuple(timed)
+
+
+def trainable_grid(model: str, norms: BatchNorms, grid: tuple[int, ...]) -> tuple[int, ...]:
+    """``grid``, checked to reach a size every layer trains on; says once (a log line) that the sizes
+    below are extrapolated for the layers whose BatchNorm cannot train on them.
+
+    Raises:
+        UserError: no size of the grid is large enough (a batch of 1 through such a BatchNorm).
+    """
+    smallest = norms.smallest_microbatch
+    if grid[-1] < smallest:
+        raise UserError(f"model {model!r}: BatchNorm in {listed(norms.single_value)} cannot train on {grid[-1]} "
+                        f"sample (one value per channel); use a batch (and profile sizes) of at least {smallest}")
+    if grid[0] < smallest:
+        log.warning("BatchNorm in %s cannot train on 1 sample (one value per channel): profiled from %d samples, "
+                    "size 1 extrapolated", listed(norms.single_value), smallest)
+    return grid
+
+
+def extrapolated_note(norms: BatchNorms, grid: tuple[int, ...]) -> str:
+    """What a profile's ``source`` adds when some layers' smallest sizes were extrapolated, else ''."""
+    if grid[0] >= norms.smallest_microbatch:
+        return ""
+    return f"; size 1 extrapolated for {len(norms.single_value)} BatchNorm layer(s)"
 
 
 def sample_input(

@@ -22,7 +22,9 @@ PipeDream's:
 each after ``warmup`` untimed runs, as the median of ``repeats`` timed runs. Layers are fed real
 data: layer ``i`` sees layer ``i - 1``'s output on the (seeded) random input, so data-dependent
 kernels (embedding look-ups, ReLU sparsity) behave as in training. Once per layer, at the largest
-size, one forward also yields the per-sample byte and FLOP counts of :class:`LayerStats`.
+size, one forward also yields the per-sample byte and FLOP counts of :class:`LayerStats`. A layer
+whose BatchNorm cannot train on one sample (:mod:`pipetrain.graph.batch_norm`) is timed from 2
+samples up and its size-1 times extrapolated; the profile's ``source`` and a log line say so.
 
 The parts: the size grid, random samples and the loss (:mod:`.inputs`), the timer of one layer
 (:mod:`.timing`), the walk over the layers (:mod:`.per_layer`) and the whole model's ratios
@@ -39,9 +41,10 @@ import torch
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import UserError
+from pipetrain.graph.batch_norm import batch_norms
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.profile.composition import _composition_ratios, _scaled
-from pipetrain.profile.inputs import LossFn, model_loss_fn, size_grid
+from pipetrain.profile.inputs import LossFn, extrapolated_note, model_loss_fn, size_grid, trainable_grid
 from pipetrain.profile.per_layer import _measure_layers
 from pipetrain.profile.stats import tied_bytes
 from pipetrain.profile.table import Profile
@@ -77,27 +80,31 @@ def measure_profile(
     Returns a Profile whose ``device`` is the device type (``"cpu"``, ``"cuda"``).
 
     Raises:
-        UserError: a non-positive batch size, size, repeat count or thread count.
+        UserError: a non-positive batch size, size, repeat count or thread count; a grid that
+            BatchNorm cannot train on (:func:`trainable_grid`).
     """
     keep_freed_memory()  # time layers under the allocator settings the runtime trains with
-    grid = size_grid(batch_size, sizes)
+    norms = batch_norms(graph)
+    grid = trainable_grid(graph.name, norms, size_grid(batch_size, sizes))
     if repeats < 1 or warmup < 0 or (threads is not None and threads < 1):
         raise UserError(f"need repeats >= 1, warmup >= 0 and threads >= 1 (or None); "
                         f"got repeats={repeats}, warmup={warmup}, threads={threads}")
     timer = _Timer(torch.device(device), warmup, repeats)
     loss_fn = loss or model_loss_fn(graph)
     with _torch_threads(threads) as used:
-        layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss_fn)
-        ratios = _composition_ratios(graph, layers, timer, loss_fn)
+        layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss_fn, norms.single_value)
+        ratios = _composition_ratios(graph, layers, timer, loss_fn, norms.smallest_microbatch)
     return Profile(
         model=graph.name,
         fingerprint=graph.fingerprint(),
         device=timer.device.type,
         source=f"measured on {timer.device}, {used} thread{'' if used == 1 else 's'}, median of {repeats}; layers "
-               f"scaled x{statistics.median(ratios):.3f} (median over sizes) to the whole model's time",
+               f"scaled x{statistics.median(ratios):.3f} (median over sizes) to the whole model's time"
+               f"{extrapolated_note(norms, grid)}",
         input_bytes_per_sample=graph.input.bytes_per_sample,
         edges=() if graph.is_chain else tuple(graph.edges),
         ties=tied_bytes(graph),
         layers=tuple(_scaled(lp, ratios) for lp in layers),
         loss_saved_bytes_per_sample=loss_bytes,
     )
+

@@ -9,6 +9,10 @@ counts of :func:`~pipetrain.profile.stats.layer_stats`. The loss's forward and b
 to the last layer (:func:`_with_loss`). The allocator's heap is grown to the training working set
 first (:func:`_warm_heap`), and again per layer at its largest size, so that no timed run pays for
 fresh pages that training steps do not.
+
+A layer whose BatchNorm cannot train on one sample (``single_value``,
+:class:`~pipetrain.graph.batch_norm.BatchNorms`) is timed from 2 samples up, and its size-1 times
+are extrapolated (:func:`~pipetrain.profile.inputs.filled_below`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from torch import nn
 
 from pipetrain.graph.dataflow import layer_input, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.profile.inputs import LossFn, _scaled_loss, loss_saved_bytes, sample_input
+from pipetrain.profile.inputs import LossFn, _scaled_loss, filled_below, loss_saved_bytes, sample_input
 from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import LayerProfile
 from pipetrain.profile.timing import _time_layer, _time_step, _Timer
@@ -45,11 +49,12 @@ def _progress_bar(enabled: bool) -> Progress:
 
 def _measure_layer(
     name: str, module: nn.Module, x: torch.Tensor, grid: tuple[int, ...], timer: _Timer,
-    generator: torch.Generator, on_size: Callable[[str], None],
+    generator: torch.Generator, on_size: Callable[[str], None], smallest: int = 1,
 ) -> tuple[LayerProfile, torch.Tensor]:
-    """One layer's profile on input ``x`` (``[max(grid), …]``), and its output on ``x``.
+    """One layer's profile on input ``x`` (``[max(grid), …]``), and its output on ``x``; timed at
+    the sizes from ``smallest`` up, the smaller ones extrapolated (module docstring).
 
-    ``on_size`` is called with a label after each size is timed (it drives the progress bar).
+    ``on_size`` is called with a label after each size of the grid (it drives the progress bar).
     """
     stats, out = layer_stats(module, x)
     has_backward = out.requires_grad
@@ -58,9 +63,11 @@ def _measure_layer(
     _time_layer(timer, module, x[:grid[-1]], grads[-1] if has_backward else None, grow_heap=True)
     times = []
     for b, grad in zip(grid, grads, strict=True):
-        times.append(_time_layer(timer, module, x[:b], grad if has_backward else None))
+        if b >= smallest:
+            times.append(_time_layer(timer, module, x[:b], grad if has_backward else None))
         on_size(f"{name} b={b}")
-    forward_s, backward_s, input_grad_s, weight_grad_s = (tuple(column) for column in zip(*times, strict=True))
+    forward_s, backward_s, input_grad_s, weight_grad_s = (filled_below(grid, tuple(column))
+                                                          for column in zip(*times, strict=True))
     profile = LayerProfile(
         name=name,
         sizes=grid,
@@ -81,10 +88,12 @@ def _measure_layer(
 
 
 def _measure_layers(
-    graph: LayerGraph, grid: tuple[int, ...], timer: _Timer, progress: bool, loss: LossFn
+    graph: LayerGraph, grid: tuple[int, ...], timer: _Timer, progress: bool, loss: LossFn,
+    single_value: tuple[str, ...] = (),
 ) -> tuple[tuple[LayerProfile, ...], int]:
     """Every layer's profile, each fed the previous layer's output on a seeded random input; and the
-    loss's saved bytes per sample (:func:`~pipetrain.profile.inputs.loss_saved_bytes`)."""
+    loss's saved bytes per sample (:func:`~pipetrain.profile.inputs.loss_saved_bytes`). The layers
+    ``single_value`` are timed from 2 samples up (module docstring)."""
     generator = torch.Generator().manual_seed(graph.seed)
     x = sample_input(graph.input, grid[-1], timer.device, generator)
     profiles = []
@@ -100,7 +109,7 @@ def _measure_layers(
         model_input, outputs = x, list[torch.Tensor]()
         for i, (layer, module) in enumerate(zip(graph.layers, modules, strict=True)):
             profile, x = _measure_layer(layer.name, module, layer_input(graph, i, model_input, outputs), grid, timer,
-                                        generator, on_size)
+                                        generator, on_size, 2 if layer.name in single_value else 1)
             profiles.append(profile)
             outputs.append(x)
         profiles[-1] = _with_loss(profiles[-1], graph, x, timer, generator, loss)

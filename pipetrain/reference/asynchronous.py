@@ -119,19 +119,20 @@ class _Emulator:
         torch.autograd.backward(self.loss(x, targets[lo:lo + sizes[i]]) / divisor)
         return [{n: (w.grad if w.grad is not None else torch.zeros_like(w)) for n, w in ws.items()} for ws in weights]
 
-    def parameters(self) -> dict[str, torch.Tensor]:
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's parameters and buffers under its own names."""
         out: dict[str, torch.Tensor] = {}
         for stage, module in zip(self.plan.stages, self.modules, strict=True):
             layers = self.graph.layers_named(stage.layers)
             for layer, child in zip(layers, module.children(), strict=True):
-                for name, p in child.named_parameters():
-                    out[layer.qualified(name)] = p.detach().clone()
+                for name, value in child.state_dict().items():
+                    out[layer.qualified(name)] = value.detach().clone()
         return out
 
 
 def emulate_async(graph: LayerGraph, plan: Plan, config: TrainConfig) -> dict[str, torch.Tensor]:
     """Train ``plan`` (pipedream or 2bw) for ``config.steps`` batches in one process; the final
-    parameters under the model's own names, as the runtime's ``TrainResult.parameters``.
+    state_dict (parameters and buffers) under the model's own names, as the runtime's ``TrainResult.state_dict``.
 
     Raises:
         UserError: a synchronous plan, or a learning-rate schedule other than constant.
@@ -149,7 +150,7 @@ def emulate_async(graph: LayerGraph, plan: Plan, config: TrainConfig) -> dict[st
             emulator.gradient(j)
         for k in range(plan.n_stages):
             _finish(emulator, k, config.steps * m)
-    return emulator.parameters()
+    return emulator.state_dict()
 
 
 def _finish(emulator: _Emulator, k: int, n_micro: int) -> None:

@@ -15,7 +15,7 @@ Per mini-batch ``(x [B, *in], y [B])`` and stage ``k`` with micro-batches ``[lo,
     loss.backward(); optimizer_k.step(); zero_grad()
 
 The stages, heads and optimizers are built as the ranks build them (same seeds, same learning-rate
-schedule), so the final parameters match the runtime's ``TrainResult.parameters``.
+schedule), so the final state_dict matches the runtime's ``TrainResult.state_dict``.
 """
 
 from __future__ import annotations
@@ -47,13 +47,14 @@ class LocalRun:
     """What :func:`emulate_local` returns.
 
     Attributes:
-        parameters: main-network parameters by the model's names, and heads' as ``aux{k}.<name>``.
+        state_dict: the main network's parameters and buffers by the model's names, and the heads' as
+            ``aux{k}.<name>``.
         step_times_s: seconds per mini-batch.
         losses: the last stage's loss per mini-batch (mean over samples).
         evaluation: the main path on the eval set after the last step, or None without an eval set.
     """
 
-    parameters: dict[str, torch.Tensor]
+    state_dict: dict[str, torch.Tensor]
     step_times_s: tuple[float, ...]
     losses: tuple[float, ...]
     evaluation: EvalResult | None
@@ -133,14 +134,14 @@ def emulate_local(graph: LayerGraph, plan: Plan, config: TrainConfig) -> LocalRu
     evaluation = None
     if has_eval_set(config.data):
         evaluation = evaluate_module(main, loss_fn, eval_dataset(config.data, graph), plan.batch_size)
-    return LocalRun(_parameters(graph, plan, stages), tuple(times), tuple(losses), evaluation)
+    return LocalRun(_state_dict(graph, plan, stages), tuple(times), tuple(losses), evaluation)
 
 
-def _parameters(graph: LayerGraph, plan: Plan, stages: list[_Stage]) -> dict[str, torch.Tensor]:
+def _state_dict(graph: LayerGraph, plan: Plan, stages: list[_Stage]) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for k, (stage_plan, stage) in enumerate(zip(plan.stages, stages, strict=True)):
         for layer, child in zip(graph.layers_named(stage_plan.layers), stage.module.children(), strict=True):
-            out.update({layer.qualified(n): p.detach().clone() for n, p in child.named_parameters()})
+            out.update({layer.qualified(n): v.detach().clone() for n, v in child.state_dict().items()})
         if stage.head is not None:
-            out.update({f"{HEAD_PREFIX}{k}.{n}": p.detach().clone() for n, p in stage.head.named_parameters()})
+            out.update({f"{HEAD_PREFIX}{k}.{n}": v.detach().clone() for n, v in stage.head.state_dict().items()})
     return out

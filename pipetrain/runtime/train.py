@@ -22,6 +22,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import whole_model
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.ties import alias_names
+from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime.interp.memory import ActivationMeter
@@ -41,20 +42,20 @@ __all__ = ["reference_train", "single_stage_plan", "train", "train_many"]
 
 def train(
     graph: LayerGraph, plan: Plan, config: TrainConfig, *, schedule: Schedule | None = None,
-    return_parameters: bool = False,
+    return_state_dict: bool = False,
 ) -> TrainResult:
     """Train ``graph`` with ``plan`` on locally spawned ranks; returns in the calling process.
 
     Args:
         schedule: what the ranks execute, e.g. a hand-edited ``schedule.csv`` or the schedule the
             simulator scored; validated against ``plan`` first. Default: the plan's own.
-        return_parameters: gather the final parameters into the result.
+        return_state_dict: gather the trained model's state_dict (parameters and buffers) into the result.
 
     Raises:
         UserError: the plan (or schedule) does not fit the model or asks for something the runtime lacks.
         PipelineFailure: a rank failed or died; the message names its stage and rank.
     """
-    return train_many([TrainJob(graph, plan, config, return_parameters, schedule)])[0]
+    return train_many([TrainJob(graph, plan, config, return_state_dict, schedule)])[0]
 
 
 def train_many(jobs: Sequence[TrainJob]) -> list[TrainResult]:
@@ -65,6 +66,8 @@ def train_many(jobs: Sequence[TrainJob]) -> list[TrainResult]:
     if not jobs:
         return []
     jobs = [check_job(job) for job in jobs]
+    for job in jobs:
+        warn_batch_norm(job.plan, job.graph)
     first = jobs[0].config
     settings = (first.resolved_backend(), first.timeout_s, first.threads_per_rank)
     for job in jobs[1:]:
@@ -79,7 +82,7 @@ def train_many(jobs: Sequence[TrainJob]) -> list[TrainResult]:
 
 
 def reference_train(
-    graph: LayerGraph, batch_size: int, config: TrainConfig, *, return_parameters: bool = True
+    graph: LayerGraph, batch_size: int, config: TrainConfig, *, return_state_dict: bool = True
 ) -> TrainResult:
     """Single-process, unpipelined training: the baseline the pipeline must reproduce.
 
@@ -97,7 +100,7 @@ def reference_train(
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
-            return _reference(graph, batch_size, config, return_parameters)
+            return _reference(graph, batch_size, config, return_state_dict)
     finally:
         torch.set_num_threads(threads)
 
@@ -111,7 +114,7 @@ def single_stage_plan(graph: LayerGraph, batch_size: int) -> Plan:
 _ACTIONS = (ActionKind.F, ActionKind.B, ActionKind.STEP)
 
 
-def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_parameters: bool) -> TrainResult:
+def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_state_dict: bool) -> TrainResult:
     model = whole_model(graph)
     optimizer = config.build_optimizer(model.parameters())
     loss_fn = job_loss(TrainJob(graph, single_stage_plan(graph, batch_size), config))
@@ -144,14 +147,14 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_p
                                 times[-1], batch.wait_s))
     timeline = Timeline(steps[median_step(times, config.warmup_steps)], 1, "measured", (meter.peak_bytes,),
                         f"reference, batch {batch_size}", tuple(times[config.warmup_steps:]))
-    parameters = {}
-    if return_parameters:
+    state = {}
+    if return_state_dict:
         for layer, child in zip(graph.layers, model.children(), strict=True):
-            for pname, p in child.named_parameters():
-                parameters[layer.qualified(pname)] = p.detach().clone()
-        parameters = alias_names(parameters, graph.ties)
+            for name, value in child.state_dict().items():
+                state[layer.qualified(name)] = value.detach().clone()
+        state = alias_names(state, graph.ties)
     return TrainResult(tuple(r.loss for r in rows), tuple(times),
-                       batch_size / statistics.median(times[config.warmup_steps:]), timeline, parameters,
+                       batch_size / statistics.median(times[config.warmup_steps:]), timeline, state,
                        metrics=tuple(rows), data_wait_s=tuple(waits))
 
 

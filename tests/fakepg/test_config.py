@@ -108,4 +108,4 @@ def test_reference_train_timeline_and_losses() -> None:
     assert len(result.losses) == 4 and result.losses[-1] < result.losses[0] * 1.5
     assert [str(e.action) for e in result.timeline.events] == ["0F0[0:5]", "0B0[0:5]", "0STEP"]
     assert len(result.timeline.iterations_s) == 3 and result.samples_per_s > 0
-    assert set(result.parameters) == {"lin.weight", "lin.bias"}
+    assert set(result.state_dict) == {"lin.weight", "lin.bias"}

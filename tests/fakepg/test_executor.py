@@ -27,7 +27,7 @@ from pipetrain.runtime.interp.chain import ChainKernel
 from pipetrain.runtime.interp.context import RankContext
 from pipetrain.runtime.interp.executor import HANDLERS, check_runnable, run_program
 from pipetrain.runtime.interp.keeping import Recompute
-from pipetrain.runtime.interp.rank_setup import build_rank_context, stage_parameters, stage_specs
+from pipetrain.runtime.interp.rank_setup import build_rank_context, stage_specs, stage_state_dict
 from pipetrain.runtime.interp.recorder import StepRecorder
 from pipetrain.runtime.interp.transport import Direction, Transport
 from pipetrain.runtime.job.data import make_batch
@@ -64,7 +64,8 @@ def test_fake_group_runs_any_rank(fake_group: int) -> None:
     program = build_schedule(plan).ranks[rank]
     ctx = build_rank_context(graph, plan, rank, Transport(torch.device("cpu")), CONFIG.build_optimizer)
     assert ctx.stage == rank and ctx.is_first == (rank == 0) and ctx.is_last == (rank == 3)
-    assert [n.split(".")[0] for n in stage_parameters(ctx, graph.layers_named(plan.stages[rank].layers))] == [
+    state = stage_state_dict(ctx, graph.layers_named(plan.stages[rank].layers), buffers=True)
+    assert [n.split(".")[0] for n in state] == [
         name for name in plan.stages[rank].layers for _ in range(2)
     ]
     x, y = make_batch(graph, 12, 0, 0, "synthetic")
@@ -186,7 +187,7 @@ def _run_all_ranks(graph: LayerGraph, plan: Plan, steps: int) -> dict[str, torch
             assert progressed, f"deadlock at positions {positions}"
     params: dict[str, torch.Tensor] = {}
     for ctx in contexts:
-        params.update(stage_parameters(ctx, graph.layers_named(plan.stages[ctx.stage].layers)))
+        params.update(stage_state_dict(ctx, graph.layers_named(plan.stages[ctx.stage].layers), buffers=True))
     return params
 
 
@@ -214,8 +215,8 @@ def test_all_ranks_in_one_process_match_reference(name: str) -> None:
     graph, plan = PLANS[name]
     params = _run_all_ranks(graph, plan, CONFIG.steps)
     reference = reference_train(graph, plan.batch_size, CONFIG)
-    assert set(params) == set(reference.parameters)
-    for key, value in reference.parameters.items():
+    assert set(params) == set(reference.state_dict)
+    for key, value in reference.state_dict.items():
         torch.testing.assert_close(params[key], value, atol=1e-6, rtol=0)
 
 
@@ -225,6 +226,6 @@ def test_reference_is_sensitive_to_gradient_scaling() -> None:
     reference = reference_train(mlp_graph(), plan.batch_size, CONFIG)
     scaled = reference_train(mlp_graph(), plan.batch_size, TrainConfig(steps=2, warmup_steps=0, lr=0.05 / 4,
                                                                        progress=False))
-    diff = max((reference.parameters[k] - scaled.parameters[k]).abs().max().item() for k in reference.parameters)
+    diff = max((reference.state_dict[k] - scaled.state_dict[k]).abs().max().item() for k in reference.state_dict)
     assert diff > 1e-4
 

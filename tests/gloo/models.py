@@ -101,8 +101,8 @@ def random_uedp_plan(graph: LayerGraph, n_stages: int, batch: int, seed: int) ->
 
 
 def max_param_diff(result: TrainResult, reference: TrainResult) -> float:
-    assert set(result.parameters) == set(reference.parameters)
-    return max((result.parameters[k] - reference.parameters[k]).abs().max().item() for k in reference.parameters)
+    assert set(result.state_dict) == set(reference.state_dict)
+    return max((result.state_dict[k] - reference.state_dict[k]).abs().max().item() for k in reference.state_dict)
 
 
 def rank_processes() -> list[int]:
@@ -180,16 +180,16 @@ def check_resume_and_reshard(graph: LayerGraph, plan: Plan, tmp_path: Path, eval
         return TrainConfig(steps=steps, data="digits", optimizer="adam", lr=3e-3, progress=False, timeout_s=60,
                            checkpoint_dir=tmp_path / name, checkpoint_every=2, resume=resume, eval_every=eval_every)
 
-    unbroken, _ = train_many([TrainJob(graph, plan, config("whole", 8), return_parameters=True),
+    unbroken, _ = train_many([TrainJob(graph, plan, config("whole", 8), return_state_dict=True),
                               TrainJob(graph, plan, config("first", 4))])
     one_f_one_b = replace(plan, method=Method.ONE_F_ONE_B,
                           stages=tuple(StagePlan(layers, (k,), s.forward_sizes, s.backward_sizes) for k, (layers, s)
                                        in enumerate(zip(cut(graph.names, 2), plan.stages[:2], strict=True))))
     resumed, resharded = train_many([
-        TrainJob(graph, plan, config("second", 8, tmp_path / "first"), return_parameters=True),
-        TrainJob(graph, one_f_one_b, config("resharded", 8, tmp_path / "first"), return_parameters=True)])
-    for name, value in unbroken.parameters.items():
-        assert torch.equal(value, resumed.parameters[name]), name
+        TrainJob(graph, plan, config("second", 8, tmp_path / "first"), return_state_dict=True),
+        TrainJob(graph, one_f_one_b, config("resharded", 8, tmp_path / "first"), return_state_dict=True)])
+    for name, value in unbroken.state_dict.items():
+        assert torch.equal(value, resumed.state_dict[name]), name
     assert [m.loss for m in resumed.metrics] == [m.loss for m in unbroken.metrics[4:]]
     assert max_param_diff(resharded, unbroken) <= 1e-4
     return unbroken

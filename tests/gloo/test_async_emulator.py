@@ -59,8 +59,8 @@ EVAL_CASE = Case(_async(chain_plan(DIGITS, 3, 16, 4), WeightPolicy.STASH),
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
-    jobs = [TrainJob(GRAPH, c.plan, c.config, return_parameters=True) for c in CASES.values()]
-    jobs.append(TrainJob(DIGITS, EVAL_CASE.plan, EVAL_CASE.config, return_parameters=True))
+    jobs = [TrainJob(GRAPH, c.plan, c.config, return_state_dict=True) for c in CASES.values()]
+    jobs.append(TrainJob(DIGITS, EVAL_CASE.plan, EVAL_CASE.config, return_state_dict=True))
     return dict(zip([*CASES, "eval"], train_many(jobs), strict=True))
 
 
@@ -72,7 +72,7 @@ def _diff(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float
 @pytest.mark.parametrize("name", list(CASES))
 def test_runtime_equals_emulator(results: dict[str, TrainResult], name: str) -> None:
     case = CASES[name]
-    assert _diff(results[name].parameters, emulate_async(GRAPH, case.plan, case.config)) <= TOL
+    assert _diff(results[name].state_dict, emulate_async(GRAPH, case.plan, case.config)) <= TOL
     assert len(results[name].losses) == STEPS
 
 
@@ -82,11 +82,11 @@ def test_staleness_is_visible(results: dict[str, TrainResult]) -> None:
     cannot pass unnoticed."""
     for a, b in (("pipedream-4stages", "vertical-sync-4stages"), ("pipedream-2stages", "vertical-sync-2stages"),
                  ("pipedream-2stages", "2bw-2stages")):
-        assert _diff(results[a].parameters, results[b].parameters) > 100 * TOL, (a, b)
+        assert _diff(results[a].state_dict, results[b].state_dict) > 100 * TOL, (a, b)
 
 
 def test_evaluating_mid_run_equals_emulator(results: dict[str, TrainResult]) -> None:
     result = results["eval"]
-    assert _diff(result.parameters, emulate_async(DIGITS, EVAL_CASE.plan, EVAL_CASE.config)) <= TOL
+    assert _diff(result.state_dict, emulate_async(DIGITS, EVAL_CASE.plan, EVAL_CASE.config)) <= TOL
     accuracies = [m.eval_accuracy for m in result.metrics if m.eval_accuracy is not None]
     assert len(accuracies) == STEPS // 5 and accuracies[-1] > accuracies[0]

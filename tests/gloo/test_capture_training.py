@@ -74,7 +74,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
     graphs = [RESIDUAL if name.startswith("residual") else SKIP for name in CASES]
-    jobs = [TrainJob(g, plan, SGD, return_parameters=True) for g, plan in zip(graphs, CASES.values(), strict=True)]
+    jobs = [TrainJob(g, plan, SGD, return_state_dict=True) for g, plan in zip(graphs, CASES.values(), strict=True)]
     return dict(zip(CASES, train_many(jobs), strict=True))
 
 
@@ -93,7 +93,7 @@ def test_parameters_equal_single_process_training(results: dict[str, TrainResult
     assert max_param_diff(result, reference) <= TOL
     assert result.losses == pytest.approx(reference.losses, abs=TOL)
     module = _module_train(graph, SGD)
-    assert set(module) == set(result.parameters)  # the module's own names
-    assert max((module[k] - result.parameters[k]).abs().max().item() for k in module) <= TOL
+    assert set(module) == set(result.state_dict)  # the module's own names
+    assert max((module[k] - result.state_dict[k]).abs().max().item() for k in module) <= TOL
     start = dict(graph.build_module().named_parameters())
     assert max((module[k] - start[k]).abs().max().item() for k in module) > 1e-3  # training moved them

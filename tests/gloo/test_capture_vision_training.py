@@ -64,7 +64,7 @@ PLANS: dict[str, Plan] = {kind: chain_plan(graph, 2, BATCH, MICRO, Method.ONE_F_
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
-    jobs = [TrainJob(GRAPHS[kind], PLANS[kind], SGD, return_parameters=True) for kind in PLANS]
+    jobs = [TrainJob(GRAPHS[kind], PLANS[kind], SGD, return_state_dict=True) for kind in PLANS]
     return dict(zip(PLANS, train_many(jobs), strict=True))
 
 
@@ -80,7 +80,7 @@ def test_parameters_equal_the_module_trained_on_the_same_micro_batches(
         results: dict[str, TrainResult], kind: str) -> None:
     result = results[kind]
     plain = _plain_train(MODELS[kind], GRAPHS[kind], SGD)
-    assert set(result.parameters) == set(plain)  # the module's own names
-    assert max((plain[k] - result.parameters[k]).abs().max().item() for k in plain) <= TOL
+    assert set(result.state_dict) == set(plain)  # the module's own names
+    assert max((plain[k] - result.state_dict[k]).abs().max().item() for k in plain) <= TOL
     start = dict(MODELS[kind].named_parameters())
     assert max((plain[k] - start[k]).abs().max().item() for k in plain) > 1e-3  # training moved them

@@ -32,17 +32,17 @@ def test_resume_equals_an_unbroken_run(tmp_path: Path) -> None:
     digits = build_model("mlp-digits")
     plans = {"gpipe": chain_plan(digits, 2, 32, 4), "1f1b": chain_plan(digits, 2, 32, 4, Method.ONE_F_ONE_B),
              "uedp": uneven_plan(digits, [(5, 27), (10, 12, 10)]), "replicated": replicated_plan(digits, [1, 2], 32, 4)}
-    whole = [TrainJob(digits, p, _config(tmp_path, f"{n}-whole", 8), return_parameters=True) for n, p in plans.items()]
+    whole = [TrainJob(digits, p, _config(tmp_path, f"{n}-whole", 8), return_state_dict=True) for n, p in plans.items()]
     first = [TrainJob(digits, p, _config(tmp_path, n, 4)) for n, p in plans.items()]
     unbroken_runs = train_many(whole + first)[: len(plans)]
-    second = [TrainJob(digits, p, _config(tmp_path, f"{n}-resumed", 8, resume=tmp_path / n), return_parameters=True)
+    second = [TrainJob(digits, p, _config(tmp_path, f"{n}-resumed", 8, resume=tmp_path / n), return_state_dict=True)
               for n, p in plans.items()]
     resharded = TrainJob(digits, chain_plan(digits, 3, 32, 2, Method.ONE_F_ONE_B),
-                         _config(tmp_path, "resharded", 8, resume=tmp_path / "gpipe"), return_parameters=True)
+                         _config(tmp_path, "resharded", 8, resume=tmp_path / "gpipe"), return_state_dict=True)
     results = train_many([*second, resharded])
     for job, unbroken, resumed in zip(whole, unbroken_runs, results[: len(plans)], strict=True):
-        for name, value in unbroken.parameters.items():
-            assert torch.equal(value, resumed.parameters[name]), (job.plan.method, name)
+        for name, value in unbroken.state_dict.items():
+            assert torch.equal(value, resumed.state_dict[name]), (job.plan.method, name)
         assert [m.step for m in resumed.metrics] == [4, 5, 6, 7]
         assert [m.loss for m in resumed.metrics] == [m.loss for m in unbroken.metrics[4:]]
     assert max_param_diff(results[-1], unbroken_runs[0]) <= 1e-5  # other stages and ranks: resharded
@@ -58,16 +58,16 @@ def test_killed_rank_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     checkpoint = newest_checkpoint(tmp_path / "run")
     assert checkpoint is not None and checkpoint.step == 4
     unbroken, resumed = train_many([
-        TrainJob(digits, plan, _config(tmp_path, "whole", 8, lr_schedule="cosine"), return_parameters=True),
+        TrainJob(digits, plan, _config(tmp_path, "whole", 8, lr_schedule="cosine"), return_state_dict=True),
         TrainJob(digits, plan, _config(tmp_path, "run", 8, resume=tmp_path / "run", lr_schedule="cosine"),
-                 return_parameters=True),
+                 return_state_dict=True),
     ])
-    for name, value in unbroken.parameters.items():
-        assert torch.equal(value, resumed.parameters[name]), name
+    for name, value in unbroken.state_dict.items():
+        assert torch.equal(value, resumed.state_dict[name]), name
     out = tmp_path / "model.pt"
     _, tensors, _ = export_checkpoint(tmp_path / "run", out)
     module = digits.build_module()
     module.load_state_dict(torch.load(out, weights_only=True), strict=True)
     assert tensors == len(module.state_dict())
     for name, value in module.named_parameters():
-        assert torch.equal(value, resumed.parameters[name]), name
+        assert torch.equal(value, resumed.state_dict[name]), name

@@ -47,7 +47,7 @@ def test_pipelines_on_real_data_equal_single_process(tmp_path: Path, monkeypatch
         (small, chain_plan(small, 2, 12, 3),
          TrainConfig(steps=6, data="pt_gloo_data:make", lr=0.05, progress=False, timeout_s=60)),
     ]
-    results = train_many([TrainJob(g, p, c, return_parameters=True) for g, p, c in cases])
+    results = train_many([TrainJob(g, p, c, return_state_dict=True) for g, p, c in cases])
     for (graph, plan, config), result in zip(cases, results, strict=True):
         reference = reference_train(graph, plan.batch_size, config)
         assert max_param_diff(result, reference) <= 1e-5, graph.name

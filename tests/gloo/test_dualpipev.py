@@ -46,7 +46,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
-    jobs = [TrainJob(graph, plan, SGD, return_parameters=True) for graph, plan in CASES.values()]
+    jobs = [TrainJob(graph, plan, SGD, return_state_dict=True) for graph, plan in CASES.values()]
     return dict(zip(CASES, train_many(jobs), strict=True))
 
 

@@ -80,7 +80,7 @@ CASES = {case.name: case for case in _cases()}
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
     cases = list(CASES.values())
-    jobs = [TrainJob(c.graph, c.plan, c.config, return_parameters=True) for c in cases]
+    jobs = [TrainJob(c.graph, c.plan, c.config, return_state_dict=True) for c in cases]
     return {c.name: r for c, r in zip(cases, train_many(jobs), strict=True)}
 
 

@@ -41,7 +41,7 @@ def test_pipeline_evaluation_equals_single_process(tmp_path: Path, monkeypatch: 
     ]
     results = train_many([TrainJob(g, p, c) for g, p, c in cases])
     for (graph, plan, config), result in zip(cases, results, strict=True):
-        reference = reference_train(graph, plan.batch_size, config, return_parameters=False)
+        reference = reference_train(graph, plan.batch_size, config, return_state_dict=False)
         evaluated = [(m.step, m.eval_loss, m.eval_accuracy) for m in result.metrics if m.eval_loss is not None]
         expected = [(m.step, m.eval_loss, m.eval_accuracy) for m in reference.metrics if m.eval_loss is not None]
         assert [e[0] for e in evaluated] == [e[0] for e in expected], plan.stages

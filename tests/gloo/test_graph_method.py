@@ -70,8 +70,8 @@ DIGITS_CONFIG = TrainConfig(epochs=2, optimizer="adam", lr=3e-3, data="digits", 
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
-    jobs = [TrainJob(GRAPH, plan, SGD, return_parameters=True) for plan in PLANS.values()]
-    jobs.append(TrainJob(TOWERS, TOWERS_PLAN, SGD, return_parameters=True))
+    jobs = [TrainJob(GRAPH, plan, SGD, return_state_dict=True) for plan in PLANS.values()]
+    jobs.append(TrainJob(TOWERS, TOWERS_PLAN, SGD, return_state_dict=True))
     jobs.append(TrainJob(DIGITS, DIGITS_PLAN, DIGITS_CONFIG))
     return dict(zip([*PLANS, "towers", "digits"], train_many(jobs), strict=True))
 

@@ -56,7 +56,7 @@ def graphs() -> dict[str, LayerGraph]:
 @pytest.fixture(scope="module")
 def results(graphs: dict[str, LayerGraph]) -> dict[tuple[str, str], TrainResult]:
     cases = [(name, method) for name in MODELS for method in METHODS]
-    jobs = [TrainJob(graphs[name], _plan(graphs[name], method), _config(MODELS[name][1]), return_parameters=True)
+    jobs = [TrainJob(graphs[name], _plan(graphs[name], method), _config(MODELS[name][1]), return_state_dict=True)
             for name, method in cases]
     return dict(zip(cases, train_many(jobs), strict=True))
 
@@ -91,5 +91,5 @@ def test_weights_equal_the_hugging_face_model_trained_in_one_process(
         assert worst[0] <= TOL, (method, worst)
         assert max((trained[k] - start[k]).abs().max().item() for k in trained) > 1e-4  # training moved them
     loaded = getattr(hf_models, MODELS[name][0].split(":")[1])()
-    loaded.load_state_dict({**loaded.state_dict(), **results[name, "1f1b"].parameters}, strict=True)
-    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in results[name, "1f1b"].parameters.items())
+    loaded.load_state_dict({**loaded.state_dict(), **results[name, "1f1b"].state_dict}, strict=True)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in results[name, "1f1b"].state_dict.items())

@@ -37,7 +37,7 @@ def interleaved_plan(graph_names: tuple[str, ...], batch: int, n_ranks: int, chu
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
-    jobs = [TrainJob(GRAPH, interleaved_plan(GRAPH.names, BATCH, *case), SGD, return_parameters=True)
+    jobs = [TrainJob(GRAPH, interleaved_plan(GRAPH.names, BATCH, *case), SGD, return_state_dict=True)
             for case in CASES.values()]
     jobs.append(TrainJob(DIGITS, interleaved_plan(DIGITS.names, 64, 2, 2, 4), DIGITS_CONFIG))
     return dict(zip([*CASES, "digits"], train_many(jobs), strict=True))
@@ -65,7 +65,7 @@ def test_clipping_equals_single_process() -> None:
     """Each rank's first STEP clips all of its stages' gradients as its share of the global norm."""
     config = replace(SGD, clip_grad_norm=0.05)  # small enough to clip every step
     plan = interleaved_plan(GRAPH.names, BATCH, 2, 2, 4)
-    result = train_many([TrainJob(GRAPH, plan, config, return_parameters=True)])[0]
+    result = train_many([TrainJob(GRAPH, plan, config, return_state_dict=True)])[0]
     reference = reference_train(GRAPH, BATCH, config)
     assert max_param_diff(result, reference) <= 1e-5
     assert max_param_diff(result, reference_train(GRAPH, BATCH, SGD)) > 1e-3  # the clipping mattered

@@ -64,7 +64,7 @@ CASES: dict[str, Plan] = {
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
-    jobs = [TrainJob(GRAPH, plan, ONE_STEP, return_parameters=True) for plan in CASES.values()]
+    jobs = [TrainJob(GRAPH, plan, ONE_STEP, return_state_dict=True) for plan in CASES.values()]
     return dict(zip(CASES, train_many(jobs), strict=True))
 
 

@@ -48,7 +48,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
-    jobs = [TrainJob(graph, plan, SGD, return_parameters=True) for graph, plan in CASES.values()]
+    jobs = [TrainJob(graph, plan, SGD, return_state_dict=True) for graph, plan in CASES.values()]
     return dict(zip(CASES, train_many(jobs), strict=True))
 
 
@@ -71,6 +71,6 @@ def test_timeline_shows_w_on_every_chunk(results: dict[str, TrainResult]) -> Non
 def test_clipping_equals_single_process() -> None:
     """Every W runs before a rank's first STEP, which clips all of its stages' gradients."""
     config = replace(SGD, clip_grad_norm=0.05)  # small enough to clip every step
-    result = train_many([TrainJob(GRAPH, CASES["2ranks-2chunks-4micro"][1], config, return_parameters=True)])[0]
+    result = train_many([TrainJob(GRAPH, CASES["2ranks-2chunks-4micro"][1], config, return_state_dict=True)])[0]
     assert max_param_diff(result, reference_train(GRAPH, BATCH, config)) <= TOL
     assert max_param_diff(result, reference_train(GRAPH, BATCH, SGD)) > 1e-3  # the clipping mattered

@@ -68,7 +68,7 @@ PLANS["cnn-3stages-unequal"] = ("cnn-digits", unequal_plan(), SGD)
 @pytest.fixture(scope="module")
 def runs() -> dict[str, tuple[TrainResult, LocalRun]]:
     names = list(PLANS)
-    jobs = [TrainJob(build_model(PLANS[n][0]), PLANS[n][1], PLANS[n][2], return_parameters=True) for n in names]
+    jobs = [TrainJob(build_model(PLANS[n][0]), PLANS[n][1], PLANS[n][2], return_state_dict=True) for n in names]
     results = train_many(jobs)
     return {n: (r, emulate_local(build_model(PLANS[n][0]), PLANS[n][1], PLANS[n][2]))
             for n, r in zip(names, results, strict=True)}
@@ -79,10 +79,10 @@ def test_pipelined_local_learning_equals_the_single_process_emulator(
         name: str, runs: dict[str, tuple[TrainResult, LocalRun]]) -> None:
     result, emulated = runs[name]
     plan = PLANS[name][1]
-    assert set(result.parameters) == set(emulated.parameters)
-    heads = [k for k in emulated.parameters if k.startswith("aux")]
+    assert set(result.state_dict) == set(emulated.state_dict)
+    heads = [k for k in emulated.state_dict if k.startswith("aux")]
     assert {k.split(".")[0] for k in heads} == {f"aux{s}" for s in range(plan.n_stages - 1)}
-    diff = max((result.parameters[k] - v).abs().max().item() for k, v in emulated.parameters.items())
+    diff = max((result.state_dict[k] - v).abs().max().item() for k, v in emulated.state_dict.items())
     assert diff <= TOL, f"{name}: max parameter difference {diff}"
     assert len(result.losses) == STEPS
     assert result.losses == pytest.approx(emulated.losses, rel=1e-6, abs=TOL)
@@ -105,17 +105,17 @@ def test_checkpoints_carry_the_heads_and_export_leaves_them_out(tmp_path: Path) 
     case = Case("resume", "cnn-digits", 2, "dgl", replace(SGD, optimizer="adam", lr=1e-3, steps=6))
     graph, plan = build_model(case.model), local_plan(case)
     half = replace(case.config, steps=3, checkpoint_dir=tmp_path / "ck")
-    straight, first = train_many([TrainJob(graph, plan, case.config, return_parameters=True),
+    straight, first = train_many([TrainJob(graph, plan, case.config, return_state_dict=True),
                                   TrainJob(graph, plan, half)])
     resumed = replace(case.config, checkpoint_dir=tmp_path / "ck", resume=tmp_path / "ck")
-    second = train_many([TrainJob(graph, plan, resumed, return_parameters=True)])[0]
-    assert set(second.parameters) == set(straight.parameters)
-    assert any(k.startswith("aux0.") for k in straight.parameters)
-    assert max((second.parameters[k] - v).abs().max().item() for k, v in straight.parameters.items()) <= TOL
+    second = train_many([TrainJob(graph, plan, resumed, return_state_dict=True)])[0]
+    assert set(second.state_dict) == set(straight.state_dict)
+    assert any(k.startswith("aux0.") for k in straight.state_dict)
+    assert max((second.state_dict[k] - v).abs().max().item() for k, v in straight.state_dict.items()) <= TOL
     _, main, _ = export_checkpoint(tmp_path / "ck", tmp_path / "main.pt")
     state = torch.load(tmp_path / "main.pt")
-    assert set(state) == {k for k in straight.parameters if not k.startswith("aux")}
-    assert max((v - straight.parameters[k]).abs().max().item() for k, v in state.items()) <= TOL  # step 6
+    assert set(state) == {k for k in straight.state_dict if not k.startswith("aux")}
+    assert max((v - straight.state_dict[k]).abs().max().item() for k, v in state.items()) <= TOL  # step 6
     _, everything, _ = export_checkpoint(tmp_path / "ck", tmp_path / "all.pt", with_heads=True)
     heads = {k for k in torch.load(tmp_path / "all.pt") if k.startswith("aux0.")}
     assert heads and everything == main + len(heads) and len(first.losses) == 3

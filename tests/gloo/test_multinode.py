@@ -74,11 +74,11 @@ def test_two_torchrun_nodes_match_local_spawn(tmp_path: Path) -> None:
     result = torch.load(out)
     graph = mlp_graph()  # as torchrun_script.py trains it
     local = train(graph, chain_plan(graph, 2, 12, 3), TrainConfig(steps=3, progress=False, timeout_s=60.0),
-                  return_parameters=True)
+                  return_state_dict=True)
     assert result["losses"] == pytest.approx(local.losses, abs=1e-6)
-    assert set(result["parameters"]) == set(local.parameters)
-    for key, value in local.parameters.items():
-        torch.testing.assert_close(result["parameters"][key], value, atol=1e-6, rtol=0)
+    assert set(result["state_dict"]) == set(local.state_dict)
+    for key, value in local.state_dict.items():
+        torch.testing.assert_close(result["state_dict"][key], value, atol=1e-6, rtol=0)
 
 
 def test_readme_multinode_command_trains_what_the_local_launcher_trains(tmp_path: Path) -> None:
@@ -100,6 +100,6 @@ def test_readme_multinode_command_trains_what_the_local_launcher_trains(tmp_path
     export_checkpoint(tmp_path / "ckpt", tmp_path / "model.pt")
     weights = torch.load(tmp_path / "model.pt", weights_only=True)
     local = train(graph, plan, TrainConfig(steps=5, data="digits", optimizer="adam", lr=0.003, progress=False),
-                  return_parameters=True)
-    for key, value in local.parameters.items():
+                  return_state_dict=True)
+    for key, value in local.state_dict.items():
         torch.testing.assert_close(weights[key], value, atol=1e-6, rtol=0)

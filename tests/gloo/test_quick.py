@@ -22,7 +22,7 @@ def test_train_a_module_in_one_call() -> None:
     assert plan.n_ranks == 2 and plan.model == "ResidualMLP"
     result = pipetrain.train(model, DATA, plan=plan, steps=30, lr=0.05, progress=False)
     assert result.losses[-1] < 0.5 * result.losses[0]
-    model.load_state_dict(result.parameters, strict=True)  # every parameter, under the module's names
+    model.load_state_dict(result.state_dict, strict=True)  # every parameter, under the module's names
     final = result.final_eval
     assert final is not None and final.eval_accuracy is not None and final.eval_accuracy > 0.8
     tally = EvalTally()

@@ -32,7 +32,7 @@ def test_runs_the_given_schedule_and_matches_single_process() -> None:
     plan = chain_plan(graph, 3, BATCH, 4, Method.GPIPE)
     edited = build_schedule(replace(plan, method=Method.ONE_F_ONE_B))  # same actions, another order
     assert edited != build_schedule(plan)
-    result = train(graph, plan, CONFIG, schedule=Schedule.from_csv(edited.to_csv()), return_parameters=True)
+    result = train(graph, plan, CONFIG, schedule=Schedule.from_csv(edited.to_csv()), return_state_dict=True)
     reference = reference_train(graph, BATCH, CONFIG)
     assert max_param_diff(result, reference) < 1e-5
     for rank, program in edited:
@@ -56,5 +56,5 @@ def test_backward_over_other_ranges_needs_recompute() -> None:
     with pytest.raises(UserError, match='"recompute": true'):
         train(graph, plan, CONFIG, schedule=Schedule.from_lists([halves]))
     result = train(graph, replace(plan, recompute=True), CONFIG, schedule=Schedule.from_lists([halves]),
-                   return_parameters=True)
+                   return_state_dict=True)
     assert max_param_diff(result, reference_train(graph, BATCH, CONFIG)) < 1e-5

@@ -81,7 +81,7 @@ def torch_train(config: TrainConfig, steps: int | None = None) -> tuple[dict[str
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
-    jobs = [TrainJob(GRAPH, p, config, return_parameters=True) for p, config in CASES.values()]
+    jobs = [TrainJob(GRAPH, p, config, return_state_dict=True) for p, config in CASES.values()]
     return dict(zip(CASES, train_many(jobs), strict=True))
 
 
@@ -122,11 +122,11 @@ def test_checkpoint_writes_a_tie_once_resumes_and_exports(tmp_path: Path) -> Non
         return TrainConfig(steps=steps, optimizer="adam", lr=1e-2, progress=False, timeout_s=60,
                            checkpoint_dir=tmp_path / name, checkpoint_every=2, resume=resume)
 
-    unbroken, _ = train_many([TrainJob(GRAPH, tied, config("whole", 4), return_parameters=True),
+    unbroken, _ = train_many([TrainJob(GRAPH, tied, config("whole", 4), return_state_dict=True),
                               TrainJob(GRAPH, tied, config("first", 2))])
-    (resumed,) = train_many([TrainJob(GRAPH, tied, config("second", 4, tmp_path / "first"), return_parameters=True)])
-    for name, value in unbroken.parameters.items():
-        assert torch.equal(value, resumed.parameters[name]), name
+    (resumed,) = train_many([TrainJob(GRAPH, tied, config("second", 4, tmp_path / "first"), return_state_dict=True)])
+    for name, value in unbroken.state_dict.items():
+        assert torch.equal(value, resumed.state_dict[name]), name
 
     checkpoint = newest_checkpoint(tmp_path / "whole")
     assert checkpoint is not None
@@ -140,5 +140,5 @@ def test_checkpoint_writes_a_tie_once_resumes_and_exports(tmp_path: Path) -> Non
     model = TiedLM()
     model.load_state_dict(state, strict=True)
     assert model.lm_head.weight is model.wte.weight
-    assert torch.equal(model.wte.weight, unbroken.parameters["wte.weight"])
-    TiedLM().load_state_dict(unbroken.parameters, strict=True)  # the Python API's result too
+    assert torch.equal(model.wte.weight, unbroken.state_dict["wte.weight"])
+    TiedLM().load_state_dict(unbroken.state_dict, strict=True)  # the Python API's result too

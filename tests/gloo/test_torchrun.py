@@ -39,8 +39,8 @@ def test_torchrun_matches_reference(tmp_path: Path) -> None:
     graph = mlp_graph()
     reference = reference_train(graph, 12, TrainConfig(steps=3, progress=False))
     assert result["losses"] == pytest.approx(reference.losses, abs=1e-5)
-    for key, value in reference.parameters.items():
-        torch.testing.assert_close(result["parameters"][key], value, atol=1e-5, rtol=0)
+    for key, value in reference.state_dict.items():
+        torch.testing.assert_close(result["state_dict"][key], value, atol=1e-5, rtol=0)
 
 
 def _env_rank(rank: int, port: int, results: Any) -> None:

@@ -31,7 +31,7 @@ def test_optimizers_schedules_and_clipping_equal_single_process() -> None:
         (uneven_plan(digits, [(5, 27), (10, 12, 10)]),
          _config(optimizer="adam", lr=1e-3, clip_grad_norm=0.2)),
     ]
-    results = train_many([TrainJob(digits, plan, config, return_parameters=True) for plan, config in cases])
+    results = train_many([TrainJob(digits, plan, config, return_state_dict=True) for plan, config in cases])
     for (plan, config), result in zip(cases, results, strict=True):
         reference = reference_train(digits, plan.batch_size, config)
         assert max_param_diff(result, reference) <= 1e-5, config.optimizer

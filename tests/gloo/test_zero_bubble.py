@@ -46,7 +46,7 @@ def _graph(name: str) -> LayerGraph:
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, TrainResult]:
-    jobs = [TrainJob(_graph(name), plan, config, return_parameters=True) for name, (plan, config) in CASES.items()]
+    jobs = [TrainJob(_graph(name), plan, config, return_state_dict=True) for name, (plan, config) in CASES.items()]
     return dict(zip(CASES, train_many(jobs), strict=True))
 
 

@@ -29,7 +29,7 @@ def test_zoo_models_match_reference() -> None:
         (digits, chain_plan(digits, 4, 32, 5), TrainConfig(steps=3, lr=0.1, data="digits", progress=False)),
         (synthetic, uedp, TrainConfig(steps=3, lr=0.05, progress=False)),
     ]
-    results = train_many([TrainJob(g, p, c, return_parameters=True) for g, p, c in cases])
+    results = train_many([TrainJob(g, p, c, return_state_dict=True) for g, p, c in cases])
     for (graph, plan, config), result in zip(cases, results, strict=True):
         reference = reference_train(graph, plan.batch_size, config)
         assert max_param_diff(result, reference) <= 1e-5, graph.name

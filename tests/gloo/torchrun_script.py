@@ -25,13 +25,13 @@ def main(out: str, kill: bool) -> None:
     config = TrainConfig(steps=3, progress=False, timeout_s=5.0, fault=fault)
     start = time.monotonic()
     try:
-        result = run_worker_from_env(graph, chain_plan(graph, 2, 12, 3), config, return_parameters=True)
+        result = run_worker_from_env(graph, chain_plan(graph, 2, 12, 3), config, return_state_dict=True)
     except PipelineFailure as e:
         rank = int(__import__("os").environ["RANK"])
         Path(f"{out}.rank{rank}").write_text(f"{time.monotonic() - start:.1f}\n{e}")
         raise SystemExit(1) from None
     if result is not None:
-        torch.save({"losses": result.losses, "parameters": result.parameters}, out)
+        torch.save({"losses": result.losses, "state_dict": result.state_dict}, out)
 
 
 if __name__ == "__main__":

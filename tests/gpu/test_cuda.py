@@ -28,8 +28,8 @@ def test_single_rank_training_on_cuda_matches_reference() -> None:
     sizes = equal_sizes(16, 4)
     plan = Plan(graph.name, "", 16, Method.ONE_F_ONE_B, (StagePlan(graph.names, (0,), sizes, sizes),))
     config = TrainConfig(steps=3, warmup_steps=0, progress=False)
-    got = train(graph, plan, config, return_parameters=True).parameters
-    want = reference_train(graph, 16, config).parameters
+    got = train(graph, plan, config, return_state_dict=True).state_dict
+    want = reference_train(graph, 16, config).state_dict
     assert got is not None and want is not None
     for name, value in want.items():
         torch.testing.assert_close(got[name].cpu(), value.cpu(), atol=1e-4, rtol=1e-4)

@@ -89,10 +89,10 @@ def test_single_process_reference_equals_plain_torch_on_the_module() -> None:
         optimizer.step()
         optimizer.zero_grad()
     expected = module.state_dict()
-    assert set(result.parameters) == set(expected)
+    assert set(result.state_dict) == set(expected)
     for key, value in expected.items():
-        assert torch.allclose(result.parameters[key], value, atol=1e-6), key
-    assert result.parameters["lm_head.weight"] is result.parameters["wte.weight"]
+        assert torch.allclose(result.state_dict[key], value, atol=1e-6), key
+    assert result.state_dict["lm_head.weight"] is result.state_dict["wte.weight"]
 
 
 def test_from_sequential_and_from_layers_find_ties_among_given_modules() -> None:

@@ -38,7 +38,7 @@ def test_digits_images_hold_the_same_pixels_as_the_features() -> None:
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_image_models_learn_the_digits_in_two_epochs(name: str) -> None:
     config = TrainConfig(epochs=2, data="digits", optimizer="adam", lr=0.003, progress=False)
-    result = reference_train(build_model(name), 32, config, return_parameters=False)
+    result = reference_train(build_model(name), 32, config, return_state_dict=False)
     accuracy = result.metrics[-1].eval_accuracy
     assert accuracy is not None and accuracy > 0.5  # chance is 0.1
 

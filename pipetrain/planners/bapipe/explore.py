@@ -224,7 +224,7 @@ def _check_arguments(
     if not stage_list or not all(1 <= s <= most for s in stage_list):
         raise UserError(f"stage counts {stage_list} must lie in 1..{most} (min of {cost.cluster.n_devices} "
                         f"devices and {n_layers} layers); use fewer stages or more devices")
-    count_list = sorted(set(counts)) if counts is not None else thinned_counts(batch_size)
+    count_list = sorted(set(counts)) if counts is not None else thinned_counts(batch_size, problem.smallest_microbatch)
     if not count_list or not all(1 <= m <= batch_size for m in count_list):
         raise UserError(f"micro-batch counts {count_list} must lie in 1..{batch_size} (the batch)")
     return equal, stage_list, count_list

@@ -78,7 +78,8 @@ class Runner:
             return replace(base, method=Method.UEDP, infeasible=f"uedp: {e}")
         if not all(fits_without_recompute(start, cost, optimizer=optimizer)):
             start = replace(start, recompute=True)
-        plan = plan_uedp(start, cost, planner="tidgap", seed=seed, config=ga, caps=caps)
+        plan = plan_uedp(start, cost, planner="tidgap", seed=seed, config=ga, caps=caps,
+                         smallest=self.problem.smallest_microbatch)
         return self._checked(Method.UEDP, base.n_micro, base.placement, base.analytic_s, plan)
 
     def _checked(self, method: Method, n_micro: int, placement: Placement, analytic_s: float,

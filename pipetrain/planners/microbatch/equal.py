@@ -19,19 +19,22 @@ from pipetrain.simulate.vectorised import StageTables, iteration_times
 __all__ = ["best_equal"]
 
 
-def best_equal(tables: StageTables, caps: Sequence[int] | None = None) -> MicrobatchPlan:
+def best_equal(tables: StageTables, caps: Sequence[int] | None = None, smallest: int = 1) -> MicrobatchPlan:
     """The fastest equal-micro-batch plan whose micro-batches fit every stage's cap.
 
     Args:
         tables: stage costs ``[K, B + 1]``.
         caps: per stage, the largest micro-batch allowed; None for no cap.
+        smallest: the fewest samples a micro-batch may have (a model with BatchNorm: 2).
     """
     batch = tables.batch_size
     limits = check_caps(caps, tables.n_stages)
     seeds = equal_seeds(tables.n_stages, batch)
     counts = np.arange(1, batch + 1)
-    if limits is not None:  # m equal sizes have at most ceil(B / m) samples each
-        seeds = seeds[-(-batch // counts) <= min(limits)]
+    allowed = batch // counts >= smallest  # m equal sizes have at least floor(B / m) samples each
+    if limits is not None:  # and at most ceil(B / m)
+        allowed &= -(-batch // counts) <= min(limits)
+    seeds = seeds[allowed]
     times = iteration_times(seeds, seeds, tables)
     best = int(np.argmin(times))
     partition = cuts_to_partition(seeds[best])

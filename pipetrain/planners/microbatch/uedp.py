@@ -137,6 +137,7 @@ def plan_uedp(
     config: GAConfig | None = None,
     caps: Sequence[int | None] | None = None,
     on_generation: OnGeneration | None = None,
+    smallest: int = 1,
 ) -> Plan:
     """The base plan's stages with the planner's per-stage forward and backward sizes, method ``uedp``
     (``1f1b`` for planner ``1f1b-ga``, ``zb1`` for ``zb1-ga``, ``interleaved`` for ``interleaved-ga``).
@@ -151,6 +152,9 @@ def plan_uedp(
             :func:`~pipetrain.planners.microbatch.caps.microbatch_caps`); None for no cap, on a stage
             or on all.
         on_generation: GA progress callback ``(generation, best_s)``.
+        smallest: the fewest samples a micro-batch may have (a model with BatchNorm that cannot
+            train on one: 2); a planner's plan with a smaller one gives way to the best equal plan
+            of such micro-batches.
 
     Raises:
         UserError: planner ``zb1-ga`` on a base plan that recomputes (method zb1 cannot);
@@ -168,6 +172,10 @@ def plan_uedp(
     ]
     result = run_microbatch_planner(planner, tables, seed=seed, config=config, caps=limits, on_generation=on_generation,
                                     n_ranks=base.n_ranks)
+    if min(min(sizes) for sizes in (*result.forward_sizes, *result.backward_sizes)) < smallest:
+        log.info("%s cut micro-batches below %d samples, which the model's BatchNorm cannot train on: kept the best "
+                 "equal plan", result.planner, smallest)
+        result = replace(best_equal(tables, limits, smallest), planner=result.planner)
     label = f"{result.planner}{f' (seed {seed})' if planner in GA_PLANNERS else ''}"
     scored = score(with_sizes(base, result), cost, label=label)
     log.debug("%s predicted %.9f s, event simulator %.9f s", result.planner, result.iteration_s, scored.iteration_s)

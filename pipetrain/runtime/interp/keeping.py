@@ -10,15 +10,19 @@ Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan
 says: a stage whose backward partition differs from its forward one cannot back-propagate part of a
 forward micro-batch's graph, so it re-runs forward per backward micro-batch. The re-run must compute
 what the first run did, so such a stage may not hold modules that draw random numbers (dropout;
-checked when the stage is built). The meter counts the stashed inputs from F to B, and the re-run's
-saved tensors during B.
+checked when the stage is built), and must not count twice in the running statistics of its
+BatchNorms: the stage's buffers are put back as they were after it (:func:`_buffers_kept`), so only
+F updates them, as without recompute. The meter counts the stashed inputs from F to B, and the
+re-run's saved tensors during B.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
+from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.runtime.interp.buffers import ChunkBuffer
@@ -83,7 +87,7 @@ class Recompute:
 
     def restore(self, ctx: RankContext, a: Action, run: Run) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.stashed.take(a.lo, a.hi)
-        with ctx.meter.track((a.lo, a.hi)):
+        with ctx.meter.track((a.lo, a.hi)), _buffers_kept(ctx.module):
             x, y = run(ctx, a, x)
         ctx.meter.add(-x.nbytes)
         return x, y
@@ -93,3 +97,20 @@ class Recompute:
 
     def clear(self) -> None:
         self.stashed.clear()
+
+
+@contextmanager
+def _buffers_kept(module: nn.Module) -> Iterator[None]:
+    """Run with copies of ``module``'s buffers (BatchNorm's running statistics, its batch count) in
+    their place, then put the originals back: a re-run forward must not update them a second time
+    (module docstring). The copies are swapped, not written back, since the re-run's autograd graph
+    saved them for its backward."""
+    owned = [(owner, name, buffer) for owner in module.modules()
+             for name, buffer in owner.named_buffers(recurse=False)]
+    for owner, name, buffer in owned:
+        setattr(owner, name, buffer.clone())
+    try:
+        yield
+    finally:
+        for owner, name, buffer in owned:
+            setattr(owner, name, buffer)

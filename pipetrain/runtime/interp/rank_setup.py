@@ -41,7 +41,7 @@ from pipetrain.runtime.interp.weights import CurrentWeights, VersionedWeights
 from pipetrain.schedule.action import Action, ActionKind
 
 __all__ = ["HEAD_PREFIX", "OptimizerFactory", "build_rank_context", "build_rank_contexts", "build_stage_module",
-           "head_parameters", "stage_kernel", "stage_parameters", "stage_specs"]
+           "head_state_dict", "stage_kernel", "stage_specs", "stage_state_dict"]
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -178,22 +178,29 @@ def _check_deterministic(stage: int, module: nn.Module) -> None:
         )
 
 
-def stage_parameters(ctx: RankContext, layers: Sequence[Layer]) -> dict[str, torch.Tensor]:
-    """The stage's parameters on the CPU, keyed by the model's own names (:meth:`Layer.qualified`).
+def stage_state_dict(ctx: RankContext, layers: Sequence[Layer], buffers: bool) -> dict[str, torch.Tensor]:
+    """The stage's parameters, and with ``buffers`` its buffers (BatchNorm's running statistics), on
+    the CPU, keyed by the model's own names (:meth:`Layer.qualified`).
 
     Args:
         layers: the stage's layers, in the order of ``ctx.module``'s children.
+        buffers: include the buffers (the stage's first rank: replica 0's statistics are the ones kept).
     """
     out: dict[str, torch.Tensor] = {}
     for layer, child in zip(layers, ctx.module.children(), strict=True):
-        for pname, p in child.named_parameters():
-            out[layer.qualified(pname)] = p.detach().to("cpu", copy=True)
+        out.update(_on_cpu(child, layer.qualified(""), buffers))
     return out
 
 
-def head_parameters(ctx: RankContext) -> dict[str, torch.Tensor]:
-    """The stage's auxiliary-head parameters on the CPU, as ``aux{stage}.<name>`` (none without a head)."""
+def head_state_dict(ctx: RankContext, buffers: bool) -> dict[str, torch.Tensor]:
+    """The stage's auxiliary-head parameters (and with ``buffers`` its buffers) on the CPU, as
+    ``aux{stage}.<name>`` (none without a head)."""
     head = ctx.kernel.head
-    if head is None:
-        return {}
-    return {f"{HEAD_PREFIX}{ctx.stage}.{name}": p.detach().to("cpu", copy=True) for name, p in head.named_parameters()}
+    return {} if head is None else _on_cpu(head, f"{HEAD_PREFIX}{ctx.stage}.", buffers)
+
+
+def _on_cpu(module: nn.Module, prefix: str, buffers: bool) -> dict[str, torch.Tensor]:
+    """``module``'s ``state_dict`` (parameters only, unless ``buffers``) as CPU copies, each name prefixed."""
+    names = {name for name, _ in module.named_parameters()}
+    return {f"{prefix}{name}": value.detach().to("cpu", copy=True) for name, value in module.state_dict().items()
+            if buffers or name in names}

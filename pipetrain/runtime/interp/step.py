@@ -1,12 +1,16 @@
 """A stage's optimizer step after back-propagation across stages (STEP of the chain and DAG kernels).
 
-    STEP  on a replicated stage, all-reduce (sum) the gradients and the loss over the stage's ranks;
-          sum the copies of tied parameters over their owners (:mod:`~pipetrain.runtime.interp.ties`);
-          clip the global gradient norm (if set); optimizer step; zero the gradients; after a
-          flush (synchronous methods), every message and kept tensor of the batch was consumed
+    STEP  on a replicated stage, all-reduce (sum) the gradients and the loss over the stage's ranks,
+          and hand replica 0's buffers to the others; sum the copies of tied parameters over their
+          owners (:mod:`~pipetrain.runtime.interp.ties`); clip the global gradient norm (if set);
+          optimizer step; zero the gradients; after a flush (synchronous methods), every message
+          and kept tensor of the batch was consumed
 
 Summing the replicas' gradients gives the whole batch's gradient, since each holds the sum over its
-own micro-batches (:mod:`pipetrain.runtime.interp.context`, gradient weighting). Clipping needs the
+own micro-batches (:mod:`pipetrain.runtime.interp.context`, gradient weighting). Buffers are not
+gradients: each replica's BatchNorm updated its running statistics on its own micro-batches, so
+replica 0's (the group's first rank) are kept and broadcast, as DistributedDataParallel's
+``broadcast_buffers`` does; the replicas then evaluate, save and resume alike. Clipping needs the
 norm over every stage (:func:`~pipetrain.runtime.job.optim.clip_grad_norm_global`, set by the job).
 """
 
@@ -28,6 +32,7 @@ def optimizer_step(ctx: RankContext) -> None:
     """All-reduce over the replicas, sum the tied copies, clip, step and zero the gradients (module docstring)."""
     if ctx.replicas is not None:
         _allreduce_gradients(ctx, ctx.replicas)
+        _broadcast_buffers(ctx.module, ctx.replicas)
     if ctx.ties is not None:
         ctx.ties.sum_gradients()
     if ctx.clip is not None:
@@ -57,6 +62,21 @@ def _allreduce_gradients(ctx: RankContext, replicas: dist.ProcessGroup) -> None:
         offset += g.numel()
     if ctx.is_last:
         ctx.tally.total = flat[-1].clone()
+
+
+def _broadcast_buffers(module: torch.nn.Module, replicas: dist.ProcessGroup) -> None:
+    """Replica 0's buffers to every rank of ``replicas``, one message per dtype (module docstring)."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for buffer in module.buffers():
+        by_dtype.setdefault(buffer.dtype, []).append(buffer)
+    source = dist.get_global_rank(replicas, 0)
+    for buffers in by_dtype.values():
+        flat = torch.cat([b.reshape(-1) for b in buffers])
+        dist.broadcast(flat, src=source, group=replicas)
+        offset = 0
+        for b in buffers:
+            b.copy_(flat[offset:offset + b.numel()].view_as(b))
+            offset += b.numel()
 
 
 def check_consumed(a: Action, buffers: Sequence[ChunkBuffer], held: Mapping[str, list[Range]]) -> None:

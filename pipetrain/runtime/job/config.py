@@ -195,7 +195,7 @@ class TrainJob:
     graph: LayerGraph
     plan: Plan
     config: TrainConfig
-    return_parameters: bool = False
+    return_state_dict: bool = False
     schedule: Schedule | None = None
 
 
@@ -228,8 +228,10 @@ class TrainResult:
         step_times_s: every step's wall time (the slowest rank), warm-up included.
         samples_per_s: batch size / median time of the timed (non-warm-up) steps.
         timeline: the measured timeline of the median timed step (kind ``"measured"``).
-        parameters: final parameters keyed ``"{layer_name}.{param_name}"``, on the CPU, when asked
-            for; otherwise empty.
+        state_dict: the trained model's ``state_dict`` under the model's own names (parameters and
+            buffers: BatchNorm's running statistics as the stage that owns the layer updated them,
+            replica 0's for a replicated stage), on the CPU, when asked for; otherwise empty.
+            ``model.load_state_dict(result.state_dict)`` loads it into the original module.
         memory: per rank of the plan, in rank order, the bytes it held at its peak (weights,
             gradients, optimizer state, activations); compare with ``pipetrain.simulate.memory.stage_memory``.
         metrics: every step's :class:`StepMetrics` (loss, learning rate, evaluations).
@@ -242,7 +244,7 @@ class TrainResult:
     step_times_s: tuple[float, ...]
     samples_per_s: float
     timeline: Timeline
-    parameters: dict[str, torch.Tensor] = field(default_factory=dict)
+    state_dict: dict[str, torch.Tensor] = field(default_factory=dict)
     memory: tuple[MeasuredMemory, ...] = ()
     metrics: tuple[StepMetrics, ...] = ()
     data_wait_s: tuple[float, ...] = ()

@@ -32,7 +32,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import RankContext
 from pipetrain.runtime.interp.executor import Contexts, expected_receives, receive_prepost, run_program
 from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
-from pipetrain.runtime.interp.rank_setup import build_rank_contexts, head_parameters, stage_parameters
+from pipetrain.runtime.interp.rank_setup import build_rank_contexts, head_state_dict, stage_state_dict
 from pipetrain.runtime.interp.recorder import StepRecorder
 from pipetrain.runtime.interp.ties import TiedGradients, tie_groups
 from pipetrain.runtime.interp.transport import Message, Transport
@@ -266,18 +266,21 @@ class _JobRun:
         self.session.report(self.index, row)
 
     def record(self) -> tuple[RankRecord, dict[str, torch.Tensor]]:
-        """This rank's record of the run, and its final parameters when the job asks for them."""
+        """This rank's record of the run, and its part of the trained state_dict when the job asks for it
+        (parameters; buffers on a stage's first rank)."""
         job, ctxs = self.job, list(self.ctxs.values())
         memory = _measured(self.session.rank, ctxs) if ctxs else None
         peak = sum(c.meter.peak_bytes for c in ctxs)
         prepost = max(p.nbytes for _, p in self.receives)
         record = RankRecord(self.session.rank, tuple(self.recorder.steps), peak, tuple(self.rows), tuple(self.waits),
                             tuple(self.saves), memory, prepost)
-        params = {}
-        for ctx in ctxs if job.return_parameters else []:
-            params.update(stage_parameters(ctx, job.graph.layers_named(job.plan.stages[ctx.stage].layers)))
-            params.update(head_parameters(ctx))
-        return record, params
+        state = {}
+        for ctx in ctxs if job.return_state_dict else []:
+            stage = job.plan.stages[ctx.stage]
+            owner = self.session.rank == stage.ranks[0]  # replica 0 keeps the stage's buffers
+            state.update(stage_state_dict(ctx, job.graph.layers_named(stage.layers), buffers=owner))
+            state.update(head_state_dict(ctx, buffers=owner))
+        return record, state
 
 
 def _measured(rank: int, ctxs: list[RankContext]) -> MeasuredMemory:
@@ -311,17 +314,17 @@ def _gather(obj: Any, rank: int, world_size: int) -> list[Any] | None:
 
 
 def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
-    """Rank 0: assemble the job's result from every rank's ``(RankRecord, parameters)``."""
+    """Rank 0: assemble the job's result from every rank's ``(RankRecord, state_dict part)``."""
     plan, config = job.plan, job.config
     records: list[RankRecord] = [g[0] for g in gathered[: plan.n_ranks]]
-    parameters: dict[str, torch.Tensor] = {}
-    for rank, (_record, params) in enumerate(gathered):
-        for name, value in params.items():
-            if name in parameters and not torch.equal(parameters[name], value):
+    state: dict[str, torch.Tensor] = {}
+    for rank, (_record, part) in enumerate(gathered):
+        for name, value in part.items():
+            if name in state and not torch.equal(state[name], value):
                 raise RuntimeError(f"the replicas of rank {rank}'s stage hold different values of {name} after "
                                    "training: their gradient all-reduce failed")
-            parameters[name] = value
-    parameters = alias_names(parameters, job.graph.ties)  # one tensor under each name of a tie
+            state[name] = value
+    state = alias_names(state, job.graph.ties)  # one tensor under each name of a tie
     metrics = next((r.metrics for r in records if r.metrics), ())
     times = step_times(records)
     sizes = plan.stages[0].forward_sizes
@@ -332,7 +335,7 @@ def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
         step_times_s=tuple(times),
         samples_per_s=plan.batch_size / median_s if median_s > 0 else 0.0,
         timeline=assemble_timeline(records, config.warmup_steps, label),
-        parameters=parameters,
+        state_dict=state,
         memory=tuple(r.memory for r in records if r.memory is not None),
         metrics=metrics,
         data_wait_s=tuple(max(w) for w in zip(*(r.data_wait_s for r in records), strict=True)),

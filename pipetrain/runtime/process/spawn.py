@@ -79,11 +79,11 @@ class _Report:
 
 @dataclass(frozen=True)
 class _Result:
-    """Rank 0's result of ``job``, parameters as ``torch.save`` bytes (:func:`_to_wire`)."""
+    """Rank 0's result of ``job``, its state_dict as ``torch.save`` bytes (:func:`_to_wire`)."""
 
     job: int
     result: TrainResult
-    parameters: bytes
+    state_dict: bytes
 
 
 @dataclass(frozen=True)
@@ -140,15 +140,15 @@ class _QueueReporter:
 
 
 def _to_wire(result: TrainResult) -> tuple[TrainResult, bytes]:
-    """Parameters as ``torch.save`` bytes: a plain pickle, any dtype, independent of the sender."""
+    """The state_dict as ``torch.save`` bytes: a plain pickle, any dtype, independent of the sender."""
     buffer = io.BytesIO()
-    torch.save(result.parameters, buffer)
-    return replace(result, parameters={}), buffer.getvalue()
+    torch.save(result.state_dict, buffer)
+    return replace(result, state_dict={}), buffer.getvalue()
 
 
 def _from_wire(message: _Result) -> TrainResult:
-    parameters = torch.load(io.BytesIO(message.parameters), weights_only=True)
-    return replace(message.result, parameters=parameters)
+    state = torch.load(io.BytesIO(message.state_dict), weights_only=True)
+    return replace(message.result, state_dict=state)
 
 
 def _rank_main(rank: int, world_size: int, port: int, jobs: Sequence[TrainJob], channel: Any, parent_pid: int) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.job.checks import check_job
 from pipetrain.runtime.job.config import StepMetrics, TrainConfig, TrainJob, TrainResult
@@ -58,7 +59,7 @@ def _check_gpu(config: TrainConfig, local_rank: int) -> None:
 
 def run_worker_from_env(
     graph: LayerGraph, plan: Plan, config: TrainConfig, *, schedule: Schedule | None = None,
-    return_parameters: bool = False,
+    return_state_dict: bool = False,
 ) -> TrainResult | None:
     """Run this process's rank of a torchrun launch; rank 0 returns the result, others None.
 
@@ -79,7 +80,9 @@ def run_worker_from_env(
         prefix=f"pipetrain/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}",
     )
     _check_gpu(config, local_rank)
-    job = check_job(TrainJob(graph, plan, config, return_parameters, schedule))
+    job = check_job(TrainJob(graph, plan, config, return_state_dict, schedule))
+    if rank == 0:
+        warn_batch_norm(plan, graph)
     try:
         results = run_session(rdv, [job], _LogReporter())
     except RankFailure as e:
