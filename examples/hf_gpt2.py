@@ -18,9 +18,12 @@ model's own next-token loss. The trained weights load back into the class strict
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from torch import nn
 
 VOCAB, CONTEXT = 256, 64  # byte tokens, as text:PATH gives without a tokenizer
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def build() -> nn.Module:
@@ -36,8 +39,8 @@ def main() -> None:
     import pipetrain
 
     model = build()
-    result = pipetrain.train(model, f"text:README.md?context={CONTEXT}", ranks=2, batch_size=16, steps=60,
-                             optimizer="adam", lr=3e-3, eval_every=30, out="out/hf-gpt2")
+    result = pipetrain.train(model, f"text:{README}?context={CONTEXT}", ranks=2, batch_size=16, steps=40,
+                             optimizer="adam", lr=3e-3, eval_every=20, out="out/hf-gpt2")
     model.load_state_dict(result.state_dict, strict=True)  # the model's own names, tied weight included
     model.save_pretrained("out/hf-gpt2/model")
     print(f"loss {result.losses[0]:.3f} → {result.losses[-1]:.3f}; eval {result.final_eval.eval_loss:.3f}")

@@ -1,6 +1,7 @@
 """Every code block of README.md, and every script in examples/, runs as written.
 
-Each block runs in a fresh temporary folder that links ``examples/`` from the repository, with the
+Each block runs in a fresh temporary folder that links ``examples/`` and ``README.md`` (the text that
+``--data text:README.md`` trains on) from the repository, with the
 repository on ``PYTHONPATH`` and this interpreter's ``bin/`` first on ``PATH`` (so ``python`` and
 ``pipetrain`` are this checkout's). It may write only under ``out/`` there: run from the
 repository's root, as a reader would, it leaves nothing git does not ignore. The kinds of block:
@@ -42,6 +43,9 @@ SKIPPED: dict[str, str] = {
     "make demo": "several minutes: creates .venv, installs, then profiles, plans and trains gpt-tiny for 300 steps",
     "make test": "runs lint, type checks and the whole test suite, this test included",
     "python examples/custom_model.py": "test_example runs every script of examples/",
+    "python examples/hf_gpt2.py": "test_example runs every script of examples/",
+    "pipetrain train --model examples.hf_gpt2:build": "the run examples/hf_gpt2.py makes (test_example); "
+    "tests/unit/test_hf_capture.py parses --data text:PATH with --context and --tokenizer",
 }
 """Commands of ``bash`` blocks that are not run, each with the reason."""
 
@@ -144,6 +148,7 @@ def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def prepare(folder: Path) -> Path:
     """``folder`` made to see the repository's examples/ as a reader at the root does."""
     (folder / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    (folder / "README.md").symlink_to(ROOT / "README.md")
     return folder
 
 
@@ -155,7 +160,7 @@ def perform(job: Job, folder: Path) -> Outcome:
         outcome = Outcome(command, run(command, folder), outcome.ran + 1)
         if outcome.result is not None and outcome.result.returncode != 0:
             break
-    left = tuple(sorted(p.name for p in folder.iterdir() if p.name not in ("examples", "out", SCRIPT)))
+    left = tuple(sorted(p.name for p in folder.iterdir() if p.name not in ("examples", "README.md", "out", SCRIPT)))
     return Outcome(outcome.command, outcome.result, outcome.ran, left)
 
 

@@ -88,7 +88,7 @@ def results() -> dict[str, TrainResult]:
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_copy_equals_plain_torch(results: dict[str, TrainResult], name: str) -> None:
     expected, losses = torch_train(CASES[name][1])
-    got = results[name].parameters
+    got = results[name].state_dict
     assert set(got) == set(expected)  # both names of each tie, as the module's state_dict
     assert got["lm_head.weight"] is got["wte.weight"] and got["blocks.1.weight"] is got["blocks.0.weight"]
     for key, value in expected.items():
