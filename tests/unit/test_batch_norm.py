@@ -23,6 +23,7 @@ from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.counts import candidate_counts, thinned_counts
+from pipetrain.planners.graphpipe.planner import micro_batch_options
 from pipetrain.planners.microbatch.uedp import plan_uedp
 from pipetrain.planners.twobw import micro_batch_sizes
 from pipetrain.profile.estimate import estimate_profile
@@ -137,6 +138,7 @@ def test_planners_keep_micro_batches_of_two() -> None:
     for planner in ("balanced", "tidgap", "pipedream", "interleaved", "2bw"):
         assert _smallest(api.plan(ref, profile, cluster, batch_size=8, planner=planner).plan) >= 2, planner
     assert micro_batch_sizes(16, 4) == [4, 2, 1] and micro_batch_sizes(16, 4, 2) == [4, 2]
+    assert micro_batch_options(6, 2) == [(6,), (3, 3), (2, 2, 2)]  # GraphPipe's, without (1,) * 6
     base = _plan(GRAPH, 8, 2)
     cost = CostModel(profile, cluster)
     assert _smallest(plan_uedp(base, cost, planner="dp")) == 1
