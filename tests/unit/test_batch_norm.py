@@ -80,6 +80,20 @@ def test_batch_norm_on_feature_maps_trains_on_one_sample_and_plain_models_have_n
     assert batch_norms(plain) == BatchNorms()
 
 
+class ItemScale(nn.Module):
+    """Scales by a number read out of the data (``.item()``), which the meta device cannot give."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * x.abs().max().item()
+
+
+def test_batch_norms_after_a_layer_meta_cannot_run_count_as_needing_two() -> None:
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), ItemScale(), nn.BatchNorm2d(2), nn.Flatten(),
+                          nn.Linear(128, 3))
+    graph = LayerGraph.from_sequential(model, input=TensorSpec((1, 8, 8)), target=TensorSpec((), "int64", high=3))
+    assert batch_norms(graph) == BatchNorms(modules=("2",), layers=("2",), single_value=("2",))  # the safe side
+
+
 def test_filled_below_extrapolates_within_proportional_and_flat() -> None:
     assert filled_below((1, 2, 4), (2.0, 3.0)) == (1.5, 2.0, 3.0)  # the line through 2 and 4
     assert filled_below((1, 2, 4), (2.0, 7.0)) == (1.0, 2.0, 7.0)  # steeper: no less than proportional
