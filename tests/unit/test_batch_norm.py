@@ -180,6 +180,11 @@ def test_the_warning_names_the_batch_norms_only_with_several_micro_batches() -> 
     plain = LayerGraph.from_sequential(nn.Sequential(nn.Linear(64, 8), nn.ReLU(), nn.Linear(8, 10)),
                                        input=TensorSpec((64,)), target=TensorSpec((), "int64", high=10))
     assert batch_norm_warning(_plan(plain, 8, 4), plain) == ""
+    one = LayerGraph.from_sequential(nn.Sequential(nn.Linear(64, 8), nn.BatchNorm1d(8), nn.Linear(8, 10)),
+                                     input=TensorSpec((64,)), target=TensorSpec((), "int64", high=10))
+    assert batch_norm_warning(_plan(one, 8, 2), one) == (
+        "BatchNorm 1 normalises each micro-batch on its own (2 per batch of 8): its statistics, and the training, "
+        "differ from single-process training on the whole batch")
 
 
 def test_profiling_leaves_the_graph_unchanged() -> None:
