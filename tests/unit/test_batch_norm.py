@@ -75,6 +75,10 @@ def test_batch_norm_on_feature_maps_trains_on_one_sample_and_plain_models_have_n
                                       input=TensorSpec((1, 8, 8)), target=TensorSpec((), "int64", high=3))
     assert batch_norms(maps) == BatchNorms(modules=("1",), layers=("1",), single_value=())
     assert batch_norms(maps).smallest_microbatch == 1
+    one_by_one = LayerGraph.from_sequential(  # ResNet-18's last maps at 32×32 inputs
+        nn.Sequential(nn.Conv2d(1, 2, 3, stride=8, padding=1), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2, 3)),
+        input=TensorSpec((1, 8, 8)), target=TensorSpec((), "int64", high=3))
+    assert batch_norms(one_by_one).single_value == ("1",)
     plain = LayerGraph.from_sequential(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2)),
                                        input=TensorSpec((4,)), target=TensorSpec((), "int64", high=2))
     assert batch_norms(plain) == BatchNorms()
