@@ -100,13 +100,15 @@ def batch_norms(graph: LayerGraph) -> BatchNorms:
     A layer that cannot run on the meta device (data-dependent shapes), and every layer after it,
     has no shapes to judge by: its BatchNorms count as unable to train on one sample, the safe side.
     """
+    built = [graph.build_layer(i, device="meta") for i in range(len(graph))]
+    if not any(isinstance(m, _BATCH_NORMS) for module in built for m in module.modules()):
+        return BatchNorms()  # no forward needed (nor its first-call cost, about a second)
     x = torch.empty((2, *graph.input.shape), dtype=graph.input.torch_dtype, device="meta")
     outputs: list[torch.Tensor | None] = []
     modules: list[str] = []
     layers: list[str] = []
     single: list[str] = []
-    for i, layer in enumerate(graph.layers):
-        module = graph.build_layer(i, device="meta")
+    for i, (layer, module) in enumerate(zip(graph.layers, built, strict=True)):
         names = [name for name, m in module.named_modules() if isinstance(m, _BATCH_NORMS)]
         shapes: list[torch.Size] = []
         outputs.append(_meta_forward(module, [outputs[j] for j in graph.predecessors(i)] or [x], shapes))
