@@ -30,7 +30,7 @@ from torch import nn
 
 from pipetrain.graph.layer_graph import LayerGraph
 
-__all__ = ["BatchNorms", "batch_norms", "listed", "recorded_batch_norms", "smallest_trainable"]
+__all__ = ["BatchNorms", "batch_norms", "listed"]
 
 _BATCH_NORMS = (nn.modules.batchnorm._BatchNorm,)
 
@@ -72,26 +72,25 @@ def _module_name(prefix: str, local: str) -> str:
 
 
 @contextmanager
-def recorded_batch_norms(module: nn.Module) -> Iterator[list[tuple[str, torch.Size]]]:
-    """While inside, record ``(name, input shape)`` of every BatchNorm of ``module`` that runs.
+def _recording(module: nn.Module, shapes: list[torch.Size]) -> Iterator[None]:
+    """While inside, add to ``shapes`` the input shape of every BatchNorm of ``module`` that runs.
 
-    The shapes say whether each trains on one sample (:func:`smallest_trainable`); the hooks only
+    The shapes say whether each trains on one sample (:func:`_smallest_trainable`); the hooks only
     read shapes, so they work on the meta device too.
     """
-    seen: list[tuple[str, torch.Size]] = []
-    handles = [m.register_forward_pre_hook(lambda _m, args, name=name: seen.append((name, args[0].shape)))
-               for name, m in module.named_modules() if isinstance(m, _BATCH_NORMS)]
+    handles = [m.register_forward_pre_hook(lambda _m, args: shapes.append(args[0].shape))
+               for m in module.modules() if isinstance(m, _BATCH_NORMS)]
     try:
-        yield seen
+        yield
     finally:
         for handle in handles:
             handle.remove()
 
 
-def smallest_trainable(shapes: list[tuple[str, torch.Size]]) -> int:
-    """The smallest micro-batch the BatchNorms that saw inputs of ``shapes`` (``[b, C, *spatial]``)
-    train on: 2 when one sees a single value per channel of a sample, else 1."""
-    return 2 if any(math.prod(shape[2:]) == 1 for _, shape in shapes) else 1
+def _smallest_trainable(shapes: list[torch.Size]) -> int:
+    """The smallest micro-batch BatchNorms with inputs of ``shapes`` (``[b, C, *spatial]``) train on:
+    2 when one sees a single value per channel of a sample, else 1."""
+    return 2 if any(math.prod(shape[2:]) == 1 for shape in shapes) else 1
 
 
 def batch_norms(graph: LayerGraph) -> BatchNorms:
@@ -101,35 +100,33 @@ def batch_norms(graph: LayerGraph) -> BatchNorms:
     A layer that cannot run on the meta device (data-dependent shapes), and every layer after it,
     has no shapes to judge by: its BatchNorms count as unable to train on one sample, the safe side.
     """
+    built = [graph.build_layer(i, device="meta") for i in range(len(graph))]
+    if not any(isinstance(m, _BATCH_NORMS) for module in built for m in module.modules()):
+        return BatchNorms()  # no forward needed (nor its first-call cost, about a second)
     x = torch.empty((2, *graph.input.shape), dtype=graph.input.torch_dtype, device="meta")
     outputs: list[torch.Tensor | None] = []
     modules: list[str] = []
     layers: list[str] = []
     single: list[str] = []
-    for i, layer in enumerate(graph.layers):
-        module = graph.build_layer(i, device="meta")
+    for i, (layer, module) in enumerate(zip(graph.layers, built, strict=True)):
         names = [name for name, m in module.named_modules() if isinstance(m, _BATCH_NORMS)]
-        args = [outputs[j] for j in graph.predecessors(i)] or [x]
-        seen: list[tuple[str, torch.Size]] = []
-        outputs.append(_meta_forward(module, args, seen))
+        shapes: list[torch.Size] = []
+        outputs.append(_meta_forward(module, [outputs[j] for j in graph.predecessors(i)] or [x], shapes))
         modules += [_module_name(layer.qualified(""), name) for name in names]
         layers += [layer.name] if names else []
         unknown = outputs[-1] is None and bool(names)
-        single += [layer.name] if unknown or smallest_trainable(seen) > 1 else []
+        single += [layer.name] if unknown or _smallest_trainable(shapes) > 1 else []
     return BatchNorms(tuple(modules), tuple(layers), tuple(single))
 
 
-def _meta_forward(module: nn.Module, args: list[torch.Tensor | None],
-                  seen: list[tuple[str, torch.Size]]) -> torch.Tensor | None:
-    """``module(*args)`` on meta tensors, its BatchNorms' input shapes added to ``seen``; None when
+def _meta_forward(module: nn.Module, args: list[torch.Tensor | None], shapes: list[torch.Size]) -> torch.Tensor | None:
+    """``module(*args)`` on meta tensors, its BatchNorms' input shapes added to ``shapes``; None when
     an input is unknown or the module cannot run on the meta device."""
     if any(a is None for a in args):
         return None
     try:
-        with torch.no_grad(), recorded_batch_norms(module) as shapes:
+        with torch.no_grad(), _recording(module, shapes):
             out: torch.Tensor = module(*args)
     except (NotImplementedError, RuntimeError, ValueError):
         return None
-    finally:
-        seen += shapes
     return out

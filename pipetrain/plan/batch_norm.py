@@ -48,8 +48,9 @@ def batch_norm_warning(plan: Plan, graph: LayerGraph, norms: BatchNorms | None =
     counts = [len(s.forward_sizes) for s in plan.stages if any(name in norms.layers for name in s.layers)]
     if not counts or max(counts) == 1:
         return ""
-    return (f"BatchNorm {norms.named()} normalise each micro-batch on its own ({max(counts)} per batch of "
-            f"{plan.batch_size}): their statistics, and the training, differ from single-process training on the "
+    verb, whose = ("normalises", "its") if len(norms.modules) == 1 else ("normalise", "their")
+    return (f"BatchNorm {norms.named()} {verb} each micro-batch on its own ({max(counts)} per batch of "
+            f"{plan.batch_size}): {whose} statistics, and the training, differ from single-process training on the "
             "whole batch")
 
 

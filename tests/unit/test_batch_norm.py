@@ -23,6 +23,7 @@ from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.counts import candidate_counts, thinned_counts
+from pipetrain.planners.graphpipe.planner import micro_batch_options
 from pipetrain.planners.microbatch.uedp import plan_uedp
 from pipetrain.planners.twobw import micro_batch_sizes
 from pipetrain.profile.estimate import estimate_profile
@@ -74,9 +75,27 @@ def test_batch_norm_on_feature_maps_trains_on_one_sample_and_plain_models_have_n
                                       input=TensorSpec((1, 8, 8)), target=TensorSpec((), "int64", high=3))
     assert batch_norms(maps) == BatchNorms(modules=("1",), layers=("1",), single_value=())
     assert batch_norms(maps).smallest_microbatch == 1
+    one_by_one = LayerGraph.from_sequential(  # ResNet-18's last maps at 32×32 inputs
+        nn.Sequential(nn.Conv2d(1, 2, 3, stride=8, padding=1), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2, 3)),
+        input=TensorSpec((1, 8, 8)), target=TensorSpec((), "int64", high=3))
+    assert batch_norms(one_by_one).single_value == ("1",)
     plain = LayerGraph.from_sequential(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2)),
                                        input=TensorSpec((4,)), target=TensorSpec((), "int64", high=2))
     assert batch_norms(plain) == BatchNorms()
+
+
+class ItemScale(nn.Module):
+    """Scales by a number read out of the data (``.item()``), which the meta device cannot give."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * x.abs().max().item()
+
+
+def test_batch_norms_after_a_layer_meta_cannot_run_count_as_needing_two() -> None:
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), ItemScale(), nn.BatchNorm2d(2), nn.Flatten(),
+                          nn.Linear(128, 3))
+    graph = LayerGraph.from_sequential(model, input=TensorSpec((1, 8, 8)), target=TensorSpec((), "int64", high=3))
+    assert batch_norms(graph) == BatchNorms(modules=("2",), layers=("2",), single_value=("2",))  # the safe side
 
 
 def test_filled_below_extrapolates_within_proportional_and_flat() -> None:
@@ -137,6 +156,7 @@ def test_planners_keep_micro_batches_of_two() -> None:
     for planner in ("balanced", "tidgap", "pipedream", "interleaved", "2bw"):
         assert _smallest(api.plan(ref, profile, cluster, batch_size=8, planner=planner).plan) >= 2, planner
     assert micro_batch_sizes(16, 4) == [4, 2, 1] and micro_batch_sizes(16, 4, 2) == [4, 2]
+    assert micro_batch_options(6, 2) == [(6,), (3, 3), (2, 2, 2)]  # GraphPipe's, without (1,) * 6
     base = _plan(GRAPH, 8, 2)
     cost = CostModel(profile, cluster)
     assert _smallest(plan_uedp(base, cost, planner="dp")) == 1
@@ -164,6 +184,11 @@ def test_the_warning_names_the_batch_norms_only_with_several_micro_batches() -> 
     plain = LayerGraph.from_sequential(nn.Sequential(nn.Linear(64, 8), nn.ReLU(), nn.Linear(8, 10)),
                                        input=TensorSpec((64,)), target=TensorSpec((), "int64", high=10))
     assert batch_norm_warning(_plan(plain, 8, 4), plain) == ""
+    one = LayerGraph.from_sequential(nn.Sequential(nn.Linear(64, 8), nn.BatchNorm1d(8), nn.Linear(8, 10)),
+                                     input=TensorSpec((64,)), target=TensorSpec((), "int64", high=10))
+    assert batch_norm_warning(_plan(one, 8, 2), one) == (
+        "BatchNorm 1 normalises each micro-batch on its own (2 per batch of 8): its statistics, and the training, "
+        "differ from single-process training on the whole batch")
 
 
 def test_profiling_leaves_the_graph_unchanged() -> None:

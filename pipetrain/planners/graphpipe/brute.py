@@ -73,7 +73,7 @@ def brute_force(problem: PlanningProblem, max_stages: int | None = None) -> Cand
     for blocks in set_partitions(len(names), limit):
         if not all(convex(b, reach) for b in blocks):
             continue
-        for sizes in micro_batch_options(problem.batch_size):
+        for sizes in micro_batch_options(problem.batch_size, problem.smallest_microbatch):
             try:
                 plan, cluster = to_plan(problem, edges, [(b, 1) for b in blocks], sizes)
             except UserError:

@@ -57,14 +57,15 @@ class GraphPipeReport:
     skipped: tuple[tuple[int, str], ...]
 
 
-def micro_batch_options(batch: int) -> list[tuple[int, ...]]:
+def micro_batch_options(batch: int, smallest: int = 1) -> list[tuple[int, ...]]:
     """The equal partitions of ``batch`` for micro-batch sizes ``1, 2, 4, …`` up to it, largest size
-    first, without repeats (``B = 12``: sizes 12, 8 → 6+6, 4, 2, 1)."""
+    first, without repeats (``B = 12``: sizes 12, 8 → 6+6, 4, 2, 1), and without micro-batches below
+    ``smallest`` samples (a model with BatchNorm: 2)."""
     found: list[tuple[int, ...]] = []
     b = 1 << (batch.bit_length() - 1)
     for size in [batch, *(b >> i for i in range(b.bit_length()))]:
         sizes = equal_sizes(batch, math.ceil(batch / size))
-        if sizes not in found:
+        if sizes not in found and min(sizes) >= smallest:
             found.append(sizes)
     return found
 
@@ -123,7 +124,7 @@ def plan_graphpipe(problem: PlanningProblem) -> PlanningResult:
     tree = decompose(len(problem.layer_names), edges)
     scored: list[tuple[Candidate, float]] = []
     skipped: list[tuple[int, str]] = []
-    for sizes in micro_batch_options(problem.batch_size):
+    for sizes in micro_batch_options(problem.batch_size, problem.smallest_microbatch):
         scored += _candidates_at(problem, tree, edges, sizes, skipped)
     if not scored:
         reasons = "; ".join(f"b={b}: {why}" for b, why in skipped[:3])

@@ -11,8 +11,8 @@ says: a stage whose backward partition differs from its forward one cannot back-
 forward micro-batch's graph, so it re-runs forward per backward micro-batch. The re-run must compute
 what the first run did, so such a stage may not hold modules that draw random numbers (dropout;
 checked when the stage is built), and must not count twice in the running statistics of its
-BatchNorms: the stage's buffers are put back as they were after it (:func:`_buffers_kept`), so only
-F updates them, as without recompute. The meter counts the stashed inputs from F to B, and the
+BatchNorms: it runs on copies of the stage's buffers (:func:`_buffers_kept`), so only F updates
+them, as without recompute. The meter counts the stashed inputs from F to B, and the
 re-run's saved tensors during B.
 """
 

@@ -65,10 +65,14 @@ def _allreduce_gradients(ctx: RankContext, replicas: dist.ProcessGroup) -> None:
 
 
 def _broadcast_buffers(module: torch.nn.Module, replicas: dist.ProcessGroup) -> None:
-    """Replica 0's buffers to every rank of ``replicas``, one message per dtype (module docstring)."""
+    """Replica 0's buffers to every rank of ``replicas``, one message per dtype (module docstring).
+
+    Only the buffers of the state_dict: non-persistent ones (a causal mask) are constants."""
+    parameters = {name for name, _ in module.named_parameters()}
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for buffer in module.buffers():
-        by_dtype.setdefault(buffer.dtype, []).append(buffer)
+    for name, buffer in module.state_dict(keep_vars=True).items():
+        if name not in parameters:
+            by_dtype.setdefault(buffer.dtype, []).append(buffer)
     source = dist.get_global_rank(replicas, 0)
     for buffers in by_dtype.values():
         flat = torch.cat([b.reshape(-1) for b in buffers])
