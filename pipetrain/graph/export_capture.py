@@ -48,6 +48,7 @@ from torch.export.graph_signature import InputKind
 
 from pipetrain.errors import UserError
 from pipetrain.graph.capture import capture_traced
+from pipetrain.graph.fx_trace import user_line
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.graph.packing import Slot, carrier, unpack
 from pipetrain.graph.training_only import modules_for_training_only_ops
@@ -118,10 +119,12 @@ def _export(root: nn.Module, input: TensorSpec, name: str) -> ExportedProgram:
     try:
         return torch.export.export(root, (), examples, dynamic_shapes={k: {0: batch} for k in examples}, strict=False)
     except Exception as error:
-        what = " ".join(str(error).split())[:400]
+        what = " ".join(str(error).split()).split(". ")[0][:240]
         raise UserError(
-            f"torch.export cannot capture {name!r} ({type(error).__name__}: {what}); make the forward traceable for "
-            "a batch of any size (no Python branch on a tensor's values), or pass an nn.Module of one tensor input"
+            f"torch.export cannot capture {name!r} at {user_line(error)}: {type(error).__name__}: {what}; make that "
+            "line work for a batch of any size without a Python branch on a tensor's values (torch.where), or give "
+            "the data as (input, target) tensor pairs so that pipetrain traces the model with torch.fx, where "
+            "--leaf keeps a module whole"
         ) from None
 
 

@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import TensorSpec
 
-__all__ = ["Part", "innermost_module", "sample_parts", "trace"]
+__all__ = ["Part", "innermost_module", "sample_parts", "trace", "user_line"]
 
 SAMPLE_BATCHES = (2, 3)
 """Batch sizes of the samples: two of them tell the batch dimension from a fixed one."""
@@ -79,7 +79,7 @@ def trace(root: nn.Module, leaves: Sequence[type[nn.Module]], name: str) -> fx.G
         module = innermost_module(error.node.meta.get("nn_module_stack") or {})
         where = f"module {module[0]!r}" if module else "the model's own forward"
         raise UserError(
-            f"torch.fx cannot capture {name!r}: node {error.node.name!r} in {where} ({_user_line(error)}) {error}; "
+            f"torch.fx cannot capture {name!r}: node {error.node.name!r} in {where} ({user_line(error)}) {error}; "
             f"{_fix(module, name)}"
         ) from None
     except Exception as error:
@@ -87,7 +87,7 @@ def trace(root: nn.Module, leaves: Sequence[type[nn.Module]], name: str) -> fx.G
         module = innermost_module(tracer.module_stack)
         where = f" in module {module[0]!r}" if module else ""
         raise UserError(
-            f"torch.fx cannot capture {name!r}{where} at {_user_line(error)}: {what}; {_fix(module, name)}"
+            f"torch.fx cannot capture {name!r}{where} at {user_line(error)}: {what}; {_fix(module, name)}"
         ) from None
     _drop_specialised_inputs(graph, name)
     result = next(n for n in graph.nodes if n.op == "output").args[0]
@@ -138,7 +138,7 @@ def _drop_specialised_inputs(graph: fx.Graph, name: str) -> None:
             graph.erase_node(node)
 
 
-def _user_line(error: BaseException) -> str:
+def user_line(error: BaseException) -> str:
     """``model.py:12 `if x.sum() > 0:``` for the innermost frame of the user's code in ``error``'s traceback."""
     skip = (str(Path(torch.__file__).parent), str(Path(__file__).parent.parent))
     frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(skip)]

@@ -22,7 +22,7 @@ from ..gloo.models import chain_plan, mlp_graph
         ({"steps": 0}, "steps >= 1"),
         ({"steps": 2, "warmup_steps": 2}, "at least one step is timed"),
         ({"optimizer": "lamb"}, "use one of sgd, sgd-momentum, adam"),
-        ({"data": "imagenet"}, "use digits, text, synthetic or module.path:callable"),
+        ({"data": "imagenet"}, "use digits, text, synthetic, text:PATH or module.path:callable"),
         ({"backend": "mpi"}, "'gloo' or 'nccl'"),
         ({"lr": 0.0}, "the learning rate must be > 0"),
         ({"optimizer": "adam", "momentum": 0.9}, "--momentum applies to sgd"),

@@ -8,6 +8,8 @@ in one process with its own loss (``labels``) on the same batches, under the mod
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -18,6 +20,7 @@ from pipetrain.graph.packing import Slot, unpack
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, train_many
+from pipetrain.runtime.job.checkpoint import export_checkpoint
 from pipetrain.runtime.job.data import make_batch
 from tests import hf_models
 
@@ -36,8 +39,9 @@ MODELS = {
 METHODS = ("1f1b", "zb1", "interleaved")
 
 
-def _config(data: str) -> TrainConfig:
-    return TrainConfig(steps=3, lr=0.1, data=data, progress=False, timeout_s=60)
+def _config(data: str, checkpoints: Path | None = None) -> TrainConfig:
+    return TrainConfig(steps=3, lr=0.1, data=data, progress=False, timeout_s=60, checkpoint_dir=checkpoints,
+                       checkpoint_every=3 if checkpoints else None)
 
 
 def _plan(graph: LayerGraph, method: str) -> Plan:
@@ -54,9 +58,15 @@ def graphs() -> dict[str, LayerGraph]:
 
 
 @pytest.fixture(scope="module")
-def results(graphs: dict[str, LayerGraph]) -> dict[tuple[str, str], TrainResult]:
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hf-checkpoints")
+
+
+@pytest.fixture(scope="module")
+def results(graphs: dict[str, LayerGraph], checkpoints: Path) -> dict[tuple[str, str], TrainResult]:
     cases = [(name, method) for name in MODELS for method in METHODS]
-    jobs = [TrainJob(graphs[name], _plan(graphs[name], method), _config(MODELS[name][1]), return_state_dict=True)
+    jobs = [TrainJob(graphs[name], _plan(graphs[name], method),
+                     _config(MODELS[name][1], checkpoints / name if method == "1f1b" else None), return_state_dict=True)
             for name, method in cases]
     return dict(zip(cases, train_many(jobs), strict=True))
 
@@ -91,5 +101,19 @@ def test_weights_equal_the_hugging_face_model_trained_in_one_process(
         assert worst[0] <= TOL, (method, worst)
         assert max((trained[k] - start[k]).abs().max().item() for k in trained) > 1e-4  # training moved them
     loaded = getattr(hf_models, MODELS[name][0].split(":")[1])()
-    loaded.load_state_dict({**loaded.state_dict(), **results[name, "1f1b"].state_dict}, strict=True)
+    loaded.load_state_dict(results[name, "1f1b"].state_dict, strict=True)  # the Python API's result
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in results[name, "1f1b"].state_dict.items())
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_exported_checkpoint_loads_strictly_into_the_hugging_face_class(
+        results: dict[tuple[str, str], TrainResult], checkpoints: Path, tmp_path: Path, name: str) -> None:
+    out = tmp_path / "model.pt"
+    export_checkpoint(checkpoints / name, out)
+    state = torch.load(out, weights_only=True)
+    model = getattr(hf_models, MODELS[name][0].split(":")[1])()
+    model.load_state_dict(state, strict=True)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in results[name, "1f1b"].state_dict.items())
+    if name == "gpt2":  # the tie written once, still one tensor in the class
+        assert state["lm_head.weight"].data_ptr() == state["transformer.wte.weight"].data_ptr()
+        assert model.lm_head.weight is model.transformer.wte.weight

@@ -8,6 +8,7 @@ next-token loss equals the model's own ``loss`` from ``labels``; the weights kee
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,55 @@ def test_the_command_line_folds_tokenizer_and_context_into_the_text_file() -> No
     assert args.data == "text:notes.txt?context=32&tokenizer=my_tok:load"
     with pytest.raises(SystemExit):
         _parse(["train", "--data", "digits", "--context", "32"])
+
+
+# ---- errors that fix -------------------------------------------------------------------------
+
+
+class SignedBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if h.sum() > 0:  # a Python branch on a value: neither export nor fx can capture it
+            return self.fc(h)
+        return -self.fc(h)
+
+
+class KeywordModel(nn.Module):
+    """Takes ``input_ids`` by keyword, like a Hugging Face model, and branches on values in a block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.blocks = nn.ModuleList([SignedBlock(), SignedBlock()])
+        self.head = nn.Linear(8, 16)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(input_ids)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def test_an_export_failure_is_one_line_whose_remedies_lead_to_a_running_model() -> None:
+    from pipetrain.graph.load import capture_module
+
+    ids, target = TensorSpec((4,), "int64", high=16), TensorSpec((4,), "int64", high=16)
+    with_fields = TensorSpec((4,), "int64", high=16, fields=(Field("input_ids", (4,)),))
+    ids_and_mask = TensorSpec((8,), "int64", high=16, fields=(Field("input_ids", (4,)), Field("mask", (4,))))
+    with pytest.raises(UserError, match=r"model 'k' has no forward input 'mask' that the data gives; drop"):
+        capture_module(KeywordModel(), input=ids_and_mask, target=target, loss=LossKind.CAUSAL_LM, name="k")
+    with pytest.raises(UserError) as error:  # one field the forward takes by name: torch.export
+        capture_module(KeywordModel(), input=with_fields, target=target, loss=LossKind.CAUSAL_LM, name="k")
+    text = str(error.value)
+    assert "\n" not in text and "torch.export cannot capture 'k' at test_hf_capture.py:" in text
+    assert "`if h.sum() > 0:" in text and "(input, target) tensor pairs" in text
+    with pytest.raises(UserError) as error:  # followed: tensor pairs, so torch.fx, which names the leaf
+        capture_module(KeywordModel(), input=ids, target=target, loss=LossKind.CAUSAL_LM, name="k")
+    leaf = re.search(r"--leaf (\S+?)\)?[,;]", str(error.value))
+    assert leaf is not None and leaf.group(1).endswith(":SignedBlock")
+    graph = capture_module(KeywordModel(), input=ids, target=target, loss=LossKind.CAUSAL_LM, name="k",
+                           leaf_modules=[leaf.group(1)])  # followed again: it runs
+    assert graph.names == ("embed", "blocks.0", "blocks.1", "head")
