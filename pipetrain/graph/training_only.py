@@ -7,7 +7,10 @@ becomes a call of a module whose ``training`` flag decides, as in the original m
 
 * ``aten.dropout`` → the ``nn.Dropout`` it ran in when it ran in one with that ``p``, else a new
   ``nn.Dropout(p)``;
-* an attention with ``dropout_p > 0`` → :class:`AttentionDropout` (``p`` in training, 0 otherwise).
+* an attention with ``dropout_p > 0`` → :class:`AttentionDropout` (``p`` in training, 0 otherwise);
+* ``aten.batch_norm(x, weight, bias, mean, var, True, …)`` and the ``num_batches_tracked += 1``
+  beside it → the ``BatchNorm`` module it ran in, which normalises by the batch and updates its
+  running statistics in training, and uses them in evaluation.
 
 A new module is held by the module whose ``forward`` made the call (``transformer.h.0.attn``), so
 it stays in that block's layer; it has no state, so ``state_dict`` keys do not change.
@@ -19,10 +22,12 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 __all__ = ["AttentionDropout", "modules_for_training_only_ops"]
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
+_BATCH_NORM = torch.ops.aten.batch_norm.default
 _DROPOUT_P = 4  # position of dropout_p in aten.scaled_dot_product_attention's schema
 
 
@@ -55,12 +60,25 @@ def modules_for_training_only_ops(root: nn.Module, graph: fx.Graph) -> None:
                 continue
             _replace(graph, node, _add(root, owner, nn.Dropout(p), made), (x,), {})
             made += 1
+        elif node.target is _BATCH_NORM and isinstance(root.get_submodule(_innermost(node)), _BatchNorm):
+            _replace(graph, node, _innermost(node), (node.args[0],), {})
+            _drop_count(graph, _innermost(node))
         elif node.target is _SDPA:
             args, kwargs = list(node.args), dict(node.kwargs)
             p = float(kwargs.pop("dropout_p", args.pop(_DROPOUT_P) if len(args) > _DROPOUT_P else 0.0))
             if p > 0:
                 _replace(graph, node, _add(root, _innermost(node), AttentionDropout(p), made), tuple(args), kwargs)
                 made += 1
+
+
+def _drop_count(graph: fx.Graph, owner: str) -> None:
+    """Erase the in-place ``num_batches_tracked`` update the module at ``owner`` now makes itself."""
+    counter = f"{owner}.num_batches_tracked" if owner else "num_batches_tracked"
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.add_.Tensor and not node.users:
+            source = node.args[0]
+            if isinstance(source, fx.Node) and source.op == "get_attr" and source.target == counter:
+                graph.erase_node(node)
 
 
 def _innermost(node: fx.Node) -> str:

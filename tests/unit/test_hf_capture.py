@@ -262,3 +262,38 @@ def test_an_export_failure_is_one_line_whose_remedies_lead_to_a_running_model() 
     graph = capture_module(KeywordModel(), input=ids, target=target, loss=LossKind.CAUSAL_LM, name="k",
                            leaf_modules=[leaf.group(1)])  # followed again: it runs
     assert graph.names == ("embed", "blocks.0", "blocks.1", "head")
+
+
+class NormedKeywordModel(nn.Module):
+    """A keyword-input model with a BatchNorm, whose forward updates its running statistics."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.norm, self.head = nn.Embedding(16, 8), nn.BatchNorm1d(4), nn.Linear(8, 16)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.embed(input_ids)))
+
+
+def test_a_keyword_models_batch_norm_trains_and_evaluates_as_the_module_does() -> None:
+    from pipetrain.graph.load import capture_module
+
+    model = NormedKeywordModel()
+    spec = TensorSpec((4,), "int64", high=16, fields=(Field("input_ids", (4,)),))
+    graph = capture_module(model, input=spec, target=TensorSpec((4,), "int64", high=16), loss=LossKind.CAUSAL_LM,
+                           name="n")  # torch.export: the batch_norm op becomes the module again
+    assert graph.names == ("embed", "norm", "head")
+    layers = [graph.build_layer(i) for i in range(3)]
+    ids = torch.randint(0, 16, (6, 4))
+    for _ in range(2):  # training: batch statistics, running statistics updated as the module's
+        h = ids
+        for layer in layers:
+            h = layer(h)
+        assert torch.allclose(h, model(ids), atol=1e-6)
+    norm = layers[1].get_submodule("norm")
+    for key, value in model.norm.state_dict().items():
+        assert torch.allclose(norm.state_dict()[key], value), key
+    h = ids
+    for layer in layers:
+        h = layer.eval()(h)
+    assert torch.allclose(h, model.eval()(ids), atol=1e-6)  # evaluation: the running statistics
