@@ -97,7 +97,7 @@ def _check_dataset(dataset: object, where: str, model: str, input_spec: TensorSp
                         "or a dict of tensors with the target under 'labels'")
     x = item[0]
     fields = getattr(dataset, "fields", ())
-    if input_spec is not None and input_spec.fields and fields != input_spec.fields:
+    if input_spec is not None and fields and input_spec.fields and fields != input_spec.fields:
         raise UserError(f"{where} yields the inputs {_layout(fields)}, but model {model!r} takes "
                         f"{_layout(input_spec.fields)}; make the data match the model or choose another model")
     if input_spec is not None and (tuple(x.shape) != input_spec.shape or x.dtype != input_spec.torch_dtype):

@@ -22,7 +22,7 @@ from pipetrain.callables import is_callable_ref, load_callable
 from pipetrain.errors import UserError
 from pipetrain.graph.capture import capture
 from pipetrain.graph.export_capture import capture_exported
-from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
+from pipetrain.graph.layer_graph import Field, LayerGraph, LossKind, TensorSpec
 from pipetrain.graph.zoo import build_model
 
 __all__ = ["capture_module", "default_loss_kind", "leaf_classes", "load_model"]
@@ -74,12 +74,16 @@ def capture_module(module: nn.Module, *, input: TensorSpec, target: TensorSpec, 
     """``module`` captured by the tool that fits it: ``torch.export``
     (:func:`~pipetrain.graph.export_capture.capture_exported`) for a model of keyword inputs (dict
     data, ``input.fields``; Hugging Face), else ``torch.fx`` (:func:`~pipetrain.graph.capture.capture`).
-    A model of one tensor fed dict data of one field (``text:PATH`` for your own LM) takes it as that tensor.
+    A model of one tensor fed dict data of one field (``text:PATH`` for your own LM) takes it as that tensor;
+    a model of keyword inputs fed one tensor (tensor pairs, ``--data text``) takes it as its first input.
 
     Raises:
         UserError: ``leaf_modules`` with a model of keyword inputs (export keeps no module whole), or
             a capture failure.
     """
+    if not input.fields and _keyword_model(module):  # a Hugging Face model fed one tensor: its first input
+        first = next(iter(inspect.signature(module.forward).parameters))
+        input = replace(input, fields=(Field(first, input.shape, input.dtype),))
     if input.fields and not (len(input.fields) == 1 and _one_tensor_model(module, input.fields[0].name)):
         if leaf_modules:
             raise UserError(f"model {name!r} takes keyword inputs and is captured with torch.export, which keeps no "
@@ -87,6 +91,13 @@ def capture_module(module: nn.Module, *, input: TensorSpec, target: TensorSpec, 
         return capture_exported(module, input=input, target=target, loss=loss, name=name)
     plain = replace(input, fields=())
     return capture(module, input=plain, target=target, loss=loss, name=name, leaf_modules=leaf_classes(leaf_modules))
+
+
+def _keyword_model(module: nn.Module) -> bool:
+    """Whether ``module.forward`` takes inputs but requires none (every one has a default: Hugging Face)."""
+    params = [p for p in inspect.signature(module.forward).parameters.values()
+              if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    return bool(params) and all(p.default is not inspect.Parameter.empty for p in params)
 
 
 def _one_tensor_model(module: nn.Module, keyword: str) -> bool:

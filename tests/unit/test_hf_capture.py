@@ -297,3 +297,14 @@ def test_a_keyword_models_batch_norm_trains_and_evaluates_as_the_module_does() -
     for layer in layers:
         h = layer.eval()(h)
     assert torch.allclose(h, model.eval()(ids), atol=1e-6)  # evaluation: the running statistics
+
+
+def test_a_hugging_face_model_fed_one_tensor_takes_it_as_its_first_input() -> None:
+    from pipetrain.graph.load import capture_module
+
+    tokens = TensorSpec((hf_models.T,), "int64", high=hf_models.VOCAB)
+    graph = capture_module(hf_models.llama(), input=tokens, target=tokens, loss=LossKind.LM, name="llama")
+    assert graph.input.fields == (Field("input_ids", (hf_models.T,)),) and graph.names[1] == "model.layers.0"
+    ids = _batch("llama")["input_ids"]
+    out, _ = _run_layers(graph, {"input_ids": ids})
+    assert torch.allclose(out, hf_models.llama().eval()(input_ids=ids).logits, atol=1e-6)
