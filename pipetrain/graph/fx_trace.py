@@ -119,8 +119,9 @@ def _defaults(root: nn.Module, name: str) -> dict[str, Any]:
     required = [p.name for p in params if p.default is inspect.Parameter.empty]
     if len(required) != 1:
         raise UserError(
-            f"{name!r}.forward takes {len(required)} inputs without defaults ({', '.join(required)}); pipetrain "
-            "captures models of one input tensor for now (several come with GraphPipe): give the others defaults"
+            f"{name!r}.forward takes {len(required)} inputs without defaults ({', '.join(required)}); give the data "
+            "as dicts of those inputs with the target under 'labels' (pipetrain then captures the model with "
+            "torch.export), or give all but the first defaults"
         )
     return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
 

@@ -20,8 +20,8 @@ from pipetrain.data import data_specs
 from pipetrain.errors import UserError
 from pipetrain.graph.capture import capture
 from pipetrain.graph.dataflow import whole_model
-from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
-from pipetrain.graph.load import load_model
+from pipetrain.graph.layer_graph import Field, LayerGraph, LossKind, TensorSpec
+from pipetrain.graph.load import capture_module, load_model
 from pipetrain.graph.ties import Tie
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan
@@ -321,8 +321,13 @@ def test_uncapturable_models_are_one_line(model: nn.Module, match: str) -> None:
 
 
 class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(6, 3)
+
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return x + y
+        return self.fc(x + y)  # type: ignore[no-any-return]
 
 
 class Pair(nn.Module):
@@ -330,9 +335,16 @@ class Pair(nn.Module):
         return x, x
 
 
-def test_one_input_and_one_output_only() -> None:
-    with pytest.raises(UserError, match=r"takes 2 inputs without defaults \(x, y\).*GraphPipe"):
+def test_one_output_only_and_several_inputs_as_dict_data_which_works() -> None:
+    with pytest.raises(UserError, match=r"takes 2 inputs without defaults \(x, y\); give the data as dicts"):
         grab(TwoInputs())
+    two = TensorSpec((12,), fields=(Field("x", (6,), "float32"), Field("y", (6,), "float32")))
+    graph = capture_module(TwoInputs(), input=two, target=CLASS, loss=LossKind.CROSS_ENTROPY, name="m")  # followed
+    x, y = torch.randn(3, 6), torch.randn(3, 6)
+    out = torch.cat([x, y], dim=1)
+    for i in range(len(graph)):
+        out = graph.build_layer(i)(out)
+    assert torch.allclose(out, TwoInputs()(x, y))
     with pytest.raises(UserError, match="returns a tuple; pipetrain captures models that return one tensor"):
         grab(Pair())
 
