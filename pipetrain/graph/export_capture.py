@@ -90,6 +90,7 @@ def capture_exported(
     config: Any = getattr(root, "config", None)
     if getattr(config, "use_cache", None):
         config.use_cache = False  # a KV cache is for generation; training returns no cache
+    _check_vocabulary(config, input, name)
     program = _export(root, input, name)
     graph = _single_input_graph(root, program, input)
     _pick_output(graph, program, name)
@@ -126,6 +127,15 @@ def _export(root: nn.Module, input: TensorSpec, name: str) -> ExportedProgram:
             "the data as (input, target) tensor pairs so that pipetrain traces the model with torch.fx, where "
             "--leaf keeps a module whole"
         ) from None
+
+
+def _check_vocabulary(config: Any, input: TensorSpec, name: str) -> None:
+    """Raises UserError: token ids of the data (``input.high``) past a Hugging Face config's ``vocab_size``."""
+    vocab = getattr(config, "vocab_size", None)
+    if isinstance(vocab, int) and input.high is not None and input.high > vocab:
+        raise UserError(f"the data's token ids reach {input.high - 1} but model {name!r} has a vocabulary of {vocab}; "
+                        "tokenise with the model's tokenizer (--tokenizer module.path:callable) or give the model "
+                        f"vocab_size >= {input.high}")
 
 
 def _takes(root: nn.Module, keyword: str) -> bool:

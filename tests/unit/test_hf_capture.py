@@ -308,3 +308,14 @@ def test_a_hugging_face_model_fed_one_tensor_takes_it_as_its_first_input() -> No
     ids = _batch("llama")["input_ids"]
     out, _ = _run_layers(graph, {"input_ids": ids})
     assert torch.allclose(out, hf_models.llama().eval()(input_ids=ids).logits, atol=1e-6)
+
+
+def test_token_ids_past_the_vocabulary_name_the_tokenizer(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("caf\u00e9 au lait " * 40)  # é is the bytes 195, 169: past a vocabulary of 128
+    with pytest.raises(UserError, match=r"token ids reach 195 but model 'tests.hf_models:llama' has a vocabulary "
+                                        r"of 128; tokenise with the model's tokenizer \(--tokenizer"):
+        resolve_model("tests.hf_models:llama", data=f"text:{path}?context=16")
+    tokenised = f"text:{path}?context=16&tokenizer=tests.hf_models:char_tokenizer"
+    graph = resolve_model("tests.hf_models:llama", data=tokenised)
+    assert graph.input.high is not None and graph.input.high <= hf_models.VOCAB  # followed: it captures
