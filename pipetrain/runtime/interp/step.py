@@ -67,14 +67,16 @@ def _allreduce_gradients(ctx: RankContext, replicas: dist.ProcessGroup) -> None:
 def _broadcast_buffers(module: torch.nn.Module, replicas: dist.ProcessGroup) -> None:
     """Replica 0's buffers to every rank of ``replicas``, one message per dtype (module docstring).
 
-    Only the buffers of the state_dict: non-persistent ones (a causal mask) are constants."""
-    parameters = {name for name, _ in module.named_parameters()}
-    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for name, buffer in module.state_dict(keep_vars=True).items():
-        if name not in parameters:
-            by_dtype.setdefault(buffer.dtype, []).append(buffer)
+    Only the buffers of the state_dict: non-persistent ones (a causal mask) are constants. A parameter
+    is told by identity, since a tied one is in the state_dict under a second name too."""
+    parameters = {id(p) for p in module.parameters()}
+    by_dtype: dict[torch.dtype, dict[int, torch.Tensor]] = {}
+    for buffer in module.state_dict(keep_vars=True).values():
+        if id(buffer) not in parameters:
+            by_dtype.setdefault(buffer.dtype, {})[id(buffer)] = buffer  # a tied buffer once
     source = dist.get_global_rank(replicas, 0)
-    for buffers in by_dtype.values():
+    for unique in by_dtype.values():
+        buffers = list(unique.values())
         flat = torch.cat([b.reshape(-1) for b in buffers])
         dist.broadcast(flat, src=source, group=replicas)
         offset = 0
