@@ -39,8 +39,8 @@ def main() -> None:
     import pipetrain
 
     model = build()
-    result = pipetrain.train(model, f"text:{README}?context={CONTEXT}", ranks=2, batch_size=16, steps=40,
-                             optimizer="adam", lr=3e-3, eval_every=20, out="out/hf-gpt2")
+    result = pipetrain.train(model, f"text:{README}?context={CONTEXT}", ranks=2, batch_size=16, steps=30,
+                             optimizer="adam", lr=3e-3, eval_every=15, out="out/hf-gpt2")
     model.load_state_dict(result.state_dict, strict=True)  # the model's own names, tied weight included
     model.save_pretrained("out/hf-gpt2/model")
     print(f"loss {result.losses[0]:.3f} → {result.losses[-1]:.3f}; eval {result.final_eval.eval_loss:.3f}")
