@@ -68,7 +68,7 @@ def _broadcast_buffers(module: torch.nn.Module, replicas: dist.ProcessGroup) -> 
     """Replica 0's buffers to every rank of ``replicas``, one message per dtype (module docstring).
 
     Only the buffers of the state_dict: non-persistent ones (a causal mask) are constants."""
-    parameters = {name for name, _ in module.named_parameters()}
+    parameters = {name for name, _ in module.named_parameters(remove_duplicate=False)}  # a tied one under each name
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for name, buffer in module.state_dict(keep_vars=True).items():
         if name not in parameters:
