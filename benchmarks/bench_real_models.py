@@ -454,8 +454,9 @@ def own_labels(setup: Setup) -> list[str]:
 def run_rounds(setups: Sequence[Setup], rounds: int, steps: int, timeout_s: float, top: int,
                save: Callable[[list[Run]], None]) -> list[Run]:
     """Round 1 runs every configuration: each torch schedule on torch's ``pipeline()`` split and,
-    where that fails, on captured stages. Later rounds run pipetrain's plans, single and the ``top``
-    fastest torch configurations of round 1, in an order rotated each round."""
+    where that fails (tried at the schedule's first micro-batch count only), on captured stages. Later
+    rounds run pipetrain's plans, single and the ``top`` fastest torch configurations of round 1, in
+    an order rotated each round."""
     runs: list[Run] = []
 
     def one(setup: Setup, label: str, r: int) -> Run:
@@ -475,8 +476,9 @@ def run_rounds(setups: Sequence[Setup], rounds: int, steps: int, timeout_s: floa
         fastest: dict[str, float] = {}
         for schedule, m in setup.torch_configs:
             label = f"torch {schedule} m={m}"
-            run = one(setup, label, 0)
-            if run.status not in ("ok", "timeout"):
+            failed = any(failure.startswith(f"torch {schedule} ") for failure in setup.pipeline_errors)
+            run = one(setup, label + CAPTURED if failed else label, 0)
+            if run.status not in ("ok", "timeout") and not failed:
                 setup.pipeline_errors[label] = run.status
                 label += CAPTURED
                 run = one(setup, label, 0)
