@@ -1,6 +1,7 @@
 """Real models as they are (issue 26): GPT-2 and ResNet-18, pipetrain against torch's ``pipeline()`` and one process.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_real_models.py --rounds 3 --out benchmarks/results/real-models
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_real_models.py --rounds 4 --steps 10 --top 2 \\
+        --out benchmarks/results/real-models
     PYTHONPATH=. .venv/bin/python benchmarks/bench_real_models.py --quick --out /tmp/real-quick      # smoke run
 
 The models, unchanged: transformers' ``GPT2LMHeadModel`` (6 blocks, width 256, 4 heads, vocabulary
@@ -20,11 +21,12 @@ step-indexed sampling of the same datasets), the loss summed over samples / batc
   at the blocks of pipetrain's own 4-chunk partition (looping: Interleaved1F1B, LoopedBFS,
   InterleavedZeroBubble; V: ZBVZeroBubble, DualPipeV), stages from ``Pipe.build_stage``, every
   schedule at each micro-batch count of ``--micro`` that torch allows (:mod:`torch_schedules`),
-  ``scale_grads=False``, ``return_outputs=False``. torch's ``pipeline()`` copies a tied weight into
-  every stage that uses it and never syncs the copies' gradients (its own TODO in ``_IR.py``): that
-  trains an untied model, so the rank code here sums the tied copies' gradients (one all-reduce per
-  step, as pipetrain does) to train the same model. The best torch configuration is the one of
-  highest median samples/s.
+  ``scale_grads=False``, ``return_outputs=False``. Where torch cannot run its own split (its error is
+  recorded), the same schedule runs on ``PipelineStage`` s built by hand from the same blocks,
+  pipetrain's captured layers (labels ending ``captured``). torch's ``pipeline()`` copies a tied
+  weight into every stage that uses it and never syncs the copies' gradients (a TODO in its
+  ``_IR.py``): that trains an untied model, so the rank code here sums the tied copies' gradients
+  (one all-reduce per step, as pipetrain does) to train the same model.
 * **single**: the plain model in one process, one thread.
 
 Every process runs one thread (``torch.set_num_threads(1)``), 2 ranks on 2 cores, gloo on
@@ -32,8 +34,10 @@ Every process runs one thread (``torch.set_num_threads(1)``), 2 ranks on 2 cores
 :mod:`pipetrain.allocator`, applied to the torch and single processes too, so the comparison is of
 schedules, not of ``malloc``). A run's samples/s is the batch over its median step after
 ``WARMUP_STEPS`` warm-up steps (a step: the slowest rank's schedule step, tied-gradient sum and SGD
-step). Rounds run every configuration once, in an order rotated each round; the reported ratios are
-medians of the within-round ratios, throughputs medians across rounds.
+step). Round 1 runs every configuration; later rounds run pipetrain's plans, single and the ``--top``
+fastest torch configurations of round 1, back to back in an order rotated each round. The best torch
+configuration is the fastest by median among those run every round; ratios are medians of the
+within-round ratios, throughputs medians across rounds.
 
 Output under ``--out``: ``real_models.json`` (setup, plan times, every run; rewritten after each run)
 and ``real_models.md`` (the tables).
@@ -578,10 +582,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=12, help=f"steps per run, the first {WARMUP_STEPS} untimed")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--steps", type=int, default=10, help=f"steps per run, the first {WARMUP_STEPS} untimed")
     p.add_argument("--micro", type=int, nargs="+", default=[4, 8], help="torch's micro-batch counts")
-    p.add_argument("--top", type=int, default=3, help="torch configurations kept after round 1")
+    p.add_argument("--top", type=int, default=2, help="torch configurations kept after round 1")
     p.add_argument("--timeout", type=float, default=150.0, help="wall-clock bound per run (s)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/real-models"))
     p.add_argument("--quick", action="store_true", help="smoke run: 1 round, 3 steps, m=4 only")
