@@ -28,7 +28,7 @@ import socket
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
@@ -48,8 +48,8 @@ from torch_schedules import stage_layers as _stage_layers
 
 Schedule = str  # a key of torch_schedules.SCHEDULES
 
-__all__ = ["Schedule", "TorchRun", "one_step_grads", "run_torch_pipelining", "stage_layers",
-           "torch_pipelining_samples_per_s"]
+__all__ = ["RankRun", "Schedule", "TorchRun", "free_port", "launch", "launch_timed", "one_step_grads",
+           "run_torch_pipelining", "stage_layers", "torch_pipelining_samples_per_s"]
 
 WARMUP_STEPS = 2
 N_RANKS = 2
@@ -111,17 +111,23 @@ def _graph(model: str, overrides: dict[str, float]) -> LayerGraph:
     return build_model(model, **overrides)  # type: ignore[arg-type]  # sizes are ints or floats
 
 
-def _free_port() -> int:
+RankRun = Callable[[int, int, Any], Any]
+"""What each rank of a launch does: ``run(rank, port, job)`` returns its result (step times, gradients);
+a module-level function, so that it crosses to the spawned processes."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a process group's ``tcp://`` rendezvous)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
 
 
-def _rank_main(rank: int, port: int, job: RankJob, results: mp.Queue) -> None:  # type: ignore[type-arg]
-    """One rank: run ``job``, put ``(rank, "ok", times or gradients)`` on ``results``."""
+def _rank_main(rank: int, port: int, job: Any, results: mp.Queue, run: RankRun) -> None:  # type: ignore[type-arg]
+    """One rank: ``run`` ``job``, put ``(rank, "ok", times or gradients)`` on ``results``."""
     try:
-        results.put((rank, "ok", _run_rank(rank, port, job)))
+        results.put((rank, "ok", run(rank, port, job)))
     except BaseException as e:  # report anything, then let the parent clean up
         first = str(e).splitlines()[0] if str(e) else ""
         results.put((rank, f"error: {type(e).__name__}: {first}", []))
@@ -211,19 +217,22 @@ def layer_weights(model: str, overrides: dict[str, float] | None = None) -> list
     return [float(sum(p.numel() for p in graph.build_layer(i, "meta").parameters())) for i in range(len(graph))]
 
 
-def _launch(job: RankJob, timeout_s: float) -> tuple[str, dict[int, Any], float]:
-    """Run ``job`` on ``N_RANKS`` spawned ranks: (status, each rank's result, wall seconds)."""
+def launch(job: Any, timeout_s: float, run: RankRun | None = None,
+           n_ranks: int = N_RANKS) -> tuple[str, dict[int, Any], float]:
+    """Run ``job`` on ``n_ranks`` spawned ranks, each calling ``run`` (default: this module's torch
+    pipelining rank, for a :class:`RankJob`): (status, each rank's result, wall seconds)."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     start = time.perf_counter()
-    procs = [ctx.Process(target=_rank_main, args=(r, port, job, results), daemon=True) for r in range(N_RANKS)]
+    procs = [ctx.Process(target=_rank_main, args=(r, port, job, results, run or _run_rank), daemon=True)
+             for r in range(n_ranks)]
     for p in procs:
         p.start()
     got: dict[int, Any] = {}
     status = "ok"
     try:
-        while len(got) < N_RANKS:
+        while len(got) < n_ranks:
             left = timeout_s - (time.perf_counter() - start)
             if left <= 0:
                 status = "timeout"
@@ -268,7 +277,13 @@ def run_torch_pipelining(
     """
     if steps <= WARMUP_STEPS:
         raise ValueError(f"steps must exceed the {WARMUP_STEPS} warm-up steps, got {steps}")
-    status, got, wall = _launch(_job(model, batch, n_micro, schedule, steps, lr), timeout_s)
+    return launch_timed(_job(model, batch, n_micro, schedule, steps, lr), batch, timeout_s)
+
+
+def launch_timed(job: Any, batch: int, timeout_s: float, run: RankRun | None = None,
+                 n_ranks: int = N_RANKS) -> TorchRun:
+    """:func:`launch` a job whose ranks return their step times; a step's time is the slowest rank's."""
+    status, got, wall = launch(job, timeout_s, run, n_ranks)
     if status != "ok":
         return TorchRun(status, wall_s=wall)
     step_times = tuple(max(per_step) for per_step in zip(*got.values(), strict=True))
@@ -282,7 +297,7 @@ def one_step_grads(
 ) -> tuple[str, dict[str, np.ndarray]]:
     """One step of ``schedule`` (step 0's synthetic batch): status and every parameter's gradient,
     named ``"<layer index>.<parameter name>"`` (the ranks' gradients together)."""
-    status, got, _ = _launch(_job(model, batch, n_micro, schedule, 1, 0.0, overrides, grads=True), timeout_s)
+    status, got, _ = launch(_job(model, batch, n_micro, schedule, 1, 0.0, overrides, grads=True), timeout_s)
     grads: dict[str, np.ndarray] = {}
     for part in got.values():
         grads.update(part)

@@ -3,9 +3,10 @@
 torchvision's wheel cannot be imported everywhere we test, so these rebuild the structure that
 matters to capture, with the same module names (so the same ``state_dict`` keys) at small widths:
 
-* :class:`ResNetLike`: stem ``conv1``, ``bn1``, in-place ``relu``, ``maxpool``; ``layer1``…``layer4``
-  Sequentials of :class:`BasicBlock` (BatchNorm, a ``downsample`` Sequential where the shape
-  changes, the residual added in place); ``avgpool``, ``fc``.
+* :class:`ResNetLike`: stem ``conv1`` (3×3, or torchvision's 7×7 of stride 2), ``bn1``, in-place
+  ``relu``, ``maxpool``; ``layer1``…``layer4`` Sequentials of :class:`BasicBlock` (BatchNorm, a
+  ``downsample`` Sequential where the shape changes, the residual added in place); ``avgpool``,
+  ``fc``. :func:`resnet18` is torchvision's ResNet-18 (widths 64 to 512).
 * :class:`MobileNetV2Like`: ``features``, a Sequential of :class:`ConvNormActivation` (a Sequential
   ending in ``ReLU6(inplace=True)``, like ``Conv2dNormActivation``) and :class:`InvertedResidual`
   blocks; ``classifier``, a Sequential of Dropout and Linear.
@@ -53,9 +54,11 @@ class ResNetLike(nn.Module):
     """``[b, 3, H, W]`` → ``[b, classes]``: a ResNet-18 of widths ``widths`` and ``blocks`` per stage."""
 
     def __init__(self, blocks: tuple[int, ...] = (2, 2, 2, 2), widths: tuple[int, ...] = (4, 8, 8, 16),
-                 classes: int = CLASSES) -> None:
+                 classes: int = CLASSES, torchvision_stem: bool = False) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(3, widths[0], 3, 1, 1, bias=False)  # torchvision: 7×7, stride 2 (for 224×224)
+        # torchvision's stem is a 7×7 convolution of stride 2 (for 224×224); 3×3, stride 1 keeps small images whole
+        stem = (7, 2, 3) if torchvision_stem else (3, 1, 1)
+        self.conv1 = nn.Conv2d(3, widths[0], *stem, bias=False)
         self.bn1 = nn.BatchNorm2d(widths[0])
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
@@ -79,6 +82,11 @@ class ResNetLike(nn.Module):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(torch.flatten(self.avgpool(x), 1))  # type: ignore[no-any-return]
+
+
+def resnet18(classes: int = CLASSES) -> ResNetLike:
+    """torchvision's ``resnet18(num_classes=classes)``: its stem, BasicBlocks [2, 2, 2, 2], widths 64 to 512."""
+    return ResNetLike(widths=(64, 128, 256, 512), classes=classes, torchvision_stem=True)
 
 
 class ConvNormActivation(nn.Sequential):

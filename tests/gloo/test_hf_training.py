@@ -2,8 +2,9 @@
 
 GPT-2 (its head tied to its embedding, on different stages), Llama (an attention mask crosses every
 cut) and BERT for classification (padding masks), from tiny configs with random init, trained 3
-SGD steps under 1f1b, zb1 and interleaved: every weight equals the Hugging Face model itself trained
-in one process with its own loss (``labels``) on the same batches, under the model's own names.
+SGD steps under 1f1b, zb1, interleaved and data parallel (the whole model, a tie inside it, replicated
+on both ranks): every weight equals the Hugging Face model itself trained in one process with its
+own loss (``labels``) on the same batches, under the model's own names.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ MODELS = {
     "llama": ("tests.hf_models:llama", "tests.hf_models:causal_masked_data"),
     "bert": ("tests.hf_models:bert", "tests.hf_models:classification_data"),
 }
-METHODS = ("1f1b", "zb1", "interleaved")
+METHODS = ("1f1b", "zb1", "interleaved", "replicated")
 
 
 def _config(data: str, checkpoints: Path | None = None) -> TrainConfig:
@@ -49,6 +50,9 @@ def _plan(graph: LayerGraph, method: str) -> Plan:
         sizes = equal_sizes(BATCH, 2)
         stages = tuple(StagePlan(layers, (k % 2,), sizes, sizes) for k, layers in enumerate(cut(graph.names, 4)))
         return Plan(graph.name, "", BATCH, Method.INTERLEAVED, stages)
+    if method == "replicated":  # one stage on both ranks, a micro-batch each
+        sizes = equal_sizes(BATCH, 2)
+        return Plan(graph.name, "", BATCH, Method.GPIPE, (StagePlan(graph.names, (0, 1), sizes, sizes),))
     return chain_plan(graph, 2, BATCH, 4, Method.ONE_F_ONE_B if method == "1f1b" else Method.ZB1)
 
 
