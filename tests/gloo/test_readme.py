@@ -43,9 +43,8 @@ SKIPPED: dict[str, str] = {
     "make demo": "several minutes: creates .venv, installs, then profiles, plans and trains gpt-tiny for 300 steps",
     "make test": "runs lint, type checks and the whole test suite, this test included",
     "python examples/custom_model.py": "test_example runs every script of examples/",
-    "python examples/hf_gpt2.py": "test_example runs every script of examples/",
-    "pipetrain train --model examples.hf_gpt2:build": "the run examples/hf_gpt2.py makes (test_example); "
-    "tests/unit/test_hf_capture.py parses --data text:PATH with --context and --tokenizer",
+    "pipetrain train --model examples.hf_gpt2:build": "the README's next block trains the same model the same "
+    "way in Python; tests/unit/test_hf_capture.py parses --data text:PATH with --context and --tokenizer",
 }
 """Commands of ``bash`` blocks that are not run, each with the reason."""
 
