@@ -309,12 +309,12 @@ class CapturedLayer(nn.Module):
 
 
 def _has_path(module: nn.Module, target: str) -> bool:
+    """Whether ``module`` holds something at the dotted path ``target``."""
+    owner, _, field = target.rpartition(".")
     try:
-        module.get_submodule(target.rpartition(".")[0]) if "." in target else module
+        return hasattr(module.get_submodule(owner), field)
     except AttributeError:
         return False
-    holder = module.get_submodule(target.rpartition(".")[0]) if "." in target else module
-    return hasattr(holder, target.rpartition(".")[2])
 
 
 def _in_place(holder: nn.Module, node: fx.Node) -> bool:

@@ -167,18 +167,18 @@ def _single_input_graph(root: nn.Module, program: ExportedProgram, input: Tensor
         graph.erase_node(node)
     for node in [n for n in graph.nodes if n.op == "call_function" and n.target in _CHECKS]:
         graph.erase_node(node)
-    for node in graph.nodes:
-        _drop_placeholder_modules(node, root)
+    _drop_placeholder_modules(graph, root)
     return graph
 
 
-def _drop_placeholder_modules(node: fx.Node, root: nn.Module) -> None:
-    """Remove the entries of ``node``'s module stack that name no module of ``root`` (export's stand-ins
-    for nodes made outside any module's forward), so the stack ends at the real innermost module."""
-    stack = node.meta.get("nn_module_stack")
-    if stack:
-        real = dict(root.named_modules(remove_duplicate=False))
-        node.meta["nn_module_stack"] = {key: value for key, value in stack.items() if value[0] in real}
+def _drop_placeholder_modules(graph: fx.Graph, root: nn.Module) -> None:
+    """Remove the entries of each node's module stack that name no module of ``root`` (export's
+    stand-ins for nodes made outside any module's forward), so a stack ends at the real innermost module."""
+    real = {path for path, _ in root.named_modules(remove_duplicate=False)}
+    for node in graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            node.meta["nn_module_stack"] = {key: value for key, value in stack.items() if value[0] in real}
 
 
 def _weight(root: nn.Module, program: ExportedProgram, graph: fx.Graph, kind: InputKind, target: str,

@@ -37,9 +37,11 @@ def rematerialise(root: nn.Module, runs: Runs, parts: dict[fx.Node, Part | str])
     layer_of = {node: k for k, (_, nodes) in enumerate(runs) for node in nodes}
     for k, (owner, nodes) in enumerate(runs):
         wanted = [node for node in _foreign_inputs(nodes, k, layer_of) if recomputable(node)]
+        if not wanted:
+            continue
         anchor = next((node for node in _live_into(k, runs, layer_of)
                        if not recomputable(node) and isinstance(parts.get(node), Part)), None)
-        if not wanted or anchor is None:
+        if anchor is None:
             continue
         copier = _Copier(anchor)
         with nodes[0].graph.inserting_before(nodes[0]):
