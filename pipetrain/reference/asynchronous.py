@@ -16,6 +16,11 @@ backward on every stage ``k`` with version ``v(k, j)`` of that stage's weights (
 - ``2bw`` (Narayanan et al. 2021): ``v(k, j) = max(t − 1, 0)``; step ``t`` sums batch ``t``'s gradients, losses divided
   by the batch size ``B``.
 
+With ``clip_grad_norm`` (docs/algorithms.md §3.5) a step's gradient ``g`` is scaled by
+``min(1, max_norm / (‖·‖ + 1e-6))`` before the optimizer: under ``pipedream`` ``‖g‖`` over the stage's
+parameters (each update is a mini-batch of its own), under ``2bw`` the norm of batch ``t``'s gradient
+over every stage's parameters, as single-process training clips a batch.
+
 Versions are computed lazily and in step order, each with the stage's own optimizer (its state
 advances once per step). The learning rate must be constant (the runtime sets it per batch while a
 stage's steps straddle batches).
@@ -33,6 +38,7 @@ from pipetrain.plan.methods import WeightPolicy
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.job.config import TrainConfig, TrainJob, job_loss
 from pipetrain.runtime.job.data import timed_batch
+from pipetrain.runtime.job.optim import CLIP_EPS
 
 __all__ = ["emulate_async", "microbatch_version", "step_group"]
 
@@ -71,6 +77,7 @@ class _Emulator:
         self.graph, self.plan, self.config = graph, plan, config
         self.modules = [chain_stage(graph, [graph.index(n) for n in s.layers]) for s in plan.stages]
         self.optimizers = [config.build_optimizer(m.parameters()) for m in self.modules]
+        self.params = [dict(m.named_parameters()) for m in self.modules]
         self.versions: list[list[Weights]] = [[self._snapshot(k)] for k in range(plan.n_stages)]
         self.grads: dict[int, list[Weights]] = {}
         self.loss = job_loss(TrainJob(graph, plan, config))
@@ -85,13 +92,32 @@ class _Emulator:
         return self.versions[k][v]
 
     def _advance(self, k: int) -> None:
-        """Stage ``k``'s next step: the summed gradients of its group, through its optimizer."""
-        group = step_group(self.plan, k, len(self.versions[k]) - 1)
-        for name, p in self.modules[k].named_parameters():
-            p.grad = torch.stack([self.gradient(j)[k][name] for j in group]).sum(0)
+        """Stage ``k``'s next step: the summed gradients of its group, clipped, through its optimizer."""
+        step = len(self.versions[k]) - 1
+        scale = self._clip_scale(k, step)
+        for name, grad in self._step_gradient(k, step).items():
+            self.params[k][name].grad = grad * scale
         self.optimizers[k].step()
         self.optimizers[k].zero_grad(set_to_none=True)
         self.versions[k].append(self._snapshot(k))
+
+    def _step_gradient(self, k: int, step: int) -> Weights:
+        """The gradient stage ``k``'s step ``step`` applies: the sum over its group's micro-batches."""
+        group = step_group(self.plan, k, step)
+        return {name: torch.stack([self.gradient(j)[k][name] for j in group]).sum(0) for name in self.params[k]}
+
+    def _clip_scale(self, k: int, step: int) -> torch.Tensor:
+        """``min(1, max_norm / (norm + 1e-6))`` for stage ``k``'s step ``step`` (1 without clipping):
+        the norm of the update itself under ``pipedream`` (each update a mini-batch of its own), the
+        norm of the batch's gradient over every stage under ``2bw``."""
+        max_norm = self.config.clip_grad_norm
+        if max_norm is None:
+            return torch.ones(())
+        stages = [k] if self.plan.spec.loss_per_microbatch else range(self.plan.n_stages)
+        grads = [g for i in stages for g in self._step_gradient(i, step).values()]
+        squared = torch.stack([torch.linalg.vector_norm(g, 2.0).double().square() for g in grads]).sum()
+        total = squared.sqrt().float()
+        return torch.clamp(max_norm / (total + CLIP_EPS), max=1.0)
 
     def _batch(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
         if t not in self.batches:

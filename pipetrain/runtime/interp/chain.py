@@ -34,7 +34,7 @@ from pipetrain.runtime.interp.backward import Call
 from pipetrain.runtime.interp.context import Range, RankContext
 from pipetrain.runtime.interp.keeping import Run
 from pipetrain.runtime.interp.ports import ChainPorts
-from pipetrain.runtime.interp.step import check_consumed, optimizer_step
+from pipetrain.runtime.interp.step import OptimizerStep, check_consumed, start_step
 from pipetrain.runtime.interp.transport import Transport
 from pipetrain.schedule.action import Action
 
@@ -81,7 +81,7 @@ class WeightUse(Protocol):
 
     def before_step(self, transport: Transport) -> None: ...
 
-    def after_step(self, a: Action, check: Callable[[Action], None]) -> None: ...
+    def after_step(self, a: Action, step: OptimizerStep, check: Callable[[Action], None]) -> None: ...
 
 
 class ChainKernel:
@@ -141,8 +141,7 @@ class ChainKernel:
 
     def step(self, ctx: RankContext, a: Action) -> None:
         self.weights.before_step(ctx.transport)
-        optimizer_step(ctx)
-        self.weights.after_step(a, self._check_consumed)
+        self.weights.after_step(a, start_step(ctx), self._check_consumed)
 
     def held(self) -> dict[str, list[Range]]:
         return {**self.keeping.held(), **self.backward_pass.held()}

@@ -35,11 +35,27 @@ from pipetrain.runtime.interp.ties import TiedGradients
 from pipetrain.runtime.interp.transport import Transport
 from pipetrain.schedule.action import Action
 
-__all__ = ["Clip", "LossTally", "Ports", "Range", "RankContext", "StageKernel", "stage_outputs"]
+__all__ = ["Clip", "ClipNorm", "LossTally", "Ports", "Range", "RankContext", "StageKernel", "stage_outputs"]
 
 Range = tuple[int, int]
-Clip = Callable[[list[nn.Parameter]], object]
-"""Clips the given gradients before the optimizer step (the global norm over every stage)."""
+
+
+class ClipNorm(Protocol):
+    """A clipping started at STEP (:class:`~pipetrain.runtime.job.optim.ClipNorm`)."""
+
+    @property
+    def in_flight(self) -> bool:
+        """Its norm is still being summed over the ranks without blocking (2bw): the step may finish later."""
+        ...
+
+    def finish(self) -> float:
+        """Wait for the norm and scale the gradients; the total norm before clipping."""
+        ...
+
+
+Clip = Callable[[list[nn.Parameter]], ClipNorm]
+"""Starts clipping the given gradients before the optimizer step (the norm the method defines:
+docs/algorithms.md §3.5); the step finishes it."""
 
 
 class Ports(Protocol):
@@ -203,7 +219,7 @@ class RankContext:
         replicas: the process group of the stage's ranks when it is replicated, else None.
         input_ranges: the first stage's sample ranges on this rank (its micro-batches); None: the
             whole batch.
-        clip: clips the gradients before the optimizer step (global norm over all stages), or None.
+        clip: starts clipping the gradients before the optimizer step (:data:`Clip`), or None.
         ties: sums the copies of tied parameters held by several stages before the step (on the
             rank's first STEP), or None.
     """

@@ -2,9 +2,10 @@
 
     STEP  on a replicated stage, all-reduce (sum) the gradients and the loss over the stage's ranks,
           and hand replica 0's buffers to the others; sum the copies of tied parameters over their
-          owners (:mod:`~pipetrain.runtime.interp.ties`); clip the global gradient norm (if set);
-          optimizer step; zero the gradients; after a flush (synchronous methods), every message
-          and kept tensor of the batch was consumed
+          owners (:mod:`~pipetrain.runtime.interp.ties`); clip the gradient norm (if set: the
+          global norm over every stage; per update under ``pipedream``); optimizer step; zero the
+          gradients; after a flush (synchronous methods), every message and kept tensor of the
+          batch was consumed
 
 Summing the replicas' gradients gives the whole batch's gradient, since each holds the sum over its
 own micro-batches (:mod:`pipetrain.runtime.interp.context`, gradient weighting). Buffers are not
@@ -12,6 +13,11 @@ gradients: each replica's BatchNorm updated its running statistics on its own mi
 replica 0's (the group's first rank) are kept and broadcast, as DistributedDataParallel's
 ``broadcast_buffers`` does; the replicas then evaluate, save and resume alike. Clipping needs the
 norm over every stage (:func:`~pipetrain.runtime.job.optim.clip_grad_norm_global`, set by the job).
+
+A STEP runs in two halves (:func:`start_step`, :meth:`OptimizerStep.finish`) so that ``2bw``, whose
+stages step for one batch at different moments, can start the norm's all-reduce at STEP and finish
+the step later (:class:`~pipetrain.runtime.interp.weights.VersionedWeights`); every other STEP
+finishes at once.
 """
 
 from __future__ import annotations
@@ -22,25 +28,68 @@ import torch
 import torch.distributed as dist
 
 from pipetrain.runtime.interp.buffers import ChunkBuffer
-from pipetrain.runtime.interp.context import Range, RankContext
+from pipetrain.runtime.interp.context import ClipNorm, Range, RankContext
 from pipetrain.schedule.action import Action
 
-__all__ = ["check_consumed", "optimizer_step"]
+__all__ = ["OptimizerStep", "check_consumed", "optimizer_step", "start_step"]
 
 
 def optimizer_step(ctx: RankContext) -> None:
     """All-reduce over the replicas, sum the tied copies, clip, step and zero the gradients (module docstring)."""
+    start_step(ctx).finish()
+
+
+def start_step(ctx: RankContext) -> OptimizerStep:
+    """The first half of :func:`optimizer_step`: all-reduce over the replicas, sum the tied copies and
+    start clipping; the returned step's :meth:`~OptimizerStep.finish` does the rest."""
     if ctx.replicas is not None:
         _allreduce_gradients(ctx, ctx.replicas)
         _broadcast_buffers(ctx.module, ctx.replicas)
     if ctx.ties is not None:
         ctx.ties.sum_gradients()
-    if ctx.clip is not None:
-        ctx.clip([p for p in ctx.module.parameters() if p.requires_grad])
-    ctx.meter.note_gradients()
-    if ctx.optimizer is not None:
-        ctx.optimizer.step()
-        ctx.optimizer.zero_grad(set_to_none=True)
+    clip = ctx.clip([p for p in ctx.module.parameters() if p.requires_grad]) if ctx.clip is not None else None
+    return OptimizerStep(ctx, clip)
+
+
+class OptimizerStep:
+    """A STEP whose gradients are reduced and whose clipping has started (:func:`start_step`).
+
+    Under ``2bw`` with clipping the norm is still being summed over the ranks, so the stage finishes
+    the step when something needs it (:class:`~pipetrain.runtime.interp.weights.VersionedWeights`);
+    it then steps with the learning rates of its STEP, whatever the job set since.
+    """
+
+    def __init__(self, ctx: RankContext, clip: ClipNorm | None) -> None:
+        self.ctx, self.clip = ctx, clip
+        self.lrs = _lrs(ctx.optimizer) if ctx.optimizer is not None else []
+
+    @property
+    def waits(self) -> bool:
+        """Whether :meth:`finish` would wait for the ranks (the clipping norm is in flight)."""
+        return self.clip is not None and self.clip.in_flight
+
+    def finish(self) -> None:
+        """Clip, step with the STEP's learning rates and zero the gradients."""
+        if self.clip is not None:
+            self.clip.finish()
+        self.ctx.meter.note_gradients()
+        optimizer = self.ctx.optimizer
+        if optimizer is None:
+            return
+        now = _lrs(optimizer)
+        _set_lrs(optimizer, self.lrs)
+        optimizer.step()
+        _set_lrs(optimizer, now)
+        optimizer.zero_grad(set_to_none=True)
+
+
+def _lrs(optimizer: torch.optim.Optimizer) -> list[float]:
+    return [group["lr"] for group in optimizer.param_groups]
+
+
+def _set_lrs(optimizer: torch.optim.Optimizer, lrs: list[float]) -> None:
+    for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
 
 
 def _allreduce_gradients(ctx: RankContext, replicas: dist.ProcessGroup) -> None:

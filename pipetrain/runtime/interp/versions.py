@@ -36,7 +36,8 @@ class WeightVersions:
 
     Args:
         module: the stage; its parameters are the newest version.
-        program: every action the rank runs in the whole run (counts each version's uses).
+        program: every action the rank runs in the whole run (counts each version's uses, and its
+            STEPs: :attr:`steps`, the newest version there will be).
     """
 
     def __init__(self, module: nn.Module, program: Sequence[Action]) -> None:
@@ -44,6 +45,7 @@ class WeightVersions:
         self.params = dict(module.named_parameters())
         self.uses = Counter(a.version for a in program
                             if a.kind in (ActionKind.F, ActionKind.B) and a.version is not None)
+        self.steps = sum(a.kind is ActionKind.STEP for a in program)
         self.latest = 0
         self.held: dict[int, dict[str, torch.Tensor]] = {}
         self.peak = 0

@@ -13,6 +13,21 @@ Asynchronous methods (``pipedream``, ``2bw``; no flush in their method record) a
 program spans the run and runs one batch's chunk per step
 (:func:`~pipetrain.schedule.versions.batch_chunks`), so the ranges index the run
 (:attr:`~pipetrain.runtime.interp.context.LossTally.offset`).
+
+Clipping under ``2bw`` (docs/algorithms.md §3.5) clips batch ``t``'s gradient by its norm over every
+stage, but stage 0 reaches its STEP for batch ``t`` one chunk after the last stage: a blocking
+all-reduce at STEP would wait across the barrier between chunks for ever. So a STEP whose norm is in
+flight (:attr:`~pipetrain.runtime.interp.step.OptimizerStep.waits`) is left *pending*: the stage
+finishes it (waits for the norm, clips, steps, commits version ``t + 1``) when something needs it,
+which every rank reaches only after its own STEP of batch ``t`` (2BW's warm-up is shorter than a
+batch):
+
+* before a B's weight gradients join the module's (batch ``t + 1``'s must not mix with batch ``t``'s),
+* before an F on a version not yet committed, and before the next STEP;
+* the rank's last STEP finishes at once (every rank's last action is its last STEP), so the run
+  ends, and its final evaluation and checkpoint see, every step done.
+
+An evaluation between steps runs each stage's committed weights, without its pending step.
 """
 
 from __future__ import annotations
@@ -22,6 +37,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from pipetrain.runtime.interp.step import OptimizerStep
 from pipetrain.runtime.interp.transport import Transport
 from pipetrain.runtime.interp.versions import WeightVersions
 from pipetrain.schedule.action import Action
@@ -51,7 +67,8 @@ class CurrentWeights:
     def before_step(self, transport: Transport) -> None:
         transport.wait_sends()
 
-    def after_step(self, a: Action, check: Callable[[Action], None]) -> None:
+    def after_step(self, a: Action, step: OptimizerStep, check: Callable[[Action], None]) -> None:
+        step.finish()
         check(a)
 
 
@@ -60,8 +77,11 @@ class VersionedWeights:
 
     def __init__(self, versions: WeightVersions) -> None:
         self.versions = versions
+        self.pending: OptimizerStep | None = None
 
     def call(self, a: Action, x: torch.Tensor) -> torch.Tensor:
+        if a.version is not None and a.version > self.versions.latest:
+            self.settle()
         if a.version is None:
             y: torch.Tensor = self.versions.module(x)
             return y
@@ -74,6 +94,7 @@ class VersionedWeights:
     def backward_done(self, a: Action) -> None:
         """Move B's weight gradients to the module; the version's B has run."""
         if a.version is not None:
+            self.settle()
             self.versions.collect(a.version)
             self.versions.used(a.version)
 
@@ -81,7 +102,19 @@ class VersionedWeights:
         """Keep the micro-batches in flight."""
 
     def before_step(self, transport: Transport) -> None:
-        """The job waits for the sends at the next step's start."""
+        """The job waits for the sends at the next step's start; a pending step finishes first."""
+        self.settle()
 
-    def after_step(self, a: Action, check: Callable[[Action], None]) -> None:
-        self.versions.commit()
+    def after_step(self, a: Action, step: OptimizerStep, check: Callable[[Action], None]) -> None:
+        """Finish the step and commit its version, unless its norm is in flight and a later STEP
+        of the rank can finish it (module docstring)."""
+        self.pending = step
+        if not step.waits or self.versions.latest + 1 == self.versions.steps:
+            self.settle()
+
+    def settle(self) -> None:
+        """Finish the pending step, if any, and commit its version."""
+        if self.pending is not None:
+            step, self.pending = self.pending, None
+            step.finish()
+            self.versions.commit()

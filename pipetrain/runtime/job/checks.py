@@ -72,12 +72,8 @@ def _resolve_steps(job: TrainJob) -> TrainConfig:
 
 
 def _check_async(plan: Plan, config: TrainConfig) -> None:
-    """What an asynchronous run cannot do yet: its stages step at different moments, and micro-batches
-    are in flight at every step's end."""
+    """What an asynchronous run cannot do yet: micro-batches are in flight at every step's end."""
     method = plan.method.value
-    if config.clip_grad_norm is not None:
-        raise UserError(f"method {method} cannot clip the global gradient norm (its stages step at different "
-                        "moments); leave out --clip-grad-norm")
     if config.checkpoint_dir is not None or config.resume is not None:
         raise UserError(f"method {method} cannot checkpoint or resume yet (micro-batches are in flight between "
                         "steps); leave out --checkpoint-dir and --resume")

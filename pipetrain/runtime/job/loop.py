@@ -17,7 +17,7 @@ import os
 import signal
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,7 +29,7 @@ from pipetrain.data import EvalResult
 from pipetrain.errors import Interrupted, UserError
 from pipetrain.graph.ties import alias_names
 from pipetrain.plan.plan import Plan
-from pipetrain.runtime.interp.context import RankContext
+from pipetrain.runtime.interp.context import Clip, ClipNorm, RankContext
 from pipetrain.runtime.interp.executor import Contexts, expected_receives, receive_prepost, run_program
 from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
 from pipetrain.runtime.interp.rank_setup import build_rank_contexts, head_state_dict, stage_state_dict
@@ -41,7 +41,7 @@ from pipetrain.runtime.job.config import FaultInjection, InjectedFault, StepMetr
 from pipetrain.runtime.job.data import timed_batch
 from pipetrain.runtime.job.evaluate import eval_dataset, evaluate_rank, has_eval_set
 from pipetrain.runtime.job.metrics import MetricsLog
-from pipetrain.runtime.job.optim import clip_grad_norm_global, set_lr
+from pipetrain.runtime.job.optim import set_lr, start_clip_grad_norm
 from pipetrain.runtime.job.records import RankRecord, assemble_timeline, step_times
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.prepost import Prepost
@@ -93,8 +93,7 @@ class _FaultHook:
         pass
 
 
-def _clip_all(clip: Callable[[list[nn.Parameter]], object], params: list[nn.Parameter],
-              _stage_params: list[nn.Parameter]) -> object:
+def _clip_all(clip: Clip, params: list[nn.Parameter], _stage_params: list[nn.Parameter]) -> ClipNorm:
     """A STEP's clipping that covers ``params`` (every stage of the rank), not only its own stage's."""
     return clip(params)
 
@@ -113,6 +112,9 @@ class _JobRun:
         tied_groups = tie_groups(job.graph, plan)  # collective, like the replicas' groups
         # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
         self.group = dist.new_group(list(range(plan.n_ranks))) if plan.n_ranks < session.world_size else None
+        # 2bw's clipping: the norms' all-reduces, started at STEP and finished later, on a group of their own
+        deferred = job.config.clip_grad_norm is not None and plan.asynchronous and not plan.spec.loss_per_microbatch
+        self.norm_group = dist.new_group(list(range(plan.n_ranks))) if deferred else None
         self.ctxs: dict[int, RankContext] = {}  # by stage: one, or several under a multi-stage placement
         session.transport.bound_sends(plan.params.queue_bound)
         session.transport.open_links(job.schedule.directed_links())
@@ -195,11 +197,18 @@ class _JobRun:
         self.saves.append(time.perf_counter() - start)
         return folder
 
-    def _clipper(self, max_norm: float, replicas: int, ties: TiedGradients) -> Callable[[list[nn.Parameter]], object]:
-        """STEP's global-norm clipping over the plan's ranks (tied copies counted once)."""
-        world = self.group if self.group is not None else dist.group.WORLD
-        return functools.partial(clip_grad_norm_global, max_norm=max_norm, world=world, replicas=replicas,
-                                 device=self.session.device, copies=ties.copies())
+    def _clipper(self, max_norm: float, replicas: int, ties: TiedGradients) -> Clip:
+        """STEP's clipping (docs/algorithms.md §3.5). The global norm over the plan's ranks (tied copies
+        counted once), as single-process training clips; under ``2bw``, whose stages step for a batch
+        at different moments, its all-reduce runs on a group of its own without blocking
+        (:mod:`pipetrain.runtime.interp.weights`). Under ``pipedream`` each update is a mini-batch of
+        its own: the norm of the update, over the stage's parameters (its replicas hold the same sum)."""
+        if self.job.plan.spec.loss_per_microbatch:
+            return functools.partial(start_clip_grad_norm, max_norm=max_norm, world=None, device=self.session.device)
+        deferred = self.norm_group is not None
+        world = self.norm_group if deferred else self.group if self.group is not None else dist.group.WORLD
+        return functools.partial(start_clip_grad_norm, max_norm=max_norm, world=world, replicas=replicas,
+                                 device=self.session.device, copies=ties.copies(), async_op=deferred)
 
     def _first_step_stage(self, what: str, fix: str) -> int:
         """The stage of the rank's first STEP, where a step's work over all of the rank's stages runs

@@ -32,6 +32,7 @@ __all__ = [
     "ADAMW_WEIGHT_DECAY",
     "LR_SCHEDULES",
     "SGD_MOMENTUM",
+    "ClipNorm",
     "LRSchedule",
     "OptimizerSettings",
     "build_optimizer",
@@ -39,6 +40,7 @@ __all__ = [
     "clip_grad_norm_global",
     "lr_at",
     "set_lr",
+    "start_clip_grad_norm",
 ]
 
 SGD_MOMENTUM: Final = 0.9
@@ -214,6 +216,31 @@ def clip_grad_norm_global(
 
     Raises UserError for ``max_norm <= 0``, ValueError for ``replicas < 1``.
     """
+    return start_clip_grad_norm(params, max_norm, world=world, replicas=replicas, device=device,
+                                copies=copies).finish()
+
+
+def start_clip_grad_norm(
+    params: Sequence[torch.Tensor],
+    max_norm: float,
+    *,
+    world: dist.ProcessGroup | None,
+    replicas: int = 1,
+    device: torch.device | None = None,
+    copies: Mapping[int, int] | None = None,
+    async_op: bool = False,
+) -> ClipNorm:
+    """:func:`clip_grad_norm_global` in two halves: sum this rank's squares and start their
+    all-reduce over ``world`` (without blocking when ``async_op``); :meth:`ClipNorm.finish` waits for
+    it and scales the gradients. Until then the gradients must stay as they are.
+
+    2BW clips a batch's gradient by its global norm although its stages step at different moments
+    (docs/algorithms.md §3.5): a stage starts the all-reduce at its STEP and finishes it when something
+    needs the step, so no rank waits for a stage that steps later. ``world`` is then a process group
+    of its own, whose only collectives are these all-reduces, in the same order on every rank.
+
+    Raises UserError for ``max_norm <= 0``, ValueError for ``replicas < 1``.
+    """
     if not max_norm > 0:
         raise UserError(f"--clip-grad-norm {max_norm}: give a norm > 0, or leave it out to not clip")
     if replicas < 1:
@@ -231,10 +258,40 @@ def clip_grad_norm_global(
             else:
                 squared += norm
     squared = squared / replicas + shared
+    work = None
     if world is not None:
-        dist.all_reduce(squared, op=dist.ReduceOp.SUM, group=world)
-    total = squared.sqrt().to(torch.float32)
-    scale = torch.clamp(max_norm / (total + CLIP_EPS), max=1.0)
-    for g in grads:
-        g.mul_(scale.to(g.device, g.dtype))
-    return float(total)
+        work = dist.all_reduce(squared, op=dist.ReduceOp.SUM, group=world, async_op=async_op)
+    return ClipNorm(grads, squared, max_norm, work)
+
+
+class ClipNorm:
+    """A clipping under way (:func:`start_clip_grad_norm`): the squared norm being summed over the
+    ranks, and the gradients it will scale.
+
+    Args:
+        grads: the gradients to scale.
+        squared: the squared total norm, a float64 scalar (being all-reduced while ``work`` runs).
+        max_norm: the largest total norm allowed.
+        work: the all-reduce still running, or None (done, or nothing to reduce).
+    """
+
+    def __init__(self, grads: list[torch.Tensor], squared: torch.Tensor, max_norm: float,
+                 work: dist.Work | None) -> None:
+        self.grads, self.squared, self.max_norm, self.work = grads, squared, max_norm, work
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether the all-reduce was started without blocking and not waited for yet."""
+        return self.work is not None
+
+    def finish(self) -> float:
+        """Wait for the norm, scale the gradients by ``min(1, max_norm / (total + 1e-6))``; returns
+        the total norm before clipping."""
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        total = self.squared.sqrt().to(torch.float32)
+        scale = torch.clamp(self.max_norm / (total + CLIP_EPS), max=1.0)
+        for g in self.grads:
+            g.mul_(scale.to(g.device, g.dtype))
+        return float(total)
