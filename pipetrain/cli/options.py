@@ -287,7 +287,8 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-steps", type=_non_negative, default=0,
                    help="linear warm-up steps of warmup-cosine (default: 0)")
     p.add_argument("--clip-grad-norm", type=float, metavar="X",
-                   help="clip the gradient's global norm over all stages to X (default: no clipping)")
+                   help="clip the gradient's global norm over all stages to X; under pipedream, each update's "
+                        "own norm over its stage (default: no clipping)")
     p.add_argument("--eval-every", type=_non_negative, default=0, metavar="K",
                    help="evaluate on the eval set every K steps (default: only after the last step)")
     p.add_argument("--seed", type=_non_negative, default=0, help="data and weight-initialisation seed (default: 0)")

@@ -19,6 +19,7 @@ from pipetrain.runtime.job.optim import (
     clip_grad_norm_global,
     lr_at,
     set_lr,
+    start_clip_grad_norm,
 )
 
 EXPECTED: dict[OptimizerName, tuple[type[torch.optim.Optimizer], dict[str, float]]] = {
@@ -133,6 +134,21 @@ def test_one_process_clip_equals_torch(max_norm: float) -> None:
     for p, r in zip(params, reference, strict=True):
         assert p.grad is not None and r.grad is not None
         torch.testing.assert_close(p.grad, r.grad, atol=1e-6, rtol=0)
+
+
+def test_clipping_in_two_halves_scales_only_when_finished() -> None:
+    """:func:`start_clip_grad_norm` leaves the gradients as they are; ``finish`` clips as the one-call form."""
+    grads = [torch.tensor([3.0, 0.0]), torch.tensor([[4.0]])]
+    params = [nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.clone()
+    started = start_clip_grad_norm(params, 1.0, world=None)
+    assert not started.in_flight  # nothing to reduce
+    assert params[0].grad is not None and float(params[0].grad[0]) == 3.0
+    assert started.finish() == pytest.approx(5.0)
+    for p, g in zip(params, grads, strict=True):
+        assert p.grad is not None
+        torch.testing.assert_close(p.grad, g / (5.0 + 1e-6))
 
 
 def test_clip_rejects_a_bad_norm() -> None:

@@ -23,11 +23,12 @@ which every rank reaches only after its own STEP of batch ``t`` (2BW's warm-up i
 batch):
 
 * before a B's weight gradients join the module's (batch ``t + 1``'s must not mix with batch ``t``'s),
-* before an F on a version not yet committed, and before the next STEP;
-* the rank's last STEP finishes at once (every rank's last action is its last STEP), so the run
-  ends, and its final evaluation and checkpoint see, every step done.
+* before an F on a version not yet committed, and before the next STEP.
 
-An evaluation between steps runs each stage's committed weights, without its pending step.
+The rank's last STEP, its last action, finishes at once, so the run's end, its final evaluation and
+its last checkpoint find every step done. An evaluation between steps runs each stage's committed
+weights, without its pending step. Without clipping (or under ``pipedream``, whose norm is its
+stage's own) no step waits and each finishes at its STEP.
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ class TrainConfig:
             (:func:`~pipetrain.runtime.job.optim.lr_at`); ``lr`` is the peak.
         lr_warmup_steps: linear warm-up steps of ``"warmup-cosine"``.
         clip_grad_norm: clip the gradient's global norm over all stages to this (as
-            ``torch.nn.utils.clip_grad_norm_`` on the whole model), or None.
+            ``torch.nn.utils.clip_grad_norm_`` on the whole model; under ``2bw`` each batch's, under
+            ``pipedream`` each update's own norm over its stage: docs/algorithms.md §3.5), or None.
         data: ``"synthetic"`` (from the model's tensor specs), ``"digits"`` (scikit-learn), ``"text"``
             (bytes of ``pydoc_data.topics``) or ``"module.path:callable"`` (see :mod:`pipetrain.data`).
         loss: ``"cross-entropy"``, ``"mse"``, ``"module.path:callable"``, or None for the model's own
