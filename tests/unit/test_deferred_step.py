@@ -1,6 +1,7 @@
 """2bw's deferred steps under clipping (:mod:`pipetrain.runtime.interp.weights`): a STEP whose norm is
-in flight stays pending until a B, an F on a newer version or the next STEP needs it; the last STEP
-finishes at once; the step keeps its STEP's learning rates. A dry run of the chunks over a grid of
+in flight stays pending until an F on a newer version or the next STEP needs it, the next batch's
+gradients kept apart meanwhile; the last STEP finishes at once; the step keeps its STEP's learning
+rates. A dry run of the chunks over a grid of
 stage and micro-batch counts shows that the rule never waits across the barrier between chunks,
 where finishing every step at its STEP would."""
 
@@ -30,51 +31,60 @@ from pipetrain.schedule.versions import batch_chunks
 
 @dataclass
 class _Step:
-    """An :class:`OptimizerStep` stand-in whose norm is in flight until finished."""
+    """An :class:`OptimizerStep` stand-in whose norm is in flight until finished; it records the
+    gradient it steps on (None: none) and zeroes it, as the optimizer does."""
 
+    layer: nn.Linear
     waits: bool = True
-    finished: list[bool] = field(default_factory=list)
+    stepped: list[float | None] = field(default_factory=list)
 
     def finish(self) -> None:
-        self.finished.append(True)
+        grad = self.layer.weight.grad
+        self.stepped.append(None if grad is None else float(grad))
+        self.layer.weight.grad = None
 
 
-def _weights(program: Sequence[str]) -> VersionedWeights:
-    return VersionedWeights(WeightVersions(nn.Linear(2, 2), [Action.parse(a) for a in program]))
+def _weights(program: Sequence[str]) -> tuple[VersionedWeights, nn.Linear]:
+    layer = nn.Linear(1, 1, bias=False)
+    return VersionedWeights(WeightVersions(layer, [Action.parse(a) for a in program])), layer
 
 
 def _step(weights: VersionedWeights, step: _Step) -> None:
     weights.after_step(Action(ActionKind.STEP, 0), cast(OptimizerStep, step), lambda a: None)
 
 
-def test_a_step_in_flight_waits_for_the_next_backward() -> None:
-    weights = _weights(["0F0[0:1]v0", "0B0[0:1]v0", "0F1[1:2]v0", "0B1[1:2]v0"] + ["0STEP"] * 2)
-    first = _Step()
+def test_a_pending_step_keeps_the_next_batch_gradients_apart() -> None:
+    """Batch t + 1's backwards run while batch t's step waits for its norm: the step gets batch t's
+    gradient alone, and batch t + 1's joins the module's once it is done."""
+    weights, layer = _weights(["0F0[0:1]v0", "0B0[0:1]v0", "0F1[1:2]v0", "0B1[1:2]v0", "0F2[2:3]v1", "0STEP",
+                               "0STEP"])
+    layer.weight.grad = torch.ones(1, 1)  # batch t's
+    first = _Step(layer)
     _step(weights, first)
-    assert weights.pending is first and not first.finished and weights.versions.latest == 0
+    assert weights.pending is first and not first.stepped and weights.versions.latest == 0
+    weights.versions.held[0]["weight"].grad = torch.full((1, 1), 2.0)  # batch t + 1's B on version 0
     weights.backward_done(Action.parse("0B1[1:2]v0"))
-    assert first.finished and weights.pending is None and weights.versions.latest == 1
-    last = _Step()
+    assert weights.pending is first and float(layer.weight.grad) == 1.0
+    weights.call(Action.parse("0F2[2:3]v1"), torch.ones(1, 1))  # needs version 1: the step finishes
+    assert first.stepped == [1.0] and weights.versions.latest == 1 and float(layer.weight.grad) == 2.0
+    last = _Step(layer)
     _step(weights, last)  # the rank's last STEP finishes at once
-    assert last.finished and weights.versions.latest == 2
+    assert last.stepped == [2.0] and weights.versions.latest == 2
 
 
-def test_a_forward_on_the_new_version_and_the_next_step_finish_it() -> None:
-    weights = _weights(["0F0[0:1]v0", "0F1[1:2]v1", "0F2[2:3]v2"] + ["0STEP"] * 3)
-    first, second = _Step(), _Step()
+def test_the_next_step_finishes_a_pending_one() -> None:
+    weights, layer = _weights(["0F0[0:1]v0"] + ["0STEP"] * 3)
+    first = _Step(layer)
     _step(weights, first)
-    weights.call(Action.parse("0F1[1:2]v1"), torch.ones(1, 2))
-    assert first.finished and weights.versions.latest == 1
-    _step(weights, second)
     weights.before_step(cast(Transport, None))  # the next STEP
-    assert second.finished and weights.versions.latest == 2
+    assert first.stepped == [None] and weights.pending is None and weights.versions.latest == 1
 
 
 def test_a_step_not_in_flight_finishes_at_once() -> None:
-    weights = _weights(["0F0[0:1]v0"] + ["0STEP"] * 3)
-    step = _Step(waits=False)
+    weights, layer = _weights(["0F0[0:1]v0"] + ["0STEP"] * 3)
+    step = _Step(layer, waits=False)
     _step(weights, step)
-    assert step.finished and weights.pending is None and weights.versions.latest == 1
+    assert step.stepped == [None] and weights.pending is None and weights.versions.latest == 1
 
 
 def test_the_step_keeps_its_learning_rate() -> None:
@@ -137,8 +147,9 @@ class _DryRun:
             if pos[r] == len(chunk):
                 return moved
             a = chunk[pos[r]]
-            needs = a.kind in (ActionKind.B, ActionKind.STEP) or (
-                a.kind is ActionKind.F and (a.version or 0) > self.finished[r])
+            version = a.version or 0
+            needs = (a.kind is ActionKind.STEP or (a.kind is ActionKind.F and version > self.finished[r])
+                     or (a.kind is ActionKind.B and version != self.finished[r]))
             if needs and not self._settle(r):
                 return moved
             if a.peer is not None:

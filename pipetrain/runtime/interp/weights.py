@@ -17,13 +17,13 @@ program spans the run and runs one batch's chunk per step
 Clipping under ``2bw`` (docs/algorithms.md §3.5) clips batch ``t``'s gradient by its norm over every
 stage, but stage 0 reaches its STEP for batch ``t`` one chunk after the last stage: a blocking
 all-reduce at STEP would wait across the barrier between chunks for ever. So a STEP whose norm is in
-flight (:attr:`~pipetrain.runtime.interp.step.OptimizerStep.waits`) is left *pending*: the stage
-finishes it (waits for the norm, clips, steps, commits version ``t + 1``) when something needs it,
-which every rank reaches only after its own STEP of batch ``t`` (2BW's warm-up is shorter than a
-batch):
-
-* before a B's weight gradients join the module's (batch ``t + 1``'s must not mix with batch ``t``'s),
-* before an F on a version not yet committed, and before the next STEP.
+flight (:attr:`~pipetrain.runtime.interp.step.OptimizerStep.waits`) is left *pending*, and the stage
+finishes it (waits for the norm, clips, steps, commits version ``t + 1``) when something needs it:
+before an F on a version not yet committed (batch ``t + 2``'s) and before the next STEP. Meanwhile
+the backwards of batch ``t + 1`` run on version ``t``, the newest committed, and leave their weight
+gradients summing on that version's copy, apart from batch ``t``'s; they join the module's once the
+step is done. 2BW's warm-up is shorter than a batch, so every rank meets these needs only after its
+own STEP of batch ``t``, and the stages that step later are not waited for before they can.
 
 The rank's last STEP, its last action, finishes at once, so the run's end, its final evaluation and
 its last checkpoint find every step done. An evaluation between steps runs each stage's committed
@@ -79,6 +79,7 @@ class VersionedWeights:
     def __init__(self, versions: WeightVersions) -> None:
         self.versions = versions
         self.pending: OptimizerStep | None = None
+        self.uncollected: set[int] = set()  # versions whose copies hold weight gradients while a step is pending
 
     def call(self, a: Action, x: torch.Tensor) -> torch.Tensor:
         if a.version is not None and a.version > self.versions.latest:
@@ -93,11 +94,16 @@ class VersionedWeights:
             self.versions.used(a.version)
 
     def backward_done(self, a: Action) -> None:
-        """Move B's weight gradients to the module; the version's B has run."""
-        if a.version is not None:
+        """Move B's weight gradients to the module (on the newest version's copy while a step is
+        pending: they join after it); the version's B has run."""
+        if a.version is None:
+            return
+        if self.pending is not None and a.version == self.versions.latest:
+            self.uncollected.add(a.version)  # newest: kept until commit
+        else:
             self.settle()
             self.versions.collect(a.version)
-            self.versions.used(a.version)
+        self.versions.used(a.version)
 
     def new_batch(self, forget: Callable[[], None]) -> None:
         """Keep the micro-batches in flight."""
@@ -118,4 +124,7 @@ class VersionedWeights:
         if self.pending is not None:
             step, self.pending = self.pending, None
             step.finish()
+            for version in sorted(self.uncollected):
+                self.versions.collect(version)
+            self.uncollected.clear()
             self.versions.commit()
