@@ -58,17 +58,25 @@ def _versioned(weights: WeightPolicy, m: int, stage: int, program: Sequence[Acti
     """One rank's program with versions and STEPs; ``stage`` is the stage it runs."""
     out: list[Action] = []
     steps, version = 0, {}
-    for a in program:
+    batch_ends = _batch_ends(program, m)
+    for i, a in enumerate(program):
         j = a.microbatch
         if a.kind is ActionKind.F:
             version[j] = _forward_version(weights, m, stage, j, steps, entered)
             out.append(replace(a, version=version[j]))
             continue
         out.append(replace(a, version=version.pop(j)))
-        if weights is not WeightPolicy.TWO_BW or j % m == m - 1:
+        if weights is not WeightPolicy.TWO_BW or i in batch_ends:
             out.append(Action(ActionKind.STEP, stage))
             steps += 1
     return out
+
+
+def _batch_ends(program: Sequence[Action], m: int) -> set[int]:
+    """The positions of the rank's last B of each batch (``m`` micro-batches per batch): where a 2BW
+    replica steps, every replica of a stage once per batch, whichever micro-batches it ran."""
+    last = {a.microbatch // m: i for i, a in enumerate(program) if a.kind is ActionKind.B}
+    return set(last.values())
 
 
 def _forward_version(weights: WeightPolicy, m: int, stage: int, j: int, steps: int, entered: dict[int, int]) -> int:
