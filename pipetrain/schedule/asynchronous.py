@@ -17,7 +17,12 @@ newest version (weight stashing: its B reuses it); with vertical sync every stag
 ``j`` on the version stage 0 chose for it. A replicated stage (1F1B-RR) takes micro-batches
 round-robin and each replica steps after each of its backwards, the replicas' ``i``-th STEPs summing
 ``r`` micro-batches' gradients. ``2bw`` steps after a batch's last backward, and micro-batch ``j``
-(0-based) runs on version ``max(⌊j/m⌋ − 1, 0)`` on every stage (delay 1).
+(0-based) runs on version ``max(⌊j/m⌋ − 1, 0)`` on every stage (delay 1); on a replicated stage
+(PipeDream-2BW's ``w`` parallel pipelines) every replica steps once per batch, after its own last
+backward of the batch, so the replicas' step ``t`` all-reduces batch ``t``'s gradients. Stage 0 of
+``2 × 2``, ``m = 4``, 2 batches (rank 1 runs the odd micro-batches alike)::
+
+    rank 0:  F0v0 F2v0 B0v0 F4v0 B2v0 STEP F6v0 B4v0 B6v0 STEP
 :mod:`pipetrain.schedule.versions` checks the result.
 """
 
