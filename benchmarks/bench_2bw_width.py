@@ -143,22 +143,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/2bw-width"))
     parser.add_argument("--quick", action="store_true", help="gpt-1.3b on 8 devices only")
+    parser.add_argument("--models", nargs="+", choices=list(GPT_SIZES), default=list(GPT_SIZES),
+                        help="GPT sizes to plan (default all three)")
     parser.add_argument("--devices", type=int, nargs="+", default=list(DEVICES), help="cluster sizes (servers of 8)")
     args = parser.parse_args(argv)
+    cases = [(m, d) for m in args.models for d in args.devices][:1 if args.quick else None]
+    command = " ".join(["benchmarks/bench_2bw_width.py", *(["--quick"] if args.quick else []),
+                        *(["--models", *args.models] if args.models != list(GPT_SIZES) else []),
+                        *(["--devices", *map(str, args.devices)] if args.devices != list(DEVICES) else [])])
     start = time.perf_counter()
-    rows = []
-    for name in list(GPT_SIZES)[:1 if args.quick else None]:
-        for devices in args.devices[:1 if args.quick else None]:
-            rows.append(row(name, devices))
-            r = rows[-1]
-            print(f"{name} on {devices}: 2bw {r.twobw_s:.3f} s ({r.twobw_plan}), w=1 {r.straight_s:.3f} s "
-                  f"({r.straight_plan}), gpipe {r.gpipe_s:.3f} s ({r.gpipe_plan})", flush=True)
-    command = "benchmarks/bench_2bw_width.py" + (" --quick" if args.quick else "")
-    if list(args.devices) != list(DEVICES):
-        command += " --devices " + " ".join(map(str, args.devices))
     args.out.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.out / "2bw_width.json", json.dumps([asdict(r) for r in rows], indent=1))
-    write_atomic(args.out / "2bw_width.md", report(rows, time.perf_counter() - start, command))
+    rows = []
+    for name, devices in cases:
+        rows.append(row(name, devices))
+        r = rows[-1]
+        print(f"{name} on {devices}: 2bw {r.twobw_s:.3f} s ({r.twobw_plan}), w=1 {r.straight_s:.3f} s "
+              f"({r.straight_plan}), gpipe {r.gpipe_s:.3f} s ({r.gpipe_plan})", flush=True)
+        # after every case: a long run keeps what it measured
+        write_atomic(args.out / "2bw_width.json", json.dumps([asdict(r) for r in rows], indent=1))
+        write_atomic(args.out / "2bw_width.md", report(rows, time.perf_counter() - start, command))
     print(f"wrote {args.out}/2bw_width.md")
     return 0
 
