@@ -24,9 +24,6 @@ fastest. Here, for each option:
   communication, the replicas' all-reduce ``T_i^comm``, recompute's extra forward) without assuming
   perfect overlap.
 
-Cost: ``O(N)`` pairs (the divisors of ``N``, plus ``N`` depths at width 1), each at most
-``log₂ B`` micro-batch sizes, each two event simulations of a few batches.
-
 Width (the paper's parallel pipelines): stage ``k`` of a ``w × d`` plan runs on ranks ``k·w …
 k·w + w − 1`` (a stage's replicas side by side, so their gradient all-reduce stays inside a server
 when ``w`` fits one, as the paper places them); the replicas take micro-batches round-robin
@@ -38,6 +35,9 @@ uses; it wins when the layers do not split ``N`` ways or the all-reduce is dear)
 batch needs ``m`` a multiple of ``w`` with ``m >= w · d`` (the paper's ``m >= d`` per pipeline). A
 pair without such a micro-batch size is listed in the report's ``skipped``. Recompute is tried only
 when the option without it is over memory: it adds a forward per backward and is never faster.
+
+Cost: ``O(N)`` pairs (the divisors of ``N``, plus ``N`` depths at width 1), each at most
+``log₂ B`` micro-batch sizes, each two event simulations of a few batches.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 
 MAX_MICRO = 64
 """The most micro-batches per batch the planner simulates (smaller micro-batches only add overhead)."""
+
 
 @dataclass(frozen=True)
 class TwoBWReport:

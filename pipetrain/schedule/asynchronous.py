@@ -23,6 +23,7 @@ backward of the batch, so the replicas' step ``t`` all-reduces batch ``t``'s gra
 ``2 × 2``, ``m = 4``, 2 batches (rank 1 runs the odd micro-batches alike)::
 
     rank 0:  F0v0 F2v0 B0v0 F4v0 B2v0 STEP F6v0 B4v0 B6v0 STEP
+
 :mod:`pipetrain.schedule.versions` checks the result.
 """
 
