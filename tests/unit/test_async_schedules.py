@@ -102,6 +102,18 @@ def test_two_bw_replicas_step_once_per_batch_on_the_same_versions() -> None:
     assert compute_of[3].startswith("1F1[2:4]v0 1B1[2:4]v0 1F3[6:8]v0 1B3[6:8]v0 1STEP 1F5[10:12]v0")
 
 
+def test_replicas_that_step_unequally_are_rejected() -> None:
+    """Stepping a 2bw stage only on the replica that owns each batch's last micro-batch (one STEP per
+    batch on the stage) leaves the other replica's all-reduce without a partner: the chunk check says so."""
+    p = PLANS["2bw-replicated-2-1"]
+    schedule = build_schedule(p, 2)
+    check_chunks(schedule, p, 2)
+    programs = [list(program) for _, program in schedule]
+    programs[0] = [a for a in programs[0] if a.kind is not ActionKind.STEP]  # rank 0 owns micro-batches 0, 2
+    with pytest.raises(ScheduleError, match=r"batch 1: the replicas \[0, 1\] run different numbers of STEPs"):
+        check_chunks(Schedule.from_lists(programs), p, 2)
+
+
 def _smallest_valid(replicas: tuple[int, ...]) -> Plan:
     """The 2bw plan of ``replicas`` with the fewest micro-batches its validation accepts."""
     for m in range(1, 64):
