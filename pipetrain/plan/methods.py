@@ -17,7 +17,7 @@ The traits, per method::
     gpipe           single     chain  fused     sync                 yes    cross  one        yes       yes
     1f1b            single     chain  fused     sync                 yes    cross  per-stage  yes       yes
     pipedream       single     chain  fused     stash, vertical-sync no     cross  one        yes       yes
-    2bw             single     chain  fused     2bw                  no     cross  one        no        yes
+    2bw             single     chain  fused     2bw                  no     cross  one        yes       yes
     uedp            single     chain  fused     sync                 yes    cross  per-pass   no        yes
     graph           single     dag    fused     sync                 yes    cross  per-stage  yes       no
     local           single     chain  fused     local                yes    local  per-stage  no        no
@@ -281,8 +281,8 @@ _SPECS = (
                replicas=True, loss_per_microbatch=True, plan_as=Method.ONE_F_ONE_B),
     MethodSpec(Method.TWO_BW, "PipeDream-2BW (Narayanan et al. 2021)",
                "1F1B without a flush, two weight versions, a step per batch",
-               weights=(WeightPolicy.TWO_BW,), flush=False, sizes=SizeRule.ONE, microbatches_per_stage=True,
-               plan_as=Method.ONE_F_ONE_B),
+               weights=(WeightPolicy.TWO_BW,), flush=False, sizes=SizeRule.ONE, replicas=True,
+               microbatches_per_stage=True, plan_as=Method.ONE_F_ONE_B),
     MethodSpec(Method.UEDP, "UMPIPE", "fill-drain with each stage's own forward and backward partitions",
                sizes=SizeRule.PER_PASS, fill_drain=True),
     MethodSpec(Method.GRAPH, "GraphPipe (Jeon et al. 2025)", "1F1B over a DAG of stages",

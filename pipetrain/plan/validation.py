@@ -12,8 +12,9 @@ the order they are checked:
 * stage edges: the chain, or for a ``dag`` method any DAG in topological order with one sink;
 * replicated stages, where the method allows them: one partition, a micro-batch per replica;
 * recompute, where the method allows it; the method's ``params`` type; its weight policies;
-* a micro-batch per stage where the method needs it (2BW's delay);
-* asynchronous methods (no flush): one partition, pipedream's replica rules;
+* asynchronous methods (no flush): one partition, the replica rules (no vertical sync, whole
+  micro-batches per replica, pipedream's unreplicated last stage);
+* a micro-batch per stage where the method needs it (2BW's delay), per replica with replicated stages;
 * ranks: one stage per rank, or the method's multi-stage placement;
 * against a model: its fingerprint, and every layer once, in order.
 """
@@ -48,9 +49,9 @@ def validate_plan(plan: Plan, layer_names: Sequence[str] | None = None, fingerpr
     _check_recompute(plan)
     _check_params(plan)
     _check_weights(plan)
-    _check_microbatch_count(plan)
     if not plan.spec.flush:
         _check_async(plan)
+    _check_microbatch_count(plan)
     _check_ranks(plan)
     if fingerprint is not None and plan.model_fingerprint and fingerprint != plan.model_fingerprint:
         raise UserError(
@@ -172,17 +173,42 @@ def _check_weights(plan: Plan) -> None:
 
 
 def _check_microbatch_count(plan: Plan) -> None:
-    """A method that needs a micro-batch per stage (:attr:`MethodSpec.microbatches_per_stage`) gets them."""
+    """A method that needs a micro-batch per stage (:attr:`MethodSpec.microbatches_per_stage`) gets them;
+    with replicated stages, every replica as many as it keeps in flight (:func:`_replica_depths`)."""
     m = min(len(s.forward_sizes) for s in plan.stages)
-    if plan.spec.microbatches_per_stage and m < plan.n_stages:
-        raise UserError(f"method {plan.method.value} needs at least as many micro-batches as stages "
-                        f"({plan.n_stages}), got {m}; use more micro-batches or fewer stages")
+    if not plan.spec.microbatches_per_stage:
+        return
+    if not plan.replicated:
+        if m < plan.n_stages:
+            raise UserError(f"method {plan.method.value} needs at least as many micro-batches as stages "
+                            f"({plan.n_stages}), got {m}; use more micro-batches or fewer stages")
+        return
+    need = [len(s.ranks) * depth for s, depth in zip(plan.stages, _replica_depths(plan), strict=True)]
+    k = max(range(plan.n_stages), key=need.__getitem__)
+    if m < need[k]:
+        raise UserError(f"method {plan.method.value} needs every replica of a stage to run at least as many "
+                        f"micro-batches per batch as it keeps in flight: stage {k} on {len(plan.stages[k].ranks)} "
+                        f"ranks keeps {need[k] // len(plan.stages[k].ranks)} each, so the batch needs at least "
+                        f"{need[k]} micro-batches (it has {m}); use more micro-batches, or fewer replicas or stages")
+
+
+def _replica_depths(plan: Plan) -> list[int]:
+    """Per stage of a chain, the micro-batches each replica keeps in flight under 1F1B-RR:
+    ``(R_k − 1) // r_k + 1`` with ``r_k`` the stage's ranks and ``R_k`` those of stages ``k…K−1``
+    (PipeDream's warm-up rule, docs/algorithms.md §3.4); ``K − k`` without replicas, so a 2BW plan of
+    ``d`` stages each on ``w`` ranks needs ``m >= w · d``: the paper's ``m >= d`` per pipeline."""
+    depths, downstream = [], 0
+    for stage in reversed(plan.stages):
+        downstream += len(stage.ranks)
+        depths.append((downstream - 1) // len(stage.ranks) + 1)
+    return depths[::-1]
 
 
 def _check_async(plan: Plan) -> None:
-    """An asynchronous method needs one partition for every stage and pass (its size rule) and
-    (replicas) pipedream's stashing without vertical sync, a whole
-    number of micro-batches per replica, and an unreplicated last stage."""
+    """An asynchronous method needs one partition for every stage and pass (its size rule) and, with
+    replicated stages: no vertical sync, a whole number of micro-batches per replica, and, for a method
+    that steps per micro-batch (pipedream), an unreplicated last stage: the last stage sums the step's
+    loss over its replicas at every STEP, which counts it once only when they step once per batch (2bw)."""
     sizes, name = plan.stages[0].forward_sizes, plan.method.value
     replicas = [len(s.ranks) for s in plan.stages]
     if max(replicas) == 1:
@@ -190,8 +216,11 @@ def _check_async(plan: Plan) -> None:
     if plan.weights is WeightPolicy.VERTICAL_SYNC:
         raise UserError("vertical sync cannot run replicated stages (their versions advance at another rate); "
                         "drop --vertical-sync or give every stage one rank")
-    if replicas[-1] > 1:
-        raise UserError(f"method {name} cannot replicate the last stage yet; give the last stage one rank")
+    if replicas[-1] > 1 and plan.spec.loss_per_microbatch:
+        steps_per_batch = ", ".join(m.value for m, s in METHODS.items()
+                                    if s.replicas and not s.flush and not s.loss_per_microbatch)
+        raise UserError(f"method {name} cannot replicate the last stage (its replicas step after every "
+                        f"micro-batch); give the last stage one rank, or use method {steps_per_batch}")
     bad = [k for k, r in enumerate(replicas) if len(sizes) % r]
     if bad:
         raise UserError(f"stage {bad[0]} runs on {replicas[bad[0]]} ranks, which do not divide the {len(sizes)} "

@@ -95,7 +95,7 @@ _STAGE_SPECS = (
                 default=True, auto=(AutoRun("interleaved", 70),)),
     PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed", "ga", "allow_async"}),
                 _auto, _auto_plans, layout=auto_layout),
-    PlannerSpec("2bw", "stages", "PipeDream-2BW: depth, micro-batch size, recompute (docs/algorithms.md §3.6)",
+    PlannerSpec("2bw", "stages", "PipeDream-2BW: width × depth, micro-batch size, recompute (docs/algorithms.md §3.6)",
                 frozenset({"method"}), plan_2bw, twobw_plans, auto=(AutoRun("2bw", 110),)),
     PlannerSpec("local", "stages", "PPLL's local learning: stages balanced with their auxiliary heads' time "
                 "(docs/algorithms.md §6)", frozenset({"n_stages", "n_micro", "params"}), plan_local, local_plans,

@@ -14,7 +14,8 @@ backward on every stage ``k`` with version ``v(k, j)`` of that stage's weights (
   each loss divided by its micro-batch's size;
 - ``pipedream`` with vertical sync: ``v(k, j) = v(0, j)`` on every stage;
 - ``2bw`` (Narayanan et al. 2021): ``v(k, j) = max(t − 1, 0)``; step ``t`` sums batch ``t``'s gradients, losses divided
-  by the batch size ``B``.
+  by the batch size ``B``, whichever replica of a replicated stage ran them (the paper's ``w``
+  parallel pipelines all-reduce them), so replicas change nothing here.
 
 With ``clip_grad_norm`` (docs/algorithms.md §3.5) a step's gradient ``g`` is scaled by
 ``min(1, max_norm / (‖·‖ + 1e-6))`` before the optimizer: under ``pipedream`` ``‖g‖`` over the stage's

@@ -17,7 +17,13 @@ newest version (weight stashing: its B reuses it); with vertical sync every stag
 ``j`` on the version stage 0 chose for it. A replicated stage (1F1B-RR) takes micro-batches
 round-robin and each replica steps after each of its backwards, the replicas' ``i``-th STEPs summing
 ``r`` micro-batches' gradients. ``2bw`` steps after a batch's last backward, and micro-batch ``j``
-(0-based) runs on version ``max(⌊j/m⌋ − 1, 0)`` on every stage (delay 1).
+(0-based) runs on version ``max(⌊j/m⌋ − 1, 0)`` on every stage (delay 1); on a replicated stage
+(PipeDream-2BW's ``w`` parallel pipelines) every replica steps once per batch, after its own last
+backward of the batch, so the replicas' step ``t`` all-reduces batch ``t``'s gradients. Stage 0 of
+``2 × 2``, ``m = 4``, 2 batches (rank 1 runs the odd micro-batches alike)::
+
+    rank 0:  F0v0 F2v0 B0v0 F4v0 B2v0 STEP F6v0 B4v0 B6v0 STEP
+
 :mod:`pipetrain.schedule.versions` checks the result.
 """
 
@@ -58,17 +64,25 @@ def _versioned(weights: WeightPolicy, m: int, stage: int, program: Sequence[Acti
     """One rank's program with versions and STEPs; ``stage`` is the stage it runs."""
     out: list[Action] = []
     steps, version = 0, {}
-    for a in program:
+    batch_ends = _batch_ends(program, m)
+    for i, a in enumerate(program):
         j = a.microbatch
         if a.kind is ActionKind.F:
             version[j] = _forward_version(weights, m, stage, j, steps, entered)
             out.append(replace(a, version=version[j]))
             continue
         out.append(replace(a, version=version.pop(j)))
-        if weights is not WeightPolicy.TWO_BW or j % m == m - 1:
+        if weights is not WeightPolicy.TWO_BW or i in batch_ends:
             out.append(Action(ActionKind.STEP, stage))
             steps += 1
     return out
+
+
+def _batch_ends(program: Sequence[Action], m: int) -> set[int]:
+    """The positions of the rank's last B of each batch (``m`` micro-batches per batch): where a 2BW
+    replica steps, every replica of a stage once per batch, whichever micro-batches it ran."""
+    last = {a.microbatch // m: i for i, a in enumerate(program) if a.kind is ActionKind.B}
+    return set(last.values())
 
 
 def _forward_version(weights: WeightPolicy, m: int, stage: int, j: int, steps: int, entered: dict[int, int]) -> int:

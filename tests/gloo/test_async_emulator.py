@@ -1,7 +1,8 @@
 """The core test of the asynchronous methods (DESIGN.md §5 invariant 6): after 20 steps, the
 multi-process runtime's weights equal the single-process emulator's within 1e-5, for pipedream
 (weight stashing, with and without vertical sync, 2 and 4 stages, a replicated stage) and 2bw
-(2 and 4 stages). The emulator applies the methods' staleness from their definitions
+(2 and 4 stages; replicated stages: 3 ranks = stage 0 × 2 + stage 1, and 4 ranks = 2 × 2, the
+paper's parallel pipelines). The emulator applies the methods' staleness from their definitions
 (:mod:`pipetrain.reference.asynchronous`), so a version off by one, or a step in another order, fails here.
 """
 
@@ -49,7 +50,10 @@ CASES = {
     "vertical-sync-4stages": Case(_async(chain_plan(GRAPH, 4, BATCH, 4), WeightPolicy.VERTICAL_SYNC), SGD),
     "pipedream-replicated-2-1-1": Case(_async(replicated_plan(GRAPH, (2, 1, 1), BATCH, 4), WeightPolicy.STASH), SGD),
     "2bw-2stages": Case(_async(chain_plan(GRAPH, 2, BATCH, 4), WeightPolicy.TWO_BW), SGD),
+    "2bw-2stages-adam": Case(_async(chain_plan(GRAPH, 2, BATCH, 4), WeightPolicy.TWO_BW), ADAM),
     "2bw-4stages-adam": Case(_async(chain_plan(GRAPH, 4, BATCH, 4), WeightPolicy.TWO_BW), ADAM),
+    "2bw-replicated-2-1": Case(_async(replicated_plan(GRAPH, (2, 1), BATCH, 4), WeightPolicy.TWO_BW), SGD),
+    "2bw-replicated-2-2-adam": Case(_async(replicated_plan(GRAPH, (2, 2), BATCH, 4), WeightPolicy.TWO_BW), ADAM),
 }
 # Evaluations between steps, while micro-batches and their gradients are in flight, change nothing.
 DIGITS = mlp_graph(n_blocks=2, width=32, features=64, classes=10)
@@ -83,6 +87,15 @@ def test_staleness_is_visible(results: dict[str, TrainResult]) -> None:
     for a, b in (("pipedream-4stages", "vertical-sync-4stages"), ("pipedream-2stages", "vertical-sync-2stages"),
                  ("pipedream-2stages", "2bw-2stages")):
         assert _diff(results[a].state_dict, results[b].state_dict) > 100 * TOL, (a, b)
+
+
+def test_two_bw_replicas_change_nothing_but_the_ranks(results: dict[str, TrainResult]) -> None:
+    """2BW's step sums the batch's gradients whichever replica ran them, on the same versions, so the
+    2 × 2 run equals the straight 2-stage run of the same stages (to the all-reduce's rounding), loss
+    included (the last stage sums it over its replicas)."""
+    replicated, straight = results["2bw-replicated-2-2-adam"], results["2bw-2stages-adam"]
+    assert _diff(replicated.state_dict, straight.state_dict) <= TOL
+    assert replicated.losses == pytest.approx(straight.losses, rel=1e-5)
 
 
 def test_evaluating_mid_run_equals_emulator(results: dict[str, TrainResult]) -> None:

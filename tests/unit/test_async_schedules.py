@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -36,6 +37,10 @@ PLANS = {
     "2bw-4": plan((1, 1, 1, 1), 4, TWO_BW),
     "replicated-2-1-1": plan((2, 1, 1), 4),
     "replicated-1-3-1": plan((1, 3, 1), 6, batch=12),
+    "2bw-replicated-2-1": plan((2, 1), 4, TWO_BW),
+    "2bw-replicated-2-2": plan((2, 2), 4, TWO_BW),
+    "2bw-replicated-1-1-2": plan((1, 1, 2), 4, TWO_BW),
+    "2bw-replicated-3-3": plan((3, 3), 6, TWO_BW, batch=12),
 }
 
 
@@ -82,6 +87,60 @@ def test_two_bw_holds_two_versions_and_delay_one() -> None:
     versions = {a.microbatch: a.version for _, a in compute(schedule)}
     assert [versions[j] for j in range(0, 24, 4)] == [0, 0, 1, 2, 3, 4]
     validate_versions(schedule, p)  # the limit of two holds
+
+
+def test_two_bw_replicas_step_once_per_batch_on_the_same_versions() -> None:
+    """2 × 2 (PipeDream-2BW's parallel pipelines): each replica runs its round-robin share of a batch
+    on version max(t − 1, 0) and steps after its own last backward of the batch, once per batch."""
+    schedule = build_schedule(PLANS["2bw-replicated-2-2"], 2)
+    compute_of = {r: " ".join(str(a) for a in program if a.peer is None) for r, program in schedule}
+    assert compute_of[0] == ("0F0[0:2]v0 0F2[4:6]v0 0B0[0:2]v0 0F4[8:10]v0 0B2[4:6]v0 0STEP 0F6[12:14]v0 "
+                             "0B4[8:10]v0 0B6[12:14]v0 0STEP")
+    assert compute_of[1] == compute_of[0].replace("F0[0:2]", "F1[2:4]").replace("B0[0:2]", "B1[2:4]") \
+        .replace("F2[4:6]", "F3[6:8]").replace("B2[4:6]", "B3[6:8]").replace("F4[8:10]", "F5[10:12]") \
+        .replace("B4[8:10]", "B5[10:12]").replace("F6[12:14]", "F7[14:16]").replace("B6[12:14]", "B7[14:16]")
+    assert compute_of[3].startswith("1F1[2:4]v0 1B1[2:4]v0 1F3[6:8]v0 1B3[6:8]v0 1STEP 1F5[10:12]v0")
+
+
+def test_replicas_that_step_unequally_are_rejected() -> None:
+    """Stepping a 2bw stage only on the replica that owns each batch's last micro-batch (one STEP per
+    batch on the stage) leaves the other replica's all-reduce without a partner: the chunk check says so."""
+    p = PLANS["2bw-replicated-2-1"]
+    schedule = build_schedule(p, 2)
+    check_chunks(schedule, p, 2)
+    programs = [list(program) for _, program in schedule]
+    programs[0] = [a for a in programs[0] if a.kind is not ActionKind.STEP]  # rank 0 owns micro-batches 0, 2
+    with pytest.raises(ScheduleError, match=r"batch 1: the replicas \[0, 1\] run different numbers of STEPs"):
+        check_chunks(Schedule.from_lists(programs), p, 2)
+
+
+def _smallest_valid(replicas: tuple[int, ...]) -> Plan:
+    """The 2bw plan of ``replicas`` with the fewest micro-batches its validation accepts."""
+    for m in range(1, 64):
+        try:
+            p = plan(replicas, m, TWO_BW, batch=2 * m)
+            p.validate()
+            return p
+        except UserError:
+            continue
+    raise AssertionError(replicas)
+
+
+@pytest.mark.parametrize("replicas", [r for n in (1, 2, 3) for r in itertools.product((1, 2, 3), repeat=n)])
+def test_two_bw_replicated_schedules_validate(replicas: tuple[int, ...]) -> None:
+    """Every chain of replicated 2bw stages, at the fewest micro-batches the plan accepts (a multiple of
+    every replica count, each replica at least its in-flight count): the schedule's versions validate
+    (at most two held, each existing when used), its chunks check (replicas step equally per batch),
+    each replica steps once per batch, and every F and B runs on max(t − 1, 0)."""
+    p = _smallest_valid(replicas)
+    m = len(p.stages[0].forward_sizes)
+    batches = 4
+    schedule = build_schedule(p, batches)  # validate_versions and check_chunks run here
+    for rank, program in schedule:
+        assert sum(a.kind is ActionKind.STEP for a in program) == batches, rank
+        for a in program:
+            if a.kind in (ActionKind.F, ActionKind.B):
+                assert a.version == max(a.microbatch // m - 1, 0), a
 
 
 def test_a_backward_on_another_version_is_rejected() -> None:
@@ -132,8 +191,12 @@ def test_plan_checks_for_async_methods() -> None:
         plan((1, 1, 1, 1), 2, TWO_BW).validate()
     with pytest.raises(UserError, match="vertical sync cannot run replicated stages"):
         plan((2, 1), 4, VSYNC).validate()
-    with pytest.raises(UserError, match="cannot replicate the last stage"):
+    with pytest.raises(UserError, match=r"cannot replicate the last stage .* use method 2bw"):
         plan((1, 2), 4).validate()
+    with pytest.raises(UserError, match="stage 0 on 2 ranks keeps 3 each, so the batch needs at least 6"):
+        plan((2, 2, 2), 4, TWO_BW).validate()
+    with pytest.raises(UserError, match="do not divide the 10 micro-batches"):
+        plan((4, 1), 10, TWO_BW, batch=20).validate()
     with pytest.raises(UserError, match="do not divide the 3 micro-batches"):
         plan((2, 1), 3, batch=6).validate()
     with pytest.raises(UserError, match="versioned weights need method pipedream or 2bw"):

@@ -84,10 +84,16 @@ def test_grid_validates(method: Method, n_stages: int, batch: int, n_micro: int)
 @pytest.mark.parametrize(("n_stages", "replicas"), [(2, 2), (3, 2), (3, 3), (4, 2)])
 @pytest.mark.parametrize(("batch", "n_micro"), [(8, 4), (12, 6), (7, 6)])
 def test_replicated_grid_validates(method: Method, n_stages: int, replicas: int, batch: int, n_micro: int) -> None:
-    """Stage 0 replicated: each replica runs its round-robin share of the stage's order."""
+    """Stage 0 replicated: each replica runs its round-robin share of the stage's order (2bw: each replica
+    at least as many micro-batches as it keeps in flight, PipeDream's warm-up over all the ranks)."""
     plan = method_plan(method, n_stages, equal_sizes(batch, n_micro), replicas)
     if not plan.spec.flush and n_micro % replicas:
         with pytest.raises(UserError, match="do not divide"):
+            build_schedule(plan)
+        return
+    in_flight = (n_stages + replicas - 2) // replicas + 1  # on each replica of stage 0
+    if plan.spec.microbatches_per_stage and n_micro < max(replicas * in_flight, n_stages):
+        with pytest.raises(UserError, match="at least as many micro-batches per batch as it keeps in flight"):
             build_schedule(plan)
         return
     schedule = build_schedule(plan)
