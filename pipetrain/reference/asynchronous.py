@@ -17,8 +17,9 @@ backward on every stage ``k`` with version ``v(k, j)`` of that stage's weights (
   by the batch size ``B``.
 
 Versions are computed lazily and in step order, each with the stage's own optimizer (its state
-advances once per step). The learning rate must be constant (the runtime sets it per batch while a
-stage's steps straddle batches).
+advances once per step) at the runtime's rate: the base rate times the stage's factor under the
+configured ``lr_rule`` (:mod:`pipetrain.runtime.job.lr_rule`). The learning rate must be constant (the
+runtime sets it per batch while a stage's steps straddle batches).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pipetrain.plan.methods import WeightPolicy
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.job.config import TrainConfig, TrainJob, job_loss
 from pipetrain.runtime.job.data import timed_batch
+from pipetrain.runtime.job.optim import set_lr
 
 __all__ = ["emulate_async", "microbatch_version", "step_group"]
 
@@ -71,6 +73,8 @@ class _Emulator:
         self.graph, self.plan, self.config = graph, plan, config
         self.modules = [chain_stage(graph, [graph.index(n) for n in s.layers]) for s in plan.stages]
         self.optimizers = [config.build_optimizer(m.parameters()) for m in self.modules]
+        for optimizer, scale in zip(self.optimizers, config.stage_rates(plan).scales, strict=True):
+            set_lr(optimizer, config.lr * scale)  # the runtime's rate (constant schedule)
         self.versions: list[list[Weights]] = [[self._snapshot(k)] for k in range(plan.n_stages)]
         self.grads: dict[int, list[Weights]] = {}
         self.loss = job_loss(TrainJob(graph, plan, config))
