@@ -11,10 +11,10 @@ of the run. The runs, per model:
 
 * ``1f1b``: synchronous, the reference (the rule leaves its rate as given);
 * ``pipedream`` and ``pipedream-vsync`` (vertical sync), each with ``--lr-rule auto`` (the default:
-  a step per micro-batch at ``lr × √(1/4)`` for Adam, :mod:`pipetrain.runtime.job.lr_rule`) and
+  a step per micro-batch at ``lr × 1/4``, :mod:`pipetrain.runtime.job.lr_rule`) and
   ``--lr-rule none`` (every step at ``lr``);
 * ``2bw``: the rule leaves its rate as given (one step per batch, delay 1, as its paper trains), and
-  ``2bw ×½``: the same at half the rate, which tests the paper's claim that the delay needs no
+  ``2bw, lr ×1/2``: the same at half the rate, which tests the paper's claim that the delay needs no
   smaller rate.
 
 A run with a rule that changes nothing is the same run, so it is trained once. A row as a user runs
@@ -24,9 +24,13 @@ it from the CLI (the planner's two stages may cut the layers elsewhere than in h
     pipetrain train --plan plan.json --method pipedream --steps 300 --optimizer adamw --lr 3e-3 \\
         --lr-schedule warmup-cosine --warmup-steps 15 --eval-every 30        # add --lr-rule none: rule off
 
+``--sweep`` trains the candidate rates the rule was chosen from instead, each set by hand with the
+rule off: ``pipedream`` and ``pipedream-vsync`` at ``lr × 1, 1/2, 1/4, 1/8``, ``2bw`` at ``lr × 2, 1, 1/2``.
+
 Output under ``--out``: ``runs.json`` (every eval row of every run), ``table.csv`` and ``table.md``
 (final train loss, eval loss and eval accuracy per run, gaps to ``1f1b``) and ``curves.png`` (eval
-loss against samples, one panel per model, one line per run: solid with the rule, dashed without).
+loss against samples, one panel per model, one colour per method: solid its first run (the rule on),
+dashed its second (the rule off, or half the rate for 2bw)).
 """
 
 from __future__ import annotations
@@ -69,15 +73,28 @@ class Run:
     rule: LRRule
     lr_factor: float = 1.0
 
+    @property
+    def family(self) -> str:
+        """The method as the plot colours it."""
+        return "pipedream-vsync" if self.vertical_sync else self.method.value
 
+
+PD, TWO_BW, SYNC = Method.PIPEDREAM, Method.TWO_BW, Method.ONE_F_ONE_B
 RUNS = (
-    Run("1f1b", Method.ONE_F_ONE_B, False, "auto"),
-    Run("pipedream", Method.PIPEDREAM, False, "auto"),
-    Run("pipedream", Method.PIPEDREAM, False, "none"),
-    Run("pipedream-vsync", Method.PIPEDREAM, True, "auto"),
-    Run("pipedream-vsync", Method.PIPEDREAM, True, "none"),
-    Run("2bw", Method.TWO_BW, False, "auto"),
-    Run("2bw ×½", Method.TWO_BW, False, "none", 0.5),
+    Run("1f1b", SYNC, False, "auto"),
+    Run("pipedream, rule auto", PD, False, "auto"),
+    Run("pipedream, rule none", PD, False, "none"),
+    Run("pipedream-vsync, rule auto", PD, True, "auto"),
+    Run("pipedream-vsync, rule none", PD, True, "none"),
+    Run("2bw", TWO_BW, False, "auto"),
+    Run("2bw, lr ×1/2", TWO_BW, False, "none", 0.5),
+)
+FACTORS = {"1": 1.0, "1/2": 0.5, "1/4": 0.25, "1/8": 0.125}
+SWEEP = (  # --sweep: the candidate rates the rule was chosen from, each by hand with the rule off
+    Run("1f1b", SYNC, False, "none"),
+    *(Run(f"pipedream, lr ×{k}", PD, False, "none", f) for k, f in FACTORS.items()),
+    *(Run(f"pipedream-vsync, lr ×{k}", PD, True, "none", f) for k, f in FACTORS.items()),
+    *(Run(f"2bw, lr ×{k}", TWO_BW, False, "none", f) for k, f in {"2": 2.0, "1": 1.0, "1/2": 0.5}.items()),
 )
 
 
@@ -85,6 +102,7 @@ RUNS = (
 class Outcome:
     model: str
     label: str
+    family: str
     rule: str
     lr: float
     stage_lr: list[float]
@@ -108,28 +126,26 @@ def base_config(data: str, steps: int) -> TrainConfig:
                        timeout_s=120, warmup_steps=2)
 
 
-def run_model(model: str, steps: int | None) -> list[Outcome]:
+def run_model(model: str, steps: int | None, runs: tuple[Run, ...]) -> list[Outcome]:
     data, batch, default_steps = MODELS[model]
     graph = build_model(model)
     base = base_config(data, steps or default_steps)
     jobs = []
-    for run in RUNS:
+    for run in runs:
         config = replace(base, lr=LR * run.lr_factor, lr_rule=run.rule)
         jobs.append(TrainJob(graph, two_stage_plan(graph, batch, run), config))
     outcomes = []
-    for run, job, result in zip(RUNS, jobs, train_many(jobs), strict=True):
+    for run, job, result in zip(runs, jobs, train_many(jobs), strict=True):
         evals = [m for m in result.metrics if m.eval_loss is not None]
         last = evals[-1]
         scales = job.config.stage_rates(job.plan).scales
-        outcomes.append(Outcome(model, run.label, run.rule, job.config.lr, [job.config.lr * s for s in scales],
-                                result.losses[-1], float(last.eval_loss or 0.0), float(last.eval_accuracy or 0.0),
-                                [{"step": m.step, "samples": m.samples_seen, "loss": m.loss, "eval_loss": m.eval_loss,
-                                  "eval_accuracy": m.eval_accuracy} for m in evals]))
+        rates = [job.config.lr * s for s in scales]
+        rows: list[dict[str, float | None]] = [
+            {"step": m.step, "samples": m.samples_seen, "loss": m.loss, "eval_loss": m.eval_loss,
+             "eval_accuracy": m.eval_accuracy} for m in evals]
+        outcomes.append(Outcome(model, run.label, run.family, run.rule, job.config.lr, rates, result.losses[-1],
+                                float(last.eval_loss or 0.0), float(last.eval_accuracy or 0.0), rows))
     return outcomes
-
-
-def _name(o: Outcome) -> str:
-    return o.label if o.label in ("1f1b", "2bw", "2bw ×½") else f"{o.label}, rule {o.rule}"
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -142,7 +158,7 @@ def table(outcomes: list[Outcome]) -> str:
         sync = next(o for o in runs if o.label == "1f1b")
         for o in runs:
             rates = " / ".join(f"{r:.3g}" for r in o.stage_lr)
-            lines.append(f"| {model} | {_name(o)} | {rates} | {o.train_loss:.4f} | {o.eval_loss:.4f} | "
+            lines.append(f"| {model} | {o.label} | {rates} | {o.train_loss:.4f} | {o.eval_loss:.4f} | "
                          f"{o.eval_loss / sync.eval_loss - 1:+.1%} | {o.eval_accuracy:.1%} | "
                          f"{100 * (o.eval_accuracy - sync.eval_accuracy):+.1f} |")
     return "\n".join(lines)
@@ -161,15 +177,18 @@ def table_csv(outcomes: list[Outcome]) -> str:
 def plot(outcomes: list[Outcome], path: Path) -> None:
     models = [m for m in MODELS if any(o.model == m for o in outcomes)]
     fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.5), squeeze=False)
-    colours = {label: f"C{i}" for i, label in enumerate(dict.fromkeys(r.label for r in RUNS))}
+    colours = {family: f"C{i}" for i, family in enumerate(("1f1b", "pipedream", "pipedream-vsync", "2bw"))}
     for ax, model in zip(axes[0], models, strict=True):
+        seen: dict[str, int] = {}
         for o in (o for o in outcomes if o.model == model):
-            style = "--" if o.rule == "none" and o.label != "2bw ×½" else "-"
+            style = ("-", "--", ":", "-.")[seen.setdefault(o.family, 0) % 4]  # a family's first run solid
+            seen[o.family] += 1
             ax.plot([r["samples"] for r in o.rows], [r["eval_loss"] for r in o.rows], style, marker=".",
-                    color=colours[o.label], label=_name(o))
+                    color=colours[o.family], label=o.label)
         ax.set_title(f"{model} on {MODELS[model][0]}: eval loss (AdamW, lr {LR:g}, 4 micro-batches)")
         ax.set_xlabel("samples seen")
-        ax.set_ylabel("eval loss")
+        ax.set_ylabel("eval loss (log scale)")
+        ax.set_yscale("log")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -181,10 +200,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/async-convergence"))
     parser.add_argument("--quick", action="store_true", help="20 batches per run (smoke test)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--sweep", action="store_true",
+                        help="instead of the rule on and off: the candidate rates, by hand with the rule off")
     args = parser.parse_args()
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
     torch.set_num_threads(1)
-    outcomes = [o for model in args.models for o in run_model(model, 20 if args.quick else None)]
+    runs = SWEEP if args.sweep else RUNS
+    outcomes = [o for model in args.models for o in run_model(model, 20 if args.quick else None, runs)]
     args.out.mkdir(parents=True, exist_ok=True)
     plot(outcomes, args.out / "curves.png")
     machine = f"{platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}"
