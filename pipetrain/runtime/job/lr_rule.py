@@ -17,9 +17,9 @@ For SGD, with or without momentum, the update is linear in the gradient, so ``s_
 ``lr · r_k/m`` on micro-batch means move the weights as one step of ``lr`` on the batch mean (to
 first order; with momentum ``β``, the same holds of its steady-state step ``lr/(1−β)``): the linear
 scaling rule (Goyal et al. 2017, "Accurate, Large Minibatch SGD", arXiv:1706.02677, §2.1) read from
-batch ``B`` down to ``B·r_k/m``. PipeDream's own code scales a replicated stage's rate by ``r_k / r_0``
-(PAPERS.md §2.5), the same ratio between stages. For Adam and AdamW, whose step is about ``lr`` in size
-whatever the gradient's scale, the square-root rule for adaptive methods (Malladi et al. 2022,
+batch ``B`` down to ``B·r_k/m``. PipeDream's own code (msr-fiddle/pipedream) scales a replicated
+stage's rate by ``r_k / r_0``, the same ratio between stages. For Adam and AdamW, whose step is about
+``lr`` in size whatever the gradient's scale, the square-root rule for adaptive methods (Malladi et al. 2022,
 arXiv:2205.10287) would be ``lr · √(r_k/m)``; measured at equal samples, the linear rule trained
 better (gpt-tiny: 45.3 % next-byte accuracy against 42.5 %, 1f1b 44.8 %; BENCHMARKS.md, "Asynchronous
 pipelines: the learning-rate rule"), so ``auto`` uses it for every optimizer. Adam's betas, ``eps``
@@ -27,9 +27,9 @@ and the weight decay coefficient stay as given (AdamW's decay per step scales wi
 too totals one synchronous step's per batch).
 
 ``2bw`` steps once per batch on the batch's mean gradient, one step late (``W(t+1) = W(t) − ν∇f(W(t−1))``);
-its paper trains with the synchronous hyper-parameters (Narayanan et al. 2021 §3.1, "converges like
-vanilla Adam") and a smaller rate measured worse here, so ``auto`` leaves its rate as given, as it
-does for every method that steps once per batch. ``none`` runs every stage at ``--lr``.
+its paper finds that this delay needs no change to the optimizer's hyper-parameters (Narayanan et al.
+2021: 2BW "converges like vanilla Adam") and half or twice the rate measured worse here, so ``auto``
+leaves its rate as given, as it does for every method that steps once per batch. ``none`` runs every stage at ``--lr``.
 """
 
 from __future__ import annotations
