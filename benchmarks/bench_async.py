@@ -10,7 +10,7 @@ evaluating as it goes (docs/algorithms.md §3.5 has the methods' semantics):
 
 * ``mlp-digits`` on ``digits`` (batch 64), ``gpt-tiny`` on ``text`` (batch 32);
 * ``1f1b``: synchronous (a flush per batch, one optimizer step per batch);
-* ``pipedream``: no flush, an optimizer step per micro-batch, weight stashing;
+* ``pipedream``: no flush, an optimizer step per micro-batch (at ``lr/4``: ``--lr-rule auto``), weight stashing;
 * ``pipedream-vsync``: the same with vertical sync;
 * ``2bw``: no flush, a step per batch on weights one step old.
 

@@ -100,7 +100,7 @@ def train(
         plan: a plan to run (e.g. from :func:`plan` or a plan file); default: plan now (balanced).
         out: a folder for ``metrics.csv`` (one row per step), or None.
         settings: any other :class:`~pipetrain.runtime.job.config.TrainConfig` field: ``steps``,
-            ``epochs``, ``optimizer``, ``lr``, ``lr_schedule``, ``lr_warmup_steps``,
+            ``epochs``, ``optimizer``, ``lr``, ``lr_schedule``, ``lr_warmup_steps``, ``lr_rule``,
             ``weight_decay``, ``clip_grad_norm``, ``eval_every``, ``seed``...
 
     Returns:

@@ -18,6 +18,7 @@ from pipetrain.plan.plan import MAX_BATCH_SIZE
 from pipetrain.planners import DEFAULT_PLANNER, PLANNERS, default_planner
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.microbatch import GAConfig
+from pipetrain.runtime.job.lr_rule import LR_RULES
 from pipetrain.runtime.job.optim import LR_SCHEDULES
 
 __all__ = [
@@ -286,6 +287,10 @@ def train_args(p: argparse.ArgumentParser) -> None:
                    help="learning rate over the steps, --lr its peak (default: constant)")
     p.add_argument("--warmup-steps", type=_non_negative, default=0,
                    help="linear warm-up steps of warmup-cosine (default: 0)")
+    p.add_argument("--lr-rule", default="auto", choices=LR_RULES,
+                   help="auto: scale each stage's rate for a method that steps more than once per batch (pipedream: "
+                        "--lr × r/m, m micro-batches, r replicas of the stage; printed at the start, the rate in "
+                        "metrics.csv); none: every stage at --lr (default: auto)")
     p.add_argument("--clip-grad-norm", type=float, metavar="X",
                    help="clip the gradient's global norm over all stages to X; under pipedream, each update's "
                         "own norm over its stage (default: no clipping)")

@@ -51,9 +51,12 @@ def cmd_train(args: argparse.Namespace) -> None:
                          eval_every=args.eval_every, seed=args.seed, timeout_s=args.timeout,
                          threads_per_rank=args.threads, out=args.out_dir, momentum=args.momentum,
                          weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
-                         lr_warmup_steps=args.warmup_steps, clip_grad_norm=args.clip_grad_norm,
+                         lr_warmup_steps=args.warmup_steps, lr_rule=args.lr_rule, clip_grad_norm=args.clip_grad_norm,
                          checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, keep=args.keep,
                          resume=args.resume)
+    rates = config.stage_rates(plan)
+    if (rates.changed or plan.asynchronous) and os.environ.get("RANK", "0") == "0":  # once under torchrun
+        out.print(escape(rates.describe(config.lr)))
     if under_torchrun:
         result = run_worker_from_env(graph, plan, config, schedule=schedule)
         if result is None:  # not rank 0

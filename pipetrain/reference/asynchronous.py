@@ -23,8 +23,9 @@ parameters (each update is a mini-batch of its own), under ``2bw`` the norm of b
 over every stage's parameters, as single-process training clips a batch.
 
 Versions are computed lazily and in step order, each with the stage's own optimizer (its state
-advances once per step). The learning rate must be constant (the runtime sets it per batch while a
-stage's steps straddle batches).
+advances once per step) at the runtime's rate: the base rate times the stage's factor under the
+configured ``lr_rule`` (:mod:`pipetrain.runtime.job.lr_rule`). The learning rate must be constant (the
+runtime sets it per batch while a stage's steps straddle batches).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pipetrain.plan.methods import WeightPolicy
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.job.config import TrainConfig, TrainJob, job_loss
 from pipetrain.runtime.job.data import timed_batch
-from pipetrain.runtime.job.optim import CLIP_EPS
+from pipetrain.runtime.job.optim import CLIP_EPS, set_lr
 
 __all__ = ["emulate_async", "microbatch_version", "step_group"]
 
@@ -79,6 +80,8 @@ class _Emulator:
         self.modules = [chain_stage(graph, [graph.index(n) for n in s.layers]) for s in plan.stages]
         self.optimizers = [config.build_optimizer(m.parameters()) for m in self.modules]
         self.params = [dict(m.named_parameters()) for m in self.modules]
+        for optimizer, scale in zip(self.optimizers, config.stage_rates(plan).scales, strict=True):
+            set_lr(optimizer, config.lr * scale)  # the runtime's rate (constant schedule)
         self.versions: list[list[Weights]] = [[self._snapshot(k)] for k in range(plan.n_stages)]
         self.grads: dict[int, list[Weights]] = {}
         self.loss = job_loss(TrainJob(graph, plan, config))

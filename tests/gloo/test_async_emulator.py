@@ -1,6 +1,7 @@
 """The core test of the asynchronous methods (DESIGN.md §5 invariant 6): after 20 steps, the
 multi-process runtime's weights equal the single-process emulator's within 1e-5, for pipedream
-(weight stashing, with and without vertical sync, 2 and 4 stages, a replicated stage) and 2bw
+(weight stashing, with and without vertical sync, 2 and 4 stages, a replicated stage, SGD and Adam,
+the learning-rate rule on and off) and 2bw
 (2 and 4 stages; replicated stages: 3 ranks = stage 0 × 2 + stage 1, and 4 ranks = 2 × 2, the
 paper's parallel pipelines). The emulator applies the methods' staleness from their definitions
 (:mod:`pipetrain.reference.asynchronous`), so a version off by one, or a step in another order, fails here.
@@ -49,6 +50,9 @@ CASES = {
     "vertical-sync-2stages": Case(_async(chain_plan(GRAPH, 2, BATCH, 4), WeightPolicy.VERTICAL_SYNC), SGD),
     "vertical-sync-4stages": Case(_async(chain_plan(GRAPH, 4, BATCH, 4), WeightPolicy.VERTICAL_SYNC), SGD),
     "pipedream-replicated-2-1-1": Case(_async(replicated_plan(GRAPH, (2, 1, 1), BATCH, 4), WeightPolicy.STASH), SGD),
+    "pipedream-2stages-adam": Case(_async(chain_plan(GRAPH, 2, BATCH, 4), WeightPolicy.STASH), ADAM),
+    "pipedream-2stages-rule-none": Case(_async(chain_plan(GRAPH, 2, BATCH, 4), WeightPolicy.STASH),
+                                        replace(SGD, lr_rule="none")),
     "2bw-2stages": Case(_async(chain_plan(GRAPH, 2, BATCH, 4), WeightPolicy.TWO_BW), SGD),
     "2bw-2stages-adam": Case(_async(chain_plan(GRAPH, 2, BATCH, 4), WeightPolicy.TWO_BW), ADAM),
     "2bw-4stages-adam": Case(_async(chain_plan(GRAPH, 4, BATCH, 4), WeightPolicy.TWO_BW), ADAM),
@@ -80,12 +84,24 @@ def test_runtime_equals_emulator(results: dict[str, TrainResult], name: str) -> 
     assert len(results[name].losses) == STEPS
 
 
+@pytest.mark.parametrize("name", ["pipedream-2stages", "pipedream-2stages-adam", "pipedream-replicated-2-1-1",
+                                  "pipedream-2stages-rule-none", "2bw-2stages"])
+def test_the_rule_s_rate_is_the_one_recorded(results: dict[str, TrainResult], name: str) -> None:
+    """metrics.csv's rate is the last stage's effective one: lr × 1/4 for pipedream on 4 micro-batches under
+    the default rule (SGD or Adam), the rate as given with ``--lr-rule none`` and for 2bw."""
+    case = CASES[name]
+    expected = {"pipedream-2stages": 0.25, "pipedream-2stages-adam": 0.25, "pipedream-replicated-2-1-1": 0.25}
+    rate = case.config.lr * expected.get(name, 1.0)
+    assert [m.lr for m in results[name].metrics] == pytest.approx([rate] * STEPS, rel=1e-12)
+
+
 def test_staleness_is_visible(results: dict[str, TrainResult]) -> None:
     """Guards the comparison: runs that differ only in their versions (stashing vs vertical sync on the
     same plan and data, pipedream vs 2bw) end far more than the tolerance apart, so a wrong version
     cannot pass unnoticed."""
     for a, b in (("pipedream-4stages", "vertical-sync-4stages"), ("pipedream-2stages", "vertical-sync-2stages"),
-                 ("pipedream-2stages", "2bw-2stages")):
+                 ("pipedream-2stages", "2bw-2stages"),
+                 ("pipedream-2stages", "pipedream-2stages-rule-none")):
         assert _diff(results[a].state_dict, results[b].state_dict) > 100 * TOL, (a, b)
 
 

@@ -22,6 +22,7 @@ from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.memory import MeasuredMemory
 from pipetrain.runtime.job.data import DataSource
+from pipetrain.runtime.job.lr_rule import LRRule, StageRates, check_lr_rule, stage_rates
 from pipetrain.runtime.job.metrics import MetricsRow
 from pipetrain.runtime.job.optim import LRSchedule, OptimizerSettings, build_optimizer, check_lr_schedule, lr_at
 from pipetrain.schedule.schedule import Schedule
@@ -77,6 +78,9 @@ class TrainConfig:
         lr_schedule: ``"constant"``, ``"cosine"`` or ``"warmup-cosine"`` over the steps
             (:func:`~pipetrain.runtime.job.optim.lr_at`); ``lr`` is the peak.
         lr_warmup_steps: linear warm-up steps of ``"warmup-cosine"``.
+        lr_rule: ``"auto"`` scales each stage's rate for a method that steps more than once per batch
+            (``pipedream``: by ``r/m``, ``m`` micro-batches, ``r`` replicas of the stage), ``"none"`` runs
+            every stage at ``lr`` (:mod:`~pipetrain.runtime.job.lr_rule`; :meth:`stage_rates` has a plan's).
         clip_grad_norm: clip the gradient's global norm over all stages to this (as
             ``torch.nn.utils.clip_grad_norm_`` on the whole model; under ``2bw`` each batch's, under
             ``pipedream`` each update's own norm over its stage: docs/algorithms.md §3.5), or None.
@@ -113,6 +117,7 @@ class TrainConfig:
     weight_decay: float | None = None
     lr_schedule: LRSchedule = "constant"
     lr_warmup_steps: int = 0
+    lr_rule: LRRule = "auto"
     clip_grad_norm: float | None = None
     data: DataSource = "synthetic"
     loss: str | None = None
@@ -150,6 +155,7 @@ class TrainConfig:
         _ = self.optimizer_settings  # validates optimizer, lr, momentum, weight decay
         if self.epochs is None:  # else check_job checks it once the epochs are steps
             check_lr_schedule(self.lr_schedule, self.lr_warmup_steps, self.steps)
+        check_lr_rule(self.lr_rule)
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             raise UserError(f"--clip-grad-norm {self.clip_grad_norm}: give a norm > 0")
         if self.timeout_s <= 0 or self.threads_per_rank < 1:
@@ -179,8 +185,12 @@ class TrainConfig:
         return build_optimizer(self.optimizer_settings, parameters)
 
     def lr_at(self, step: int) -> float:
-        """The learning rate of optimizer step ``step`` under the schedule."""
+        """The base learning rate of optimizer step ``step`` under the schedule (before :meth:`stage_rates`)."""
         return lr_at(step, self.steps, self.lr, self.lr_schedule, self.lr_warmup_steps)
+
+    def stage_rates(self, plan: Plan) -> StageRates:
+        """Each stage's factor on :meth:`lr_at` when ``plan`` trains under ``lr_rule``."""
+        return stage_rates(plan, self.lr_rule)
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,7 @@ class _JobRun:
                 self.ctxs[self._first_step_stage("tied weights", "use the method's own schedule")].ties = ties
             self._set_clipping(ties)
         self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss
+        self.lr_scales = job.config.stage_rates(plan).scales  # per stage, on the schedule's rate
         # per step program: its receives, and how deep the transport posts them at its start
         self.receives = [self._receives(p) for p in (self.chunks if self.chunks is not None else [self.program])]
         self.recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
@@ -166,7 +167,7 @@ class _JobRun:
                 ctx.transport.wait_sends()
             for c in self.ctxs.values():
                 if c.optimizer is not None:
-                    set_lr(c.optimizer, config.lr_at(step))
+                    set_lr(c.optimizer, config.lr_at(step) * self.lr_scales[c.stage])
         stop = self.session.agree_stop()  # the step's barrier
         if stop:
             saved = self._save(step) if config.checkpoint_dir is not None and step > self.first_step else None
