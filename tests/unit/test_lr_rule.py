@@ -1,5 +1,5 @@
 """The asynchronous methods' learning-rate rule (pipetrain.runtime.job.lr_rule): each stage's rate
-per method, optimizer, micro-batch count and replication; its report; the `--lr-rule` flag."""
+per method, micro-batch count and replication (whatever the optimizer); its report; the `--lr-rule` flag."""
 
 from __future__ import annotations
 

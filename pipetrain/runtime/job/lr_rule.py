@@ -21,8 +21,9 @@ batch ``B`` down to ``B·r_k/m``. PipeDream's own code (msr-fiddle/pipedream) sc
 stage's rate by ``r_k / r_0``, the same ratio between stages. For Adam and AdamW, whose step is about
 ``lr`` in size whatever the gradient's scale, the square-root rule for adaptive methods (Malladi et al. 2022,
 arXiv:2205.10287) would be ``lr · √(r_k/m)``; measured at equal samples, the linear rule trained
-better (gpt-tiny: 45.3 % next-byte accuracy against 42.5 %, 1f1b 44.8 %; BENCHMARKS.md, "Asynchronous
-pipelines: the learning-rate rule"), so ``auto`` uses it for every optimizer. Adam's betas, ``eps``
+better (gpt-tiny: 45.3 % next-byte accuracy against 42.5 %, 1f1b 44.8 %; mlp-digits: both within a
+point of 1f1b; BENCHMARKS.md, "Asynchronous pipelines: the learning-rate rule"), so ``auto`` uses it
+for every optimizer. Adam's betas, ``eps``
 and the weight decay coefficient stay as given (AdamW's decay per step scales with the rate, so it
 too totals one synchronous step's per batch).
 
