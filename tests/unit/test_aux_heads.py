@@ -13,6 +13,10 @@ from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import AUX_KINDS, build_aux_head, check_aux, default_aux
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_sum
 from pipetrain.graph.zoo import build_model
+from pipetrain.plan.methods import LocalParams, Method, WeightPolicy
+from pipetrain.plan.plan import Plan, StagePlan
+from pipetrain.runtime import TrainConfig, TrainJob
+from pipetrain.runtime.job.checks import check_job
 
 MODELS = ["mlp-digits", "cnn-digits", "resnet-digits", "vit-digits"]
 
@@ -96,10 +100,16 @@ def test_language_model_heads_predict_every_position(kind: str) -> None:
 def test_refusals_name_the_fix() -> None:
     with pytest.raises(UserError, match="--aux 'x' is unknown"):
         check_aux(build_model("mlp-digits"), "x")
-    images = LayerGraph.from_layers([("conv", nn.Conv2d(1, 2, 3, padding=1))], input=TensorSpec((1, 4, 4)),
-                                    target=TensorSpec((2, 4, 4)), loss=LossKind.MSE)
+    images = LayerGraph.from_layers([("conv", nn.Conv2d(1, 2, 3, padding=1)), ("out", nn.Conv2d(2, 2, 1))],
+                                    input=TensorSpec((1, 4, 4)), target=TensorSpec((2, 4, 4)), loss=LossKind.MSE)
     with pytest.raises(UserError, match=r"outputs \(2, 4, 4\) float32 per sample; use another method"):
         check_aux(images, "dgl")
+    sizes = (2, 2)
+    plan = Plan("images", "", 4, Method.LOCAL, (StagePlan(("conv",), (0,), sizes, sizes),
+                                               StagePlan(("out",), (1,), sizes, sizes)),
+                weights=WeightPolicy.LOCAL, params=LocalParams("dgl"))
+    with pytest.raises(UserError, match="use another method"):  # before any rank starts
+        check_job(TrainJob(images, plan, TrainConfig(steps=2, data="synthetic")))
     gpt = build_model("gpt-tiny")
     with pytest.raises(UserError, match="from tokens \\[T, D\\] of the same T; a stage here outputs \\(64,\\)"):
         check_aux(gpt, "linear", [TensorSpec((64,))])
