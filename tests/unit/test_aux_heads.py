@@ -85,16 +85,17 @@ def test_regression_heads_predict_the_targets_shape_and_score_them_with_the_task
     assert torch.allclose(l1, (head.predictor(h) - y).abs().sum() / 4)
 
 
+@pytest.mark.parametrize("loss", [LossKind.LM, LossKind.CAUSAL_LM])  # cross-entropy per position, next-token
 @pytest.mark.parametrize("kind", AUX_KINDS)
-def test_language_model_heads_predict_every_position(kind: str) -> None:
+def test_language_model_heads_predict_every_position(kind: str, loss: LossKind) -> None:
     graph = build_model("gpt-tiny")
     specs = graph.output_specs()
     head = build_aux_head(check_aux(graph, kind, specs[:-1]), graph, specs[1], 1, len(specs))
     tokens = torch.randint(0, 256, (2, 32))
     logits = head.predictor(torch.randn(2, 32, 64))
     assert logits.shape == (2, 32, 256) and head.decoder is None
-    loss = head(torch.randn(2, 32, 64), tokens, tokens, partial(loss_sum, LossKind.LM))
-    assert loss.shape == () and torch.isfinite(loss)
+    value = head(torch.randn(2, 32, 64), tokens, tokens, partial(loss_sum, loss))
+    assert value.shape == () and torch.isfinite(value)
 
 
 def test_refusals_name_the_fix() -> None:
