@@ -147,7 +147,7 @@ def local_params(graph: LayerGraph, aux: str | None = None, queue_depth: int = D
     ``plan.run_by(Method.LOCAL, params=...)``.
 
     Raises:
-        UserError: a model without one class per sample, an unknown head, a depth below 1.
+        UserError: a model output no head predicts, an unknown head, a depth below 1.
     """
     params = LocalParams(check_aux(graph, aux if aux is not None else default_aux(graph)), queue_depth)
     params.check("local")

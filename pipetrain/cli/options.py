@@ -234,7 +234,9 @@ def _vertical_sync_arg(p: argparse.ArgumentParser) -> None:
 
 def _local_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aux", choices=AUX_KINDS,
-                   help="--method local: auxiliary heads (default: linear for MLPs, dgl for conv nets and ViTs)")
+                   help="--method local: auxiliary heads, which predict the model's output from each stage's "
+                        "(classes, regression values, next tokens) and score it with the task's loss (--loss) "
+                        "(default: linear for MLPs, dgl for conv nets and transformers)")
     p.add_argument("--queue-depth", type=_count,
                    help=f"--method local: messages between two stages before the sender waits "
                         f"(default: {DEFAULT_QUEUE_DEPTH})")

@@ -12,7 +12,8 @@ from pipetrain.cli.routing import PlanRoute, plan_route
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
 from pipetrain.plan.batch_norm import warn_batch_norm
-from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams
+from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams, Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 
 __all__ = ["cmd_plan"]
@@ -35,9 +36,37 @@ def cmd_plan(args: argparse.Namespace) -> None:
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=route.spec.name,
                       optimizer=args.optimizer, constraints=constraints, progress=True)
     if route.run_by is not None:
-        result = dataclasses.replace(result, plan=result.plan.run_by(route.run_by, args.vertical_sync))
+        result = _run_by(result, route.run_by, args.vertical_sync)
     warn_batch_norm(result.plan, graph)
     _save_plan(args, result, cluster)
+
+
+def _run_by(result: api.PlanningResult, method: Method, vertical_sync: bool) -> api.PlanningResult:
+    """``result``'s fastest plan that ``method`` can run (the planner's choice, else its fastest feasible
+    candidate), run by ``method``; its candidates cut to those ``method`` can run. The twin planner ranks
+    its own method's plans, and ``method`` may refuse the best: 2BW needs as many micro-batches as
+    stages (:attr:`~pipetrain.plan.methods.MethodSpec.microbatches_per_stage`), where a 1F1B plan of
+    one micro-batch may be the fastest.
+
+    Raises:
+        UserError: ``method`` can run none of them: its refusal of the planner's choice, naming the fix.
+    """
+    try:
+        return dataclasses.replace(result, plan=result.plan.run_by(method, vertical_sync))
+    except UserError as refusal:
+        runnable = [c for c in result.candidates if _runs(c.plan, method)]
+        chosen = next((c.plan for c in runnable if c.feasible), None)
+        if chosen is None:
+            raise refusal from None
+        return dataclasses.replace(result, plan=chosen.run_by(method, vertical_sync), candidates=tuple(runnable))
+
+
+def _runs(plan: Plan, method: Method) -> bool:
+    try:
+        plan.run_by(method)
+    except UserError:
+        return False
+    return True
 
 
 def _plan_constraints(args: argparse.Namespace, route: PlanRoute) -> api.Constraints:

@@ -16,7 +16,7 @@ The rules, in the order they are checked (each refusal names the fix, before any
   ``--generations``) ask for ``--method uedp``; ``--virtual-stages`` asks for a multi-stage method;
 * no ``--planner``: the method's default planner (:func:`~pipetrain.planners.registry.planner_for`),
   or for an asynchronous method without one (``pipedream``, ``2bw``) its flush twin's (``plan_as``:
-  the best 1f1b plan, then run by it);
+  the best 1f1b plan the method can run, then run by it: 2bw's has a micro-batch per stage);
 * a ``--planner`` that plans the method is asked for it; one that takes ``--method`` and plans an
   asynchronous method takes only that; a method with another default planner names it; an
   asynchronous method is planned by the ``--planner`` as its flush twin, then run by it.
@@ -196,5 +196,5 @@ def how_planned(method: Method) -> str:
         return f"--planner {own.name}"
     twin = METHODS[method].plan_as
     planners = [p.name for p in PLANNERS.values() if "method" in p.accepts and p.plans(METHODS[method])]
-    return (f"the best {twin.value if twin else 'synchronous'} plan run by it, or with --planner "
+    return (f"the best {twin.value if twin else 'synchronous'} plan it can run, run by it, or with --planner "
             f"{'|'.join(planners)} that planner's own steady-state plan")

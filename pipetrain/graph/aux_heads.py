@@ -1,21 +1,35 @@
 """Auxiliary heads: the local losses of PPLL's stages (docs/algorithms.md §6).
 
 With method ``local`` every stage but the last trains through its own head on its own output; no
-gradient crosses a stage. A head is built from the stage's per-sample output spec and returns the
-micro-batch's *mean* local loss. Three kinds, after the local-learning papers of PPLL's authors'
-group (greedy supervised layer-wise training; DGL, Belilovsky et al. 2020; InfoPro, Wang et al.
-2021), reduced to tiny models:
+gradient crosses a stage. A head *predicts the model's output* from the stage's output and scores
+it with the task's loss (the job's: cross-entropy, mse, next-token or a user's callable,
+:mod:`pipetrain.data.loss`), so local learning trains classifiers, regressors and language models
+alike; it returns the micro-batch's *mean* local loss. The head's prediction has the shape of the
+model's output ``[b, *out]`` (``out`` its last layer's per-sample output):
+
+=================  ===========================  ==================================================
+model output       stage output ``h``           the head's predictor
+=================  ===========================  ==================================================
+``[b, C]``         any (pooled to a vector)     classes or regression values: ``[b, *h]`` → ``[b, C]``
+``[b]``            any (pooled to a vector)     one value per sample: ``[b, *h]`` → ``[b]``
+``[b, T, V]``      tokens ``[b, T, D]``         per position: ``[b, T, D]`` → ``[b, T, V]``
+=================  ===========================  ==================================================
+
+Three kinds, after the local-learning papers of PPLL's authors' group (greedy supervised layer-wise
+training; DGL, Belilovsky et al. 2020; InfoPro, Wang et al. 2021), reduced to tiny models (``n`` the
+output's features per sample or position, ``ℓ`` the task's loss, ``y`` the target, ``x`` the input):
 
 =========  ================================================================================
-kind       what (``h`` the stage's output, ``y`` the class, ``x`` the model's input)
+kind       what
 =========  ================================================================================
-linear     pool to a vector, Linear(→ classes); CE(head(h), y)
-dgl        images ``[C, H, W]``: two Conv1×1(→w)+BN+ReLU, GAP, Linear(w→w)+ReLU, Linear(→ classes);
-           tokens ``[N, D]``: LayerNorm, mean over tokens, Linear(D→w)+GELU, Linear(→ classes);
-           vectors ``[D]``: Linear(D→w)+ReLU, Linear(→ classes); CE(head(h), y)
-infopro    dgl's classifier plus, where the input is an image ``[C₀, S, S]`` and ``h`` is spatial
+linear     pool to a vector, Linear(→ n); per position: Linear(D → V); ℓ(head(h), y)
+dgl        images ``[C, H, W]``: two Conv1×1(→w)+BN+ReLU, GAP, Linear(w→w)+ReLU, Linear(→ n);
+           tokens ``[N, D]``: LayerNorm, mean over tokens, Linear(D→w)+GELU, Linear(→ n) (per
+           position: the same without the mean); vectors ``[D]``: Linear(D→w)+ReLU, Linear(→ n);
+           ℓ(head(h), y)
+infopro    dgl's predictor plus, where the input is an image ``[C₀, S, S]`` and ``h`` is spatial
            (or a square grid of tokens), a decoder (bilinear upsample to S×S, Conv3×3(→w)+BN+ReLU,
-           Conv3×3(→C₀)): λ_y·CE + λ_x(k)·MSE(decoder(h), x)
+           Conv3×3(→C₀)): λ_y·ℓ + λ_x(k)·MSE(decoder(h), x)
 =========  ================================================================================
 
 ``w`` is :data:`AUX_WIDTH`. InfoPro-lite departs from InfoPro in two places: the reconstruction is
@@ -23,7 +37,7 @@ MSE against the (standardised) input, not BCE against the de-normalised image, a
 λ_y = 1, λ_x(k) = 1 − 0.9·r with r = k / max(K − 2, 1) over the heads k = 0 … K − 2, so early stages
 keep more of the input, as InfoPro's linear λ schedule does. Default per model
 (:func:`default_aux`): ``linear`` for vector features (MLPs), ``dgl`` for images (conv nets) and
-tokens (the ViT; a linear probe on early transformer tokens learns little).
+tokens (the ViT, GPT; a linear probe on early transformer tokens learns little).
 
 Heads are seeded by the stage index alone (``graph.seed * 100_003 + 50_000 + k``), so the pipelined
 runtime and the single-process emulator build the same initial heads.
@@ -32,7 +46,8 @@ runtime and the single-process emulator build the same initial heads.
 from __future__ import annotations
 
 import math
-from typing import Literal, cast, get_args
+from collections.abc import Callable, Sequence
+from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -40,7 +55,7 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 
-__all__ = ["AUX_KINDS", "AUX_WIDTH", "AuxHead", "AuxKind", "build_aux_head", "check_aux", "default_aux"]
+__all__ = ["AUX_KINDS", "AUX_WIDTH", "AuxHead", "AuxKind", "TaskLoss", "build_aux_head", "check_aux", "default_aux"]
 
 AuxKind = Literal["linear", "dgl", "infopro"]
 AUX_KINDS: tuple[AuxKind, ...] = get_args(AuxKind)
@@ -48,26 +63,33 @@ AUX_WIDTH = 64
 _HEAD_SEED = 50_000
 
 
+TaskLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""The task's loss: ``(output [b, *out], target [b, *target])`` → the sum over the ``b`` samples of
+each sample's loss, a 0-d tensor (:class:`pipetrain.data.Loss`, or ``loss_sum`` of a ``LossKind``)."""
+
+
 class AuxHead(nn.Module):
-    """A stage's local loss: ``(h [b, *out], y [b], x [b, *in]) -> mean loss`` (0-d tensor).
+    """A stage's local loss: ``(h [b, *hidden], y [b, *target], x [b, *in], ℓ) -> mean loss`` (0-d).
 
     Attributes:
-        classifier: ``[b, *out]`` → ``[b, classes]``.
-        decoder: ``[b, *out]`` → ``[b, *in]`` for InfoPro's reconstruction term, or None.
+        predictor: ``[b, *hidden]`` → ``[b, *out]``, the model's output shape (module docstring).
+        decoder: ``[b, *hidden]`` → ``[b, *in]`` for InfoPro's reconstruction term, or None.
         reconstruction_weight: λ_x of the reconstruction term.
     """
 
-    def __init__(self, classifier: nn.Module, decoder: nn.Module | None = None, reconstruction_weight: float = 0.0):
+    def __init__(self, predictor: nn.Module, decoder: nn.Module | None = None, reconstruction_weight: float = 0.0):
         super().__init__()
-        self.classifier = classifier
+        self.predictor = predictor
         self.decoder = decoder
         self.reconstruction_weight = reconstruction_weight
 
-    def forward(self, h: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        loss: torch.Tensor = nn.functional.cross_entropy(self.classifier(h), y)
+    def forward(self, h: torch.Tensor, y: torch.Tensor, x: torch.Tensor, loss: TaskLoss) -> torch.Tensor:
+        """The task's loss ``ℓ`` of the head's prediction, the mean over the micro-batch, plus InfoPro's
+        reconstruction term where the head has a decoder."""
+        value = loss(self.predictor(h), y) / h.shape[0]
         if self.decoder is not None:
-            loss = loss + self.reconstruction_weight * nn.functional.mse_loss(self.decoder(h), x)
-        return loss
+            value = value + self.reconstruction_weight * nn.functional.mse_loss(self.decoder(h), x)
+        return value
 
 
 class _TokenMean(nn.Module):
@@ -91,40 +113,74 @@ def default_aux(graph: LayerGraph) -> AuxKind:
     return "linear" if all(len(s.shape) == 1 for s in inner) else "dgl"
 
 
-def check_aux(graph: LayerGraph, kind: str) -> AuxKind:
-    """``kind`` as an :data:`AuxKind`, after checking that ``graph`` can train with local heads.
+def check_aux(graph: LayerGraph, kind: str, cuts: Sequence[TensorSpec] = ()) -> AuxKind:
+    """``kind`` as an :data:`AuxKind`, after checking that ``graph`` can train with local heads: its
+    output is one a head predicts (module docstring), and so is it from every stage output in ``cuts``.
 
     Raises:
-        UserError: an unknown kind, or a model whose target is not one class per sample.
+        UserError: an unknown kind, a model output no head predicts, or a cut no head predicts it from.
     """
     if kind not in AUX_KINDS:
         raise UserError(f"--aux {kind!r} is unknown; use one of {', '.join(AUX_KINDS)}")
-    target = graph.target
-    if target.shape != () or target.dtype != "int64" or target.high is None:
-        raise UserError(f"method local trains auxiliary classifiers, but model {graph.name!r} has targets "
-                        f"{target.shape} {target.dtype}; use a model with one class per sample, or another method")
+    output = _predicted(graph)
+    for spec in cuts:
+        _check_cut(spec, output)
     return kind
 
 
-def _classifier(kind: AuxKind, spec: TensorSpec, classes: int) -> nn.Module:
+def _predicted(graph: LayerGraph) -> TensorSpec:
+    """The model's per-sample output, which the heads predict; a UserError where no head can."""
+    output = graph.output_specs()[-1]
+    if not output.torch_dtype.is_floating_point or len(output.shape) > 2:
+        raise UserError(f"method local's auxiliary heads predict the model's output, [b], [b, n] or [b, T, V] "
+                        f"floats, but model {graph.name!r} outputs {output.shape} {output.dtype} per sample; use "
+                        "another method")
+    return output
+
+
+def _check_cut(spec: TensorSpec, output: TensorSpec) -> None:
+    """A head predicts ``output`` from stage outputs ``spec`` (module docstring)."""
+    if len(output.shape) == 2 and (len(spec.shape) != 2 or spec.shape[0] != output.shape[0]):
+        raise UserError(f"a local head predicts outputs [T, V] = {output.shape} per position, from tokens "
+                        f"[T, D] of the same T; a stage here outputs {spec.shape}: cut the model between its "
+                        "blocks")
+    if not 1 <= len(spec.shape) <= 3:
+        raise UserError(f"no auxiliary head for stage outputs of shape {spec.shape}; cut the model where it passes "
+                        "vectors, tokens [N, D] or images [C, H, W]")
+
+
+def _per_position(kind: AuxKind, width: int, vocabulary: int) -> nn.Module:
+    """``[b, T, D]`` → ``[b, T, V]``, position by position."""
+    if kind == "linear":
+        return nn.Linear(width, vocabulary)
+    return nn.Sequential(nn.LayerNorm(width), nn.Linear(width, AUX_WIDTH), nn.GELU(), nn.Linear(AUX_WIDTH, vocabulary))
+
+
+def _predictor(kind: AuxKind, spec: TensorSpec, output: TensorSpec) -> nn.Module:
+    """The head's ``[b, *spec]`` → ``[b, *output]`` (module docstring)."""
+    _check_cut(spec, output)
+    if len(output.shape) == 2:
+        return _per_position(kind, spec.shape[1], output.shape[1])
+    pooled = _pooled(kind, spec, output.shape[0] if output.shape else 1)
+    return pooled if output.shape else nn.Sequential(pooled, nn.Flatten(0))
+
+
+def _pooled(kind: AuxKind, spec: TensorSpec, n: int) -> nn.Module:
+    """``[b, *spec]`` → ``[b, n]``: a vector per sample."""
     shape, w = spec.shape, AUX_WIDTH
     if len(shape) == 3:
         if kind == "linear":
-            return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(shape[0], classes))
+            return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(shape[0], n))
         return nn.Sequential(nn.Conv2d(shape[0], w, 1), nn.BatchNorm2d(w), nn.ReLU(), nn.Conv2d(w, w, 1),
                              nn.BatchNorm2d(w), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                             nn.Linear(w, w), nn.ReLU(), nn.Linear(w, classes))
+                             nn.Linear(w, w), nn.ReLU(), nn.Linear(w, n))
     if len(shape) == 2:
         if kind == "linear":
-            return nn.Sequential(_TokenMean(), nn.Linear(shape[1], classes))
-        return nn.Sequential(nn.LayerNorm(shape[1]), _TokenMean(), nn.Linear(shape[1], w), nn.GELU(),
-                             nn.Linear(w, classes))
-    if len(shape) == 1:
-        if kind == "linear":
-            return nn.Linear(shape[0], classes)
-        return nn.Sequential(nn.Linear(shape[0], w), nn.ReLU(), nn.Linear(w, classes))
-    raise UserError(f"no auxiliary head for stage outputs of shape {shape}; cut the model where it passes "
-                    "vectors, tokens [N, D] or images [C, H, W]")
+            return nn.Sequential(_TokenMean(), nn.Linear(shape[1], n))
+        return nn.Sequential(nn.LayerNorm(shape[1]), _TokenMean(), nn.Linear(shape[1], w), nn.GELU(), nn.Linear(w, n))
+    if kind == "linear":
+        return nn.Linear(shape[0], n)
+    return nn.Sequential(nn.Linear(shape[0], w), nn.ReLU(), nn.Linear(w, n))
 
 
 def _decoder(spec: TensorSpec, image: TensorSpec) -> nn.Module | None:
@@ -148,13 +204,12 @@ def build_aux_head(kind: AuxKind, graph: LayerGraph, spec: TensorSpec, stage: in
     """The head of ``stage`` (of ``n_stages``), on its output ``spec``, with deterministic weights.
 
     Raises:
-        UserError: the model's targets or the stage's output cannot take a head (:func:`check_aux`).
+        UserError: the model's output, or the stage's output, cannot take a head (:func:`check_aux`).
     """
-    check_aux(graph, kind)
-    classes = cast("int", graph.target.high)
+    output = _predicted(graph)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(graph.seed * 100_003 + _HEAD_SEED + stage)
-        classifier = _classifier(kind, spec, classes)
+        predictor = _predictor(kind, spec, output)
         decoder = _decoder(spec, graph.input) if kind == "infopro" else None
     ratio = stage / max(n_stages - 2, 1)
-    return AuxHead(classifier, decoder, 1.0 - 0.9 * ratio)
+    return AuxHead(predictor, decoder, 1.0 - 0.9 * ratio)

@@ -114,7 +114,7 @@ def loss_sum(kind: LossKind, output: torch.Tensor, target: torch.Tensor) -> torc
     if kind is LossKind.CAUSAL_LM:
         return _next_token_sum(output, target)
     per_elem = nn.functional.mse_loss(output, target, reduction="none")
-    return per_elem.flatten(1).mean(dim=1).sum()
+    return per_elem.reshape(len(per_elem), -1).mean(dim=1).sum()  # a scalar target per sample too: [b]
 
 
 IGNORED = -100

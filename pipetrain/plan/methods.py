@@ -144,7 +144,8 @@ class LocalParams(MethodParams):
 
     Attributes:
         aux: the auxiliary heads of every stage but the last (``linear``, ``dgl`` or ``infopro``,
-            :mod:`pipetrain.graph.aux_heads`).
+            :mod:`pipetrain.graph.aux_heads`): each predicts the model's output from its stage's and is
+            scored with the task's loss.
         queue_depth: activation messages a link holds before its sender waits (the bounded queue
             between stages).
     """

@@ -23,6 +23,7 @@ No entry is made for the last layer: the last stage uses the model's own loss, a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from dataclasses import replace
 
@@ -31,7 +32,7 @@ from torch import nn
 
 from pipetrain.cluster import device_model
 from pipetrain.graph.aux_heads import AuxHead, AuxKind, build_aux_head, check_aux
-from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
+from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_sum
 from pipetrain.profile.estimate import kernel_seconds, trace_kernels
 from pipetrain.profile.inputs import sample_input
 from pipetrain.profile.table import LayerProfile, Profile
@@ -41,16 +42,17 @@ __all__ = ["head_profiles"]
 
 
 class _HeadLoss(nn.Module):
-    """A head with its targets bound: ``h [b, *out]`` → the local loss (0-d), like a layer."""
+    """A head with its targets and the model's own loss bound: ``h [b, *out]`` → the local loss (0-d),
+    like a layer (a job's other loss of the same output costs about the same)."""
 
-    def __init__(self, head: AuxHead, y: torch.Tensor, x: torch.Tensor) -> None:
+    def __init__(self, head: AuxHead, y: torch.Tensor, x: torch.Tensor, loss: LossKind) -> None:
         super().__init__()
-        self.head, self.y, self.x = head, y, x
+        self.head, self.y, self.x, self.loss = head, y, x, functools.partial(loss_sum, loss)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         b = h.shape[0]
-        loss: torch.Tensor = self.head(h, self.y[:b], self.x[:b])
-        return loss
+        value: torch.Tensor = self.head(h, self.y[:b], self.x[:b], self.loss)
+        return value
 
 
 def _bound(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, b: int, device: torch.device) -> _HeadLoss:
@@ -60,7 +62,7 @@ def _bound(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, b: int, device: t
     generator = torch.Generator().manual_seed(graph.seed)
     y = sample_input(graph.target, b, device, generator)
     x = sample_input(graph.input, b, device, generator)
-    return _HeadLoss(head, y, x)
+    return _HeadLoss(head, y, x, graph.loss)
 
 
 def _parameter_bytes(module: nn.Module) -> int:
@@ -110,8 +112,8 @@ def head_profiles(graph: LayerGraph, profile: Profile, kind: str, *, repeats: in
         after: only the heads after these layers (a plan's stage ends); default every layer but the last.
 
     Raises:
-        UserError: an unknown kind, a model without one class per sample, or an output that
-            cannot take a head (:func:`~pipetrain.graph.aux_heads.check_aux`).
+        UserError: an unknown kind, or a model output no head predicts
+            (:func:`~pipetrain.graph.aux_heads.check_aux`).
     """
     aux = check_aux(graph, kind)
     specs = graph.output_specs()[:-1]

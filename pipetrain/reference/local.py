@@ -11,7 +11,9 @@ sequentially", the paper's baseline.
 Per mini-batch ``(x [B, *in], y [B])`` and stage ``k`` with micro-batches ``[lo, hi)``::
 
     h[lo:hi] = stage_k(a[lo:hi])                  a = x for k = 0, else stage k-1's outputs, detached
-    loss = head_k(h, y[lo:hi], x[lo:hi])          the model's loss / (hi - lo) on the last stage
+    loss = head_k(h, y[lo:hi], x[lo:hi], ℓ)       the head's prediction of the model's output scored by
+                                                  the task's loss ℓ (the job's), mean over the micro-batch;
+                                                  ℓ(h, y[lo:hi]) / (hi - lo) on the last stage
     loss.backward(); optimizer_k.step(); zero_grad()
 
 The stages, heads and optimizers are built as the ranks build them (same seeds, same learning-rate
@@ -93,7 +95,7 @@ def _train_batch(stages: list[_Stage], loss_fn: Loss, x: torch.Tensor, y: torch.
                 loss = loss_fn(h, y[lo:hi]) / (hi - lo)
                 total += float(loss.detach()) * (hi - lo) / len(y)
             else:
-                loss = stage.head(h, y[lo:hi], x[lo:hi])
+                loss = stage.head(h, y[lo:hi], x[lo:hi], loss_fn)
             torch.autograd.backward(loss)
             stage.optimizer.step()
             stage.optimizer.zero_grad(set_to_none=True)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.utils.data
 from torch import nn
 
-from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
+from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec
 from pipetrain.plan.methods import Method
 from pipetrain.plan.placement import v_rank
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
@@ -223,3 +224,37 @@ def tied_lm_graph(seq: int = 5, vocab: int = 11) -> LayerGraph:
     torch.manual_seed(0)
     tokens = TensorSpec((seq,), "int64", high=vocab)
     return capture(TiedLM(vocab), input=tokens, target=tokens, loss=LossKind.LM, name="tied-lm")
+
+
+DIABETES_FEATURES = 10
+
+
+def diabetes_data() -> tuple[torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]], ...]:
+    """scikit-learn's diabetes data, bundled with it (no download): 442 patients, 10 features in
+    ``[10]`` float32, a year's disease progression out ``[1]`` float32, both standardised on the
+    training rows; the first 352 train, the last 90 eval. A data factory for ``data=``."""
+    from sklearn.datasets import load_diabetes
+
+    x, y = (torch.as_tensor(a, dtype=torch.float32) for a in load_diabetes(return_X_y=True))
+    y = y[:, None]
+    train = 352
+    x = (x - x[:train].mean(0)) / x[:train].std(0)
+    y = (y - y[:train].mean(0)) / y[:train].std(0)
+    return (torch.utils.data.TensorDataset(x[:train], y[:train]), torch.utils.data.TensorDataset(x[train:], y[train:]))
+
+
+def regression_graph(width: int = 32) -> LayerGraph:
+    """Three Linear+ReLU blocks and a Linear from :data:`DIABETES_FEATURES` features to one value per
+    sample (targets ``[b, 1]`` float32), scored by MSE: a chain of 4 layers."""
+    torch.manual_seed(4)
+    layers: list[tuple[str, nn.Module]] = [
+        (f"block{i}", nn.Sequential(nn.Linear(DIABETES_FEATURES if i == 0 else width, width), nn.ReLU()))
+        for i in range(3)]
+    layers.append(("out", nn.Linear(width, 1)))
+    return LayerGraph.from_layers(layers, input=TensorSpec((DIABETES_FEATURES,)), target=TensorSpec((1,)),
+                                  loss=LossKind.MSE, name="regression-test")
+
+
+def absolute_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """A user's loss: the sum over samples of each sample's absolute error (``output``, ``target`` ``[b, 1]``)."""
+    return (output - target).abs().sum()

@@ -89,10 +89,13 @@ def test_plan_refuses_local_options_out_of_place(argv: list[str], message: str, 
     assert not (tmp_path / "p.json").exists()
 
 
-def test_plan_local_needs_one_class_per_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_local_for_a_language_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """gpt-tiny's heads predict every position's next token from the stage's tokens [T, D]."""
     code, text = run(capsys, "plan", "--model", "gpt-tiny", "--batch", "8", *V100, "--method", "local",
                      "--out", str(tmp_path / "p.json"))
-    assert code == 2 and "use a model with one class per sample, or another method" in one_error_line(text)
+    assert code == 0, text
+    plan = Plan.from_json((tmp_path / "p.json").read_text())
+    assert plan.params == LocalParams("dgl") and plan.prediction is not None
 
 
 @pytest.mark.parametrize("argv", [["--aux", "mlp"], ["--queue-depth", "0"], ["--queue-depth", "two"]])

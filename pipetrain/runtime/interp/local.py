@@ -6,8 +6,11 @@ SEND_F, :class:`~pipetrain.runtime.interp.ports.ChainPorts`). Per micro-batch ``
 samples on stage ``k``::
 
     F     h = layers(x [b, *in])                   x arrived detached: no gradient flows upstream
-          loss = head(h, y [b], images [b, *in₀])  stages 0 … K-2: the auxiliary head's mean loss
-          loss = model_loss(h, y) / b              last stage: the model's own loss, mean
+          loss = head(h, y [b, *target], images [b, *in₀], ℓ)
+                                                   stages 0 … K-2: the auxiliary head's prediction of the
+                                                   model's output [b, *out], scored by the task's loss ℓ
+                                                   (the job's), mean
+          loss = ℓ(h, y) / b                       last stage: the task's loss of the model's output, mean
           keep (x, loss); store h.detach() [b, *out] for SEND_F
     B     loss.backward()                          gradients of the stage and its head only
     STEP  optimizer step over the stage and its head; zero the gradients; sends are bounded by the
@@ -70,7 +73,8 @@ class LocalKernel:
             if self.head is None:
                 loss = ctx.tally.loss(h, y) / a.size
             else:
-                loss = self.head(h, y, self.images[a.lo:a.hi] if self.images is not None else x)
+                images = self.images[a.lo:a.hi] if self.images is not None else x
+                loss = self.head(h, y, images, ctx.tally.loss)
         self.saved[(a.lo, a.hi)] = (x, loss)
         if ctx.is_last:
             ctx.tally.add(loss * (a.size / ctx.tally.batch_size))
@@ -103,13 +107,14 @@ def local_kernel(graph: LayerGraph, plan: Plan, stage: int, ports: ChainPorts, d
     """``stage``'s local-learning kernel under ``plan``, its head (of the plan's kind) on ``device``.
 
     Raises:
-        UserError: the plan's parameters are not local learning's (no head kind).
+        UserError: the plan's parameters are not local learning's (no head kind), or no head predicts
+            the model's output from the stage's (:func:`~pipetrain.graph.aux_heads.check_aux`).
     """
     params = plan.params
     if not isinstance(params, LocalParams):
         raise UserError(f"method {plan.method.value} trains on local losses but its plan has no auxiliary heads; "
                         "re-plan it")
-    kind = check_aux(graph, params.aux)
+    kind = check_aux(graph, params.aux, [ports.output_spec])
     last = stage == plan.n_stages - 1
     head = None if last else build_aux_head(kind, graph, ports.output_spec, stage, plan.n_stages).to(device)
     return LocalKernel(ports, head)

@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pipetrain.errors import UserError
+from pipetrain.graph.aux_heads import check_aux
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.methods import LocalParams
 from pipetrain.plan.plan import Plan
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.runtime.interp.executor import check_runnable
@@ -40,6 +43,8 @@ def check_job(job: TrainJob) -> TrainJob:
     if not plan.spec.gradients_cross_stages and config.clip_grad_norm is not None:
         raise UserError(f"--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
                         f"drop it with --method {plan.method.value}")
+    if not plan.spec.gradients_cross_stages:
+        _check_heads(plan, graph)
     schedule = build_schedule(plan, config.steps) if job.schedule is None else job.schedule
     check_runnable(schedule, plan)
     if plan.asynchronous:
@@ -54,6 +59,16 @@ def check_job(job: TrainJob) -> TrainJob:
     if resumed is not None:  # every rank then reads this very checkpoint
         config = replace(config, resume=resumed.folder)
     return replace(job, schedule=schedule, config=config)
+
+
+def _check_heads(plan: Plan, graph: LayerGraph) -> None:
+    """Local learning: every stage but the last has a head that predicts the model's output from the
+    stage's (:func:`~pipetrain.graph.aux_heads.check_aux`)."""
+    if not isinstance(plan.params, LocalParams):
+        raise UserError(f"method {plan.method.value} trains on local losses but its plan has no auxiliary heads; "
+                        "re-plan it")
+    outputs = graph.output_specs()
+    check_aux(graph, plan.params.aux, [outputs[graph.index(s.layers[-1])] for s in plan.stages[:-1]])
 
 
 def _resolve_steps(job: TrainJob) -> TrainConfig:
