@@ -4,16 +4,23 @@ the same drains, and a segment interrupted anywhere drains by finishing what it 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
+from pipetrain.errors import UserError
+from pipetrain.plan.methods import Method
 from pipetrain.reference.asynchronous import microbatch_version
+from pipetrain.runtime import TrainConfig, TrainJob
+from pipetrain.runtime.job.checks import check_job
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.segments import drain_points, drain_suffix, segment_start, segmented_schedule
 from pipetrain.schedule.validate import ScheduleError, validate_run
 from pipetrain.schedule.versions import batch_chunks
-
-from .test_async_schedules import PLANS, STASH, TWO_BW, plan
+from tests.gloo.models import chain_plan, mlp_graph
+from tests.unit.test_async_schedules import PLANS, STASH, TWO_BW, plan
 
 STEPS = 7
 DRAINS = [(3,), (2, 5), (1, 2, 3, 4, 5, 6)]
@@ -61,10 +68,13 @@ def test_segments_validate_and_follow_the_emulator(name: str, drains: tuple[int,
 def test_a_drain_restarts_the_delay() -> None:
     """Rank 0 of two stages, one micro-batch per batch (the module docstring's picture), and 2bw's first
     batch of a segment on the newest version."""
-    schedule = segmented_schedule(plan((1, 1), 1, STASH), 4, (2,))
-    compute = [a for a in schedule.ranks[0] if a.kind in (ActionKind.F, ActionKind.B, ActionKind.STEP)]
-    text = " ".join(str(a).split("[")[0] + (f"v{a.version}" if a.version is not None else "") for a in compute)
-    assert text == "0F0v0 0F1v0 0B0v0 0STEP 0B1v0 0STEP 0F2v2 0F3v2 0B2v2 0STEP 0B3v2 0STEP"
+    def rank0(drains: tuple[int, ...]) -> str:
+        schedule = segmented_schedule(plan((1, 1), 1, STASH), 4, drains)
+        compute = [a for a in schedule.ranks[0] if a.kind in (ActionKind.F, ActionKind.B, ActionKind.STEP)]
+        return " ".join(str(a).split("[")[0] + (f"v{a.version}" if a.version is not None else "") for a in compute)
+
+    assert rank0(()) == "0F0v0 0F1v0 0B0v0 0STEP 0F2v1 0B1v0 0STEP 0F3v2 0B2v1 0STEP 0B3v2 0STEP"
+    assert rank0((2,)) == "0F0v0 0F1v0 0B0v0 0STEP 0B1v0 0STEP 0F2v2 0F3v2 0B2v2 0STEP 0B3v2 0STEP"
     two_bw = plan((1, 1), 2, TWO_BW)
     forwards = {a.lo // 8: a.version for a in segmented_schedule(two_bw, 5, (3,)).ranks[1] if a.kind is ActionKind.F}
     assert forwards == {0: 0, 1: 0, 2: 1, 3: 3, 4: 3}  # max(t - 1, 3) from batch 3 on
@@ -101,3 +111,15 @@ def test_drain_suffix_names_a_program_that_did_not_run_the_segment() -> None:
 def test_drains_outside_the_run_are_refused() -> None:
     with pytest.raises(ScheduleError, match="strictly between"):
         segmented_schedule(PLANS["2bw-2"], 4, (4,))
+
+
+def test_check_job_drains_at_the_checkpoint_steps(tmp_path: Path) -> None:
+    """A job that checkpoints every 2 of 5 steps runs the run drained at 2 and 4; a given schedule
+    cannot drain, so it is refused with checkpointing."""
+    graph = mlp_graph()
+    p = replace(chain_plan(graph, 2, 8, 2), method=Method.TWO_BW, weights=TWO_BW)
+    config = TrainConfig(steps=5, progress=False, checkpoint_dir=tmp_path, checkpoint_every=2)
+    assert check_job(TrainJob(graph, p, config)).schedule == segmented_schedule(p, 5, (2, 4))
+    assert check_job(TrainJob(graph, p, replace(config, checkpoint_dir=None))).schedule == build_schedule(p, 5)
+    with pytest.raises(UserError, match="leave out --schedule, or --checkpoint-dir"):
+        check_job(TrainJob(graph, p, config, schedule=build_schedule(p, 5)))
