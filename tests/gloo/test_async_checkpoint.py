@@ -43,15 +43,19 @@ PLANS = {
     "pipedream": _async(chain_plan(GRAPH, 2, BATCH, 2), WeightPolicy.STASH),
     "vertical-sync": _async(chain_plan(GRAPH, 2, BATCH, 2), WeightPolicy.VERTICAL_SYNC),
     "2bw": _async(chain_plan(GRAPH, 2, BATCH, 2), WeightPolicy.TWO_BW),
+    "2bw-clipped": _async(chain_plan(GRAPH, 2, BATCH, 2), WeightPolicy.TWO_BW),
 }
+CLIP = {"2bw-clipped": 0.05}  # 2bw's clipping leaves a segment's last step pending until the checkpoint
 # the 2bw checkpoint resumed on three stages of another partition, four micro-batches
 RESHARDED = _async(chain_plan(GRAPH, 3, BATCH, 4), WeightPolicy.TWO_BW)
 STOP = FaultInjection(0, 5, "interrupt")  # SIGINT reaches rank 0 during step 5
 
 
 def _config(tmp: Path, name: str, steps: int, **changes: object) -> TrainConfig:
+    """Checkpoints every 4 steps into ``tmp / name``; clipping as :data:`CLIP` gives for the plan ``name`` names."""
+    clip = next((v for k, v in CLIP.items() if name.startswith(k)), None)
     base = TrainConfig(steps=steps, optimizer="adam", lr=1e-2, progress=False, timeout_s=60,
-                       checkpoint_dir=tmp / name, checkpoint_every=4)
+                       checkpoint_dir=tmp / name, checkpoint_every=4, clip_grad_norm=clip)
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -99,6 +103,11 @@ def test_resume_equals_an_unbroken_run_and_the_emulator(tmp: Path, runs: Runs, n
         assert torch.equal(value, resumed.state_dict[key]), (name, key)
     assert [m.step for m in resumed.metrics] == [4, 5, 6, 7]
     assert [m.loss for m in resumed.metrics] == [m.loss for m in unbroken.metrics[4:]]
+    # the unbroken run's checkpoint at 4 (mid-run: a step left pending by clipping is in it) is the short run's
+    export_checkpoint(step_folder(tmp / f"{name}-whole", 4), tmp / f"{name}-whole-4.pt")
+    export_checkpoint(tmp / name, tmp / f"{name}-4.pt")
+    mid, short = (torch.load(tmp / f"{name}{part}-4.pt", weights_only=True) for part in ("-whole", ""))
+    assert all(torch.equal(mid[key], short[key]) for key in short)
     config = _config(tmp, name, 8)
     drained = emulate_async(GRAPH, PLANS[name], config, drains=(4,))
     assert _diff(unbroken.state_dict, drained) <= TOL

@@ -32,7 +32,12 @@ from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import Clip, ClipNorm, RankContext
 from pipetrain.runtime.interp.executor import Contexts, expected_receives, receive_prepost, run_program
 from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
-from pipetrain.runtime.interp.rank_setup import build_rank_contexts, head_state_dict, stage_state_dict
+from pipetrain.runtime.interp.rank_setup import (
+    build_rank_contexts,
+    finish_pending_step,
+    head_state_dict,
+    stage_state_dict,
+)
 from pipetrain.runtime.interp.recorder import StepRecorder
 from pipetrain.runtime.interp.ties import TiedGradients, tie_groups
 from pipetrain.runtime.interp.transport import Message, Transport
@@ -236,6 +241,8 @@ class _JobRun:
 
     def _save(self, done: int) -> Path:
         start = time.perf_counter()
+        for c in self.ctxs.values():  # the pipeline is drained: every STEP it ran is in the weights
+            finish_pending_step(c)
         if self.manifest_fields is None and self.session.rank == 0:
             self.manifest_fields = rank_checkpoint.manifest_fields(self.job)
         folder = rank_checkpoint.save(self.job, list(self.ctxs.values()), self.session.rank,
