@@ -41,7 +41,8 @@ from pipetrain.runtime.interp.weights import CurrentWeights, VersionedWeights
 from pipetrain.schedule.action import Action, ActionKind
 
 __all__ = ["HEAD_PREFIX", "OptimizerFactory", "build_rank_context", "build_rank_contexts", "build_stage_module",
-           "finish_pending_step", "head_state_dict", "stage_kernel", "stage_specs", "stage_state_dict"]
+           "finish_pending_step", "head_state_dict", "reload_versions", "stage_kernel", "stage_specs",
+           "stage_state_dict"]
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -186,6 +187,14 @@ def finish_pending_step(ctx: RankContext) -> None:
     kernel = ctx.kernel
     if isinstance(kernel, ChainKernel) and isinstance(kernel.weights, VersionedWeights):
         kernel.weights.settle()
+
+
+def reload_versions(ctx: RankContext) -> None:
+    """The stage's weights were loaded from a checkpoint: an asynchronous stage's store of weight
+    versions holds them as its newest (:meth:`~pipetrain.runtime.interp.versions.WeightVersions.reload`)."""
+    kernel = ctx.kernel
+    if isinstance(kernel, ChainKernel) and isinstance(kernel.weights, VersionedWeights):
+        kernel.weights.versions.reload()
 
 
 def stage_state_dict(ctx: RankContext, layers: Sequence[Layer], buffers: bool) -> dict[str, torch.Tensor]:

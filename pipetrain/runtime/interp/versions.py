@@ -18,9 +18,9 @@ uses it and it is not the newest: the copies held are the versions of the schedu
 
 A program starts on a drained pipeline (a run's start, or a resumed run's first segment,
 :mod:`pipetrain.schedule.segments`), so its first F runs on the newest weights: the version that F
-names is the number of steps taken before the program, and the store starts there. Its copy is
-taken at that first F, not when the store is built, so weights a checkpoint loads in between are
-the ones served.
+names is the number of steps taken before the program, and the store starts there. A resumed run
+loads the stage's weights after building the store, then :meth:`WeightVersions.reload` copies them
+as that version.
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ class WeightVersions:
         self.steps = self.latest + sum(a.kind is ActionKind.STEP for a in program)
         self.held: dict[int, dict[str, torch.Tensor]] = {}
         self.peak = 0
+        self._snapshot()
+
+    def reload(self) -> None:
+        """The stage's weights were loaded (a resumed run): they are the newest version, the only one held."""
+        self.held.clear()
+        self._snapshot()
 
     def _snapshot(self) -> None:
         self.held[self.latest] = {name: p.detach().clone().requires_grad_(p.requires_grad)
@@ -64,8 +70,6 @@ class WeightVersions:
 
     def call(self, version: int, x: torch.Tensor) -> torch.Tensor:
         """The stage's output ``[b, *out]`` on input ``x`` ``[b, *in]`` with version ``version``'s weights."""
-        if not self.held:  # the program's first F: copy the newest weights now (module docstring)
-            self._snapshot()
         try:
             weights = self.held[version]
         except KeyError:

@@ -36,6 +36,7 @@ from pipetrain.runtime.interp.rank_setup import (
     build_rank_contexts,
     finish_pending_step,
     head_state_dict,
+    reload_versions,
     stage_state_dict,
 )
 from pipetrain.runtime.interp.recorder import StepRecorder
@@ -149,6 +150,8 @@ class _JobRun:
         self.rows: list[StepMetrics] = []
         self.first_step = rank_checkpoint.resume(job, list(self.ctxs.values()), rank)
         assert self.first_step == first, "the checkpoint read before building the stages"
+        for c in self.ctxs.values() if first > 0 else ():
+            reload_versions(c)
         out = job.config.out
         self.log = MetricsLog.open(out, self.first_step or None) if self.reports and out is not None else None
         self.waits: list[float] = []
