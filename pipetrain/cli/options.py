@@ -268,6 +268,9 @@ def simulate_args(p: argparse.ArgumentParser) -> None:
     _out_dir(p, "out/sim", "predicted.json, the Chrome trace, the Gantt PNG and schedule.csv")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state the memory table counts (default: sgd)")
+    p.add_argument("--checkpoint-every", type=_non_negative, default=0, metavar="K",
+                   help="pipedream and 2bw: price a checkpoint every K steps, each draining the pipeline (the "
+                        "samples/s line and the predicted timeline show the drains) (default: none)")
 
 
 def train_args(p: argparse.ArgumentParser) -> None:
@@ -307,7 +310,9 @@ def train_args(p: argparse.ArgumentParser) -> None:
                    help="write checkpoints to D: after the last step, every --checkpoint-every steps, and on Ctrl-C "
                         "(default: no checkpoints)")
     p.add_argument("--checkpoint-every", type=_non_negative, default=0, metavar="K",
-                   help="steps between checkpoints (default: only after the last step)")
+                   help="steps between checkpoints; under pipedream and 2bw each one drains the pipeline "
+                        "(a fill and drain every K steps: `pipetrain simulate --checkpoint-every K` prices it) "
+                        "(default: only after the last step)")
     p.add_argument("--keep", type=_count, metavar="N", help="keep the newest N checkpoints (default: all)")
     p.add_argument("--resume", type=Path, metavar="D",
                    help="continue from the newest whole checkpoint in D up to --steps/--epochs (any plan) "

@@ -12,6 +12,7 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
+from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["cmd_compare", "cmd_simulate", "write_timeline"]
@@ -22,10 +23,23 @@ def _predict(args: argparse.Namespace, plan: Plan, graph: LayerGraph) -> tuple[C
     if n_ranks < plan.n_ranks:
         raise UserError(f"the plan uses {plan.n_ranks} ranks but --ranks is {n_ranks}; pass --ranks {plan.n_ranks}")
     cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, n_ranks)
-    schedule, predicted = api.predict(plan, profile, cluster, schedule=load_schedule(args), graph=graph)
+    given = load_schedule(args)
+    schedule, predicted = api.predict(plan, profile, cluster, graph=graph,
+                                      schedule=given if given is not None else _drained(args, plan))
     if getattr(args, "out_dir", None) is not None:
         save_text(args.out_dir / "schedule.csv", schedule.to_csv(), "schedule")
     return api.cost_of(plan, profile, cluster, graph), predicted
+
+
+def _drained(args: argparse.Namespace, plan: Plan) -> Schedule | None:
+    """An asynchronous plan's predicted run, drained every ``--checkpoint-every`` steps; None: the plan's own."""
+    every = getattr(args, "checkpoint_every", 0)
+    if not plan.asynchronous or every <= 0:
+        return None
+    from pipetrain.schedule.generators import DEFAULT_ASYNC_BATCHES
+    from pipetrain.schedule.segments import drain_points, segmented_schedule
+
+    return segmented_schedule(plan, DEFAULT_ASYNC_BATCHES, drain_points(DEFAULT_ASYNC_BATCHES, every))
 
 
 def cmd_simulate(args: argparse.Namespace) -> None:
@@ -49,6 +63,10 @@ def cmd_simulate(args: argparse.Namespace) -> None:
         out.print(f"{plan.method.value}{how} steady state {steady.samples_per_s:.1f} samples/s, "
                   f"{steady.batch_s * 1e3:.2f} ms per batch; filling and draining the pipeline adds "
                   f"{steady.warmup_s * 1e3:.2f} ms {fill}")
+        if plan.asynchronous and args.checkpoint_every > 0:
+            drained = steady.drained_samples_per_s(args.checkpoint_every)
+            out.print(f"a checkpoint every {args.checkpoint_every} steps drains the pipeline each time: "
+                      f"{drained:.1f} samples/s ({1 - drained / steady.samples_per_s:.1%} below the steady state)")
     memories = stage_memory(plan, cost, optimizer=args.optimizer)
     out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer))
 

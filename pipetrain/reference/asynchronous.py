@@ -22,6 +22,13 @@ With ``clip_grad_norm`` (docs/algorithms.md §3.5) a step's gradient ``g`` is sc
 parameters (each update is a mini-batch of its own), under ``2bw`` the norm of batch ``t``'s gradient
 over every stage's parameters, as single-process training clips a batch.
 
+A run that checkpoints drains its pipeline before each of its ``drains`` (batch indices;
+:mod:`pipetrain.schedule.segments`): each segment starts the method's delay afresh, as a new run
+would, from the versions the stages reached. Micro-batch ``j`` of batch ``t`` in the segment that
+starts at batch ``a`` uses ``s(k, a) + v(k, j − a·m)``, ``s(k, a) = a·m/g`` being the steps stage
+``k`` took before ``a`` (``g`` micro-batches per step: ``m`` for ``2bw``, ``r`` for ``pipedream``);
+so ``2bw``'s batch ``t`` uses ``max(t − 1, a)``.
+
 Versions are computed lazily and in step order, each with the stage's own optimizer (its state
 advances once per step) at the runtime's rate: the base rate times the stage's factor under the
 configured ``lr_rule`` (:mod:`pipetrain.runtime.job.lr_rule`). The learning rate must be constant (the
@@ -29,6 +36,8 @@ runtime sets it per batch while a stage's steps straddle batches).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch.func import functional_call
@@ -58,14 +67,19 @@ def _in_flight(plan: Plan, stage: int) -> int:
     return max(bounds[stage:])
 
 
-def microbatch_version(plan: Plan, stage: int, j: int) -> int:
-    """``v(stage, j)``: the version micro-batch ``j`` of the run uses on ``stage`` (module docstring)."""
+def microbatch_version(plan: Plan, stage: int, j: int, drains: Sequence[int] = ()) -> int:
+    """``v(stage, j)``: the version micro-batch ``j`` of the run uses on ``stage``, the pipeline
+    drained before each batch of ``drains`` (module docstring)."""
+    m = len(plan.stages[0].forward_sizes)
+    start = max((d for d in drains if d <= j // m), default=0)
+    j -= start * m
+    before = start * m // len(step_group(plan, stage, 0))  # the steps the stage took before the segment
     if plan.weights is WeightPolicy.TWO_BW:
-        return max(j // len(plan.stages[0].forward_sizes) - 1, 0)
+        return before + max(j // m - 1, 0)
     if plan.weights is WeightPolicy.VERTICAL_SYNC:
         stage = 0
     n, r = _in_flight(plan, stage), len(plan.stages[stage].ranks)
-    return 0 if j < n else (j - n) // r + 1
+    return before + (0 if j < n else (j - n) // r + 1)
 
 
 def step_group(plan: Plan, stage: int, step: int) -> range:
@@ -75,8 +89,8 @@ def step_group(plan: Plan, stage: int, step: int) -> range:
 
 
 class _Emulator:
-    def __init__(self, graph: LayerGraph, plan: Plan, config: TrainConfig) -> None:
-        self.graph, self.plan, self.config = graph, plan, config
+    def __init__(self, graph: LayerGraph, plan: Plan, config: TrainConfig, drains: Sequence[int]) -> None:
+        self.graph, self.plan, self.config, self.drains = graph, plan, config, drains
         self.modules = [chain_stage(graph, [graph.index(n) for n in s.layers]) for s in plan.stages]
         self.optimizers = [config.build_optimizer(m.parameters()) for m in self.modules]
         self.params = [dict(m.named_parameters()) for m in self.modules]
@@ -140,8 +154,9 @@ class _Emulator:
         t, i = divmod(j, len(sizes))
         lo = sum(sizes[:i])
         inputs, targets = self._batch(t)
-        weights = [{n: w.clone().requires_grad_(True) for n, w in self.version(k, microbatch_version(self.plan, k, j))
-                    .items()} for k in range(self.plan.n_stages)]
+        plan = self.plan
+        versions = [self.version(k, microbatch_version(plan, k, j, self.drains)) for k in range(plan.n_stages)]
+        weights = [{n: w.clone().requires_grad_(True) for n, w in v.items()} for v in versions]
         x = inputs[lo:lo + sizes[i]]
         for module, w in zip(self.modules, weights, strict=True):
             x = functional_call(module, w, (x,))
@@ -160,8 +175,10 @@ class _Emulator:
         return out
 
 
-def emulate_async(graph: LayerGraph, plan: Plan, config: TrainConfig) -> dict[str, torch.Tensor]:
-    """Train ``plan`` (pipedream or 2bw) for ``config.steps`` batches in one process; the final
+def emulate_async(graph: LayerGraph, plan: Plan, config: TrainConfig,
+                  drains: Sequence[int] = ()) -> dict[str, torch.Tensor]:
+    """Train ``plan`` (pipedream or 2bw) for ``config.steps`` batches in one process, draining the
+    pipeline before each batch of ``drains`` (a run that checkpoints: its checkpoint steps); the final
     state_dict (parameters and buffers) under the model's own names, as the runtime's ``TrainResult.state_dict``.
 
     Raises:
@@ -172,7 +189,7 @@ def emulate_async(graph: LayerGraph, plan: Plan, config: TrainConfig) -> dict[st
     if config.lr_schedule != "constant":
         raise UserError("the emulator needs --lr-schedule constant (the runtime sets a rate per batch)")
     plan.validate(graph.names)
-    emulator = _Emulator(graph, plan, config)
+    emulator = _Emulator(graph, plan, config, drains)
     m = len(plan.stages[0].forward_sizes)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)

@@ -3,7 +3,9 @@
 An asynchronous schedule (``pipedream``, ``2bw``) spans the run's ``N`` batches without a flush: its
 sample ranges index the run-long batch of ``N·B`` samples (:meth:`~pipetrain.plan.plan.Plan.repeated`)
 and every F and B carries the weight version it runs on (``2F5[40:48]v3``). Version ``v`` of a
-stage is its weights after ``v`` of its STEPs. :func:`validate_versions` checks, per rank:
+stage is its weights after ``v`` of its STEPs. A run that checkpoints is several such programs one
+after the other, each draining the pipeline (:mod:`pipetrain.schedule.segments`); the checks below
+see one program. :func:`validate_versions` checks, per rank:
 
 1. every F and B carries a version, and a B the version of the F of its range;
 2. an F's version exists: it is at most the number of STEPs the rank has run;

@@ -19,6 +19,13 @@ a run of it pays ``warmup_s`` once per batch (its iteration time), not once per 
 
 For any other synchronous method every batch is the same, so ``batch_s`` is its iteration time and
 ``warmup_s`` is 0.
+
+An asynchronous run that checkpoints every ``c`` steps drains its pipeline there
+(:mod:`pipetrain.schedule.segments`): every segment of ``c`` batches pays the fill and the drain,
+
+    drained samples/s = c · B / (warmup_s + c · batch_s)         steady.drained_samples_per_s(c)
+
+(the same linear model of ``T``, applied to one segment).
 """
 
 from __future__ import annotations
@@ -42,6 +49,13 @@ class SteadyState:
     batch_s: float
     warmup_s: float
     samples_per_s: float
+
+    def drained_samples_per_s(self, every: int) -> float:
+        """Samples/s of a run that drains the pipeline every ``every`` batches (module docstring); the
+        steady state's when ``every`` is 0 (never)."""
+        if every <= 0 or self.batch_s <= 0:
+            return self.samples_per_s
+        return every * self.samples_per_s * self.batch_s / (self.warmup_s + every * self.batch_s)
 
 
 def steady_state(plan: Plan, cost: CostModel, batches: int = DEFAULT_ASYNC_BATCHES) -> SteadyState:

@@ -14,6 +14,7 @@ from pipetrain.errors import UserError
 from pipetrain.plan.methods import Method, WeightPolicy
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.schedule.generators import build_schedule
+from pipetrain.schedule.segments import segmented_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import stage_memory
 from pipetrain.simulate.steady import steady_state
@@ -45,6 +46,20 @@ def test_steady_state_closed_form(method: Method, n_stages: int, n_micro: int) -
     assert steady.samples_per_s == pytest.approx(16 / (n_micro * 3.0))
     sync = steady_state(chain(n_stages, n_micro), cost)
     assert sync.warmup_s == 0 and sync.batch_s == pytest.approx((n_micro + n_stages - 1) * 3.0)
+
+
+@pytest.mark.parametrize("method", [Method.PIPEDREAM, Method.TWO_BW])
+@pytest.mark.parametrize("every", [1, 2, 5])
+def test_drains_cost_a_fill_and_drain_per_segment(method: Method, every: int) -> None:
+    """A run checkpointing every c batches drains its pipeline there: the simulator runs two segments
+    of c batches in 2·(c·m + K − 1)(f + b), which the drained samples/s predicts."""
+    plan = chain(4, 4, method)
+    cost = CostModel(flat_profile(4, 1.0, 2.0), Cluster.local(4, link=FREE))
+    timeline = simulate(segmented_schedule(plan, 2 * every, (every,)), plan, cost)
+    assert timeline.iteration_s == pytest.approx(2 * (every * 4 + 3) * 3.0)
+    steady = steady_state(plan, cost)
+    assert steady.drained_samples_per_s(every) == pytest.approx(2 * every * 16 / timeline.iteration_s)
+    assert steady.drained_samples_per_s(every) < steady.samples_per_s == steady.drained_samples_per_s(0)
 
 
 def test_replicated_stage_steps_in_pairs() -> None:
@@ -93,9 +108,10 @@ def test_cli_plans_and_simulates_async(tmp_path: Path, tiny_profile: Path, capsy
     saved = json.loads(plan.read_text())
     assert (saved["method"], saved["weights"]) == ("pipedream", "vertical-sync")
     code, text = run(capsys, "simulate", "--plan", str(plan), "--profile", str(tiny_profile), "--method", "2bw",
-                     "--out-dir", str(tmp_path / "sim"))
+                     "--out-dir", str(tmp_path / "sim"), "--checkpoint-every", "2")
     assert code == 0, text
     assert "2bw runs batches without a flush" in text and "samples/s" in text
+    assert "a checkpoint every 2 steps drains the pipeline each time" in text
     code, text = run(capsys, "simulate", "--plan", str(plan), "--profile", str(tiny_profile), "--vertical-sync",
                      "--out-dir", str(tmp_path / "sim"))
     assert code == 2 and "--vertical-sync applies to --method pipedream" in text

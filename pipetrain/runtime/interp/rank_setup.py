@@ -41,7 +41,8 @@ from pipetrain.runtime.interp.weights import CurrentWeights, VersionedWeights
 from pipetrain.schedule.action import Action, ActionKind
 
 __all__ = ["HEAD_PREFIX", "OptimizerFactory", "build_rank_context", "build_rank_contexts", "build_stage_module",
-           "head_state_dict", "stage_kernel", "stage_specs", "stage_state_dict"]
+           "finish_pending_step", "head_state_dict", "reload_versions", "stage_kernel", "stage_specs",
+           "stage_state_dict"]
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -176,6 +177,24 @@ def _check_deterministic(stage: int, module: nn.Module) -> None:
             "re-run would draw new masks; give the stage equal forward and backward sizes and leave "
             "the plan's recompute flag off, or set the dropout to 0"
         )
+
+
+def finish_pending_step(ctx: RankContext) -> None:
+    """Finish the optimizer step the stage left pending, if any (``2bw`` with clipping, whose norm's
+    all-reduce is in flight: :mod:`~pipetrain.runtime.interp.weights`), so that its weights and
+    optimizer state are those after every STEP it ran: before a checkpoint is written, the pipeline
+    drained. Every rank has started that all-reduce by then, as every rank ran its STEPs."""
+    kernel = ctx.kernel
+    if isinstance(kernel, ChainKernel) and isinstance(kernel.weights, VersionedWeights):
+        kernel.weights.settle()
+
+
+def reload_versions(ctx: RankContext) -> None:
+    """The stage's weights were loaded from a checkpoint: an asynchronous stage's store of weight
+    versions holds them as its newest (:meth:`~pipetrain.runtime.interp.versions.WeightVersions.reload`)."""
+    kernel = ctx.kernel
+    if isinstance(kernel, ChainKernel) and isinstance(kernel.weights, VersionedWeights):
+        kernel.weights.versions.reload()
 
 
 def stage_state_dict(ctx: RankContext, layers: Sequence[Layer], buffers: bool) -> dict[str, torch.Tensor]:

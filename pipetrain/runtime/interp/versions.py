@@ -15,6 +15,12 @@ weight gradients land on the copy and :meth:`WeightVersions.collect` adds them t
 uses it and it is not the newest: the copies held are the versions of the schedule's
 :func:`~pipetrain.schedule.versions.validate_versions` (plus the newest's own copy). Buffers
 (BatchNorm statistics) are never versioned.
+
+A program starts on a drained pipeline (a run's start, or a resumed run's first segment,
+:mod:`pipetrain.schedule.segments`), so its first F runs on the newest weights: the version that F
+names is the number of steps taken before the program, and the store starts there. A resumed run
+loads the stage's weights after building the store, then :meth:`WeightVersions.reload` copies them
+as that version.
 """
 
 from __future__ import annotations
@@ -36,19 +42,25 @@ class WeightVersions:
 
     Args:
         module: the stage; its parameters are the newest version.
-        program: every action the rank runs in the whole run (counts each version's uses, and its
-            STEPs: :attr:`steps`, the newest version there will be).
+        program: every action the rank runs from now to the run's end (counts each version's uses,
+            and its STEPs: :attr:`steps`, the newest version there will be; its first F names the
+            newest version, module docstring).
     """
 
     def __init__(self, module: nn.Module, program: Sequence[Action]) -> None:
         self.module = module
         self.params = dict(module.named_parameters())
-        self.uses = Counter(a.version for a in program
-                            if a.kind in (ActionKind.F, ActionKind.B) and a.version is not None)
-        self.steps = sum(a.kind is ActionKind.STEP for a in program)
-        self.latest = 0
+        versioned = [a for a in program if a.kind in (ActionKind.F, ActionKind.B) and a.version is not None]
+        self.uses = Counter(a.version for a in versioned)
+        self.latest = next((a.version for a in versioned if a.kind is ActionKind.F and a.version is not None), 0)
+        self.steps = self.latest + sum(a.kind is ActionKind.STEP for a in program)
         self.held: dict[int, dict[str, torch.Tensor]] = {}
         self.peak = 0
+        self._snapshot()
+
+    def reload(self) -> None:
+        """The stage's weights were loaded (a resumed run): they are the newest version, the only one held."""
+        self.held.clear()
         self._snapshot()
 
     def _snapshot(self) -> None:

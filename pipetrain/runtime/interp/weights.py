@@ -6,8 +6,8 @@
                gradients to the module (:class:`~pipetrain.runtime.interp.versions.WeightVersions`),
                STEP commits a new version. Micro-batches stay in flight across steps, so a new batch
                keeps what earlier forwards kept, and STEP neither waits for the sends (a gradient
-               sent now is received in the peer's next chunk; the job waits at the next step, once
-               every rank has posted that step's receives) nor checks for leftovers.
+               sent now is received in the peer's next chunk; the job waits at the next step, after
+               its barrier and the posting of that step's receives) nor checks for leftovers.
 
 Asynchronous methods (``pipedream``, ``2bw``; no flush in their method record) are versioned: their
 program spans the run and runs one batch's chunk per step

@@ -19,8 +19,8 @@ from pipetrain.runtime.job.config import TrainConfig, TrainJob, job_loss
 from pipetrain.runtime.job.data import steps_per_epoch, timed_batch
 from pipetrain.runtime.job.evaluate import eval_dataset, has_eval_set
 from pipetrain.runtime.job.optim import check_lr_schedule
-from pipetrain.runtime.job.rank_checkpoint import find_resume
-from pipetrain.schedule.generators import build_schedule
+from pipetrain.runtime.job.rank_checkpoint import drains, find_resume
+from pipetrain.schedule.segments import segmented_schedule
 from pipetrain.schedule.versions import check_chunks
 
 __all__ = ["check_job"]
@@ -38,14 +38,17 @@ def check_job(job: TrainJob) -> TrainJob:
     validate_for_graph(plan, graph)
     check_ties(graph, plan)
     config = _resolve_steps(job)
-    if plan.asynchronous:
-        _check_async(plan, config)
     if not plan.spec.gradients_cross_stages and config.clip_grad_norm is not None:
         raise UserError(f"--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
                         f"drop it with --method {plan.method.value}")
     if not plan.spec.gradients_cross_stages:
         _check_heads(plan, graph)
-    schedule = build_schedule(plan, config.steps) if job.schedule is None else job.schedule
+    resumed = find_resume(replace(job, config=config))
+    drained = drains(replace(job, config=config), 0 if resumed is None else resumed.step)
+    if job.schedule is not None and plan.asynchronous and (config.checkpoint_dir is not None or resumed is not None):
+        raise UserError(f"method {plan.method.value} drains its pipeline to checkpoint and to resume, which a given "
+                        "schedule cannot be made to do; leave out --schedule, or --checkpoint-dir and --resume")
+    schedule = segmented_schedule(plan, config.steps, drained) if job.schedule is None else job.schedule
     check_runnable(schedule, plan)
     if plan.asynchronous:
         check_chunks(schedule, plan, config.steps)
@@ -55,7 +58,6 @@ def check_job(job: TrainJob) -> TrainJob:
     job_loss(job)
     if has_eval_set(config.data):
         eval_dataset(config.data, graph)
-    resumed = find_resume(replace(job, config=config))
     if resumed is not None:  # every rank then reads this very checkpoint
         config = replace(config, resume=resumed.folder)
     return replace(job, schedule=schedule, config=config)
@@ -84,11 +86,3 @@ def _resolve_steps(job: TrainJob) -> TrainConfig:
         config = replace(config, warmup_steps=0)
     check_lr_schedule(config.lr_schedule, config.lr_warmup_steps, config.steps)
     return config
-
-
-def _check_async(plan: Plan, config: TrainConfig) -> None:
-    """What an asynchronous run cannot do yet: micro-batches are in flight at every step's end."""
-    method = plan.method.value
-    if config.checkpoint_dir is not None or config.resume is not None:
-        raise UserError(f"method {method} cannot checkpoint or resume yet (micro-batches are in flight between "
-                        "steps); leave out --checkpoint-dir and --resume")

@@ -43,16 +43,18 @@ class FaultInjection:
     Attributes:
         rank: the rank that fails.
         step: the optimizer step (0-based, warm-up steps included) at which it fails.
-        kind: ``"raise"`` raises :class:`InjectedFault`; ``"kill"`` sends the rank SIGKILL.
+        kind: ``"raise"`` raises :class:`InjectedFault`; ``"kill"`` sends the rank SIGKILL;
+            ``"interrupt"`` sends the rank SIGINT and goes on (a Ctrl-C mid-step that reached one
+            rank: every rank stops at the next step's barrier).
     """
 
     rank: int
     step: int
-    kind: Literal["raise", "kill"] = "raise"
+    kind: Literal["raise", "kill", "interrupt"] = "raise"
 
     def __post_init__(self) -> None:
-        if self.kind not in ("raise", "kill"):
-            raise UserError(f"fault kind {self.kind!r} is unknown; use 'raise' or 'kill'")
+        if self.kind not in ("raise", "kill", "interrupt"):
+            raise UserError(f"fault kind {self.kind!r} is unknown; use 'raise', 'kill' or 'interrupt'")
         if self.rank < 0 or self.step < 0:
             raise UserError("fault rank and step must be >= 0")
 

@@ -32,7 +32,13 @@ from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import Clip, ClipNorm, RankContext
 from pipetrain.runtime.interp.executor import Contexts, expected_receives, receive_prepost, run_program
 from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
-from pipetrain.runtime.interp.rank_setup import build_rank_contexts, head_state_dict, stage_state_dict
+from pipetrain.runtime.interp.rank_setup import (
+    build_rank_contexts,
+    finish_pending_step,
+    head_state_dict,
+    reload_versions,
+    stage_state_dict,
+)
 from pipetrain.runtime.interp.recorder import StepRecorder
 from pipetrain.runtime.interp.ties import TiedGradients, tie_groups
 from pipetrain.runtime.interp.transport import Message, Transport
@@ -45,6 +51,7 @@ from pipetrain.runtime.job.optim import set_lr, start_clip_grad_norm
 from pipetrain.runtime.job.records import RankRecord, assemble_timeline, step_times
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.prepost import Prepost
+from pipetrain.schedule.segments import drain_suffix, segment_start
 from pipetrain.schedule.versions import batch_chunks
 
 __all__ = ["JobSession", "run_job"]
@@ -73,7 +80,8 @@ class JobSession(Protocol):
 
 
 class _FaultHook:
-    """Fires a :class:`FaultInjection` just before the middle action of the chosen step."""
+    """Fires a :class:`FaultInjection` just before the middle action of the chosen step's program
+    (``program_length``: its actions)."""
 
     def __init__(self, fault: FaultInjection | None, rank: int, program_length: int) -> None:
         armed = fault is not None and fault.rank == rank and program_length > 0
@@ -84,6 +92,9 @@ class _FaultHook:
     def before(self, index: int, action: Action) -> None:
         fault = self.fault
         if fault is None or self.step != fault.step or index != self.index:
+            return
+        if fault.kind == "interrupt":
+            os.kill(os.getpid(), signal.SIGINT)
             return
         if fault.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -108,6 +119,9 @@ class _JobRun:
         self.program = job.schedule.ranks[rank] if rank < job.schedule.n_ranks else ()
         # an asynchronous program spans the run: step t runs batch t's chunk of it
         self.chunks = batch_chunks(self.program, plan.batch_size, job.config.steps) if plan.asynchronous else None
+        first = rank_checkpoint.resume_step(job)
+        self.drains = rank_checkpoint.drains(job, first)  # an asynchronous run's segment boundaries
+        ahead = self.program if self.chunks is None else tuple(a for c in self.chunks[first:] for a in c)
         groups = {k: dist.new_group(list(s.ranks)) for k, s in enumerate(plan.stages) if len(s.ranks) > 1}
         tied_groups = tie_groups(job.graph, plan)  # collective, like the replicas' groups
         # the plan's ranks (for clipping): the default group unless the launch has ranks the plan does not use
@@ -120,7 +134,7 @@ class _JobRun:
         session.transport.open_links(job.schedule.directed_links())
         if self.program:
             self.ctxs = build_rank_contexts(job.graph, plan, rank, session.transport, job.config.build_optimizer,
-                                            groups, job_loss(job), self.program)
+                                            groups, job_loss(job), ahead)
             ties = TiedGradients.build(job.graph, plan, {k: c.module for k, c in self.ctxs.items()}, tied_groups)
             if ties:
                 self.ctxs[self._first_step_stage("tied weights", "use the method's own schedule")].ties = ties
@@ -130,10 +144,15 @@ class _JobRun:
         # per step program: its receives, and how deep the transport posts them at its start
         self.receives = [self._receives(p) for p in (self.chunks if self.chunks is not None else [self.program])]
         self.recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
-        self.fault = _FaultHook(job.config.fault, rank, len(self.program))
+        fault = job.config.fault
+        step_program = self.program if self.chunks is None or fault is None else self.chunks[fault.step]
+        self.fault = _FaultHook(fault, rank, len(step_program))
         self.reports = self.ctx is not None and self.ctx.is_last and rank == plan.stages[-1].ranks[0]
         self.rows: list[StepMetrics] = []
         self.first_step = rank_checkpoint.resume(job, list(self.ctxs.values()), rank)
+        assert self.first_step == first, "the checkpoint read before building the stages"
+        for c in self.ctxs.values() if first > 0 else ():
+            reload_versions(c)
         out = job.config.out
         self.log = MetricsLog.open(out, self.first_step or None) if self.reports and out is not None else None
         self.waits: list[float] = []
@@ -162,16 +181,15 @@ class _JobRun:
         program = self.program if self.chunks is None else self.chunks[step]
         if ctx is not None:
             wait = sum(self._load_batch(c, step) for c in self.ctxs.values())
-            ctx.transport.expect(*self.receives[0 if self.chunks is None else step])
-            if self.chunks is not None:  # the last chunk's gradients, received by this step's expect
-                ctx.transport.wait_sends()
-            for c in self.ctxs.values():
-                if c.optimizer is not None:
-                    set_lr(c.optimizer, config.lr_at(step) * self.lr_scales[c.stage])
+            if self.chunks is None:
+                ctx.transport.expect(*self.receives[0])
+            self._set_lr(step)
         stop = self.session.agree_stop()  # the step's barrier
         if stop:
-            saved = self._save(step) if config.checkpoint_dir is not None and step > self.first_step else None
-            raise Interrupted(stop, step, saved)
+            self._stop(stop, step)
+        if ctx is not None and self.chunks is not None:  # after the barrier: a stop drains instead
+            ctx.transport.expect(*self.receives[step])
+            ctx.transport.wait_sends()  # the last chunk's gradients, received by this step's expect
         self.recorder.start_step()
         if ctx is not None:
             run_program(self.contexts, program, (self.fault, self.recorder))
@@ -189,8 +207,46 @@ class _JobRun:
         if rank_checkpoint.checkpoint_due(self.job, step + 1):
             self._save(step + 1)
 
+    def _set_lr(self, step: int) -> None:
+        for c in self.ctxs.values():
+            if c.optimizer is not None:
+                set_lr(c.optimizer, self.job.config.lr_at(step) * self.lr_scales[c.stage])
+
+    def _stop(self, signum: int, step: int) -> None:
+        """Every rank, at step ``step``'s barrier, on a stop signal: save (checkpointing on, a step taken
+        since the start), an asynchronous run draining its pipeline first (:meth:`_drain`).
+
+        Raises:
+            Interrupted: always.
+        """
+        saved = None
+        if self.job.config.checkpoint_dir is not None and step > self.first_step:
+            if self.chunks is not None:
+                self._drain(step)
+            saved = self._save(step)
+        raise Interrupted(signum, step, saved)
+
+    def _drain(self, step: int) -> None:
+        """Finish the micro-batches in flight before batch ``step``: run the rest of the segment built
+        for the batches up to ``step`` (:func:`~pipetrain.schedule.segments.drain_suffix`), with the
+        learning rate of the step its STEPs belong to, so every stage has stepped for every batch."""
+        ctx, chunks = self.ctx, self.chunks
+        if ctx is None or chunks is None:
+            return
+        start = segment_start(self.drains, step - 1)
+        ran = tuple(a for c in chunks[start:step] for a in c)
+        before = sum(a.kind is ActionKind.STEP for c in chunks[:start] for a in c)
+        drain = drain_suffix(self.job.plan, ran, self.session.rank, start, step, before)
+        ctx.transport.expect(*self._receives(drain))
+        ctx.transport.wait_sends()
+        self._set_lr(step - 1)
+        run_program(self.contexts, drain)
+        ctx.transport.wait_sends()
+
     def _save(self, done: int) -> Path:
         start = time.perf_counter()
+        for c in self.ctxs.values():  # the pipeline is drained: every STEP it ran is in the weights
+            finish_pending_step(c)
         if self.manifest_fields is None and self.session.rank == 0:
             self.manifest_fields = rank_checkpoint.manifest_fields(self.job)
         folder = rank_checkpoint.save(self.job, list(self.ctxs.values()), self.session.rank,

@@ -6,6 +6,10 @@ writes the manifest last (:func:`~pipetrain.runtime.job.checkpoint.write_manifes
 reads the newest whole checkpoint's manifest and the shards holding its layers; with the plan's
 layout unchanged it also takes back its RNG state, so the resumed run equals an unbroken one bit
 for bit; with another layout the tensors are resharded by name and the RNG states start afresh.
+
+An asynchronous run (``pipedream``, ``2bw``) drains its pipeline before each checkpoint step and
+before the step it resumes at (:func:`drains`, :mod:`pipetrain.schedule.segments`), so a checkpoint
+holds no micro-batch in flight and is saved, resumed, resharded and exported as a synchronous one.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from pipetrain.runtime.job.checkpoint import (
     write_shard,
 )
 from pipetrain.runtime.job.config import TrainJob
+from pipetrain.schedule.segments import drain_points
 
-__all__ = ["checkpoint_due", "find_resume", "manifest_fields", "resume", "save"]
+__all__ = ["checkpoint_due", "drains", "find_resume", "manifest_fields", "resume", "resume_step", "save"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,17 @@ def checkpoint_due(job: TrainJob, done: int) -> bool:
     if config.checkpoint_dir is None:
         return False
     return done == config.steps or (config.checkpoint_every > 0 and done % config.checkpoint_every == 0)
+
+
+def drains(job: TrainJob, first_step: int) -> tuple[int, ...]:
+    """The steps before which an asynchronous run of ``job`` resumed at ``first_step`` (0: afresh) drains
+    its pipeline: its checkpoint steps before the last (:func:`checkpoint_due`) and ``first_step``;
+    none for a synchronous plan, which flushes every step."""
+    config = job.config
+    if not job.plan.asynchronous:
+        return ()
+    every = config.checkpoint_every if config.checkpoint_dir is not None else 0
+    return drain_points(config.steps, every, first_step)
 
 
 def find_resume(job: TrainJob) -> Checkpoint | None:
@@ -136,11 +152,9 @@ def resume(job: TrainJob, ctxs: Sequence[RankContext], rank: int) -> int:
     """Load this rank's stages (one, or several under method interleaved) from the checkpoint folder
     ``config.resume`` names (the one :func:`find_resume` chose before launch); returns its step (0 when
     not resuming)."""
-    folder = job.config.resume
-    if folder is None:
+    checkpoint = _resumed(job)
+    if checkpoint is None:
         return 0
-    checkpoint = open_checkpoint(folder) if (folder / MANIFEST).is_file() else find_resume(job)
-    assert checkpoint is not None
     same = checkpoint.manifest.get("layout") == plan_layout(job.plan)
     if not same and rank == 0:
         log.warning("resuming %s with another plan layout: tensors resharded by name, RNG states start afresh",
@@ -158,3 +172,17 @@ def resume(job: TrainJob, ctxs: Sequence[RankContext], rank: int) -> int:
             state["optimizer"] = {}
         restore_stage(state, module, layers, ctx.optimizer, job.graph.ties)
     return checkpoint.step
+
+
+def resume_step(job: TrainJob) -> int:
+    """The step the run resumes at, before any stage is built (0 when not resuming)."""
+    checkpoint = _resumed(job)
+    return 0 if checkpoint is None else checkpoint.step
+
+
+def _resumed(job: TrainJob) -> Checkpoint | None:
+    """The checkpoint ``config.resume`` names (the folder :func:`find_resume` chose before launch), or None."""
+    folder = job.config.resume
+    if folder is None:
+        return None
+    return open_checkpoint(folder) if (folder / MANIFEST).is_file() else find_resume(job)

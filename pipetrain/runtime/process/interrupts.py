@@ -5,7 +5,8 @@ every rank of the launch takes part in one all-reduce (MAX) of the signal it has
 none (:func:`agree`): it is the step's barrier as well, so it costs nothing extra, and it makes every
 rank see the same answer at the same step even when the signal reached only some of them (a
 ``kill -TERM`` to one process, a terminal's Ctrl-C reaching all). The ranks then write a checkpoint
-if checkpointing is on and raise :class:`~pipetrain.errors.Interrupted`.
+if checkpointing is on (an asynchronous run first drains the micro-batches in flight,
+:mod:`pipetrain.schedule.segments`) and raise :class:`~pipetrain.errors.Interrupted`.
 
 The local launcher forwards the signal it receives to its ranks (:func:`forward`); torchrun's agent
 forwards SIGINT/SIGTERM to its workers itself.
