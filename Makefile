@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check pipetrain tests benchmarks
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipetrain tests benchmarks

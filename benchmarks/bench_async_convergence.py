@@ -24,6 +24,12 @@ it from the CLI (the planner's two stages may cut the layers elsewhere than in h
     pipetrain train --plan plan.json --method pipedream --steps 300 --optimizer adamw --lr 3e-3 \\
         --lr-schedule warmup-cosine --warmup-steps 15 --eval-every 30        # add --lr-rule none: rule off
 
+``--steps N`` trains every run for ``N`` batches (warm-up and evaluation scale with it) and ``--only``
+keeps the runs of the given labels, e.g. the longer horizon in BENCHMARKS.md::
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_async_convergence.py --models gpt-tiny --steps 900 \\
+        --only 1f1b "pipedream-vsync, rule auto" 2bw --out benchmarks/results/async-convergence/gpt-tiny-900
+
 ``--sweep`` trains the candidate rates the rule was chosen from instead, each set by hand with the
 rule off: ``pipedream`` and ``pipedream-vsync`` at ``lr × 1, 1/2, 1/4, 1/8``, ``2bw`` at ``lr × 2, 1, 1/2``.
 
@@ -202,11 +208,16 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--sweep", action="store_true",
                         help="instead of the rule on and off: the candidate rates, by hand with the rule off")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="batches per run instead of each model's default (a longer horizon)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="LABEL",
+                        help="only the runs with these labels (e.g. 1f1b 2bw)")
     args = parser.parse_args()
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
     torch.set_num_threads(1)
-    runs = SWEEP if args.sweep else RUNS
-    outcomes = [o for model in args.models for o in run_model(model, 20 if args.quick else None, runs)]
+    runs = tuple(r for r in (SWEEP if args.sweep else RUNS) if args.only is None or r.label in args.only)
+    steps = 20 if args.quick else args.steps
+    outcomes = [o for model in args.models for o in run_model(model, steps, runs)]
     args.out.mkdir(parents=True, exist_ok=True)
     plot(outcomes, args.out / "curves.png")
     machine = f"{platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}"

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import parameter_copies
-from pipetrain.plan.methods import METHODS, Method, MethodSpec, StageGraph
+from pipetrain.plan.methods import METHODS, Method, MethodSpec, StageGraph, WeightPolicy
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import thinned_counts
@@ -206,8 +206,9 @@ def async_candidates_at(problem: PlanningProblem, n_micro: int, straight: bool,
 
 def pipedream_plans(spec: MethodSpec) -> bool:
     """The methods the pipedream planner plans: those that run replicated stages along a chain (its DP
-    replicates stages): gpipe and 1f1b by default, pipedream (asynchronous) when asked."""
-    return spec.replicas and spec.graph is StageGraph.CHAIN
+    replicates stages) with one weight version or PipeDream's stashing: gpipe and 1f1b by default,
+    pipedream (asynchronous) when asked. 2BW's double buffering has its own planner (``2bw``)."""
+    return spec.replicas and spec.graph is StageGraph.CHAIN and WeightPolicy.TWO_BW not in spec.weights
 
 
 def plan_pipedream(

@@ -38,7 +38,7 @@ def test_config_rejects(kwargs: dict[str, object], match: str) -> None:
 
 
 def test_fault_kind_is_checked() -> None:
-    with pytest.raises(UserError, match="'raise' or 'kill'"):
+    with pytest.raises(UserError, match="'raise', 'kill' or 'interrupt'"):
         FaultInjection(0, 0, "explode")  # type: ignore[arg-type]
 
 
