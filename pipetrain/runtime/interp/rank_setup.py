@@ -184,17 +184,25 @@ def finish_pending_step(ctx: RankContext) -> None:
     all-reduce is in flight: :mod:`~pipetrain.runtime.interp.weights`), so that its weights and
     optimizer state are those after every STEP it ran: before a checkpoint is written, the pipeline
     drained. Every rank has started that all-reduce by then, as every rank ran its STEPs."""
-    kernel = ctx.kernel
-    if isinstance(kernel, ChainKernel) and isinstance(kernel.weights, VersionedWeights):
-        kernel.weights.settle()
+    weights = _versioned_weights(ctx)
+    if weights is not None:
+        weights.settle()
 
 
 def reload_versions(ctx: RankContext) -> None:
     """The stage's weights were loaded from a checkpoint: an asynchronous stage's store of weight
     versions holds them as its newest (:meth:`~pipetrain.runtime.interp.versions.WeightVersions.reload`)."""
+    weights = _versioned_weights(ctx)
+    if weights is not None:
+        weights.versions.reload()
+
+
+def _versioned_weights(ctx: RankContext) -> VersionedWeights | None:
+    """The stage's weight versions when it runs an asynchronous method's chain kernel, else None."""
     kernel = ctx.kernel
     if isinstance(kernel, ChainKernel) and isinstance(kernel.weights, VersionedWeights):
-        kernel.weights.versions.reload()
+        return kernel.weights
+    return None
 
 
 def stage_state_dict(ctx: RankContext, layers: Sequence[Layer], buffers: bool) -> dict[str, torch.Tensor]:
