@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import METHODS, Method, MethodParams, MethodSpec, WeightPolicy
 from pipetrain.plan.placement import Placement, local_edges
+from pipetrain.profile.precision import Precision
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -109,6 +110,8 @@ class Plan:
             (stages with unequal forward and backward partitions recompute regardless).
         weights: weight versioning policy, one of the method's (:attr:`MethodSpec.weights`).
         prediction: the simulated time the plan was chosen with, if any.
+        precision: the numeric precision the plan trains at (:mod:`pipetrain.profile.precision`):
+            ``fp32``, or mixed ``bf16``/``fp16`` (float32 master weights, messages in the compute dtype).
         params: the method's own parameters, of its :attr:`MethodSpec.params` type (local learning's
             heads and queue depth, :class:`~pipetrain.plan.methods.LocalParams`). Left at the empty
             default (or another method's defaults, as after ``replace(plan, method=...)``), a method whose
@@ -125,6 +128,7 @@ class Plan:
     weights: WeightPolicy = WeightPolicy.SYNC
     prediction: Prediction | None = None
     params: MethodParams = field(default_factory=MethodParams)
+    precision: Precision = "fp32"
 
     def __post_init__(self) -> None:
         spec = METHODS[self.method]

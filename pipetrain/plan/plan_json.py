@@ -21,6 +21,7 @@ from typing import Any
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import METHODS, Method, MethodParams, WeightPolicy
 from pipetrain.plan.plan import Plan, Prediction, StagePlan
+from pipetrain.profile.precision import parse_precision
 
 __all__ = ["plan_from_json", "plan_to_json"]
 
@@ -30,6 +31,8 @@ def plan_to_json(plan: Plan) -> str:
     data: dict[str, Any] = asdict(plan)
     data["method"] = plan.method.value
     data["weights"] = plan.weights.value
+    if plan.precision == "fp32":
+        del data["precision"]  # the default: plans without mixed precision read as before
     params = plan.params.to_json()
     if params:
         data["params"] = params
@@ -92,6 +95,7 @@ def plan_from_json(text: str) -> Plan:
             weights=WeightPolicy(data.get("weights", METHODS[method].weights[0].value)),
             prediction=_prediction(data.get("prediction")),
             params=_params(method, data),
+            precision=parse_precision(str(data.get("precision", "fp32"))),
         )
     except KeyError as e:
         raise UserError(f"plan JSON lacks the field {e.args[0]!r}; add it or re-create the plan") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -43,6 +44,15 @@ def test_ranges() -> None:
 def test_json_round_trip() -> None:
     plan = two_stage_plan()
     assert Plan.from_json(plan.to_json()) == plan
+
+
+def test_precision_round_trips_and_fp32_is_left_out() -> None:
+    plan = two_stage_plan()
+    assert plan.precision == "fp32" and '"precision"' not in plan.to_json()
+    bf16 = replace(plan, precision="bf16")
+    assert Plan.from_json(bf16.to_json()) == bf16
+    with pytest.raises(UserError, match="precision 'fp8' is unknown; use one of fp32, bf16, fp16"):
+        Plan.from_json(plan.to_json().replace('"method"', '"precision": "fp8", "method"'))
 
 
 def test_hand_written_plan_accepted() -> None:
