@@ -31,14 +31,21 @@ CPU_ACTION_OVERHEAD_S = 2.5e-4
 class DeviceModel:
     """Peak capabilities of a device class, for estimated profiles.
 
+    The estimator prices a kernel's FLOPs at the peak of the profile's precision
+    (:func:`~pipetrain.profile.estimate.peak_flops`): ``peak_flops`` for fp16, ``bf16_peak_flops``
+    for bf16 and ``fp32_peak_flops`` for fp32, a missing one being ``peak_flops`` (a device without
+    separate half-precision units, or a model that does not tell them apart).
+
     Attributes:
         name: short name (``"v100"``).
-        peak_flops: dense float32-equivalent throughput the estimator assumes (FLOP/s).
+        peak_flops: sustained dense half-precision (fp16) throughput: a GPU's tensor cores (FLOP/s).
         memory_bandwidth_bytes_per_s: device memory bandwidth (B/s).
         kernel_overhead_s: fixed cost per kernel launch (s).
         memory_bytes: device memory.
         saturation_flops: work per kernel below which the device is under-used; kernels smaller
             than this cost as much as one of this size (models poor utilisation at small batches).
+        fp32_peak_flops: sustained dense float32 throughput (None: ``peak_flops``).
+        bf16_peak_flops: sustained dense bfloat16 throughput (None: ``peak_flops``).
     """
 
     name: str
@@ -47,20 +54,36 @@ class DeviceModel:
     kernel_overhead_s: float
     memory_bytes: int
     saturation_flops: float
+    fp32_peak_flops: float | None = None
+    bf16_peak_flops: float | None = None
 
 
-# Sustained (not datasheet) figures: about 60-70% of the datasheet's mixed-precision peak for the
-# GPUs (tensor cores, fp16/bf16 matmuls), and a single core's worth for "cpu" (one thread of a
-# recent x86 core: float32 GEMMs measured at 1.0-1.3e11 FLOP/s, streaming reads at 2-3e10 B/s).
+# Sustained (not datasheet) figures. For the GPUs, a fixed fraction of each datasheet's dense peaks,
+# the same for every precision of one GPU, so that fp32 and fp16/bf16 estimates differ by the
+# datasheets' ratio (NVIDIA data sheets; dense, without the 2:4 sparsity the Ampere/Hopper sheets
+# also quote):
+#   V100 SXM2 32 GB: FP16 tensor cores 125 TFLOP/s, FP32 15.7; no bfloat16 units (bf16 runs at the
+#     FP32 rate); 900 GB/s. Fraction 0.64: 8.0e13 fp16, 1.0e13 fp32 and bf16.
+#   A100 SXM4 80 GB: BF16/FP16 tensor cores 312 TFLOP/s, FP32 19.5 (TF32 tensor cores 156); 2.0 TB/s.
+#     Fraction 0.64: 2.0e14 bf16/fp16, 1.25e13 fp32.
+#   H100 SXM5 80 GB: BF16/FP16 tensor cores 989 TFLOP/s, FP32 67 (TF32 495); 3.35 TB/s.
+#     Fraction 0.51: 5.0e14 bf16/fp16, 3.4e13 fp32.
+# fp32 is the CUDA-core FP32 peak, not TF32: PyTorch has run float32 matmuls without TF32 by default
+# since 1.12 (torch.backends.cuda.matmul.allow_tf32 = False). cuDNN convolutions do default to TF32
+# on A100/H100 (torch.backends.cudnn.allow_tf32 = True), so fp32 convolutions there are estimated slow.
+# Memory bandwidths are about 80-90% of the sheets' (V100 8.0e11, A100 1.6e12, H100 2.6e12 B/s).
+# "cpu" is a single core's worth at every precision (one thread of a recent x86 core: float32 GEMMs
+# measured at 1.0-1.3e11 FLOP/s, streaming reads at 2-3e10 B/s; a core without AMX or AVX-512 BF16
+# runs bf16 no faster: gpt-tiny measured about 2x slower under bf16 autocast than in fp32 here).
 # "fpga" is an Alveo U280-class card, for BaPipe's simulated FPGA clusters (docs/algorithms.md §4): about 40% of
 # the U280 data sheet's 24.5 INT8 TOPS, as a low-precision systolic design sustains it; its 8 GiB of
 # HBM2 at the 4.25e11 B/s (of 460 GB/s nominal) that Shuhai measured on a U280 (Wang et al., FCCM 2020);
 # and a dataflow pipeline that is full at small work (low saturation) with little per-kernel overhead.
 DEVICE_MODELS: dict[str, DeviceModel] = {
     "cpu": DeviceModel("cpu", 1.0e11, 2.0e10, 5e-6, 16 * GiB, 1.0e5),
-    "v100": DeviceModel("v100", 8.0e13, 8.0e11, 6e-6, 32 * GiB, 2.0e8),
-    "a100": DeviceModel("a100", 2.0e14, 1.6e12, 5e-6, 80 * GiB, 5.0e8),
-    "h100": DeviceModel("h100", 5.0e14, 2.6e12, 4e-6, 80 * GiB, 1.2e9),
+    "v100": DeviceModel("v100", 8.0e13, 8.0e11, 6e-6, 32 * GiB, 2.0e8, fp32_peak_flops=1.0e13, bf16_peak_flops=1.0e13),
+    "a100": DeviceModel("a100", 2.0e14, 1.6e12, 5e-6, 80 * GiB, 5.0e8, fp32_peak_flops=1.25e13),
+    "h100": DeviceModel("h100", 5.0e14, 2.6e12, 4e-6, 80 * GiB, 1.2e9, fp32_peak_flops=3.4e13),
     "fpga": DeviceModel("fpga", 1.0e13, 4.25e11, 2e-6, 8 * GiB, 1.0e6),
 }
 

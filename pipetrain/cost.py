@@ -11,6 +11,14 @@ parameter (:class:`~pipetrain.profile.table.TiedBytes`) counts once in a stage h
 layers, and costs the stages holding it such an all-reduce of its gradient over all their ranks
 (:meth:`CostModel.tied_allreduce_s`).
 
+A cost model is at one precision, its profiles' (:attr:`CostModel.precision`; all of them must agree).
+Its byte counts are theirs, so at ``bf16``/``fp16`` a message between stages (an activation forward,
+its gradient back) costs the compute dtype's bytes, ``message_bytes_factor(precision)`` = 1/2 of the
+float32 bytes for a floating-point value (:mod:`pipetrain.profile.precision`; integer inputs such as
+token ids keep their own), and stashed activations are the compute dtype's; parameter bytes (which
+the replicas all-reduce as float32 gradients, and the optimizer steps) stay float32. A plan is
+priced only by a cost model at its precision (:func:`pipetrain.api.cost_of` checks it).
+
 For method ``local`` a cost model can also hold the auxiliary heads' profiles
 (:meth:`CostModel.with_heads`, from :func:`~pipetrain.profile.heads.head_profiles`): a stage ending at
 layer ``l`` then adds the head after ``l`` to its forward (:meth:`CostModel.head_forward_s`), backward
@@ -26,6 +34,7 @@ import numpy as np
 
 from pipetrain.cluster import Cluster, device_model
 from pipetrain.errors import UserError
+from pipetrain.profile.precision import Precision
 from pipetrain.profile.table import LayerProfile, Profile, TiedBytes
 
 __all__ = ["CostModel"]
@@ -56,6 +65,12 @@ class CostModel:
         self.cluster = cluster
         self.action_overhead_s = cluster.action_overhead_s if action_overhead_s is None else action_overhead_s
         self.profile = next(iter(self.profiles.values()))
+        precisions = {p.precision for p in self.profiles.values()}
+        if len(precisions) > 1:
+            raise UserError(f"the device kinds' profiles are at different precisions "
+                            f"({', '.join(sorted(precisions))}); profile or estimate each kind at the plan's precision")
+        self.precision: Precision = self.profile.precision
+        """The profiles' precision: their bytes' and times' (module docstring)."""
         self.forward_s = lru_cache(maxsize=None)(self._forward_s)
         self.backward_s = lru_cache(maxsize=None)(self._backward_s)
         self.backward_input_s = lru_cache(maxsize=None)(self._backward_input_s)

@@ -18,6 +18,7 @@ from pipetrain.cluster_spec import ClusterSpec, load_cluster_spec
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.planners import ModelRef
+from pipetrain.profile.precision import Precision
 from pipetrain.profile.table import Profile
 
 __all__ = ["Profiles", "check_profile_of", "cluster_profiles", "each_profile", "estimated_cluster", "load_cluster",
@@ -78,7 +79,8 @@ def load_cluster(path: str | Path, n_ranks: int | None = None) -> Cluster:
 
 
 def cluster_profiles(
-    graph: LayerGraph, cluster: Cluster | ClusterSpec, batch_size: int, *, profile: Profile | None = None
+    graph: LayerGraph, cluster: Cluster | ClusterSpec, batch_size: int, *, profile: Profile | None = None,
+    precision: Precision = "fp32",
 ) -> dict[str, Profile]:
     """One Profile per device kind of ``cluster``, for ``CostModel(profiles, cluster)`` (docs/algorithms.md §4.3).
 
@@ -90,30 +92,34 @@ def cluster_profiles(
     3. an estimate for the kind's device model (:func:`~pipetrain.profile.estimate.estimate_profile`
        up to ``batch_size``), made once per device model.
 
+    Every profile is at ``precision`` (estimated at it; a given one or a file at another is refused,
+    :meth:`~pipetrain.profile.table.Profile.check_precision`).
+
     Args:
         cluster: a :class:`ClusterSpec` (from :func:`load_cluster_spec`), or a Cluster, whose
             kinds are estimated for their device models (the kind up to ``#``).
 
     Raises:
-        UserError: a profile (file or ``profile``) of another model than ``graph``; ``profile``
-            for kinds of several device models; a kind whose device model is unknown.
+        UserError: a profile (file or ``profile``) of another model than ``graph`` or at another
+            precision; ``profile`` for kinds of several device models; a kind whose device model is unknown.
     """
     spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.of(cluster)
     unmeasured = {kind: source.device_model for kind, source in spec.profiles.items() if source.path is None}
     if profile is not None:
-        check_profile_of(graph, profile, "the given profile")
+        check_profile_of(graph, profile, "the given profile").check_precision(precision, "the given profile")
         if len(set(unmeasured.values())) > 1:
             raise UserError(f"one profile cannot describe device kinds {sorted(unmeasured)} of different device "
                             "models; give each spec group a measured `profile:` file, or pass no profile to "
                             "estimate each model")
-    by_model = {model: profile or profile_model(graph, batch_size, estimate=model)
+    by_model = {model: profile or profile_model(graph, batch_size, estimate=model, precision=precision)
                 for model in set(unmeasured.values())}
     profiles: dict[str, Profile] = {}
     for kind, source in spec.profiles.items():
         if source.path is None:
             profiles[kind] = by_model[source.device_model]
         else:
-            profiles[kind] = check_profile_of(graph, Profile.load(source.path), str(source.path))
+            loaded = check_profile_of(graph, Profile.load(source.path), str(source.path))
+            profiles[kind] = loaded.check_precision(precision, str(source.path))
     return profiles
 
 

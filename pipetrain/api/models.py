@@ -2,6 +2,7 @@
 
     graph = api.resolve_model("gpt-tiny")                         # or an nn.Module with data=
     profile = api.profile_model(graph, batch_size=32)             # measured here, or estimate="v100"
+    profile = api.profile_model(graph, 32, precision="bf16")      # under bf16 autocast
     graph = api.graph_for_plan(plan)                              # the model a saved plan was made for
 """
 
@@ -19,6 +20,7 @@ from pipetrain.graph.load import capture_module, default_loss_kind, load_model
 from pipetrain.plan.plan import Plan
 from pipetrain.plan.stage_graph import validate_for_graph
 from pipetrain.planners import ModelRef
+from pipetrain.profile.precision import Precision
 from pipetrain.profile.table import Profile
 
 __all__ = ["check_stage_count", "graph_for_plan", "profile_model", "resolve_model"]
@@ -88,8 +90,9 @@ def profile_model(
     progress: bool = False,
     repeats: int = 5,
     loss: str | None = None,
+    precision: Precision = "fp32",
 ) -> Profile:
-    """Measure the model's per-layer costs here, or estimate them for a device model.
+    """Measure the model's per-layer costs here, or estimate them for a device model, at a precision.
 
     Args:
         graph: the model.
@@ -99,16 +102,19 @@ def profile_model(
         repeats: timed repeats per (layer, size); the median is kept.
         loss: the training loss timed on the last layer: ``"cross-entropy"``, ``"mse"``,
             ``"module.path:callable"``, or None for the model's own.
+        precision: ``"fp32"``, or mixed ``"bf16"``/``"fp16"``: measured under autocast
+            (:mod:`pipetrain.profile.measure`), estimated at the device's half-precision peak
+            (:mod:`pipetrain.profile.estimate`). A plan at a precision needs a profile at it.
     """
     if estimate is not None:
         from pipetrain.profile.estimate import estimate_profile
 
-        return estimate_profile(graph, estimate, batch_size)
+        return estimate_profile(graph, estimate, batch_size, precision=precision)
     from pipetrain.data import resolve_loss
     from pipetrain.profile.measure import measure_profile
 
     loss_fn = None if loss is None else resolve_loss(loss, graph.target)
-    return measure_profile(graph, batch_size, repeats=repeats, progress=progress, loss=loss_fn)
+    return measure_profile(graph, batch_size, repeats=repeats, progress=progress, loss=loss_fn, precision=precision)
 
 
 def check_stage_count(model: LayerGraph | ModelRef, n_stages: int) -> None:

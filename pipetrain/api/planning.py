@@ -41,6 +41,7 @@ from pipetrain.planners import (
     get_planner,
     planner_for,
 )
+from pipetrain.profile.precision import Precision
 
 __all__ = ["local_params", "plan"]
 
@@ -78,7 +79,8 @@ def plan(
     Returns:
         ``result.plan``, ``result.cluster`` (the cluster the plan's ranks index, a sub-cluster when
         it leaves devices idle), ``result.candidates`` (what was scored, fastest first) and
-        ``result.report`` (the planner's own account).
+        ``result.report`` (the planner's own account). The plans are at the profiles' precision
+        (``plan.precision``; ``profile_model(..., precision=)``): their costs', bytes' and memory's.
 
     Raises:
         UserError: an unknown planner, constraints it does not take, a model with fewer layers than
@@ -97,7 +99,16 @@ def plan(
     cost = local_cost(model, profile, cluster, params.aux) if isinstance(params, LocalParams) and \
         isinstance(model, LayerGraph) else CostModel(profile, cluster)
     problem = PlanningProblem(ref, cost, _batch_size(batch_size, constraints), optimizer, constraints, progress)
-    return spec.run(problem)
+    return _at_precision(spec.run(problem), cost.precision)
+
+
+def _at_precision(result: PlanningResult, precision: Precision) -> PlanningResult:
+    """``result`` with its plans at ``precision``, the profiles' that costed them: a plan trains at the
+    precision its costs were measured or estimated at (:mod:`pipetrain.profile.precision`)."""
+    if precision == "fp32":
+        return result
+    candidates = tuple(replace(c, plan=replace(c.plan, precision=precision)) for c in result.candidates)
+    return replace(result, plan=replace(result.plan, precision=precision), candidates=candidates)
 
 
 def _planner(name: str | None, constraints: Constraints) -> PlannerSpec:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipetrain.api.clusters import Profiles
+from pipetrain.api.clusters import Profiles, each_profile
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
@@ -47,8 +47,11 @@ def cost_of(plan: Plan, profile: Profiles, cluster: Cluster, graph: LayerGraph |
     """The cost model that predicts ``plan``: with its auxiliary heads for method local (:func:`local_cost`).
 
     Raises:
-        UserError: a local plan without its ``graph``.
+        UserError: a local plan without its ``graph``; a profile at another precision than the plan's
+            (:meth:`~pipetrain.profile.table.Profile.check_precision`).
     """
+    for p in each_profile(profile):
+        p.check_precision(plan.precision)
     params = plan.params
     if not isinstance(params, LocalParams):
         return CostModel(profile, cluster)

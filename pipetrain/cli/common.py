@@ -15,6 +15,7 @@ from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
+from pipetrain.profile.precision import Precision
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.schedule import Schedule
 
@@ -35,33 +36,36 @@ def graph_of(args: argparse.Namespace) -> LayerGraph:
     return api.resolve_model(model, data=args.data, loss=args.loss, leaf_modules=args.leaf or ())
 
 
-def load_profile(args: argparse.Namespace, graph: LayerGraph, batch: int) -> Profile:
+def load_profile(args: argparse.Namespace, graph: LayerGraph, batch: int, precision: Precision = "fp32") -> Profile:
+    """The profile at ``precision``: ``--profile``'s (refused at another precision), else estimated
+    (``--estimate``) or measured here at it."""
     if args.profile is not None:
-        return Profile.load(args.profile)
+        return Profile.load(args.profile).check_precision(precision, str(args.profile))
     if args.estimate is None:
-        console.print(f"[dim]profiling {graph.name} here (pass --profile to reuse a saved one)[/dim]")
-    return api.profile_model(graph, batch, estimate=args.estimate, progress=True, loss=args.loss)
+        console.print(f"[dim]profiling {graph.name} here at {precision} (pass --profile to reuse a saved one)[/dim]")
+    return api.profile_model(graph, batch, estimate=args.estimate, progress=True, loss=args.loss, precision=precision)
 
 
 def cluster_and_profiles(
-    args: argparse.Namespace, graph: LayerGraph, batch: int, n_ranks: int
+    args: argparse.Namespace, graph: LayerGraph, batch: int, n_ranks: int, precision: Precision = "fp32"
 ) -> tuple[Cluster, api.Profiles]:
     """The cluster (``--cluster``: a YAML spec, a probe or plan-cluster JSON; default: this machine
-    with ``n_ranks`` ranks) and its profiles (one per device kind for mixed clusters)."""
+    with ``n_ranks`` ranks) and its profiles (one per device kind for mixed clusters), at the plan's
+    ``precision`` (:func:`load_profile`, :func:`pipetrain.api.cluster_profiles`)."""
     if args.cluster is not None and args.cluster.suffix in (".yaml", ".yml"):
         if args.estimate is not None:
             raise UserError("--estimate: a cluster spec names each group's device model (and profile); drop --estimate")
         spec = api.load_cluster_spec(args.cluster, args.ranks)
         given = Profile.load(args.profile) if args.profile is not None else None
-        return spec.cluster, api.cluster_profiles(graph, spec, batch, profile=given)
+        return spec.cluster, api.cluster_profiles(graph, spec, batch, profile=given, precision=precision)
     if args.cluster is None and args.estimate is not None:
         cluster, assumed = api.estimated_cluster(args.estimate, n_ranks)
         console.print(f"[dim]cluster: {escape(assumed)}[/dim]")
-        return cluster, load_profile(args, graph, batch)
+        return cluster, load_profile(args, graph, batch, precision)
     cluster = api.local_cluster(n_ranks, args.cluster)
     if {d.kind for d in cluster.devices} == {"cpu"} or args.profile is not None or args.estimate is not None:
-        return cluster, load_profile(args, graph, batch)
-    return cluster, api.cluster_profiles(graph, cluster, batch)
+        return cluster, load_profile(args, graph, batch, precision)
+    return cluster, api.cluster_profiles(graph, cluster, batch, precision=precision)
 
 
 def save_text(path: Path, text: str, what: str) -> None:

@@ -18,6 +18,7 @@ from pipetrain.plan.plan import MAX_BATCH_SIZE
 from pipetrain.planners import DEFAULT_PLANNER, PLANNERS, default_planner
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.microbatch import GAConfig
+from pipetrain.profile.precision import PRECISIONS
 from pipetrain.runtime.job.lr_rule import LR_RULES
 from pipetrain.runtime.job.optim import LR_SCHEDULES
 
@@ -139,10 +140,19 @@ def _out_dir(p: argparse.ArgumentParser, default: str, what: str) -> None:
     p.add_argument("--out", action=_OutIsAFile, help=argparse.SUPPRESS)
 
 
+def _precision_arg(p: argparse.ArgumentParser) -> None:
+    """``--precision``: the numeric precision to profile (and plan) at (:mod:`pipetrain.profile.precision`)."""
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32, or mixed precision bf16/fp16: layers measured under torch.autocast, or estimated at "
+                        "the device's tensor-core peak; activations and messages in the compute dtype, weights and "
+                        "optimizer state float32 (default: fp32)")
+
+
 def profile_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model (cpu, v100, a100, h100, "
                    "fpga) instead of measuring (default: measure here)")
+    _precision_arg(p)
     p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point, the median kept (default: 5)")
     _out_file(p, "out/profile.json", "profile JSON to write")
 
@@ -169,6 +179,7 @@ def probe_args(p: argparse.ArgumentParser) -> None:
 def plan_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     _cost_args(p)
+    _precision_arg(p)  # i28-prof: the profile's precision; the runtime's branch adds --precision to train too
     p.add_argument("--method", default="auto", choices=["auto", *method_names()], help=_plan_method_help())
     _local_args(p)
     _vertical_sync_arg(p)

@@ -32,7 +32,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if route.spec.method_params() is LocalParams:  # the heads, checked against the model before any profiling
         constraints = dataclasses.replace(constraints, params=api.local_params(
             graph, args.aux, args.queue_depth or DEFAULT_QUEUE_DEPTH))
-    cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
+    cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2, args.precision)
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=route.spec.name,
                       optimizer=args.optimizer, constraints=constraints, progress=True)
     if route.run_by is not None:

@@ -22,7 +22,7 @@ def _predict(args: argparse.Namespace, plan: Plan, graph: LayerGraph) -> tuple[C
     n_ranks = args.ranks or plan.n_ranks
     if n_ranks < plan.n_ranks:
         raise UserError(f"the plan uses {plan.n_ranks} ranks but --ranks is {n_ranks}; pass --ranks {plan.n_ranks}")
-    cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, n_ranks)
+    cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, n_ranks, plan.precision)
     given = load_schedule(args)
     schedule, predicted = api.predict(plan, profile, cluster, graph=graph,
                                       schedule=given if given is not None else _drained(args, plan))

@@ -76,7 +76,7 @@ def rechunked(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
         raise UserError(f"--virtual-stages is for --method {listed(chunked)}; add one or drop --virtual-stages")
     if plan.edges or plan.replicated:
         raise UserError("--virtual-stages re-cuts a chain plan with one rank per stage; drop it for this plan")
-    cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, plan.n_ranks)
+    cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, plan.n_ranks, plan.precision)
     return build_interleaved_plan(ModelRef.of(graph), CostModel(profile, cluster), n_ranks=plan.n_ranks,
                                   chunks=args.virtual_stages, batch_size=plan.batch_size,
                                   n_micro=len(plan.stages[0].forward_sizes), method=spec.method)

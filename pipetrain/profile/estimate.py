@@ -10,14 +10,16 @@ counted. A kernel with ``f`` FLOPs moving ``m`` bytes on a device model with per
 ``o``, sustained peak ``P`` FLOP/s, memory bandwidth ``W`` B/s and saturation work ``s`` FLOPs
 costs (a per-kernel roofline, after Williams, Waterman and Patterson, "Roofline", CACM 2009)::
 
-    t = o + max(max(f, s) / P, m / W)      for a kernel that does FLOPs (matmul, conv, attention)
+    t = o + max(f / P, s / P_half, m / W)  for a kernel that does FLOPs (matmul, conv, attention)
     t = o + m / W                          for any other kernel (element-wise, norms, copies)
 
-and a layer's forward (backward) time is the sum over its forward (backward) kernels. The floor
-``max(f, s)`` models under-use: a matmul too small to fill the device runs no faster than one of
-``s`` FLOPs, which gives the α + β·max(b, s) shape of docs/algorithms.md §2.2. Backward kernels are traced,
-not guessed: their FLOPs come out near 2× the forward's (input and weight gradients), more for
-attention, which recomputes its scores.
+and a layer's forward (backward) time is the sum over its forward (backward) kernels. ``P`` is the
+peak of the profile's precision and ``P_half`` the device's half-precision peak (``peak_flops``), so
+the floor ``s / P_half`` is a time that does not depend on the precision: it models under-use, a
+matmul too small to fill the device running no faster than one of ``s`` half-precision FLOPs, which
+gives the α + β·max(b, s) shape of docs/algorithms.md §2.2 (at fp32 ``s`` is reached at fewer
+samples). Backward kernels are traced, not guessed: their FLOPs come out near 2× the forward's
+(input and weight gradients), more for attention, which recomputes its scores.
 
 The split backward of method ``zb1`` (Qi et al. 2024) needs the weight-gradient part ``W`` of each
 backward: at the grid's largest size the layer's backward is traced a second time with
@@ -29,9 +31,19 @@ the layer keeps the profile's default split (:data:`~pipetrain.profile.table.DEF
 
 Attention (``scaled_dot_product_attention`` without a mask) is traced as torch's fused
 memory-efficient kernel, as GPUs run it, instead of the unfused math path the meta device would
-take, which would charge the ``[b, heads, T, T]`` score matrix to memory traffic. Bytes are
-counted in the model's own dtypes (float32 for the zoo), while the device models' ``peak_flops``
-assume mixed-precision matmuls: memory-bound kernels are therefore estimated conservatively.
+take, which would charge the ``[b, heads, T, T]`` score matrix to memory traffic.
+
+A profile is estimated at a precision (:mod:`pipetrain.profile.precision`). At ``fp32`` the layer
+runs in the model's own dtypes (float32 for the zoo) and FLOPs cost the device's float32 peak
+(``P = fp32_peak_flops``: CUDA cores, not TF32; :data:`~pipetrain.cluster.DEVICE_MODELS`). At
+``bf16`` or ``fp16`` the meta device has no autocast, so the layer is traced with its floating
+parameters and inputs cast to the compute dtype: every kernel's bytes are the compute dtype's (half
+of float32's) and its FLOPs cost the half-precision (tensor-core) peak of that dtype
+(:func:`peak_flops`). Autocast keeps norms, softmax and reductions in float32; tracing them in the
+compute dtype makes those memory-bound kernels up to 2x too cheap, while they are a small part of a
+transformer's or a CNN's time. The parameter bytes stay float32 (the master weights, which the
+optimizer updates); the loss is traced on a float32 output (autocast runs losses in float32), so
+its saved bytes are float32's.
 """
 
 from __future__ import annotations
@@ -52,10 +64,11 @@ from pipetrain.graph.batch_norm import batch_norms
 from pipetrain.graph.dataflow import layer_port, port_spec, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.profile.inputs import extrapolated_note, filled_below, loss_saved_bytes, size_grid, trainable_grid
+from pipetrain.profile.precision import Precision, compute_dtype
 from pipetrain.profile.stats import layer_stats, tied_bytes
 from pipetrain.profile.table import LayerProfile, Profile
 
-__all__ = ["Kernel", "estimate_profile", "kernel_seconds", "trace_kernels"]
+__all__ = ["Kernel", "estimate_profile", "kernel_seconds", "peak_flops", "trace_kernels"]
 
 _aten = torch.ops.aten
 # Ops that allocate or alias without launching a kernel (views are recognised by their schema).
@@ -84,11 +97,19 @@ class Kernel:
     bytes_moved: float
 
 
-def kernel_seconds(kernel: Kernel, device: DeviceModel) -> float:
-    """Roofline seconds of one kernel on ``device`` (the formula in the module docstring)."""
+def peak_flops(device: DeviceModel, precision: Precision = "fp32") -> float:
+    """The sustained FLOP/s ``device`` runs matmuls at in ``precision`` (:class:`~pipetrain.cluster.DeviceModel`):
+    its float32, bfloat16 or float16 (tensor-core) peak."""
+    peaks = {"fp32": device.fp32_peak_flops, "bf16": device.bf16_peak_flops, "fp16": device.peak_flops}
+    return peaks[precision] or device.peak_flops
+
+
+def kernel_seconds(kernel: Kernel, device: DeviceModel, precision: Precision = "fp32") -> float:
+    """Roofline seconds of one kernel on ``device`` (the formula in the module docstring), its FLOPs
+    at ``precision``'s peak (:func:`peak_flops`)."""
     compute_s = 0.0
     if kernel.flops > 0:
-        compute_s = max(kernel.flops, device.saturation_flops) / device.peak_flops
+        compute_s = max(kernel.flops / peak_flops(device, precision), device.saturation_flops / device.peak_flops)
     memory_s = kernel.bytes_moved / device.memory_bandwidth_bytes_per_s
     return device.kernel_overhead_s + max(compute_s, memory_s)
 
@@ -206,28 +227,34 @@ def trace_kernels(
     return forward, backward
 
 
-def _meta_input(spec: TensorSpec, b: int) -> torch.Tensor:
-    return torch.empty((b, *spec.shape), dtype=spec.torch_dtype, device="meta")
+def _meta_input(spec: TensorSpec, b: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A meta tensor ``[b, *spec.shape]`` of ``spec``'s dtype, or of ``dtype`` when it is floating."""
+    floating = spec.torch_dtype.is_floating_point
+    return torch.empty((b, *spec.shape), dtype=dtype if floating else spec.torch_dtype, device="meta")
 
 
 def _estimate_layer(
-    graph: LayerGraph, i: int, spec: TensorSpec, grid: tuple[int, ...], device: DeviceModel, smallest: int = 1
+    graph: LayerGraph, i: int, spec: TensorSpec, grid: tuple[int, ...], device: DeviceModel, smallest: int = 1,
+    precision: Precision = "fp32",
 ) -> tuple[LayerProfile, TensorSpec]:
-    """Layer ``i``'s estimated profile, given its input spec; and its output spec. Sizes below
-    ``smallest`` (a BatchNorm that cannot train on them) are extrapolated (:func:`filled_below`)."""
+    """Layer ``i``'s estimated profile at ``precision``, given its input spec; and its output spec.
+    Sizes below ``smallest`` (a BatchNorm that cannot train on them) are extrapolated (:func:`filled_below`)."""
     module = profiled_layer(graph, i, device="meta")
+    master_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
+    dtype = compute_dtype(precision)
+    module.to(dtype)  # floating parameters only; fp32 leaves the model's own dtypes
     forward_s, backward_s = [], []
     try:
         for b in grid:
             if b < smallest:
                 continue
-            forward, backward = trace_kernels(module, _meta_input(spec, b))
-            forward_s.append(sum(kernel_seconds(k, device) for k in forward))
-            backward_s.append(sum(kernel_seconds(k, device) for k in backward))
+            forward, backward = trace_kernels(module, _meta_input(spec, b, dtype))
+            forward_s.append(sum(kernel_seconds(k, device, precision) for k in forward))
+            backward_s.append(sum(kernel_seconds(k, device, precision) for k in backward))
         forward_s, backward_s = list(filled_below(grid, tuple(forward_s))), list(filled_below(grid, tuple(backward_s)))
-        weight_grad_s = _weight_grad_s(module, spec, grid, device, backward_s)
+        weight_grad_s = _weight_grad_s(module, _meta_input(spec, grid[-1], dtype), device, backward_s, precision)
         with _FusedAttention():
-            stats, out = layer_stats(module, _meta_input(spec, grid[-1]))
+            stats, out = layer_stats(module, _meta_input(spec, grid[-1], dtype))
     except (NotImplementedError, RuntimeError) as e:
         raise UserError(
             f"layer {graph.layers[i].name!r} of {graph.name!r} cannot run on the meta device "
@@ -240,7 +267,7 @@ def _estimate_layer(
         backward_s=tuple(backward_s),
         output_bytes_per_sample=stats.output_bytes_per_sample,
         saved_bytes_per_sample=stats.saved_bytes_per_sample,
-        parameter_bytes=stats.parameter_bytes,
+        parameter_bytes=master_bytes,
         flops_per_sample=stats.flops_per_sample,
         saved_input_bytes_per_sample=stats.saved_input_bytes_per_sample,
         saved_output_bytes_per_sample=stats.saved_output_bytes_per_sample,
@@ -250,16 +277,16 @@ def _estimate_layer(
     return profile, TensorSpec.of(out)
 
 
-def _weight_grad_s(module: nn.Module, spec: TensorSpec, grid: tuple[int, ...], device: DeviceModel,
-                   backward_s: Sequence[float]) -> tuple[float, ...] | None:
-    """Per grid size, the backward's seconds at the weight-gradient share traced at the largest size
-    (module docstring); None where the restricted trace fails (the default split then applies)."""
+def _weight_grad_s(module: nn.Module, x: torch.Tensor, device: DeviceModel, backward_s: Sequence[float],
+                   precision: Precision) -> tuple[float, ...] | None:
+    """Per grid size, the backward's seconds at the weight-gradient share traced on ``x`` (the grid's
+    largest size; module docstring); None where the restricted trace fails (the default split then applies)."""
     try:
-        kernels = trace_kernels(module, _meta_input(spec, grid[-1]), input_only=True)[1]
+        kernels = trace_kernels(module, x, input_only=True)[1]
     except (NotImplementedError, RuntimeError):
         return None
     whole = backward_s[-1]
-    share = max(0.0, whole - sum(kernel_seconds(k, device) for k in kernels)) / whole if whole > 0 else 0.0
+    share = max(0.0, whole - sum(kernel_seconds(k, device, precision) for k in kernels)) / whole if whole > 0 else 0.0
     return tuple(share * b for b in backward_s)
 
 
@@ -269,14 +296,16 @@ def estimate_profile(
     batch_size: int,
     *,
     sizes: Sequence[int] | None = None,
+    precision: Precision = "fp32",
 ) -> Profile:
-    """Estimate every layer's forward and backward seconds on a device model.
+    """Estimate every layer's forward and backward seconds on a device model, at a precision.
 
     Args:
         graph: the model.
         device: a device model or its name in ``DEVICE_MODELS`` (``"v100"``, ``"h100"``, ...).
         batch_size: the mini-batch size B; the default grid is 1, 2, 4, … below B, and B.
         sizes: an explicit grid of micro-batch sizes instead.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (module docstring).
 
     Returns:
         A Profile like a measured one, with ``device`` the model's name.
@@ -290,12 +319,14 @@ def estimate_profile(
     layers, outputs = [], list[TensorSpec]()  # each layer's input from the earlier layers' outputs
     for i in range(len(graph)):
         smallest = 2 if graph.layers[i].name in norms.single_value else 1
-        layer, out = _estimate_layer(graph, i, port_spec(graph, layer_port(graph, i), outputs), grid, model, smallest)
+        layer, out = _estimate_layer(graph, i, port_spec(graph, layer_port(graph, i), outputs), grid, model, smallest,
+                                     precision)
         layers.append(layer)
         outputs.append(out)
     spec = outputs[-1]
     source = (
-        f"estimated for {model.name}: per-kernel roofline, peak {model.peak_flops:.3g} FLOP/s, "
+        f"estimated for {model.name} at {precision}: per-kernel roofline, peak {peak_flops(model, precision):.3g} "
+        f"FLOP/s, "
         f"{model.memory_bandwidth_bytes_per_s:.3g} B/s, {model.kernel_overhead_s * 1e6:.3g} us "
         f"per kernel, saturation {model.saturation_flops:.3g} FLOP{extrapolated_note(norms, grid)}"
     )
@@ -311,4 +342,5 @@ def estimate_profile(
         loss_saved_bytes_per_sample=loss_saved_bytes(
             graph, _meta_input(spec, grid[-1]), layers[-1].saved_output_bytes_per_sample > 0, torch.Generator()
         ),
+        precision=precision,
     )

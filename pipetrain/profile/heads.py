@@ -9,7 +9,8 @@ is profiled once per distinct output spec and reported under layer ``i``'s name:
     heads = head_profiles(graph, profile, "dgl")   # {layer name: LayerProfile of the head after it}
     cost = CostModel(profile, cluster).with_heads({cluster.devices[0].kind: heads})
 
-The head is profiled the way its profile's layers were, on the same grid of micro-batch sizes:
+The head is profiled the way its profile's layers were, on the same grid of micro-batch sizes and at
+the same precision (under autocast, or traced in the compute dtype; :mod:`pipetrain.profile.autocast`):
 
 * an *estimated* profile (``source`` starting with ``estimated``) gets estimated heads: the head
   and its loss are traced on the meta device and costed with the per-kernel roofline of
@@ -33,8 +34,10 @@ from torch import nn
 from pipetrain.cluster import device_model
 from pipetrain.graph.aux_heads import AuxHead, AuxKind, build_aux_head, check_aux
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_sum
+from pipetrain.profile.autocast import autocast_region
 from pipetrain.profile.estimate import kernel_seconds, trace_kernels
 from pipetrain.profile.inputs import sample_input
+from pipetrain.profile.precision import compute_dtype
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.profile.timing import _time_layer, _time_step, _Timer, _torch_threads
 
@@ -74,13 +77,17 @@ def _estimated(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Prof
     device = device_model(profile.device)
     grid = profile.layers[0].sizes
     module = _bound(graph, kind, spec, grid[-1], torch.device("meta"))
+    master_bytes = _parameter_bytes(module)
+    dtype = compute_dtype(profile.precision)
+    module.to(dtype)  # at the profile's precision, as its layers (pipetrain.profile.estimate)
     forward_s, backward_s = [], []
     for b in grid:
-        h = torch.empty((b, *spec.shape), dtype=spec.torch_dtype, device="meta")
+        h = torch.empty((b, *spec.shape), dtype=dtype if spec.torch_dtype.is_floating_point else spec.torch_dtype,
+                        device="meta")
         forward, backward = trace_kernels(module, h)
-        forward_s.append(sum(kernel_seconds(k, device) for k in forward))
-        backward_s.append(sum(kernel_seconds(k, device) for k in backward))
-    return LayerProfile(name, grid, tuple(forward_s), tuple(backward_s), 0, 0, _parameter_bytes(module), 0.0)
+        forward_s.append(sum(kernel_seconds(k, device, profile.precision) for k in forward))
+        backward_s.append(sum(kernel_seconds(k, device, profile.precision) for k in backward))
+    return LayerProfile(name, grid, tuple(forward_s), tuple(backward_s), 0, 0, master_bytes, 0.0)
 
 
 def _measured(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profile, name: str,
@@ -92,7 +99,7 @@ def _measured(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profi
     generator = torch.Generator().manual_seed(graph.seed + 1)
     h = sample_input(spec, grid[-1], timer.device, generator)
     times = []
-    with _torch_threads(1), torch.enable_grad():
+    with _torch_threads(1), torch.enable_grad(), autocast_region(timer.device, profile.precision):
         for b in grid:
             times.append(_time_layer(timer, module, h[:b], torch.ones((), device=timer.device), split=False))
         step_s = _time_step(timer, module)

@@ -43,9 +43,11 @@ from pipetrain.allocator import keep_freed_memory
 from pipetrain.errors import UserError
 from pipetrain.graph.batch_norm import batch_norms
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.profile.autocast import autocast_region, unsupported
 from pipetrain.profile.composition import _composition_ratios, _scaled
 from pipetrain.profile.inputs import LossFn, extrapolated_note, model_loss_fn, size_grid, trainable_grid
 from pipetrain.profile.per_layer import _measure_layers
+from pipetrain.profile.precision import Precision
 from pipetrain.profile.stats import tied_bytes
 from pipetrain.profile.table import Profile
 from pipetrain.profile.timing import _Timer, _torch_threads
@@ -64,6 +66,7 @@ def measure_profile(
     device: str = "cpu",
     progress: bool = False,
     loss: LossFn | None = None,
+    precision: Precision = "fp32",
 ) -> Profile:
     """Time every layer of ``graph`` at every micro-batch size of the grid.
 
@@ -76,12 +79,14 @@ def measure_profile(
         device: a torch device string (``"cpu"``, ``"cuda:0"``).
         progress: show a progress bar over (layer, size) pairs on stderr.
         loss: the training loss timed on the last layer (:data:`LossFn`; default ``graph.loss``).
+        precision: ``"fp32"``, or ``"bf16"``/``"fp16"`` measured under autocast (module docstring).
 
     Returns a Profile whose ``device`` is the device type (``"cpu"``, ``"cuda"``).
 
     Raises:
         UserError: a non-positive batch size, size, repeat count or thread count; a grid that
-            BatchNorm cannot train on (:func:`trainable_grid`).
+            BatchNorm cannot train on (:func:`trainable_grid`); a model that cannot run under
+            ``precision``'s autocast on ``device`` (fp16 on a CPU, :func:`~.autocast.unsupported`).
     """
     keep_freed_memory()  # time layers under the allocator settings the runtime trains with
     norms = batch_norms(graph)
@@ -91,14 +96,20 @@ def measure_profile(
                         f"got repeats={repeats}, warmup={warmup}, threads={threads}")
     timer = _Timer(torch.device(device), warmup, repeats)
     loss_fn = loss or model_loss_fn(graph)
-    with _torch_threads(threads) as used:
-        layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss_fn, norms.single_value)
-        ratios = _composition_ratios(graph, layers, timer, loss_fn, norms.smallest_microbatch)
+    with _torch_threads(threads) as used, autocast_region(timer.device, precision):
+        try:
+            layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss_fn, norms.single_value)
+            ratios = _composition_ratios(graph, layers, timer, loss_fn, norms.smallest_microbatch)
+        except RuntimeError as e:
+            if precision == "fp32":
+                raise
+            raise unsupported(graph.name, precision, timer.device, e) from None
     return Profile(
         model=graph.name,
         fingerprint=graph.fingerprint(),
         device=timer.device.type,
-        source=f"measured on {timer.device}, {used} thread{'' if used == 1 else 's'}, median of {repeats}; layers "
+        source=f"measured on {timer.device}{_autocast_note(precision)}, {used} thread{'' if used == 1 else 's'}, "
+               f"median of {repeats}; layers "
                f"scaled x{statistics.median(ratios):.3f} (median over sizes) to the whole model's time"
                f"{extrapolated_note(norms, grid)}",
         input_bytes_per_sample=graph.input.bytes_per_sample,
@@ -106,5 +117,11 @@ def measure_profile(
         ties=tied_bytes(graph),
         layers=tuple(_scaled(lp, ratios) for lp in layers),
         loss_saved_bytes_per_sample=loss_bytes,
+        precision=precision,
     )
 
+
+
+def _autocast_note(precision: Precision) -> str:
+    """What the profile's ``source`` says of a mixed precision (nothing at fp32)."""
+    return "" if precision == "fp32" else f" under {precision} autocast"

@@ -4,12 +4,14 @@
     ties = tied_bytes(graph)                # the tied parameters' bytes (Profile.ties)
 
 The saved bytes are what autograd keeps for backward (each storage once, parameters and buffers
-excluded), counted by a ``saved_tensors_hooks`` pack hook; the held-gradient bytes are those a split
-backward's B keeps for its W (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"; one gradient per
-parameter owner's output, :mod:`pipetrain.graph.split_backward`), counted by running that B once;
-FLOPs are ``FlopCounterMode``'s, with the CPU attention kernel added (PipeDream's profiler records
-activation sizes and compute per layer, Narayanan et al. SOSP'19 §3.2; UMPIPE's cost model needs the
-same, docs/algorithms.md §2.6).
+excluded, and so are the compute-dtype casts of parameters that autocast makes under mixed precision,
+:func:`~pipetrain.profile.autocast.is_parameter_cast`), counted by a ``saved_tensors_hooks`` pack
+hook; the held-gradient bytes are those a split backward's B keeps for its W (Qi et al. 2024, "Zero
+Bubble Pipeline Parallelism"; one gradient per parameter owner's output,
+:mod:`pipetrain.graph.split_backward`), counted by running that B once; FLOPs are
+``FlopCounterMode``'s, with the CPU attention kernel added (PipeDream's profiler records activation
+sizes and compute per layer, Narayanan et al. SOSP'19 §3.2; UMPIPE's cost model needs the same,
+docs/algorithms.md §2.6).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.split_backward import input_grads, layer_outputs
+from pipetrain.profile.autocast import is_parameter_cast, message_bytes
 from pipetrain.profile.table import TiedBytes
 
 __all__ = ["LayerStats", "SavedStorages", "held_grad_bytes", "layer_stats", "tied_bytes"]
@@ -37,8 +40,10 @@ class LayerStats:
     Attributes:
         flops_per_sample: forward FLOPs (a multiply-add counts 2), as FlopCounterMode counts them.
         saved_bytes_per_sample: bytes of the storages autograd saves for backward, each storage
-            once, parameters and buffers excluded (the layer's input is counted when saved).
-        output_bytes_per_sample: bytes of the output.
+            once, parameters, buffers and their autocast casts excluded (the layer's input is counted
+            when saved).
+        output_bytes_per_sample: bytes of the output as a message (in the compute dtype under
+            autocast, :func:`~pipetrain.profile.autocast.message_bytes`).
         parameter_bytes: bytes of all parameters (not per sample).
         saved_input_bytes_per_sample: of the saved bytes, the input's (0 when not saved).
         saved_output_bytes_per_sample: of the saved bytes, the output's (0 when not saved).
@@ -86,16 +91,18 @@ _storage_key: Callable[[torch.UntypedStorage], Hashable] = StorageWeakRef
 
 
 class SavedStorages:
-    """A ``saved_tensors_hooks`` pack hook that adds up the bytes of distinct saved storages."""
+    """A ``saved_tensors_hooks`` pack hook that adds up the bytes of distinct saved storages, but
+    those of the module's parameters and buffers and of autocast's casts of its parameters."""
 
     def __init__(self, module: nn.Module) -> None:
         owned = [*module.parameters(), *module.buffers()]
         self.excluded = {_storage_key(t.untyped_storage()) for t in owned}
+        self.parameters = frozenset(id(p) for p in module.parameters())
         self.seen: dict[Hashable, torch.Tensor] = {}
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         key = _storage_key(tensor.untyped_storage())
-        if key not in self.excluded:
+        if key not in self.excluded and not is_parameter_cast(tensor, self.parameters):
             self.seen[key] = tensor  # holding it keeps the storage (and its key) alive
         return tensor
 
@@ -125,7 +132,7 @@ def layer_stats(module: nn.Module, x: torch.Tensor) -> tuple[LayerStats, torch.T
     stats = LayerStats(
         flops_per_sample=counter.get_total_flops() / b,
         saved_bytes_per_sample=saved.total_bytes // b,
-        output_bytes_per_sample=out.numel() * out.element_size() // b,
+        output_bytes_per_sample=message_bytes(out) // b,
         parameter_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
         saved_input_bytes_per_sample=saved.bytes_of(x) // b,
         saved_output_bytes_per_sample=saved.bytes_of(out) // b,

@@ -17,6 +17,14 @@ same FLOPs), and gives a layer without parameters no W.
 Between a micro-batch's B and its W a stage keeps the gradients of its parameter owners' outputs:
 ``held_grad_bytes_per_sample`` per layer, measured or estimated like the saved bytes (0 for a layer
 without parameters, and in a profile written before the field existed).
+
+A profile is at one numeric ``precision`` (:mod:`pipetrain.profile.precision`): ``fp32``, or mixed
+``bf16``/``fp16``, whose times are the layers' under ``torch.autocast`` (measured) or at the
+device's tensor-core peak (estimated), and whose activation bytes (output, saved, held gradients)
+are in the compute dtype: a floating-point output is a message of half its float32 bytes. The
+parameter bytes stay float32 (the master copy). It is written to the JSON only when mixed, so
+profiles written before the field existed read as fp32. A plan is costed only with profiles at its
+own precision (:meth:`Profile.check_precision`).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
+from pipetrain.profile.precision import Precision, parse_precision
 
 __all__ = ["DEFAULT_WEIGHT_GRAD_SHARE", "LayerProfile", "Profile", "TiedBytes", "interpolate"]
 
@@ -171,6 +180,7 @@ class Profile:
             They say which outputs cross a stage boundary (:meth:`cut_bytes_per_sample`,
             :meth:`edge_bytes_per_sample`).
         ties: the tied parameters (``LayerGraph.ties``'s parameters, with their bytes).
+        precision: the precision the costs are for (module docstring); ``"fp32"`` by default.
     """
 
     model: str
@@ -182,6 +192,18 @@ class Profile:
     loss_saved_bytes_per_sample: int = 0
     edges: tuple[tuple[str, str], ...] = ()
     ties: tuple[TiedBytes, ...] = ()
+    precision: Precision = "fp32"
+
+    def check_precision(self, precision: Precision, what: str = "the profile") -> Profile:
+        """``self`` when it is at ``precision``; else a UserError saying how to get one that is.
+
+        Times and activation bytes differ between precisions, so a plan at one precision is never
+        costed with another's profile (module docstring)."""
+        if self.precision != precision:
+            raise UserError(f"{what} of {self.model!r} is at {self.precision} but the plan is at {precision}: "
+                            f"profile at {precision} (`pipetrain profile --precision {precision}`, or "
+                            f"--estimate DEVICE --precision {precision}), or plan at {self.precision}")
+        return self
 
     def layer(self, name: str) -> LayerProfile:
         for layer in self.layers:
@@ -241,7 +263,10 @@ class Profile:
     # ---- JSON -------------------------------------------------------------------------------
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        data = asdict(self)
+        if self.precision == "fp32":
+            del data["precision"]  # the default: fp32 profiles read as before the field existed
+        return json.dumps(data, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> Profile:
@@ -282,6 +307,7 @@ class Profile:
                 edges=tuple((str(a), str(b)) for a, b in data.get("edges", ())),
                 ties=tuple(TiedBytes(tuple(str(n) for n in t["layers"]), int(t["parameter_bytes"]))
                            for t in data.get("ties", ())),
+                precision=parse_precision(str(data.get("precision", "fp32"))),
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
             raise UserError(f"malformed profile JSON ({e!r}); re-create it with `pipetrain profile`") from None
