@@ -16,16 +16,17 @@ from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 from pipetrain.graph.zoo import build_model
 from pipetrain.profile.estimate import Kernel, estimate_profile, kernel_seconds, trace_kernels
 from pipetrain.profile.measure import measure_profile
+from pipetrain.profile.precision import Precision
 from pipetrain.profile.table import Profile
 
 DEVICES = ("cpu", "v100", "a100", "h100")  # slowest first
 
 
 @functools.cache
-def gpt1(device: str) -> tuple[Profile, float]:
+def gpt1(device: str, precision: Precision = "fp32") -> tuple[Profile, float]:
     """The gpt1-14 estimate at batch 8 (8 × 512 tokens), and the seconds it took."""
     start = time.perf_counter()
-    profile = estimate_profile(build_model("gpt1-14"), device, 8)
+    profile = estimate_profile(build_model("gpt1-14"), device, 8, precision=precision)
     return profile, time.perf_counter() - start
 
 
@@ -59,10 +60,11 @@ def test_gpt1_estimates_quickly_and_sensibly(device: str) -> None:
 
 def test_gpt1_block_is_milliseconds_on_v100() -> None:
     # Public figure to check against: a GPT-1-size block is ~58 GFLOP for 8 × 512 tokens,
-    # about 1 ms of tensor-core time on a V100 at 60-70 % of its 125 TFLOP/s.
-    block = gpt1("v100")[0].layer("block0")
+    # about 1 ms of tensor-core time (fp16) on a V100 at 60-70 % of its 125 TFLOP/s; 8x that in fp32 (15.7 TFLOP/s).
+    block = gpt1("v100", "fp16")[0].layer("block0")
     assert 0.5e-3 < block.forward_s[-1] < 3e-3
     assert 1e-3 < block.backward_s[-1] < 8e-3
+    assert 4e-3 < gpt1("v100")[0].layer("block0").forward_s[-1] < 12e-3
 
 
 def test_estimate_scales_with_device_speed() -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 
 import pytest
 import torch
 
+from pipetrain.cluster import DEVICE_MODELS
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LossKind, TensorSpec, loss_sum
 from pipetrain.graph.zoo import build_model
@@ -113,12 +115,17 @@ def test_forward_backward_and_training_reduce_the_loss() -> None:
     assert losses[-1] < 0.8 * losses[0]
 
 
+V100 = dataclasses.replace(DEVICE_MODELS["v100"], fp32_peak_flops=None)
+"""The roofline the variants were designed on (pipetrain.graph.zoo.synthetic): float32 bytes at the
+V100's tensor-core peak."""
+
+
 def test_ten_variants_have_strongly_different_cost_curves_on_v100() -> None:
     """Per-sample efficiency 64·t(1)/t(64) of the estimated forward differs ≥ 4× inside every
     network: wide layers slow down with b, flat and overhead layers barely do."""
     for variant in range(10):
         graph = build_model("synthetic", variant=variant)
-        profile = estimate_profile(graph, "v100", batch_size=64, sizes=(1, 64))
+        profile = estimate_profile(graph, V100, batch_size=64, sizes=(1, 64))
         growth = {layer.name: layer.forward_s[1] / layer.forward_s[0] for layer in profile.layers}
         efficiency = [64 / g for g in growth.values()]
         assert max(efficiency) / min(efficiency) >= 4, (variant, growth)
@@ -133,7 +140,7 @@ def test_ten_variants_have_strongly_different_cost_curves_on_v100() -> None:
 
 def test_overhead_layers_have_the_largest_fixed_cost_and_flat_layers_turn_late() -> None:
     graph = build_model("synthetic", variant=0)
-    profile = estimate_profile(graph, "v100", batch_size=1024, sizes=(1, 64, 1024))
+    profile = estimate_profile(graph, V100, batch_size=1024, sizes=(1, 64, 1024))
     by_kind: dict[str, list[tuple[float, ...]]] = {k: [] for k in KINDS}
     for layer in profile.layers[:-1]:  # the last layer also carries the head
         by_kind[kind(layer.name)].append(layer.forward_s)

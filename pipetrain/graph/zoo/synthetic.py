@@ -32,7 +32,9 @@ The three kinds, with the ranges drawn at ``width = 1`` (d = ``inputs``, LN = La
 
 ``width`` multiplies both kinds' ``h`` (rounded, at least 1). Why the cost curves differ, in the
 per-kernel roofline of ``pipetrain.profile.estimate`` (a kernel costs ``o + max(max(f, s)/P,
-m/W)``; on the ``v100`` model o = 6 µs, s/P = 2.5 µs and P/W = 100 FLOP/byte):
+m/W)``; on the ``v100`` model o = 6 µs, s/P = 2.5 µs and P/W = 100 FLOP/byte, with float32 bytes at
+the fp16 tensor-core peak P, as the variants were designed; an fp32 estimate has P 8x lower and an
+fp16 one half the bytes, which moves the turning points below):
 
 * **wide** layers have small weights but move 512 KiB to 1 MiB of activations per sample in their
   heavy kernels, so memory time passes the launch overhead o at b ≈ o·W / (bytes per sample), a few
