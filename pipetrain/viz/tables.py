@@ -154,7 +154,7 @@ def memory_table(
         device_bytes: per stage, the memory of its smallest device
             (:func:`~pipetrain.planners.microbatch.caps.device_memory`).
         optimizer: the optimizer the state was predicted for (shown in the title).
-        width: render width in characters.
+        width: render width in characters (14 more with the compute copy's column).
 
     Raises:
         ValueError: ``memories`` and ``device_bytes`` have different lengths.
@@ -170,7 +170,7 @@ def memory_table(
         cells = (m.weight_bytes, *((m.compute_weight_bytes,) if mixed else ()), m.gradient_bytes,
                  m.optimizer_state_bytes, m.activation_bytes, m.total_bytes, device)
         table.add_row(str(k), *map(byte_text, cells), "yes" if m.total_bytes <= device else "no")
-    return _render(table, width)
+    return _render(table, width + (14 if mixed else 0))  # room for the extra column's figures
 
 
 def byte_text(n_bytes: int) -> str:
