@@ -13,7 +13,7 @@ from torch import nn
 from pipetrain.cluster import DEVICE_MODELS
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
-from pipetrain.profile.autocast import autocast_region, is_parameter_cast, message_bytes
+from pipetrain.profile.autocast import autocast_region, is_parameter_cast, message_bytes, unsupported
 from pipetrain.profile.estimate import estimate_profile, peak_flops
 from pipetrain.profile.measure import measure_profile
 from pipetrain.profile.precision import Precision
@@ -129,3 +129,9 @@ def test_bf16_estimate_is_faster_by_about_the_ratio_of_the_peaks() -> None:
     assert block16.parameter_bytes == block32.parameter_bytes  # float32 master weights
     assert bf16.loss_saved_bytes_per_sample == fp32.loss_saved_bytes_per_sample  # losses run in float32
 
+
+
+def test_a_model_autocast_cannot_run_is_a_user_error_that_says_what_to_do() -> None:
+    error = unsupported("gpt-tiny", "fp16", torch.device("cpu"), RuntimeError("no Half kernel"))
+    assert str(error) == ("'gpt-tiny' cannot run under fp16 autocast on cpu (no Half kernel); profile at bf16 on "
+                          "the CPU (`--precision bf16`), or at fp16 on a CUDA device")
