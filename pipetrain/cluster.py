@@ -73,8 +73,9 @@ class DeviceModel:
 # on A100/H100 (torch.backends.cudnn.allow_tf32 = True), so fp32 convolutions there are estimated slow.
 # Memory bandwidths are about 80-90% of the sheets' (V100 8.0e11, A100 1.6e12, H100 2.6e12 B/s).
 # "cpu" is a single core's worth at every precision (one thread of a recent x86 core: float32 GEMMs
-# measured at 1.0-1.3e11 FLOP/s, streaming reads at 2-3e10 B/s; a core without AMX or AVX-512 BF16
-# runs bf16 no faster: gpt-tiny measured about 2x slower under bf16 autocast than in fp32 here).
+# measured at 1.0-1.3e11 FLOP/s, streaming reads at 2-3e10 B/s). bf16 is no faster on such a core:
+# this machine's (AVX-512 BF16, no AMX) ran gpt-tiny under bf16 autocast 1-3x slower than in fp32 at
+# 8-32 samples, autocast's casts costing more than the matmuls save.
 # "fpga" is an Alveo U280-class card, for BaPipe's simulated FPGA clusters (docs/algorithms.md §4): about 40% of
 # the U280 data sheet's 24.5 INT8 TOPS, as a low-precision systolic design sustains it; its 8 GiB of
 # HBM2 at the 4.25e11 B/s (of 460 GB/s nominal) that Shuhai measured on a U280 (Wang et al., FCCM 2020);
