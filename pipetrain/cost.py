@@ -16,8 +16,10 @@ Its byte counts are theirs, so at ``bf16``/``fp16`` a message between stages (an
 its gradient back) costs the compute dtype's bytes, ``message_bytes_factor(precision)`` = 1/2 of the
 float32 bytes for a floating-point value (:mod:`pipetrain.profile.precision`; integer inputs such as
 token ids keep their own), and stashed activations are the compute dtype's; parameter bytes (which
-the replicas all-reduce as float32 gradients, and the optimizer steps) stay float32. A plan is
-priced only by a cost model at its precision (:func:`pipetrain.api.cost_of` checks it).
+the replicas all-reduce as float32 gradients, and the optimizer steps) stay float32; what a
+micro-batch keeps from F to B adds the compute-dtype casts of the stage's weights that autograd
+saves (:meth:`CostModel.saved_bytes`). A plan is priced only by a cost model at its precision
+(:func:`pipetrain.api.cost_of` checks it).
 
 For method ``local`` a cost model can also hold the auxiliary heads' profiles
 (:meth:`CostModel.with_heads`, from :func:`~pipetrain.profile.heads.head_profiles`): a stage ending at
@@ -190,8 +192,10 @@ class CostModel:
 
     def saved_bytes(self, layers: Sequence[str], b: int) -> int:
         """Activation bytes a stage keeps between forward and backward of ``b`` samples
-        (:meth:`~pipetrain.profile.table.Profile.saved_bytes_per_sample`)."""
-        return self.profile.saved_bytes_per_sample(layers) * b
+        (:meth:`~pipetrain.profile.table.Profile.saved_bytes_per_sample`), plus under mixed precision
+        the casts of its weights that the micro-batch's autograd graph keeps
+        (:meth:`~pipetrain.profile.table.Profile.cast_weight_bytes`; 0 at fp32)."""
+        return self.profile.saved_bytes_per_sample(layers) * b + self.profile.cast_weight_bytes(layers)
 
     def held_grad_bytes(self, layers: Sequence[str], b: int) -> int:
         """Bytes a stage keeps from a split backward's B of ``b`` samples to its W: the output gradients

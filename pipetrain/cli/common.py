@@ -15,7 +15,7 @@ from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
-from pipetrain.profile.precision import Precision
+from pipetrain.profile.precision import Precision, parse_precision
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.schedule import Schedule
 
@@ -36,9 +36,11 @@ def graph_of(args: argparse.Namespace) -> LayerGraph:
     return api.resolve_model(model, data=args.data, loss=args.loss, leaf_modules=args.leaf or ())
 
 
-def load_profile(args: argparse.Namespace, graph: LayerGraph, batch: int, precision: Precision = "fp32") -> Profile:
-    """The profile at ``precision``: ``--profile``'s (refused at another precision), else estimated
-    (``--estimate``) or measured here at it."""
+def load_profile(args: argparse.Namespace, graph: LayerGraph, batch: int, precision: Precision | None = None
+                 ) -> Profile:
+    """The profile at ``precision`` (None: :func:`_precision`): ``--profile``'s (refused at another
+    precision), else estimated (``--estimate``) or measured here at it."""
+    precision = precision or _precision(args)
     if args.profile is not None:
         return Profile.load(args.profile).check_precision(precision, str(args.profile))
     if args.estimate is None:
@@ -46,12 +48,19 @@ def load_profile(args: argparse.Namespace, graph: LayerGraph, batch: int, precis
     return api.profile_model(graph, batch, estimate=args.estimate, progress=True, loss=args.loss, precision=precision)
 
 
+def _precision(args: argparse.Namespace) -> Precision:
+    """The precision a command plans at: its ``--precision`` (``plan``, ``train``), else fp32."""
+    return parse_precision(getattr(args, "precision", None) or "fp32")
+
+
 def cluster_and_profiles(
-    args: argparse.Namespace, graph: LayerGraph, batch: int, n_ranks: int, precision: Precision = "fp32"
+    args: argparse.Namespace, graph: LayerGraph, batch: int, n_ranks: int, precision: Precision | None = None
 ) -> tuple[Cluster, api.Profiles]:
     """The cluster (``--cluster``: a YAML spec, a probe or plan-cluster JSON; default: this machine
     with ``n_ranks`` ranks) and its profiles (one per device kind for mixed clusters), at the plan's
-    ``precision`` (:func:`load_profile`, :func:`pipetrain.api.cluster_profiles`)."""
+    ``precision`` (None: the command's, :func:`_precision`; :func:`load_profile`,
+    :func:`pipetrain.api.cluster_profiles`)."""
+    precision = precision or _precision(args)
     if args.cluster is not None and args.cluster.suffix in (".yaml", ".yml"):
         if args.estimate is not None:
             raise UserError("--estimate: a cluster spec names each group's device model (and profile); drop --estimate")

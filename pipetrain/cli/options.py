@@ -179,7 +179,6 @@ def probe_args(p: argparse.ArgumentParser) -> None:
 def plan_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     _cost_args(p)
-    _precision_arg(p)  # i28-prof: the profile's precision; the runtime's branch adds --precision to train too
     p.add_argument("--method", default="auto", choices=["auto", *method_names()], help=_plan_method_help())
     _local_args(p)
     _vertical_sync_arg(p)
@@ -205,6 +204,10 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="precision the plan trains at, written to the plan: bf16 and fp16 run each stage under "
+                        "autocast with float32 master weights and send activations and gradients in 16 bits; "
+                        "fp16 scales the loss (default: fp32)")
     p.add_argument("--top", type=_count, default=8, help="candidates to list (default: 8)")
     _out_file(p, "out/plan.json", "plan JSON to write (and PLAN.cluster.json beside it for a sub-cluster)")
 

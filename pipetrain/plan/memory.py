@@ -2,7 +2,6 @@
 
     parameter_copies("adam")        # 4: weights, gradients, two moments
     StageMemory(w, w, 2 * w, a).total_bytes
-    StageMemory(w, w, 2 * w, a, compute_weight_bytes=w // 2).total_bytes  # bf16: + the weights in bf16
 
 :func:`pipetrain.simulate.memory.stage_memory` fills :class:`StageMemory` by replaying a schedule;
 the runtime measures the same fields (:mod:`pipetrain.runtime.interp.memory`).
@@ -10,7 +9,7 @@ the runtime measures the same fields (:mod:`pipetrain.runtime.interp.memory`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from pipetrain.errors import UserError
@@ -48,17 +47,13 @@ class StageMemory:
         gradient_bytes: their gradients (one copy, held at the optimizer step).
         optimizer_state_bytes: the optimizer's state (``c`` copies of the parameters).
         activation_bytes: the peak of held activations (saved tensors, or stashed inputs).
-        compute_weight_bytes: under mixed precision (bf16, fp16), the weights' copy in the compute
-            dtype that autocast casts them to (the others are the float32 master copies); 0 at fp32.
     """
 
     weight_bytes: int
     gradient_bytes: int
     optimizer_state_bytes: int
     activation_bytes: int
-    compute_weight_bytes: int = field(default=0, kw_only=True)  # keyword-only: subclasses add required fields
 
     @property
     def total_bytes(self) -> int:
-        return (self.weight_bytes + self.gradient_bytes + self.optimizer_state_bytes + self.activation_bytes
-                + self.compute_weight_bytes)
+        return self.weight_bytes + self.gradient_bytes + self.optimizer_state_bytes + self.activation_bytes

@@ -13,11 +13,15 @@ forward: matmuls and convolutions in the compute dtype, reductions and norms in 
 * a layer's output is a message to the next stage, which the runtime sends in the compute dtype
   whatever dtype autocast left it in (a LayerNorm's or a residual add's float32 output included):
   :func:`message_bytes`;
-* autocast casts a parameter to the compute dtype once per forward and autograd saves that cast
-  (``W^T`` of a Linear, for its input gradient). It is a copy of the weights, not an activation:
-  its bytes do not grow with the micro-batch, so :func:`is_parameter_cast` lets the saved-bytes
-  count leave it out, and the memory model charges the weights' compute-dtype copy per stage
-  instead (:mod:`pipetrain.simulate.memory`).
+* autocast casts a parameter to the compute dtype in every forward and autograd saves that cast
+  (``W^T`` of a Linear, for its input gradient) until the backward. Its bytes do not grow with the
+  micro-batch: :func:`is_parameter_cast` tells them apart from the per-sample saved bytes, and the
+  profile records them per layer (``LayerProfile.cast_weight_bytes``), which the memory model
+  charges once per micro-batch in flight (:mod:`pipetrain.simulate.memory`).
+
+The region runs without autocast's weight cache (``cache_enabled=False``): the runtime enters
+autocast for each F on its own, so every micro-batch's forward casts the weights afresh; one long
+region with the cache would cast them once, and time the casts in no timed run but the first.
 
 float16 autocast on a CPU covers fewer ops than on CUDA (PyTorch 2.x); a layer whose kernels have no
 CPU float16 version fails under it, and :func:`unsupported` turns that failure into a UserError that
@@ -54,7 +58,7 @@ def autocast_region(device: torch.device, precision: Precision) -> AbstractConte
     if device.type not in _AUTOCAST_DEVICES:
         raise UserError(f"{precision} is measured under torch.autocast, which {device.type!r} has not; measure on "
                         f"{' or '.join(_AUTOCAST_DEVICES)}, or estimate the profile for a device model (--estimate)")
-    return torch.autocast(device.type, dtype=compute_dtype(precision))
+    return torch.autocast(device.type, dtype=compute_dtype(precision), cache_enabled=False)
 
 
 def message_bytes(tensor: torch.Tensor) -> int:

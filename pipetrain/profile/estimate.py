@@ -42,8 +42,11 @@ of float32's) and its FLOPs cost the half-precision (tensor-core) peak of that d
 (:func:`peak_flops`). Autocast keeps norms, softmax and reductions in float32; tracing them in the
 compute dtype makes those memory-bound kernels up to 2x too cheap, while they are a small part of a
 transformer's or a CNN's time. The parameter bytes stay float32 (the master weights, which the
-optimizer updates); the loss is traced on a float32 output (autocast runs losses in float32), so
-its saved bytes are float32's.
+optimizer updates); the casts of them that a micro-batch keeps (``cast_weight_bytes``) are the
+weights of the layer's Linear, convolution and attention-projection modules in the compute dtype
+(:func:`cast_weight_bytes`), which autocast casts and autograd saves; the loss is traced on a float32
+output (autocast runs losses in float32), so its saved bytes are float32's. The casts' own kernels
+(reading float32 weights, writing them in the compute dtype) are not traced.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ from pipetrain.profile.precision import Precision, compute_dtype
 from pipetrain.profile.stats import layer_stats, tied_bytes
 from pipetrain.profile.table import LayerProfile, Profile
 
-__all__ = ["Kernel", "estimate_profile", "kernel_seconds", "peak_flops", "trace_kernels"]
+__all__ = ["Kernel", "cast_weight_bytes", "estimate_profile", "kernel_seconds", "peak_flops", "trace_kernels"]
 
 _aten = torch.ops.aten
 # Ops that allocate or alias without launching a kernel (views are recognised by their schema).
@@ -227,6 +230,23 @@ def trace_kernels(
     return forward, backward
 
 
+_CAST_MODULES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+                 nn.ConvTranspose3d)
+"""Modules whose weight autocast casts to the compute dtype and autograd keeps for the input gradient."""
+
+
+def cast_weight_bytes(module: nn.Module, precision: Precision) -> int:
+    """Bytes of the compute-dtype casts of ``module``'s matmul and convolution weights (those of
+    :data:`_CAST_MODULES` and ``nn.MultiheadAttention``'s input projection) that a micro-batch keeps
+    under ``precision``'s autocast: 0 at fp32. Each weight counts once however often it is used."""
+    if precision == "fp32":
+        return 0
+    weights = {id(m.weight): m.weight for m in module.modules() if isinstance(m, _CAST_MODULES)}
+    weights |= {id(m.in_proj_weight): m.in_proj_weight for m in module.modules()
+                if isinstance(m, nn.MultiheadAttention) and m.in_proj_weight is not None}
+    return sum(w.numel() for w in weights.values()) * compute_dtype(precision).itemsize
+
+
 def _meta_input(spec: TensorSpec, b: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A meta tensor ``[b, *spec.shape]`` of ``spec``'s dtype, or of ``dtype`` when it is floating."""
     floating = spec.torch_dtype.is_floating_point
@@ -241,6 +261,7 @@ def _estimate_layer(
     Sizes below ``smallest`` (a BatchNorm that cannot train on them) are extrapolated (:func:`filled_below`)."""
     module = profiled_layer(graph, i, device="meta")
     master_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
+    casts = cast_weight_bytes(module, precision)
     dtype = compute_dtype(precision)
     module.to(dtype)  # floating parameters only; fp32 leaves the model's own dtypes
     forward_s, backward_s = [], []
@@ -273,6 +294,7 @@ def _estimate_layer(
         saved_output_bytes_per_sample=stats.saved_output_bytes_per_sample,
         held_grad_bytes_per_sample=stats.held_grad_bytes_per_sample,
         weight_grad_s=weight_grad_s,
+        cast_weight_bytes=casts,
     )
     return profile, TensorSpec.of(out)
 

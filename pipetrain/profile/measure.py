@@ -26,6 +26,12 @@ size, one forward also yields the per-sample byte and FLOP counts of :class:`Lay
 whose BatchNorm cannot train on one sample (:mod:`pipetrain.graph.batch_norm`) is timed from 2
 samples up and its size-1 times extrapolated; the profile's ``source`` and a log line say so.
 
+At a mixed ``precision`` (``bf16``, ``fp16``) all of it runs under ``torch.autocast`` in the compute
+dtype, as the runtime runs a stage's forward (:mod:`.autocast`): the times are autocast's (each
+forward casting the weights), the output bytes those of the compute-dtype message, the saved bytes
+what autograd keeps under autocast, with the parameters' casts apart (``cast_weight_bytes``, per
+micro-batch), the parameter bytes float32 (the master weights).
+
 The parts: the size grid, random samples and the loss (:mod:`.inputs`), the timer of one layer
 (:mod:`.timing`), the walk over the layers (:mod:`.per_layer`) and the whole model's ratios
 (:mod:`.composition`); this module checks the arguments and runs them, under the runtime's

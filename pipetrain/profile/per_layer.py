@@ -83,6 +83,7 @@ def _measure_layer(
         saved_input_bytes_per_sample=stats.saved_input_bytes_per_sample,
         saved_output_bytes_per_sample=stats.saved_output_bytes_per_sample,
         held_grad_bytes_per_sample=stats.held_grad_bytes_per_sample,
+        cast_weight_bytes=stats.cast_weight_bytes,
     )
     return profile, out
 

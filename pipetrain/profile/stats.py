@@ -4,10 +4,10 @@
     ties = tied_bytes(graph)                # the tied parameters' bytes (Profile.ties)
 
 The saved bytes are what autograd keeps for backward (each storage once, parameters and buffers
-excluded, and so are the compute-dtype casts of parameters that autocast makes under mixed precision,
-:func:`~pipetrain.profile.autocast.is_parameter_cast`), counted by a ``saved_tensors_hooks`` pack
-hook; the held-gradient bytes are those a split backward's B keeps for its W (Qi et al. 2024, "Zero
-Bubble Pipeline Parallelism"; one gradient per parameter owner's output,
+excluded; the compute-dtype casts of parameters that autocast makes under mixed precision,
+:func:`~pipetrain.profile.autocast.is_parameter_cast`, are counted apart, per micro-batch), counted
+by a ``saved_tensors_hooks`` pack hook; the held-gradient bytes are those a split backward's B
+keeps for its W (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"; one gradient per parameter owner's output,
 :mod:`pipetrain.graph.split_backward`), counted by running that B once; FLOPs are
 ``FlopCounterMode``'s, with the CPU attention kernel added (PipeDream's profiler records activation
 sizes and compute per layer, Narayanan et al. SOSP'19 §3.2; UMPIPE's cost model needs the same,
@@ -49,6 +49,8 @@ class LayerStats:
         saved_output_bytes_per_sample: of the saved bytes, the output's (0 when not saved).
         held_grad_bytes_per_sample: bytes a split backward's B keeps until W: the gradients of the
             parameter owners' outputs (:func:`held_grad_bytes`; 0 without parameters).
+        cast_weight_bytes: bytes of autocast's casts of the parameters that autograd saves (not
+            per sample; 0 without autocast).
     """
 
     flops_per_sample: float
@@ -58,6 +60,7 @@ class LayerStats:
     saved_input_bytes_per_sample: int
     saved_output_bytes_per_sample: int
     held_grad_bytes_per_sample: int
+    cast_weight_bytes: int = 0
 
 
 def _attention_flops(
@@ -92,23 +95,30 @@ _storage_key: Callable[[torch.UntypedStorage], Hashable] = StorageWeakRef
 
 class SavedStorages:
     """A ``saved_tensors_hooks`` pack hook that adds up the bytes of distinct saved storages, but
-    those of the module's parameters and buffers and of autocast's casts of its parameters."""
+    those of the module's parameters and buffers; autocast's casts of its parameters apart."""
 
     def __init__(self, module: nn.Module) -> None:
         owned = [*module.parameters(), *module.buffers()]
         self.excluded = {_storage_key(t.untyped_storage()) for t in owned}
         self.parameters = frozenset(id(p) for p in module.parameters())
         self.seen: dict[Hashable, torch.Tensor] = {}
+        self.casts: dict[Hashable, torch.Tensor] = {}
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         key = _storage_key(tensor.untyped_storage())
-        if key not in self.excluded and not is_parameter_cast(tensor, self.parameters):
-            self.seen[key] = tensor  # holding it keeps the storage (and its key) alive
+        if key not in self.excluded:  # holding the tensor keeps its storage (and key) alive
+            (self.casts if is_parameter_cast(tensor, self.parameters) else self.seen)[key] = tensor
         return tensor
 
     @property
     def total_bytes(self) -> int:
+        """Bytes of the saved storages but the parameters' casts."""
         return sum(int(t.untyped_storage().nbytes()) for t in self.seen.values())
+
+    @property
+    def cast_bytes(self) -> int:
+        """Bytes of the saved casts of the parameters (autocast's)."""
+        return sum(int(t.untyped_storage().nbytes()) for t in self.casts.values())
 
     def bytes_of(self, tensor: torch.Tensor) -> int:
         """The bytes of ``tensor``'s storage if it was saved, else 0."""
@@ -137,6 +147,7 @@ def layer_stats(module: nn.Module, x: torch.Tensor) -> tuple[LayerStats, torch.T
         saved_input_bytes_per_sample=saved.bytes_of(x) // b,
         saved_output_bytes_per_sample=saved.bytes_of(out) // b,
         held_grad_bytes_per_sample=held_grad_bytes(module, x) // b,
+        cast_weight_bytes=saved.cast_bytes,
     )
     return stats, out
 

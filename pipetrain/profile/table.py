@@ -22,7 +22,9 @@ A profile is at one numeric ``precision`` (:mod:`pipetrain.profile.precision`): 
 ``bf16``/``fp16``, whose times are the layers' under ``torch.autocast`` (measured) or at the
 device's tensor-core peak (estimated), and whose activation bytes (output, saved, held gradients)
 are in the compute dtype: a floating-point output is a message of half its float32 bytes. The
-parameter bytes stay float32 (the master copy). It is written to the JSON only when mixed, so
+parameter bytes stay float32 (the master copy); ``cast_weight_bytes`` are the casts of them to the
+compute dtype that autocast makes and autograd keeps from a micro-batch's forward to its backward
+(per micro-batch, not per sample; 0 at fp32). It is written to the JSON only when mixed, so
 profiles written before the field existed read as fp32. A plan is costed only with profiles at its
 own precision (:meth:`Profile.check_precision`).
 """
@@ -76,7 +78,8 @@ def _check_layer(i: int, layer: LayerProfile) -> None:
             raise UserError(f"profile JSON {where}: {field} needs one finite number of seconds >= 0 per size "
                             f"({len(sizes)}), got {list(values)}; re-create it with `pipetrain profile`")
     for field in ("output_bytes_per_sample", "saved_bytes_per_sample", "parameter_bytes",
-                  "saved_input_bytes_per_sample", "saved_output_bytes_per_sample", "held_grad_bytes_per_sample"):
+                  "saved_input_bytes_per_sample", "saved_output_bytes_per_sample", "held_grad_bytes_per_sample",
+                  "cast_weight_bytes"):
         if getattr(layer, field) < 0:
             raise UserError(f"profile JSON {where}: {field} is {getattr(layer, field)}; give 0 or more bytes")
     if not 0 <= layer.flops_per_sample < math.inf or (layer.step_s is not None and not 0 <= layer.step_s < math.inf):
@@ -109,6 +112,9 @@ class LayerProfile:
             None: B is the backward minus W (module docstring).
         held_grad_bytes_per_sample: bytes per sample a split backward's B keeps until its W: the
             gradients of the layer's parameter owners' outputs (0: none, or not recorded).
+        cast_weight_bytes: under mixed precision, bytes of the compute-dtype casts of the layer's
+            parameters that autograd keeps from a micro-batch's forward to its backward, whatever
+            its size (module docstring; 0 at fp32).
     """
 
     name: str
@@ -125,6 +131,7 @@ class LayerProfile:
     weight_grad_s: tuple[float, ...] | None = None
     input_grad_s: tuple[float, ...] | None = None
     held_grad_bytes_per_sample: int = 0
+    cast_weight_bytes: int = 0
 
     def forward_at(self, b: float) -> float:
         return interpolate(self.sizes, self.forward_s, b)
@@ -225,6 +232,11 @@ class Profile:
         loss = self.loss_saved_bytes_per_sample if names[-1] == self.layers[-1].name else 0
         return sum(lp.saved_bytes_per_sample for lp in layers) - shared + loss
 
+    def cast_weight_bytes(self, names: Sequence[str]) -> int:
+        """Bytes a micro-batch of a stage of the layers ``names`` keeps of its weights' compute-dtype
+        casts (module docstring), the sum over its layers; 0 at fp32."""
+        return sum(self.layer(n).cast_weight_bytes for n in names)
+
     def held_grad_bytes_per_sample(self, names: Sequence[str]) -> int:
         """Bytes per sample a stage of the layers ``names`` keeps from a split backward's B to its W
         (the output gradients its W needs; module docstring), the sum over its layers."""
@@ -288,6 +300,7 @@ class Profile:
                     weight_grad_s=_optional_times(x, "weight_grad_s"),
                     input_grad_s=_optional_times(x, "input_grad_s"),
                     held_grad_bytes_per_sample=int(x.get("held_grad_bytes_per_sample", 0)),
+                    cast_weight_bytes=int(x.get("cast_weight_bytes", 0)),
                 )
                 for x in data["layers"]
             )

@@ -45,17 +45,15 @@ keep all ``m`` in flight) and the recompute forms of docs/algorithms.md §2.6. U
 (UMPIPE's ``uedp``, 1F1B with per-stage partitions) have no closed form; the replay covers them as
 well.
 
-Mixed precision (``bf16``, ``fp16``; the cost model's precision, :attr:`~pipetrain.cost.CostModel.precision`,
-which is the plan's) keeps the weights, gradients and optimizer state as float32 master copies and
-adds the weights' copy in the compute dtype that autocast casts them to, ``f · W`` with
-``f = message_bytes_factor(precision)`` = 1/2 (:func:`compute_weight_bytes`): ``(2 + c + f) · W +
-activations``. It counts every parameter, an upper bound: autocast casts the weights of matmuls and
-convolutions, not those of embeddings or norms. It counts one copy, the one autocast's cache holds
-while a stage's forward runs; autograd also keeps the cast of a micro-batch's forward until its
-backward, so a runtime that leaves autocast between actions holds one such copy per micro-batch in
-flight, which is not counted. Activations ``A(b)``, ``I(b)`` and ``G(b)`` are the profile's, at the
-plan's precision: measured under autocast or estimated in the compute dtype
-(:mod:`pipetrain.profile.autocast`), half of float32's for what autocast computes in the compute dtype.
+Mixed precision (``bf16``, ``fp16``; the profile's precision, which is the plan's,
+:attr:`~pipetrain.cost.CostModel.precision`) keeps the weights, their gradients and the optimizer
+state in float32 (the master copies): ``W`` and the ``(2 + c) · W`` are unchanged. The runtime runs
+each F under its own ``torch.autocast``, which casts the weights of the stage's matmuls and
+convolutions to the compute dtype, and autograd keeps those casts (a Linear's ``W^T``, for its input
+gradient) until the micro-batch's B: every micro-batch in flight holds its own copy. So ``A(b)``
+is the profile's per-sample saved bytes at the compute dtype, times ``b``, plus the stage's cast
+weights ``C`` (:meth:`~pipetrain.cost.CostModel.saved_bytes`; ``C`` = 0 at fp32), and the forms
+above hold with that ``A``: e.g. 1F1B keeps ``min(m, K − k) · (A₁ · b + C)``.
 
 ``A(b)`` is the stage's, not a sum over its layers: a tensor that one layer saves as its output and
 the next as its input counts once, and the last stage adds what the loss saves
@@ -75,14 +73,12 @@ from collections.abc import Sequence
 from pipetrain.cost import CostModel
 from pipetrain.plan.memory import OPTIMIZER_STATE_COPIES, OptimizerName, StageMemory, check_optimizer
 from pipetrain.plan.plan import Plan
-from pipetrain.profile.precision import message_bytes_factor
 from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.schedule.versions import held_versions
 
-__all__ = ["ActivationLedger", "activation_peaks", "compute_weight_bytes", "device_memory", "memory_need", "overflows",
-           "stage_memory"]
+__all__ = ["ActivationLedger", "activation_peaks", "device_memory", "memory_need", "overflows", "stage_memory"]
 
 
 class ActivationLedger:
@@ -174,15 +170,8 @@ def stage_memory(
         if plan.asynchronous:
             assert schedule is not None
             versions = max(max(held_versions(schedule.ranks[r])) for r in stage.ranks)
-        memories.append(StageMemory(versions * weights, weights, copies * weights, activations,
-                                    compute_weight_bytes=compute_weight_bytes(weights, cost)))
+        memories.append(StageMemory(versions * weights, weights, copies * weights, activations))
     return tuple(memories)
-
-
-def compute_weight_bytes(weights: int, cost: CostModel) -> int:
-    """Bytes of the compute-dtype copy of ``weights`` float32 parameter bytes at ``cost``'s precision:
-    ``message_bytes_factor(precision) · weights`` under bf16/fp16, 0 at fp32 (module docstring)."""
-    return 0 if cost.precision == "fp32" else int(message_bytes_factor(cost.precision) * weights)
 
 
 def device_memory(plan: Plan, cost: CostModel) -> tuple[int, ...]:

@@ -146,31 +146,27 @@ def memory_table(
     width: int = 100,
 ) -> str:
     """Per stage: predicted weights, gradients, optimizer state, activations and their total, the
-    device's memory and whether the total fits in it; under mixed precision also the weights'
-    compute-dtype copy (``compute copy``; :class:`~pipetrain.plan.memory.StageMemory`).
+    device's memory and whether the total fits in it.
 
     Args:
         memories: per stage, from :func:`~pipetrain.simulate.memory.stage_memory`.
         device_bytes: per stage, the memory of its smallest device
             (:func:`~pipetrain.planners.microbatch.caps.device_memory`).
         optimizer: the optimizer the state was predicted for (shown in the title).
-        width: render width in characters (14 more with the compute copy's column).
+        width: render width in characters.
 
     Raises:
         ValueError: ``memories`` and ``device_bytes`` have different lengths.
     """
     if len(memories) != len(device_bytes):
         raise ValueError(f"{len(memories)} stage memories but {len(device_bytes)} device sizes; give one per stage")
-    mixed = any(m.compute_weight_bytes for m in memories)
     table = Table(title=f"predicted memory per stage ({optimizer})", box=box.ROUNDED)
-    for header in ("stage", "weights", *(("compute copy",) if mixed else ()), "gradients", "optimizer", "activations",
-                   "total", "device", "fits"):
+    for header in ("stage", "weights", "gradients", "optimizer", "activations", "total", "device", "fits"):
         table.add_column(header, justify="right")
     for k, (m, device) in enumerate(zip(memories, device_bytes, strict=True)):
-        cells = (m.weight_bytes, *((m.compute_weight_bytes,) if mixed else ()), m.gradient_bytes,
-                 m.optimizer_state_bytes, m.activation_bytes, m.total_bytes, device)
+        cells = (m.weight_bytes, m.gradient_bytes, m.optimizer_state_bytes, m.activation_bytes, m.total_bytes, device)
         table.add_row(str(k), *map(byte_text, cells), "yes" if m.total_bytes <= device else "no")
-    return _render(table, width + (14 if mixed else 0))  # room for the extra column's figures
+    return _render(table, width)
 
 
 def byte_text(n_bytes: int) -> str:

@@ -40,7 +40,7 @@ def planned(precision: Precision) -> tuple[Plan, CostModel]:
     cost = CostModel(profile(precision), CLUSTER)
     constraints = api.Constraints(method=api.Method.GPIPE, n_stages=2, n_micro=4)
     return api.plan(build_model("gpt-tiny"), profile(precision), CLUSTER, batch_size=BATCH,
-                    constraints=constraints).plan, cost
+                    constraints=constraints, precision=precision).plan, cost
 
 
 def send_s(plan: Plan, cost: CostModel) -> float:
@@ -54,7 +54,7 @@ def send_s(plan: Plan, cost: CostModel) -> float:
 def test_a_bf16_plans_messages_are_half_the_bytes_and_its_sends_half_the_time() -> None:
     plan32, cost32 = planned("fp32")
     plan16, cost16 = planned("bf16")
-    assert (plan32.precision, plan16.precision) == ("fp32", "bf16")  # the plan takes its profile's precision
+    assert (plan32.precision, plan16.precision) == ("fp32", "bf16")
     assert [s.layers for s in plan16.stages] == [s.layers for s in plan32.stages]
     first = plan32.stages[0].layers
     assert cost16.output_bytes(first, 4) == message_bytes_factor("bf16") * cost32.output_bytes(first, 4)
@@ -66,16 +66,20 @@ def test_a_bf16_plans_messages_are_half_the_bytes_and_its_sends_half_the_time() 
 def test_memory_of_a_bf16_plan() -> None:
     plan32, cost32 = planned("fp32")
     plan16, cost16 = planned("bf16")
-    for m32, m16 in zip(stage_memory(plan32, cost32, optimizer="adam"), stage_memory(plan16, cost16, optimizer="adam"),
-                        strict=True):
-        # float32 master weights, gradients and Adam's moments; plus the weights' bf16 copy
+    for k, (m32, m16) in enumerate(zip(stage_memory(plan32, cost32, optimizer="adam"),
+                                       stage_memory(plan16, cost16, optimizer="adam"), strict=True)):
+        # float32 master weights, gradients and Adam's moments
         assert (m16.weight_bytes, m16.gradient_bytes, m16.optimizer_state_bytes) == \
             (m32.weight_bytes, m32.gradient_bytes, m32.optimizer_state_bytes)
-        assert (m32.compute_weight_bytes, m16.compute_weight_bytes) == (0, m32.weight_bytes // 2)
-        assert m16.activation_bytes < 0.6 * m32.activation_bytes  # stashed in bf16
-    device = [CLUSTER.devices[0].memory_bytes] * 2
-    assert "compute" not in memory_table(stage_memory(plan32, cost32), device)  # its header: "compute copy"
-    assert "compute" in memory_table(stage_memory(plan16, cost16), device)
+        layers = plan16.stages[k].layers
+        casts = profile("bf16").cast_weight_bytes(layers)
+        assert profile("fp32").cast_weight_bytes(layers) == 0 < casts
+        # GPipe keeps all 4 micro-batches of 2: each its activations, in bf16, and its casts of the weights
+        per_sample = profile("bf16").saved_bytes_per_sample(layers)
+        assert cost16.saved_bytes(layers, 2) == 2 * per_sample + casts
+        assert m16.activation_bytes == 4 * (2 * per_sample + casts)
+        assert 2 * per_sample < 0.6 * cost32.saved_bytes(layers, 2)
+    assert "activations" in memory_table(stage_memory(plan16, cost16), [CLUSTER.devices[0].memory_bytes] * 2)
 
 
 def test_a_plan_is_costed_only_at_its_precision() -> None:

@@ -73,7 +73,8 @@ def test_saved_and_message_bytes_under_autocast() -> None:
     assert stats.output_bytes_per_sample == fp32.output_bytes_per_sample // 2 == 16
     assert stats.parameter_bytes == fp32.parameter_bytes  # float32 master weights
     assert fp32.saved_bytes_per_sample == 8 * 4  # the Linear's input
-    assert stats.saved_bytes_per_sample == 8 * 2  # its bf16 cast; not the cast of W (per stage, not per sample)
+    assert stats.saved_bytes_per_sample == 8 * 2  # its bf16 cast; the cast of W is not per sample:
+    assert (fp32.cast_weight_bytes, stats.cast_weight_bytes) == (0, 8 * 8 * 2)  # kept once per micro-batch
 
 
 def test_a_parameter_cast_is_recognised() -> None:
@@ -96,8 +97,13 @@ def test_measured_cpu_bf16_profile() -> None:
         assert b.output_bytes_per_sample == a.output_bytes_per_sample // 2  # every output is floating
         assert b.parameter_bytes == a.parameter_bytes
         assert b.saved_bytes_per_sample <= a.saved_bytes_per_sample  # the embedding saves its int64 indices
+        assert a.cast_weight_bytes == 0
     assert sum(lp.saved_bytes_per_sample for lp in bf16.layers) < 0.7 * sum(lp.saved_bytes_per_sample
                                                                               for lp in fp32.layers)
+    block = graph.build_layer(graph.index("block0"))
+    linears = sum(m.weight.numel() for m in block.modules() if isinstance(m, nn.Linear))
+    assert bf16.layer("block0").cast_weight_bytes == 2 * linears  # W^T of each Linear, in bf16
+    assert bf16.layer("embed").cast_weight_bytes == 0  # autocast leaves embeddings alone
     assert Profile.from_json(bf16.to_json()) == bf16
 
 
@@ -127,6 +133,7 @@ def test_bf16_estimate_is_faster_by_about_the_ratio_of_the_peaks() -> None:
     assert block16.output_bytes_per_sample == block32.output_bytes_per_sample // 2
     assert block16.saved_bytes_per_sample < 0.51 * block32.saved_bytes_per_sample
     assert block16.parameter_bytes == block32.parameter_bytes  # float32 master weights
+    assert (block32.cast_weight_bytes, block16.cast_weight_bytes) == (0, 2 * 12 * 768**2)  # the block's matmuls
     assert bf16.loss_saved_bytes_per_sample == fp32.loss_saved_bytes_per_sample  # losses run in float32
 
 
