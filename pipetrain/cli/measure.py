@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from pipetrain import api
-from pipetrain.cli.common import graph_of, out, save_text
+from pipetrain.cli.common import graph_of, save_text
+from pipetrain.cli.consoles import out
 from pipetrain.errors import UserError
 from pipetrain.graph.batch_norm import batch_norms
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from pipetrain import api
-from pipetrain.cli.common import console, graph_of, load_plan, load_profile, load_schedule, out
+from pipetrain.cli.common import graph_of, load_plan, load_profile, load_schedule
+from pipetrain.cli.consoles import console, out
 from pipetrain.cli.predict import write_timeline
 from pipetrain.cli.rerun import rechunked, rerun
 from pipetrain.data import default_source
