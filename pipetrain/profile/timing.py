@@ -7,7 +7,8 @@ split backward (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024) as the
 (:mod:`pipetrain.graph.split_backward`); :func:`_time_step` times a plain SGD step over its
 parameters. Each is the median of ``repeats`` runs after ``warmup`` untimed ones (:class:`_Timer`,
 which times by the device's clock, CUDA events on a GPU, and keeps every run's result alive until
-all are done, as training keeps activations). :func:`_torch_threads` fixes torch's intra-op threads while timing.
+all are done, as training keeps activations). :func:`_torch_threads` fixes torch's intra-op threads
+while timing.
 """
 
 from __future__ import annotations

@@ -94,3 +94,29 @@ def test_train_refuses_nccl_on_a_shared_gpu_before_starting_ranks(gpus: See) -> 
     plan = Plan(graph.name, graph.fingerprint(), 8, Method.GPIPE, stages)
     with pytest.raises(UserError, match="2 ranks on this machine but 1 GPU: NCCL refuses"):
         train(graph, plan, TrainConfig(steps=2, progress=False, device="cuda"))
+
+
+def test_torchrun_checks_the_machine_s_ranks_against_its_gpus(gpus: See, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipetrain.runtime.process.torchrun import _check_gpu
+
+    gpus(2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    _check_gpu(TrainConfig(device="cuda"), 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    with pytest.raises(UserError, match="4 ranks on this machine but 2 GPUs"):
+        _check_gpu(TrainConfig(device="cuda"), 0)
+    _check_gpu(TrainConfig(device="cuda", backend="gloo"), 3)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    with pytest.raises(UserError, match="3 ranks on this machine"):  # without it: at least LOCAL_RANK + 1
+        _check_gpu(TrainConfig(), 2)
+
+
+def test_cli_takes_device_and_backend() -> None:
+    from pipetrain.cli.main import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["train", "--device", "cuda", "--backend", "gloo"])
+    assert (args.device, args.backend) == ("cuda", "gloo")
+    assert parser.parse_args(["profile"]).device == "auto"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--device", "tpu"])
