@@ -35,7 +35,8 @@ On CUDA (not yet run on a GPU: docs/gpus.md):
   that gradient: a deadlock), and a link that carries both directions (a looping placement) would
   match an activation's send with a gradient's receive. So on NCCL every directed link gets a
   process group per direction (:meth:`Transport.open_links`): each channel is its own
-  communicator, on its own stream, matched in order at both ends, as gloo matches by tag. These
+  communicator, on its own stream, matched in order at both ends, as gloo matches by tag; each is
+  started when opened, in the same order on every rank (:meth:`Transport._connect`). These
   internal streams are the sends' own streams: at an ``isend`` the group's stream waits for the
   compute stream's work so far (the tensor is ready) and the compute stream goes on; the allocator
   is told the tensor is in use on that stream, and the transport keeps it until
@@ -149,7 +150,28 @@ class Transport:
                 continue
             for direction in Direction:
                 if (src, dst, direction) not in self._channels:
-                    self._channels[(src, dst, direction)] = dist.new_group(sorted((src, dst)))
+                    self._channels[(src, dst, direction)] = group = dist.new_group(sorted((src, dst)))
+                    self._connect(group, src, dst)
+
+    def _connect(self, group: dist.ProcessGroup, src: int, dst: int) -> None:
+        """Exchange one element on a new channel's group now, while every rank opens the channels in the
+        same order. NCCL creates a pair's communicator at its first send or receive there, and creating
+        it blocks the host until the peer's first one: left to the first step, rank 0 pre-posting its
+        gradient receive and rank 1 its activation receive would each wait for the other forever.
+
+        Raises:
+            TransportError: the peer is gone.
+        """
+        if self._rank not in (src, dst):
+            return
+        probe = torch.zeros(1, device=self._wire)
+        peer = dst if self._rank == src else src
+        try:
+            work = dist.isend(probe, dst, group=group) if self._rank == src else dist.irecv(probe, src, group=group)
+            if work is not None:
+                work.wait()
+        except RuntimeError as e:
+            raise TransportError(f"opening a channel with rank {peer} failed: {e}", peer) from e
 
     def _group(self, src: int, dst: int, direction: Direction) -> dist.ProcessGroup | None:
         """The process group a message from ``src`` to ``dst`` travels on (None: the default group)."""
