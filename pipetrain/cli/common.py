@@ -35,7 +35,8 @@ def load_profile(args: argparse.Namespace, graph: LayerGraph, batch: int) -> Pro
         return Profile.load(args.profile)
     if args.estimate is None:
         console.print(f"[dim]profiling {graph.name} here (pass --profile to reuse a saved one)[/dim]")
-    return api.profile_model(graph, batch, estimate=args.estimate, progress=True, loss=args.loss)
+    return api.profile_model(graph, batch, estimate=args.estimate, progress=True, loss=args.loss,
+                             device=getattr(args, "device", "auto"))
 
 
 def cluster_and_profiles(

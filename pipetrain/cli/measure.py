@@ -16,7 +16,7 @@ __all__ = ["cmd_probe", "cmd_profile"]
 def cmd_profile(args: argparse.Namespace) -> None:
     graph = graph_of(args)
     profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats,
-                                loss=args.loss)
+                                loss=args.loss, device=args.device)
     save_text(args.out, profile.to_json(), "profile")
     from pipetrain.viz.plan_tables import profile_table
 

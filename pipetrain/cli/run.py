@@ -20,7 +20,8 @@ from pipetrain.errors import UserError
 from pipetrain.plan.plan import Plan
 
 if TYPE_CHECKING:
-    from pipetrain.runtime.job.config import TrainResult
+    from pipetrain.graph.layer_graph import LayerGraph
+    from pipetrain.runtime.job.config import TrainConfig, TrainResult
 
 __all__ = ["cmd_demo", "cmd_export", "cmd_train"]
 
@@ -54,7 +55,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                          weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
                          lr_warmup_steps=args.warmup_steps, lr_rule=args.lr_rule, clip_grad_norm=args.clip_grad_norm,
                          checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, keep=args.keep,
-                         resume=args.resume)
+                         resume=args.resume, device=args.device, backend=args.backend)
     rates = config.stage_rates(plan)
     if (rates.changed or plan.asynchronous) and os.environ.get("RANK", "0") == "0":  # once under torchrun
         out.print(escape(rates.describe(config.lr)))
@@ -66,6 +67,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         result = train(graph, plan, config, schedule=schedule)
     write_timeline(args.out_dir, "measured", result.timeline, plan)
     _summarise_training(plan, result)
+    _summarise_memory(args, graph, plan, config, result)
     _plot_losses(args.out_dir, result, f"{plan.model} on {config.data}")
 
 
@@ -93,6 +95,27 @@ def _summarise_training(plan: Plan, result: TrainResult) -> None:
     if final is not None and final.eval_loss is not None:
         accuracy = f", accuracy {final.eval_accuracy:.1%}" if final.eval_accuracy is not None else ""
         out.print(f"eval after step {final.step}: loss {final.eval_loss:.4f}{accuracy}")
+
+
+def _summarise_memory(args: argparse.Namespace, graph: LayerGraph, plan: Plan, config: TrainConfig,
+                      result: TrainResult) -> None:
+    """One line: each stage's peak memory as the memory model predicts it and as measured (on CUDA, the
+    allocator's peak). The prediction needs only the profile's bytes: ``--profile``'s, else estimated
+    (on the meta device, no timing)."""
+    from pipetrain.profile.estimate import estimate_profile
+    from pipetrain.profile.table import Profile
+    from pipetrain.simulate.memory import stage_memory
+    from pipetrain.viz.peak_memory import peak_memory_line
+
+    try:
+        profile = Profile.load(args.profile) if args.profile is not None else \
+            estimate_profile(graph, "cpu", plan.batch_size)
+    except UserError as e:
+        out.print(f"peak memory: no prediction ({escape(str(e))}); pass --profile to compare with the model")
+        return
+    cost = api.cost_of(plan, profile, api.local_cluster(plan.n_ranks), graph)
+    predicted = stage_memory(plan, cost, optimizer=config.optimizer_state)
+    out.print(escape(peak_memory_line(plan, predicted, result)))
 
 
 def cmd_export(args: argparse.Namespace) -> None:

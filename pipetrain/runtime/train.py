@@ -18,6 +18,7 @@ import torch
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.data import EvalResult, Loss
+from pipetrain.device_select import check_placement
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import whole_model
 from pipetrain.graph.layer_graph import LayerGraph
@@ -61,7 +62,7 @@ def train(
 def train_many(jobs: Sequence[TrainJob]) -> list[TrainResult]:
     """Run several jobs one after another in one launch (ranks start once), e.g. a sweep.
 
-    Every job must agree on the launch settings: backend, timeout and threads per rank.
+    Every job must agree on the launch settings: device, backend, timeout and threads per rank.
     """
     if not jobs:
         return []
@@ -69,15 +70,12 @@ def train_many(jobs: Sequence[TrainJob]) -> list[TrainResult]:
     for job in jobs:
         warn_batch_norm(job.plan, job.graph)
     first = jobs[0].config
-    settings = (first.resolved_backend(), first.timeout_s, first.threads_per_rank)
+    settings = (first.resolved_device(), first.resolved_backend(), first.timeout_s, first.threads_per_rank)
     for job in jobs[1:]:
         c = job.config
-        if (c.resolved_backend(), c.timeout_s, c.threads_per_rank) != settings:
-            raise UserError("jobs in one launch must share backend, timeout_s and threads_per_rank")
-    world_size = max(job.plan.n_ranks for job in jobs)
-    if settings[0] == "nccl" and world_size > torch.cuda.device_count():
-        raise UserError(f"the plan needs {world_size} GPUs but {torch.cuda.device_count()} are visible; "
-                        "use fewer stages or backend 'gloo'")
+        if (c.resolved_device(), c.resolved_backend(), c.timeout_s, c.threads_per_rank) != settings:
+            raise UserError("jobs in one launch must share device, backend, timeout_s and threads_per_rank")
+    check_placement(settings[0], settings[1], max(job.plan.n_ranks for job in jobs))
     return launch_local(jobs, progress=any(job.config.progress for job in jobs))
 
 

@@ -16,6 +16,15 @@ import torch
 from torch import nn
 
 from pipetrain.data import Loss, check_source_name, model_loss, resolve_loss
+from pipetrain.device_select import (
+    Backend,
+    Device,
+    DeviceChoice,
+    check_backend,
+    check_device_choice,
+    resolve_backend,
+    resolve_device,
+)
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
@@ -29,8 +38,6 @@ from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["FaultInjection", "InjectedFault", "StepMetrics", "TrainConfig", "TrainJob", "TrainResult", "job_loss"]
-
-Backend = Literal["gloo", "nccl"]
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,10 @@ class TrainConfig:
         seed: data seed; also seeds torch's global generator on every rank.
         timeout_s: a rank that fails or stops answering makes every rank stop within this time.
         threads_per_rank: ``torch.set_num_threads`` in each rank (and in ``reference_train``).
-        backend: ``"gloo"`` or ``"nccl"``; None picks NCCL when CUDA is available, else gloo.
+        device: ``"cuda"``, ``"cpu"`` or ``"auto"``: CUDA when torch sees a GPU, unless ``backend`` is
+            ``"gloo"`` (:mod:`pipetrain.device_select`); each rank takes the GPU of its local rank.
+        backend: ``"gloo"`` or ``"nccl"``; None: NCCL on CUDA, gloo on the CPU. Gloo on CUDA runs (two
+            ranks may then share a GPU) stages its messages through host memory.
         progress: show a progress bar (steps, loss, samples/s) in the launching process.
         keep_freed_memory: keep freed CPU memory in each rank's heap instead of returning it to
             the OS, so steps do not page-fault their working set in again (see
@@ -132,6 +142,7 @@ class TrainConfig:
     seed: int = 0
     timeout_s: float = 60.0
     threads_per_rank: int = 1
+    device: DeviceChoice = "auto"
     backend: Backend | None = None
     progress: bool = True
     keep_freed_memory: bool = True
@@ -152,8 +163,8 @@ class TrainConfig:
             raise UserError("--checkpoint-every must be >= 0 and --keep >= 1")
         if self.eval_every < 0:
             raise UserError(f"eval_every={self.eval_every}: give 0 (evaluate at the end) or a step count >= 1")
-        if self.backend not in (None, "gloo", "nccl"):
-            raise UserError(f"backend {self.backend!r} is unknown; use 'gloo' or 'nccl'")
+        check_device_choice(self.device)
+        check_backend(self.backend, self.device)
         _ = self.optimizer_settings  # validates optimizer, lr, momentum, weight decay
         if self.epochs is None:  # else check_job checks it once the epochs are steps
             check_lr_schedule(self.lr_schedule, self.lr_warmup_steps, self.steps)
@@ -165,11 +176,17 @@ class TrainConfig:
         if self.fault is not None and self.fault.step >= self.steps:
             raise UserError(f"fault step {self.fault.step} is past the last step {self.steps - 1}")
 
+    def resolved_device(self) -> Device:
+        """The device to compute on (``"auto"`` resolved; :func:`~pipetrain.device_select.resolve_device`).
+
+        Raises:
+            UserError: ``"cuda"`` where torch sees no GPU.
+        """
+        return resolve_device(self.device, self.backend)
+
     def resolved_backend(self) -> Backend:
-        """The backend to use: as given, or NCCL when CUDA is available, else gloo."""
-        if self.backend is not None:
-            return self.backend
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        """The backend to use: as given, or NCCL on CUDA, gloo on the CPU."""
+        return resolve_backend(self.resolved_device(), self.backend)
 
     @property
     def optimizer_settings(self) -> OptimizerSettings:
@@ -247,6 +264,8 @@ class TrainResult:
             ``model.load_state_dict(result.state_dict)`` loads it into the original module.
         memory: per rank of the plan, in rank order, the bytes it held at its peak (weights,
             gradients, optimizer state, activations); compare with ``pipetrain.simulate.memory.stage_memory``.
+        device_peak_bytes: on CUDA, per rank of the plan, the CUDA allocator's peak over the run
+            (``torch.cuda.max_memory_allocated``); empty on a CPU.
         metrics: every step's :class:`StepMetrics` (loss, learning rate, evaluations).
         data_wait_s: per step, the longest time a rank waited for its batch.
         checkpoint_s: per checkpoint written, the longest time a rank spent on it (writing its
@@ -262,6 +281,7 @@ class TrainResult:
     metrics: tuple[StepMetrics, ...] = ()
     data_wait_s: tuple[float, ...] = ()
     checkpoint_s: tuple[float, ...] = ()
+    device_peak_bytes: tuple[int, ...] = ()
 
     @property
     def final_eval(self) -> StepMetrics | None:

@@ -29,6 +29,7 @@ from pipetrain.data import EvalResult
 from pipetrain.errors import Interrupted, UserError
 from pipetrain.graph.ties import alias_names
 from pipetrain.plan.plan import Plan
+from pipetrain.profile.clock import device_clock
 from pipetrain.runtime.interp.context import Clip, ClipNorm, RankContext
 from pipetrain.runtime.interp.executor import Contexts, expected_receives, receive_prepost, run_program
 from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
@@ -73,8 +74,6 @@ class JobSession(Protocol):
     def world_size(self) -> int: ...
 
     def agree_stop(self) -> int: ...
-
-    def synchronize(self) -> None: ...
 
     def report(self, job: int, row: StepMetrics) -> None: ...
 
@@ -143,7 +142,7 @@ class _JobRun:
         self.lr_scales = job.config.stage_rates(plan).scales  # per stage, on the schedule's rate
         # per step program: its receives, and how deep the transport posts them at its start
         self.receives = [self._receives(p) for p in (self.chunks if self.chunks is not None else [self.program])]
-        self.recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
+        self.recorder = StepRecorder(rank, device_clock(session.device))
         fault = job.config.fault
         step_program = self.program if self.chunks is None or fault is None else self.chunks[fault.step]
         self.fault = _FaultHook(fault, rank, len(step_program))
@@ -159,6 +158,8 @@ class _JobRun:
         self.saves: list[float] = []
         self.manifest_fields: dict[str, Any] | None = None
         self.start = time.perf_counter()
+        if session.device.type == "cuda":  # this job's peak, not an earlier job's of the launch
+            torch.cuda.reset_peak_memory_stats(session.device)
 
     @property
     def contexts(self) -> Contexts:
@@ -338,8 +339,10 @@ class _JobRun:
         memory = _measured(self.session.rank, ctxs) if ctxs else None
         peak = sum(c.meter.peak_bytes for c in ctxs)
         prepost = max(p.nbytes for _, p in self.receives)
+        device = self.session.device
+        device_peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
         record = RankRecord(self.session.rank, tuple(self.recorder.steps), peak, tuple(self.rows), tuple(self.waits),
-                            tuple(self.saves), memory, prepost)
+                            tuple(self.saves), memory, prepost, device_peak)
         state = {}
         for ctx in ctxs if job.return_state_dict else []:
             stage = job.plan.stages[ctx.stage]
@@ -406,4 +409,5 @@ def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
         metrics=metrics,
         data_wait_s=tuple(max(w) for w in zip(*(r.data_wait_s for r in records), strict=True)),
         checkpoint_s=tuple(max(s) for s in zip(*(r.checkpoint_s for r in records), strict=True)),
+        device_peak_bytes=tuple(r.device_peak_bytes for r in records if r.device_peak_bytes is not None),
     )
