@@ -13,8 +13,8 @@ from pipetrain.cli import COMMANDS, build_parser
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], []])
 def test_top_level_answers_load_no_torch(argv: list[str]) -> None:
-    code = ("import sys\nfrom pipetrain.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
-            "print('torch' in sys.modules)") % (argv,)
+    code = (f"import sys\nfrom pipetrain.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip().splitlines()[-1] == "False"
 
