@@ -29,6 +29,7 @@ from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
 from pipetrain.plan.plan import Plan
+from pipetrain.profile.precision import Precision, parse_precision
 from pipetrain.runtime.interp.memory import MeasuredMemory
 from pipetrain.runtime.job.data import DataSource
 from pipetrain.runtime.job.lr_rule import LRRule, StageRates, check_lr_rule, stage_rates
@@ -52,16 +53,19 @@ class FaultInjection:
         step: the optimizer step (0-based, warm-up steps included) at which it fails.
         kind: ``"raise"`` raises :class:`InjectedFault`; ``"kill"`` sends the rank SIGKILL;
             ``"interrupt"`` sends the rank SIGINT and goes on (a Ctrl-C mid-step that reached one
-            rank: every rank stops at the next step's barrier).
+            rank: every rank stops at the next step's barrier); ``"overflow"`` (fp16 only) puts an
+            inf in one gradient of the rank's stages at the step's STEP, a fake overflow that every
+            stage must skip (:mod:`~pipetrain.runtime.job.loss_scale`).
     """
 
     rank: int
     step: int
-    kind: Literal["raise", "kill", "interrupt"] = "raise"
+    kind: Literal["raise", "kill", "interrupt", "overflow"] = "raise"
 
     def __post_init__(self) -> None:
-        if self.kind not in ("raise", "kill", "interrupt"):
-            raise UserError(f"fault kind {self.kind!r} is unknown; use 'raise', 'kill' or 'interrupt'")
+        if self.kind not in ("raise", "kill", "interrupt", "overflow"):
+            raise UserError(f"fault kind {self.kind!r} is unknown; use 'raise', 'kill' or 'interrupt' "
+                            "(or 'overflow', a fake fp16 gradient overflow)")
         if self.rank < 0 or self.step < 0:
             raise UserError("fault rank and step must be >= 0")
 
@@ -114,6 +118,10 @@ class TrainConfig:
         backend: ``"gloo"`` or ``"nccl"``; None: NCCL on CUDA, gloo on the CPU. Gloo on CUDA runs (two
             ranks may then share a GPU) stages its messages through host memory.
         progress: show a progress bar (steps, loss, samples/s) in the launching process.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` overrides the plan's precision
+            (:attr:`~pipetrain.plan.plan.Plan.precision`; :mod:`~pipetrain.runtime.interp.precision`);
+            None trains at the plan's. :func:`~pipetrain.runtime.train.reference_train` trains at this
+            (None: fp32).
         keep_freed_memory: keep freed CPU memory in each rank's heap instead of returning it to
             the OS, so steps do not page-fault their working set in again (see
             :mod:`pipetrain.allocator`; up to 14% faster on CPU; no effect on CUDA memory).
@@ -145,6 +153,7 @@ class TrainConfig:
     device: DeviceChoice = "auto"
     backend: Backend | None = None
     progress: bool = True
+    precision: Precision | None = None
     keep_freed_memory: bool = True
     fault: FaultInjection | None = None
 
@@ -173,6 +182,8 @@ class TrainConfig:
             raise UserError(f"--clip-grad-norm {self.clip_grad_norm}: give a norm > 0")
         if self.timeout_s <= 0 or self.threads_per_rank < 1:
             raise UserError("timeout_s must be > 0 and threads_per_rank >= 1")
+        if self.precision is not None:
+            parse_precision(self.precision)
         if self.fault is not None and self.fault.step >= self.steps:
             raise UserError(f"fault step {self.fault.step} is past the last step {self.steps - 1}")
 
@@ -243,10 +254,14 @@ class StepMetrics(MetricsRow):
     Attributes:
         step_s: this step's wall time on the last stage.
         data_wait_s: seconds the last stage waited for its batch.
+        skipped: fp16: every stage skipped this step's update (a gradient overflowed somewhere).
+        loss_scale: fp16: the loss scale after this step (:mod:`~pipetrain.runtime.job.loss_scale`); else None.
     """
 
     step_s: float = 0.0
     data_wait_s: float = 0.0
+    skipped: bool = False
+    loss_scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -282,6 +297,11 @@ class TrainResult:
     data_wait_s: tuple[float, ...] = ()
     checkpoint_s: tuple[float, ...] = ()
     device_peak_bytes: tuple[int, ...] = ()
+
+    @property
+    def skipped_steps(self) -> tuple[int, ...]:
+        """The steps whose update every stage skipped (fp16 overflows; none otherwise)."""
+        return tuple(m.step for m in self.metrics if m.skipped)
 
     @property
     def final_eval(self) -> StepMetrics | None:
