@@ -19,6 +19,7 @@ from pipetrain.plan.plan import MAX_BATCH_SIZE
 from pipetrain.planners import DEFAULT_PLANNER, PLANNERS, default_planner
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.microbatch import GAConfig
+from pipetrain.profile.precision import PRECISIONS
 from pipetrain.runtime.job.lr_rule import LR_RULES
 from pipetrain.runtime.job.optim import LR_SCHEDULES
 
@@ -207,6 +208,10 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="precision the plan trains at, written to the plan: bf16 and fp16 run each stage under "
+                        "autocast with float32 master weights and send activations and gradients in 16 bits; "
+                        "fp16 scales the loss (default: fp32)")
     p.add_argument("--top", type=_count, default=8, help="candidates to list (default: 8)")
     _out_file(p, "out/plan.json", "plan JSON to write (and PLAN.cluster.json beside it for a sub-cluster)")
 
@@ -312,6 +317,11 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-grad-norm", type=float, metavar="X",
                    help="clip the gradient's global norm over all stages to X; under pipedream, each update's "
                         "own norm over its stage (default: no clipping)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="train at this precision instead of the plan's: bf16 and fp16 autocast each stage's forward "
+                        "(float32 master weights and optimizer state) and send activations and gradients in 16 "
+                        "bits; fp16 scales the loss and skips the steps whose gradients overflow, on every stage "
+                        "(default: the plan's; fp32 with --model)")
     p.add_argument("--eval-every", type=_non_negative, default=0, metavar="K",
                    help="evaluate on the eval set every K steps (default: only after the last step)")
     p.add_argument("--seed", type=_non_negative, default=0, help="data and weight-initialisation seed (default: 0)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 from pathlib import Path
@@ -44,7 +45,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         cluster = api.local_cluster(args.ranks or 2, args.cluster)
         plan = api.plan(graph, load_profile(args, graph, args.batch), cluster, batch_size=args.batch,
                         constraints=api.Constraints(n_stages=cluster.n_devices)).plan  # one stage per rank
-    plan = rerun(rechunked(plan, args, graph), args, graph)
+    plan = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
     schedule = load_schedule(args)
     from pipetrain.runtime import TrainConfig, run_worker_from_env, train
 
@@ -71,6 +72,15 @@ def cmd_train(args: argparse.Namespace) -> None:
     _plot_losses(args.out_dir, result, f"{plan.model} on {config.data}")
 
 
+def _at_precision(plan: Plan, args: argparse.Namespace) -> Plan:
+    """``plan`` at ``--precision`` when given; a note when that overrides a plan file's own."""
+    if args.precision is None or args.precision == plan.precision:
+        return plan
+    if args.plan is not None and os.environ.get("RANK", "0") == "0":
+        out.print(f"training at {args.precision}, not the plan's {plan.precision} (--precision)")
+    return dataclasses.replace(plan, precision=args.precision)
+
+
 def _plot_losses(folder: Path, result: TrainResult, title: str) -> None:
     """``loss.png`` from ``metrics.csv`` (a resumed run's earlier steps included), else from the result
     (under torchrun the last stage may have written the CSV on another node)."""
@@ -91,6 +101,11 @@ def _summarise_training(plan: Plan, result: TrainResult) -> None:
               f"{result.samples_per_s:.1f} samples/s (median step, slowest rank: "
               f"{result.timeline.iteration_s * 1e3:.1f} ms), "
               f"{wait} (first batch {waits[0]:.2f} s, loading the data)")
+    if plan.precision == "fp16" and result.metrics:
+        skipped = result.skipped_steps
+        which = f": steps {', '.join(map(str, skipped))}" if skipped else ""
+        out.print(f"fp16: {len(skipped)} of {steps} steps skipped on every stage (gradient overflow{which}), "
+                  f"loss scale now {result.metrics[-1].loss_scale:g}")
     final = result.final_eval
     if final is not None and final.eval_loss is not None:
         accuracy = f", accuracy {final.eval_accuracy:.1%}" if final.eval_accuracy is not None else ""
