@@ -7,7 +7,8 @@ rank 0, which writes it into the checkpoint's manifest. Twice: 1f1b on 2 ranks w
 rank 0 (the metrics come from rank 1), and interleaved (2 stages per rank, decided at each rank's first
 STEP) with the overflow on rank 1 (the manifest comes from rank 0). Without an overflow, fp16 training
 equals :func:`reference_train` at fp16 within 2e-5 (measured 5.3e-6: float16 keeps 11 bits of
-mantissa, so the rounding differences of bf16's test are 8× smaller).
+mantissa, so the rounding differences of bf16's test are 8× smaller). A run resuming the
+overflow run's checkpoint goes on at the halved scale.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import torch
 
 from pipetrain.plan.methods import Method
 from pipetrain.runtime import TrainConfig, TrainJob, TrainResult, reference_train, train_many
+from pipetrain.runtime.job import rank_checkpoint
+from pipetrain.runtime.job.checks import check_job
 from pipetrain.runtime.job.config import FaultInjection
 from pipetrain.runtime.job.loss_scale import LossScaler
 
@@ -68,6 +71,17 @@ def test_checkpoint_keeps_the_scale_of_every_rank(results: dict[str, TrainResult
     (manifest,) = folder.glob("step-*/manifest.json")
     state = json.loads(manifest.read_text())["loss_scale"]
     assert state["scale"] == START / 2 and state["skipped"] == 1 and state["good_steps"] == 0
+
+
+def test_resume_restores_the_scale(results: dict[str, TrainResult], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A run resuming the 1f1b overflow run's checkpoint starts from its scaler (what each rank reads
+    before its first step; read here in the test's process, sparing a launch)."""
+    folder = Path(str(tmp_path_factory.getbasetemp())) / "1f1b0"
+    plan, _ = PLANS["1f1b"]
+    job = check_job(TrainJob(GRAPH, plan, replace(FP16, steps=4, resume=folder)))
+    scaler = LossScaler()
+    rank_checkpoint.resume_loss_scale(job, scaler)
+    assert (scaler.scale, scaler.skipped) == (START / 2, 1)
 
 
 def test_fp16_equals_reference_fp16(results: dict[str, TrainResult]) -> None:
