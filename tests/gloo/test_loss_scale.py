@@ -7,8 +7,8 @@ rank 0, which writes it into the checkpoint's manifest. Twice: 1f1b on 2 ranks w
 rank 0 (the metrics come from rank 1), and interleaved (2 stages per rank, decided at each rank's first
 STEP) with the overflow on rank 1 (the manifest comes from rank 0). Without an overflow, fp16 training
 equals :func:`reference_train` at fp16 within 2e-5 (measured 5.3e-6: float16 keeps 11 bits of
-mantissa, so the rounding differences of bf16's test are 8× smaller). A run resuming the
-overflow run's checkpoint goes on at the halved scale.
+mantissa, so the rounding differences of bf16's test are 8× smaller), with clipping too (of the
+unscaled gradients). A run resuming the overflow run's checkpoint goes on at the halved scale.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ FP16 = TrainConfig(steps=2, warmup_steps=1, lr=0.05, progress=False, timeout_s=6
 PLANS = {"1f1b": (chain_plan(GRAPH, 2, BATCH, 4, Method.ONE_F_ONE_B), 0),  # plan, the rank that overflows
          "interleaved": (looping_plan(GRAPH, Method.INTERLEAVED), 1)}
 START = LossScaler().scale
+CLIPPED = replace(FP16, clip_grad_norm=0.05)  # below the gradients' norm: every step clips
 
 
 def _overflowing(config: TrainConfig, rank: int, folder: Path) -> TrainConfig:
@@ -51,6 +52,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TrainResult]:
         jobs[f"{name}-2steps"] = TrainJob(GRAPH, plan, FP16, return_state_dict=True)
         folder = tmp_path_factory.mktemp(name)
         jobs[f"{name}-overflow"] = TrainJob(GRAPH, plan, _overflowing(FP16, rank, folder), return_state_dict=True)
+    jobs["1f1b-clip"] = TrainJob(GRAPH, PLANS["1f1b"][0], CLIPPED, return_state_dict=True)
     return dict(zip(jobs, train_many(list(jobs.values())), strict=True))
 
 
@@ -88,3 +90,11 @@ def test_fp16_equals_reference_fp16(results: dict[str, TrainResult]) -> None:
     reference = reference_train(GRAPH, BATCH, FP16)
     assert max_param_diff(results["1f1b-2steps"], reference) <= 2e-5
     assert reference.metrics[-1].loss_scale == START
+
+
+def test_fp16_clips_the_unscaled_gradients(results: dict[str, TrainResult]) -> None:
+    """Clipping after unscaling, as one process does: clipping the scaled gradients (2**16 times the
+    norm) and unscaling them after would leave steps 2**16 times too small."""
+    reference = reference_train(GRAPH, BATCH, CLIPPED)
+    assert max_param_diff(results["1f1b-clip"], reference) <= 2e-5
+    assert max_param_diff(results["1f1b-clip"], results["1f1b-2steps"]) > 1e-3  # the clipping bit
