@@ -2,7 +2,9 @@
 
 No shape headers travel: a receiver knows every message's shape from the plan (the sample range
 times the per-sample spec of the tensor crossing the stage boundary, from
-``LayerGraph.output_specs()``). Sends are posted with ``isend`` and their handles kept until
+``LayerGraph.output_specs()``), and its dtype from the spec and the plan's precision (floating-point
+messages in the compute dtype under bf16 and fp16, :mod:`~pipetrain.runtime.interp.precision`; the
+sender casts, the receiver allocates its buffer so). Sends are posted with ``isend`` and their handles kept until
 :meth:`Transport.wait_sends` (called at STEP), so a sender never waits for its receiver inside a
 step; the sent tensors are kept alive and untouched until then.
 
