@@ -17,6 +17,7 @@ batches). Variants of ``d = 1`` that a rule could apply:
 * ``weight prediction``: the gradient taken at ``W(t−1)`` moved one Adam step ahead,
   ``W(t−1) − ν·m̂/(√v̂ + ε)`` from the optimizer's moments (XPipe's prediction), which estimates the
   ``W(t)`` it is applied to;
+* ``β1``, ``β2``: AdamW's moment decays (asynchrony acts as extra momentum, Mitliagkas et al. 2016);
 * ``delay compensation λ``: DC-ASGD's first-order correction of the stale gradient (Zheng et al.,
   ICML'17), ``g + λ·g⊙g⊙(W(t) − W(t−1))/√v̂``, normalised by Adam's second moment as DC-ASGD-a is.
 
@@ -58,6 +59,7 @@ class Variant:
     sync_warmup: int = 0
     predict: bool = False
     compensation: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
 
 
 VARIANTS = (
@@ -71,6 +73,9 @@ VARIANTS = (
     Variant("d=1, sync warm-up 1/3 of the run", 1, sync_warmup=3),
     Variant("d=1, weight prediction", 1, predict=True),
     Variant("d=1, delay compensation λ=30", 1, compensation=30.0),
+    Variant("d=1, β1 = 0.7", 1, betas=(0.7, 0.999)),
+    Variant("d=1, β1 = 0.95", 1, betas=(0.95, 0.999)),
+    Variant("d=1, β2 = 0.95", 1, betas=(0.9, 0.95)),
 )
 
 
@@ -120,7 +125,7 @@ def train(variant: Variant, seed: int, steps: int) -> dict[str, float]:
     graph = build_model("gpt-tiny")
     model = chain_stage(graph, list(range(len(graph.layers))))
     loss_fn = model_loss(graph.loss)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=variant.betas)
     sync_until = steps // variant.sync_warmup if variant.sync_warmup else 0
     peak = LR * variant.lr_factor
     lr_of: Callable[[int], float] = lambda t: rate(t, steps, LR if t < sync_until else peak)  # noqa: E731
