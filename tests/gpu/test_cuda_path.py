@@ -3,7 +3,7 @@
 * 2 ranks on one GPU (gloo on CUDA tensors: NCCL refuses two ranks on one GPU, which is checked too)
   and, with 2 GPUs, over NCCL: every parameter equals single-process training after 3 steps, on a
   chain (1f1b) and on a V (zbv: the link back carries activations and gradients both);
-* a bf16 run (``TrainConfig.precision``; skipped until that field exists);
+* a bf16 run (``TrainConfig.precision``) against fp32 on the GPU;
 * the profiler's CUDA-event timings: positive, finite, and a matmul's within 2x of its wall time;
 * each rank's CUDA allocator peak against the memory model: from 0.8x to 2x of the prediction.
 
@@ -71,12 +71,10 @@ def test_nccl_refuses_two_ranks_on_one_gpu() -> None:
 
 
 def test_bf16_run_trains() -> None:
-    if "precision" not in {f.name for f in dataclasses.fields(TrainConfig)}:
-        pytest.skip("TrainConfig.precision (--precision, issue 28 item 1) is not in this build yet")
     graph = mlp_graph(n_blocks=7)
     plan = _plans(graph)["1f1b"]
     fp32 = train(graph, plan, dataclasses.replace(CONFIG, backend=_backends()[-1]))
-    bf16 = train(graph, plan, dataclasses.replace(CONFIG, backend=_backends()[-1], precision="bf16"))  # type: ignore[call-arg]
+    bf16 = train(graph, plan, dataclasses.replace(CONFIG, backend=_backends()[-1], precision="bf16"))
     assert all(math.isfinite(loss) for loss in bf16.losses)
     # bf16 keeps 8 bits of mantissa: losses agree with fp32 to a few parts in 100 over 3 steps
     for ours, theirs in zip(bf16.losses, fp32.losses, strict=True):
