@@ -14,6 +14,7 @@ from torch import nn
 
 from pipetrain.callables import is_callable_ref
 from pipetrain.data import data_specs, resolve_loss
+from pipetrain.device_select import DeviceChoice, resolve_device
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.load import capture_module, default_loss_kind, load_model
@@ -91,6 +92,7 @@ def profile_model(
     repeats: int = 5,
     loss: str | None = None,
     precision: Precision = "fp32",
+    device: DeviceChoice = "auto",
 ) -> Profile:
     """Measure the model's per-layer costs here, or estimate them for a device model, at a precision.
 
@@ -105,6 +107,11 @@ def profile_model(
         precision: ``"fp32"``, or mixed ``"bf16"``/``"fp16"``: measured under autocast
             (:mod:`pipetrain.profile.measure`), estimated at the device's half-precision peak
             (:mod:`pipetrain.profile.estimate`). A plan at a precision needs a profile at it.
+        device: measure on ``"cuda"`` (the current GPU, timed by CUDA events), ``"cpu"``, or ``"auto"``:
+            CUDA when torch sees a GPU (:func:`~pipetrain.device_select.resolve_device`).
+
+    Raises:
+        UserError: ``device="cuda"`` where torch sees no GPU.
     """
     if estimate is not None:
         from pipetrain.profile.estimate import estimate_profile
@@ -114,7 +121,8 @@ def profile_model(
     from pipetrain.profile.measure import measure_profile
 
     loss_fn = None if loss is None else resolve_loss(loss, graph.target)
-    return measure_profile(graph, batch_size, repeats=repeats, progress=progress, loss=loss_fn, precision=precision)
+    return measure_profile(graph, batch_size, repeats=repeats, progress=progress, loss=loss_fn,
+                           device=resolve_device(device), precision=precision)
 
 
 def check_stage_count(model: LayerGraph | ModelRef, n_stages: int) -> None:

@@ -10,6 +10,7 @@ from pipetrain.cli.rerun import rerun_methods
 from pipetrain.cli.routing import how_planned, listed, unequal
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, MAX_DEVICES
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
+from pipetrain.device_select import BACKENDS, DEVICE_CHOICES
 from pipetrain.graph.aux_heads import AUX_KINDS
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
@@ -119,6 +120,17 @@ def _cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=_ranks, help="number of ranks (default: the plan's, a spec's devices, or 2)")
 
 
+def _device_args(p: argparse.ArgumentParser, *, backend: bool) -> None:
+    """``--device`` (and ``--backend``): where the ranks compute and what they talk over (docs/gpus.md)."""
+    p.add_argument("--device", choices=DEVICE_CHOICES, default="auto",
+                   help="cuda, cpu, or auto: cuda when torch sees a GPU" + (" (cpu with --backend gloo)" if backend
+                                                                             else "") + " (default: auto)")
+    if backend:
+        p.add_argument("--backend", choices=BACKENDS,
+                       help="nccl (GPUs only, one GPU per rank) or gloo (CPU, or GPUs shared round-robin with "
+                            "messages through host memory) (default: nccl on cuda, gloo on cpu)")
+
+
 def _out_file(p: argparse.ArgumentParser, default: str, what: str) -> None:
     """``--out FILE``: the one file a command writes (profile, probe, plan, export, compare)."""
     p.add_argument("--out", type=Path, default=Path(default), metavar="FILE", help=f"{what} (default: {default})")
@@ -154,6 +166,7 @@ def profile_args(p: argparse.ArgumentParser) -> None:
                    "fpga) instead of measuring (default: measure here)")
     _precision_arg(p)
     p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point, the median kept (default: 5)")
+    _device_args(p, backend=False)
     _out_file(p, "out/profile.json", "profile JSON to write")
 
 
@@ -313,12 +326,18 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-grad-norm", type=float, metavar="X",
                    help="clip the gradient's global norm over all stages to X; under pipedream, each update's "
                         "own norm over its stage (default: no clipping)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="train at this precision instead of the plan's: bf16 and fp16 autocast each stage's forward "
+                        "(float32 master weights and optimizer state) and send activations and gradients in 16 "
+                        "bits; fp16 scales the loss and skips the steps whose gradients overflow, on every stage "
+                        "(default: the plan's; fp32 with --model)")
     p.add_argument("--eval-every", type=_non_negative, default=0, metavar="K",
                    help="evaluate on the eval set every K steps (default: only after the last step)")
     p.add_argument("--seed", type=_non_negative, default=0, help="data and weight-initialisation seed (default: 0)")
     p.add_argument("--threads", type=_count, default=1, help="torch threads per rank (default: 1)")
     p.add_argument("--timeout", type=_seconds, default=60.0,
                    help="seconds before a silent rank is failed (default: 60)")
+    _device_args(p, backend=True)
     _out_dir(p, "out/run", "metrics.csv, loss.png and the measured timeline")
     p.add_argument("--checkpoint-dir", type=Path, metavar="D",
                    help="write checkpoints to D: after the last step, every --checkpoint-every steps, and on Ctrl-C "

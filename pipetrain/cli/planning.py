@@ -7,7 +7,8 @@ import argparse
 import dataclasses
 
 from pipetrain import api
-from pipetrain.cli.common import cluster_and_profiles, console, graph_of, out, save_text
+from pipetrain.cli.common import cluster_and_profiles, graph_of, save_text
+from pipetrain.cli.consoles import console, out
 from pipetrain.cli.routing import PlanRoute, plan_route
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError

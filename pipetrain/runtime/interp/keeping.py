@@ -3,8 +3,9 @@
     keep       F  with autograd saving its tensors: (x, y) = layers(x [b, *in]); keep (x, y) by range
                B  (x, y) of the F of exactly [lo, hi)
     recompute  F  under no_grad: y = layers(x); keep only x, by range (stashed inputs)
-               B  x = stashed inputs [lo, hi), re-chunked; (x, y) = layers(x) with autograd, so
-                  [lo, hi) need not match any F range
+               B  x = stashed inputs [lo, hi), re-chunked; (x, y) = layers(x) with autograd (under
+                  the autocast F ran in, :mod:`~pipetrain.runtime.interp.precision`), so [lo, hi) need
+                  not match any F range
 
 Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes`
 says: a stage whose backward partition differs from its forward one cannot back-propagate part of a
@@ -87,7 +88,7 @@ class Recompute:
 
     def restore(self, ctx: RankContext, a: Action, run: Run) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.stashed.take(a.lo, a.hi)
-        with ctx.meter.track((a.lo, a.hi)), _buffers_kept(ctx.module):
+        with ctx.meter.track((a.lo, a.hi)), _buffers_kept(ctx.module), ctx.precision.autocast():
             x, y = run(ctx, a, x)
         ctx.meter.add(-x.nbytes)
         return x, y
