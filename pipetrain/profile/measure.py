@@ -127,7 +127,6 @@ def measure_profile(
     )
 
 
-
 def _autocast_note(precision: Precision) -> str:
     """What the profile's ``source`` says of a mixed precision (nothing at fp32)."""
     return "" if precision == "fp32" else f" under {precision} autocast"
