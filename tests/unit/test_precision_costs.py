@@ -86,6 +86,9 @@ def test_a_plan_is_costed_only_at_its_precision() -> None:
     plan16, _ = planned("bf16")
     with pytest.raises(UserError, match="is at fp32 but the plan is at bf16"):
         api.predict(plan16, profile("fp32"), CLUSTER)
+    with pytest.raises(UserError, match="the given profile of 'gpt-tiny' is at fp32 but the plan is at bf16"):
+        api.cluster_profiles(build_model("gpt-tiny"), CLUSTER, BATCH, profile=profile("fp32"), precision="bf16")
+    assert api.cluster_profiles(build_model("gpt-tiny"), CLUSTER, BATCH, precision="bf16") == {"a100": profile("bf16")}
     with pytest.raises(UserError, match="different precisions"):
         CostModel({"a100": profile("bf16"), "v100": profile("fp32")},
                   Cluster.homogeneous("a100", 1, 1, SLOW, SLOW))
