@@ -14,6 +14,7 @@ from pipetrain.cli.run import _summarise_training
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Plan
+from pipetrain.profile.precision import PRECISIONS
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.runtime import TrainConfig, TrainResult
 from pipetrain.runtime.job.config import StepMetrics
@@ -22,16 +23,27 @@ from pipetrain.simulate.timeline import Timeline
 
 @pytest.fixture
 def tiny_profile(tmp_path: Path) -> Path:
-    """A synthetic profile of gpt-tiny."""
+    """A synthetic profile of gpt-tiny (fp32), and beside it the same at each mixed precision
+    (``profile-bf16.json``...): a plan at a precision is costed with a profile at it."""
     graph = build_model("gpt-tiny")
     layers = tuple(LayerProfile(name, (1, 32), (1e-3, 8e-3), (2e-3, 16e-3), 8192, 16384, 4096, 1e6)
                    for name in graph.names)
     path = tmp_path / "profile.json"
     Profile(graph.name, graph.fingerprint(), "cpu", "synthetic", 128, layers).save(path)
+    for precision in PRECISIONS[1:]:
+        Profile(graph.name, graph.fingerprint(), "cpu", "synthetic", 128, layers,
+                precision=precision).save(_at(path, precision))
     return path
 
 
+def _at(profile: Path, precision: str) -> Path:
+    """The fixture's profile at ``precision``."""
+    return profile if precision == "fp32" else profile.with_name(f"profile-{precision}.json")
+
+
 def _plan(tmp_path: Path, profile: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
+    """Plan with the profile at the ``--precision`` of ``extra`` (default fp32)."""
+    profile = _at(profile, extra[extra.index("--precision") + 1] if "--precision" in extra else "fp32")
     out = tmp_path / "plan.json"
     code = main(["plan", "--model", "gpt-tiny", "--batch", "16", "--ranks", "2", "--profile", str(profile),
                  "--method", "1f1b", "--out", str(out), *extra])
@@ -51,6 +63,13 @@ def test_plan_writes_a_mixed_precision(tmp_path: Path, tiny_profile: Path, capsy
 def test_plan_leaves_fp32_out(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "precision" not in _plan(tmp_path, tiny_profile, capsys)
     assert "precision" not in _plan(tmp_path, tiny_profile, capsys, "--precision", "fp32")
+
+
+def test_plan_refuses_a_profile_at_another_precision(tmp_path: Path, tiny_profile: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--model", "gpt-tiny", "--batch", "16", "--ranks", "2", "--profile", str(tiny_profile),
+                 "--precision", "bf16", "--out", str(tmp_path / "plan.json")]) == UserError.exit_code
+    assert "is at fp32 but the plan is at bf16" in capsys.readouterr().err
 
 
 def test_plan_rejects_an_unknown_precision(capsys: pytest.CaptureFixture[str]) -> None:
