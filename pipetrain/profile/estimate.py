@@ -45,8 +45,10 @@ transformer's or a CNN's time. The parameter bytes stay float32 (the master weig
 optimizer updates); the casts of them that a micro-batch keeps (``cast_weight_bytes``) are the
 weights of the layer's Linear, convolution and attention-projection modules in the compute dtype
 (:func:`cast_weight_bytes`), which autocast casts and autograd saves; the loss is traced on a float32
-output (autocast runs losses in float32), so its saved bytes are float32's. The casts' own kernels
-(reading float32 weights, writing them in the compute dtype) are not traced.
+output (autocast runs losses in float32), so its saved bytes are float32's. The casts themselves are
+not traced (the traced weights are already in the compute dtype): each forward adds one memory-bound
+kernel that reads those weights in float32 and writes them in the compute dtype, and each backward
+one that casts their gradients back to float32 (:func:`_cast_kernel`).
 """
 
 from __future__ import annotations
@@ -247,6 +249,12 @@ def cast_weight_bytes(module: nn.Module, precision: Precision) -> int:
     return sum(w.numel() for w in weights.values()) * compute_dtype(precision).itemsize
 
 
+def _cast_kernel(cast_bytes: int, precision: Precision) -> Kernel:
+    """The kernel casting weights of ``cast_bytes`` compute-dtype bytes from or to float32: it moves
+    their bytes in both dtypes (module docstring)."""
+    return Kernel(0.0, cast_bytes * (1 + 4 / compute_dtype(precision).itemsize))
+
+
 def _meta_input(spec: TensorSpec, b: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A meta tensor ``[b, *spec.shape]`` of ``spec``'s dtype, or of ``dtype`` when it is floating."""
     floating = spec.torch_dtype.is_floating_point
@@ -270,6 +278,9 @@ def _estimate_layer(
             if b < smallest:
                 continue
             forward, backward = trace_kernels(module, _meta_input(spec, b, dtype))
+            if casts:
+                cast = _cast_kernel(casts, precision)
+                forward, backward = (*forward, cast), (*backward, cast)
             forward_s.append(sum(kernel_seconds(k, device, precision) for k in forward))
             backward_s.append(sum(kernel_seconds(k, device, precision) for k in backward))
         forward_s, backward_s = list(filled_below(grid, tuple(forward_s))), list(filled_below(grid, tuple(backward_s)))

@@ -127,9 +127,10 @@ def test_bf16_estimate_is_faster_by_about_the_ratio_of_the_peaks() -> None:
     assert bf16.precision == "bf16" and "at bf16" in bf16.source
     ratio = peak_flops(DEVICE_MODELS["a100"], "bf16") / peak_flops(DEVICE_MODELS["a100"], "fp32")
     block32, block16 = fp32.layer("block0"), bf16.layer("block0")
-    # matmuls (nearly all of a block's time) at the peaks' ratio, the memory-bound rest at 2x
-    assert 0.75 * ratio < block32.forward_s[0] / block16.forward_s[0] <= ratio
-    assert 0.6 * ratio < block32.backward_s[0] / block16.backward_s[0] <= ratio  # more memory-bound kernels
+    # matmuls (most of a block's time) at the peaks' ratio; the memory-bound rest at 2x, and under bf16
+    # the casts of the weights (forward: to bf16, backward: their gradients to fp32): 11x and 10x here
+    assert 0.65 * ratio < block32.forward_s[0] / block16.forward_s[0] <= ratio
+    assert 0.55 * ratio < block32.backward_s[0] / block16.backward_s[0] <= ratio
     assert block16.output_bytes_per_sample == block32.output_bytes_per_sample // 2
     assert block16.saved_bytes_per_sample < 0.51 * block32.saved_bytes_per_sample
     assert block16.parameter_bytes == block32.parameter_bytes  # float32 master weights
