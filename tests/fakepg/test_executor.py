@@ -20,7 +20,7 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import Method, WeightPolicy
 from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime import TrainConfig, reference_train
 from pipetrain.runtime.interp.chain import ChainKernel
@@ -94,8 +94,9 @@ def test_misplaced_or_unsupported_w_is_rejected_before_launch() -> None:
         check_runnable(w, plan)
     split = Schedule.from_lists([[Action.parse(t) for t in ("0F0[0:2]", "0B0[0:2]", "0W0[0:2]", "0STEP")]])
     check_runnable(split, plan)
+    check_runnable(split, plan.with_recompute())  # a recomputing stage re-runs forward at B, keeps it for W
     with pytest.raises(UserError, match="split backward"):
-        check_runnable(split, replace(plan, recompute=True))
+        check_runnable(split, replace(plan, method=Method.LOCAL, weights=WeightPolicy.LOCAL))
 
 
 def test_backward_without_matching_forward_raises() -> None:
@@ -206,7 +207,7 @@ PLANS = {
     "parameter-free-stage": (_relu_stage_graph(), chain_plan(_relu_stage_graph(), 3, 6, 2)),
     "recompute-dual": (mlp_graph(), uneven_plan(mlp_graph(), [(4, 6), (1, 2, 3, 4), (10,)],
                                                 [(3, 3, 4), (1, 2, 3, 4), (1,) * 10])),
-    "recompute-all": (mlp_graph(), replace(chain_plan(mlp_graph(), 3, 10, 4), recompute=True)),
+    "recompute-all": (mlp_graph(), chain_plan(mlp_graph(), 3, 10, 4).with_recompute()),
 }
 
 

@@ -6,14 +6,18 @@
                B  x = stashed inputs [lo, hi), re-chunked; (x, y) = layers(x) with autograd, so
                   [lo, hi) need not match any F range
 
-Recompute (docs/algorithms.md §2.6) is per stage, as :meth:`pipetrain.plan.plan.Plan.recomputes`
-says: a stage whose backward partition differs from its forward one cannot back-propagate part of a
-forward micro-batch's graph, so it re-runs forward per backward micro-batch. The re-run must compute
+Recompute (activation checkpointing, docs/algorithms.md §2.6) is per stage, as
+:meth:`pipetrain.plan.plan.Plan.recomputes` says: a stage the plan (or a planner under memory
+pressure) set to recompute, and a stage whose backward partition differs from its forward one, which
+cannot back-propagate part of a forward micro-batch's graph, re-run forward per backward micro-batch.
+Under a split backward (:class:`~pipetrain.runtime.interp.backward.SplitBackward`) the re-run happens
+at B, which records the parameter owners' outputs as F would have; the graph it builds is what W
+later uses, so W re-runs nothing. The re-run must compute
 what the first run did, so such a stage may not hold modules that draw random numbers (dropout;
 checked when the stage is built), and must not count twice in the running statistics of its
-BatchNorms: it runs on copies of the stage's buffers (:func:`_buffers_kept`), so only F updates
+BatchNorms: it runs on copies of the stage's buffers (:func:`buffers_kept`), so only F updates
 them, as without recompute. The meter counts the stashed inputs from F to B, and the
-re-run's saved tensors during B.
+re-run's saved tensors from B until the backward releases them (a fused B at once, a split one at W).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pipetrain.runtime.interp.buffers import ChunkBuffer
 from pipetrain.runtime.interp.context import Range, RankContext
 from pipetrain.schedule.action import Action
 
-__all__ = ["KeepActivations", "Recompute", "Run"]
+__all__ = ["KeepActivations", "Recompute", "Run", "buffers_kept"]
 
 Run = Callable[[RankContext, Action, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """Runs the stage on ``x [b, *in]`` for an action: ``(x, y)``, ``x`` as autograd sees it, ``y`` the
@@ -87,7 +91,7 @@ class Recompute:
 
     def restore(self, ctx: RankContext, a: Action, run: Run) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.stashed.take(a.lo, a.hi)
-        with ctx.meter.track((a.lo, a.hi)), _buffers_kept(ctx.module):
+        with ctx.meter.track((a.lo, a.hi)), buffers_kept(ctx.module):
             x, y = run(ctx, a, x)
         ctx.meter.add(-x.nbytes)
         return x, y
@@ -100,7 +104,7 @@ class Recompute:
 
 
 @contextmanager
-def _buffers_kept(module: nn.Module) -> Iterator[None]:
+def buffers_kept(module: nn.Module) -> Iterator[None]:
     """Run with copies of ``module``'s buffers (BatchNorm's running statistics, its batch count) in
     their place, then put the originals back: a re-run forward must not update them a second time
     (module docstring). The copies are swapped, not written back, since the re-run's autograd graph

@@ -5,7 +5,8 @@ the model's own names (checkpoints, results).
 
 The kernel (:func:`stage_kernel`), from the plan's method record (:attr:`~pipetrain.plan.plan.Plan.spec`)::
 
-    graph DAG                       DAG kernel                    :mod:`~pipetrain.runtime.interp.dag`
+    graph DAG                       DAG kernel (recomputing       :mod:`~pipetrain.runtime.interp.dag`
+                                    where Plan.recomputes(stage))
     gradients stay in their stage   local-learning kernel         :mod:`~pipetrain.runtime.interp.local`
     otherwise, a chain kernel       (:mod:`~pipetrain.runtime.interp.chain`) with
         Plan.recomputes(stage)      F keeps only its inputs       :class:`~.keeping.Recompute`
@@ -80,7 +81,7 @@ def stage_kernel(graph: LayerGraph, plan: Plan, stage: int, module: nn.Module, d
     """
     spec = plan.spec
     if spec.graph is StageGraph.DAG:
-        return DagKernel(DagPorts.build(graph, plan, stage))
+        return DagKernel(DagPorts.build(graph, plan, stage), plan.recomputes(stage))
     input_spec, output_spec = stage_specs(graph, [graph.index(name) for name in plan.stages[stage].layers])
     ports = (ChainPorts(input_spec, output_spec, stage == 0) if after is None
              else ChainPorts.after(after, input_spec, output_spec))
