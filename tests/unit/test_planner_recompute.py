@@ -5,13 +5,16 @@ says which stages recompute and why. With ample memory, or ``recompute="none"``,
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from pipetrain.cli import main
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import fastest_fitting, plan_balanced
 from pipetrain.planners.contract import Candidate, Constraints, ModelRef, PlanningProblem, RecomputeChoice
 from pipetrain.planners.interleaved import build_interleaved_plan
@@ -102,3 +105,17 @@ def test_recompute_that_frees_nothing_is_no_option() -> None:
     re-run's graph until W: recomputing its chunks frees nothing there, so no variant fits."""
     over, tight = _tight(Method.ZBV)
     assert recomputing(over, tight, "sgd") is None
+
+
+def test_cli_recompute_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan --recompute all`` recomputes every stage and the plan table marks them; a planner that does
+    not take the choice refuses it."""
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--model", "mlp-digits", "--batch", "16", "--ranks", "2", "--estimate", "v100",
+            "--method", "1f1b", "--micro", "4", "--out", str(out)]
+    assert main([*argv, "--recompute", "all"]) == 0
+    assert Plan.from_json(out.read_text()).recompute_stages == (0, 1)
+    assert "recompute" in capsys.readouterr().out
+    assert main(argv) == 0 and Plan.from_json(out.read_text()).recompute_stages == ()  # ample memory
+    assert main([*argv[:-4], "--planner", "bapipe", "--recompute", "none", "--out", str(out)]) == 2
+    assert "--recompute" in capsys.readouterr().err
