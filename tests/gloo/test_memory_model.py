@@ -3,7 +3,7 @@
 Every job runs in one launch (``train_many``) for 2 steps; the runtime meters the first. Per stage,
 the predicted total and, separately, the predicted activations are within 20 % of what the stage's
 rank measured (for ``zb1`` the activations include the output gradients a split backward's B keeps
-until its W); weights and gradients match exactly, optimizer state up to Adam's step counters.
+until its W, and with recompute the re-run's graph from B to W); weights and gradients match exactly, optimizer state up to Adam's step counters.
 The profile is measured here at the batch size only, once, untimed in effect (bytes do not depend
 on timing).
 """
@@ -65,6 +65,7 @@ def _cases() -> list[Case]:
         _case("gpt", Method.ONE_F_ONE_B, 2, 4, "adam"),
         _case("mlp", Method.ZB1, 3, 4),  # split backward: B keeps the owners' output gradients until W
         _case("gpt", Method.ZB1, 3, 6),
+        _case("gpt", Method.ZB1, 3, 6, recompute=True),  # B re-runs forward, its graph kept until W
     ]
     return cases
 
