@@ -13,9 +13,11 @@ overflowing rank recomputes. One stage per rank (gpipe, 1f1b, zb1, ...) is one r
 stages that overflow recompute; several chunks per rank (interleaved, zbv) recompute only as many
 chunks as the rank needs. The variant is a candidate beside the original, labelled with the stages
 that recompute and why, so the planner's ranking keeps the fastest plan that fits: recomputing at few
-micro-batches may beat keeping activations at many. Only candidates faster than the fastest that fits
-as it is get a variant, since recompute never saves time. Cost: one simulation per round per such
-candidate. The user's choice (:attr:`~pipetrain.planners.contract.Constraints.recompute`): ``auto``
+micro-batches may beat keeping activations at many. Since recompute never saves time, candidates
+over memory are tried fastest first, and only while faster than the fastest plan that fits so far
+(as it is, or a variant already made). Cost: one simulation per round per candidate tried.
+
+The user's choice (:attr:`~pipetrain.planners.contract.Constraints.recompute`): ``auto``
 (the default) makes these variants, ``none`` does not, ``all`` recomputes every stage of every plan
 (:func:`as_chosen`).
 """
@@ -54,9 +56,15 @@ def with_recompute_options(candidates: Sequence[Candidate], cost: CostModel,
     """
     over = [over_memory(c.plan, _on(cost, c), optimizer, _peaks(c)) for c in candidates]
     bound = min((c.iteration_s for c, why in zip(candidates, over, strict=True) if not why), default=math.inf)
-    variants = [recomputing(c, _on(cost, c), optimizer) for c, why in zip(candidates, over, strict=True)
-                if why and c.iteration_s < bound]
-    return [*candidates, *(v for v in variants if v is not None)]
+    variants = []
+    for c in sorted((c for c, why in zip(candidates, over, strict=True) if why), key=lambda c: c.iteration_s):
+        if c.iteration_s >= bound:  # its variant is slower still than a plan that fits: so are the rest
+            break
+        variant = recomputing(c, _on(cost, c), optimizer)
+        if variant is not None:
+            variants.append(variant)
+            bound = min(bound, variant.iteration_s)
+    return [*candidates, *variants]
 
 
 def _on(cost: CostModel, candidate: Candidate) -> CostModel:
