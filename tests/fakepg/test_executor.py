@@ -123,6 +123,22 @@ def test_recompute_keeps_only_inputs_and_rejects_dropout() -> None:
         _local_context(uneven_plan(dropout, [(4,), (4,)], [(2, 2), (4,)]), 0, graph=dropout)
 
 
+@pytest.mark.parametrize("method", [Method.GPIPE, Method.ONE_F_ONE_B])
+def test_recompute_replays_dropout(method: Method) -> None:
+    """A recomputing stage's re-run draws the dropout masks its F drew and leaves the random stream as it
+    was: training equals the run that keeps activations, to the bit."""
+    torch.manual_seed(0)
+    graph = LayerGraph.from_sequential(
+        nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 16), nn.Dropout(0.5), nn.Linear(16, 4)),
+        input=TensorSpec((8,)), target=TensorSpec((), "int64", high=4))
+    plan = chain_plan(graph, 2, 8, 4, method)
+    torch.manual_seed(5)
+    kept = _run_all_ranks(graph, plan, 2)
+    torch.manual_seed(5)
+    recomputed = _run_all_ranks(graph, plan.with_recompute(), 2)
+    assert kept.keys() == recomputed.keys() and all(torch.equal(kept[k], recomputed[k]) for k in kept)
+
+
 def test_step_with_unconsumed_data_raises() -> None:
     ctx = _local_context(chain_plan(mlp_graph(), 2, 4, 1), 0)
     x, y = make_batch(mlp_graph(), 4, 0, 0, "synthetic")

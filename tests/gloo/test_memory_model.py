@@ -3,9 +3,9 @@
 Every job runs in one launch (``train_many``) for 2 steps; the runtime meters the first. Per stage,
 the predicted total and, separately, the predicted activations are within 20 % of what the stage's
 rank measured (for ``zb1`` the activations include the output gradients a split backward's B keeps
-until its W, and with recompute the re-run's graph from B to W); weights and gradients match exactly, optimizer state up to Adam's step counters.
-The profile is measured here at the batch size only, once, untimed in effect (bytes do not depend
-on timing).
+until its W, and with recompute the re-run's graph from B to W); weights and gradients match
+exactly, optimizer state up to Adam's step counters. The profile is measured here at the batch size
+only, once, untimed in effect (bytes do not depend on timing).
 """
 
 from __future__ import annotations

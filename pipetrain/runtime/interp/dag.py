@@ -16,7 +16,8 @@ micro-batch ``[lo, hi)`` of ``b`` samples::
     STEP      as a chain's synchronous step (:mod:`pipetrain.runtime.interp.step`)
 
 A stage that recomputes (:meth:`~pipetrain.plan.plan.Plan.recomputes`) runs F without autograd and
-keeps only ``(x_in, x_p1, ...)``; its B first re-runs F on them with autograd, then back-propagates.
+keeps only ``(x_in, x_p1, ...)`` and the random generators' states; its B first re-runs F on them with
+autograd (drawing what F drew), then back-propagates.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pipetrain.runtime.interp.backward import missing_backward
 from pipetrain.runtime.interp.buffers import ChunkBuffer
 from pipetrain.runtime.interp.context import Range, RankContext, stage_outputs
 from pipetrain.runtime.interp.keeping import buffers_kept
+from pipetrain.runtime.interp.rng_replay import RngState
 from pipetrain.runtime.interp.step import check_consumed, optimizer_step
 from pipetrain.schedule.action import Action, ActionKind
 
@@ -149,7 +151,7 @@ class DagKernel:
         self.ports = ports
         self.recompute = recompute
         self.saved: dict[Range, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
-        self.stashed: dict[Range, list[torch.Tensor]] = {}
+        self.stashed: dict[Range, tuple[list[torch.Tensor], RngState]] = {}
 
     def begin_step(self, ctx: RankContext, inputs: torch.Tensor | None) -> None:
         self.ports.clear()
@@ -168,8 +170,9 @@ class DagKernel:
         if self.recompute:
             with torch.no_grad():
                 xs = self.ports.gather(a)
+                state = RngState.now(ctx.transport.device)
                 ys = self._run(ctx, a, xs)
-            self.stashed[key] = xs
+            self.stashed[key] = xs, state
             ctx.meter.add(sum(x.nbytes for x in xs))
         else:
             xs = self.ports.gather(a)
@@ -189,12 +192,12 @@ class DagKernel:
         if key not in self.stashed:
             kept = sorted(self.saved) + sorted(self.stashed)
             raise ValueError(f"{a}: no forward covered exactly [{a.lo}:{a.hi}) (kept: {kept})")
-        stashed = self.stashed.pop(key)
+        stashed, state = self.stashed.pop(key)
         ctx.meter.add(-sum(x.nbytes for x in stashed))
         reads = self.ports.reads_input
         xs = stashed[:reads] + [x.detach().requires_grad_(True) if x.is_floating_point() else x
                                 for x in stashed[reads:]]
-        with ctx.meter.track(key), buffers_kept(ctx.module):
+        with ctx.meter.track(key), buffers_kept(ctx.module), state.replayed():
             return xs, self._run(ctx, a, xs)
 
     def backward(self, ctx: RankContext, a: Action) -> None:

@@ -12,9 +12,11 @@ pressure) set to recompute, and a stage whose backward partition differs from it
 cannot back-propagate part of a forward micro-batch's graph, re-run forward per backward micro-batch.
 Under a split backward (:class:`~pipetrain.runtime.interp.backward.SplitBackward`) the re-run happens
 at B, which records the parameter owners' outputs as F would have; the graph it builds is what W
-later uses, so W re-runs nothing. The re-run must compute
-what the first run did, so such a stage may not hold modules that draw random numbers (dropout;
-checked when the stage is built), and must not count twice in the running statistics of its
+later uses, so W re-runs nothing. The re-run must compute what the first run did: it draws the
+random numbers F drew (dropout masks; F notes the generators' states,
+:mod:`pipetrain.runtime.interp.rng_replay`), which needs it to cover exactly F's samples, so a stage
+whose backward ranges differ may not hold dropout (checked when the stage is built); and it must
+not count twice in the running statistics of its
 BatchNorms: it runs on copies of the stage's buffers (:func:`buffers_kept`), so only F updates
 them, as without recompute. The meter counts the stashed inputs from F to B, and the
 re-run's saved tensors from B until the backward releases them (a fused B at once, a split one at W).
@@ -23,7 +25,7 @@ re-run's saved tensors from B until the backward releases them (a fused B at onc
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import nn
@@ -31,6 +33,7 @@ from torch import nn
 from pipetrain.errors import UserError
 from pipetrain.runtime.interp.buffers import ChunkBuffer
 from pipetrain.runtime.interp.context import Range, RankContext
+from pipetrain.runtime.interp.rng_replay import RngState
 from pipetrain.schedule.action import Action
 
 __all__ = ["KeepActivations", "Recompute", "Run", "buffers_kept"]
@@ -81,8 +84,10 @@ class Recompute:
 
     def __init__(self) -> None:
         self.stashed = ChunkBuffer("stashed inputs")
+        self.states: dict[Range, RngState] = {}
 
     def forward(self, ctx: RankContext, a: Action, x: torch.Tensor, run: Run) -> torch.Tensor:
+        self.states[(a.lo, a.hi)] = RngState.now(x.device)
         with torch.no_grad():
             _, y = run(ctx, a, x)
         self.stashed.put(a.lo, a.hi, x)
@@ -91,7 +96,9 @@ class Recompute:
 
     def restore(self, ctx: RankContext, a: Action, run: Run) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.stashed.take(a.lo, a.hi)
-        with ctx.meter.track((a.lo, a.hi)), buffers_kept(ctx.module):
+        state = self.states.pop((a.lo, a.hi), None)  # None: a range no F covered exactly (no dropout there)
+        replay = nullcontext() if state is None else state.replayed()
+        with ctx.meter.track((a.lo, a.hi)), buffers_kept(ctx.module), replay:
             x, y = run(ctx, a, x)
         ctx.meter.add(-x.nbytes)
         return x, y
@@ -101,6 +108,7 @@ class Recompute:
 
     def clear(self) -> None:
         self.stashed.clear()
+        self.states.clear()
 
 
 @contextmanager
