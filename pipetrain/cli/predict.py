@@ -68,7 +68,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
             out.print(f"a checkpoint every {args.checkpoint_every} steps drains the pipeline each time: "
                       f"{drained:.1f} samples/s ({1 - drained / steady.samples_per_s:.1%} below the steady state)")
     memories = stage_memory(plan, cost, optimizer=args.optimizer)
-    out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer))
+    out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer,
+                           recompute=[plan.recomputes(k) for k in range(plan.n_stages)]))
 
 
 def write_timeline(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:

@@ -144,9 +144,10 @@ def memory_table(
     *,
     optimizer: str = "sgd",
     width: int = 100,
+    recompute: Sequence[bool] = (),
 ) -> str:
     """Per stage: predicted weights, gradients, optimizer state, activations and their total, the
-    device's memory and whether the total fits in it.
+    device's memory and whether the total fits in it; with a stage that recomputes, which do.
 
     Args:
         memories: per stage, from :func:`~pipetrain.simulate.memory.stage_memory`.
@@ -154,18 +155,23 @@ def memory_table(
             (:func:`~pipetrain.planners.microbatch.caps.device_memory`).
         optimizer: the optimizer the state was predicted for (shown in the title).
         width: render width in characters.
+        recompute: per stage, whether it recomputes (:meth:`~pipetrain.plan.plan.Plan.recomputes`): its
+            activations are its stashed inputs and one re-run; a column when some stage does.
 
     Raises:
         ValueError: ``memories`` and ``device_bytes`` have different lengths.
     """
     if len(memories) != len(device_bytes):
         raise ValueError(f"{len(memories)} stage memories but {len(device_bytes)} device sizes; give one per stage")
+    marked = any(recompute)
     table = Table(title=f"predicted memory per stage ({optimizer})", box=box.ROUNDED)
-    for header in ("stage", "weights", "gradients", "optimizer", "activations", "total", "device", "fits"):
+    for header in ("stage", "weights", "gradients", "optimizer", "activations", "total", "device", "fits",
+                   *(("recompute",) if marked else ())):
         table.add_column(header, justify="right")
     for k, (m, device) in enumerate(zip(memories, device_bytes, strict=True)):
         cells = (m.weight_bytes, m.gradient_bytes, m.optimizer_state_bytes, m.activation_bytes, m.total_bytes, device)
-        table.add_row(str(k), *map(byte_text, cells), "yes" if m.total_bytes <= device else "no")
+        mark = ("yes" if recompute[k] else "no",) if marked else ()
+        table.add_row(str(k), *map(byte_text, cells), "yes" if m.total_bytes <= device else "no", *mark)
     return _render(table, width)
 
 

@@ -82,8 +82,9 @@ def test_memory_holds_inputs_on_recomputing_stages_only() -> None:
     memories = stage_memory(plan, cost)
     assert [m.activation_bytes for m in memories] == [3 * SAVED * b, 2 * INPUT * b + SAVED * b, SAVED * b]
     assert activation_peaks(plan, cost) == simulate(build_schedule(plan), plan, cost).peak_activation_bytes
-    table = memory_table(memories, [1 << 20] * 3)
+    table = memory_table(memories, [1 << 20] * 3, recompute=[plan.recomputes(k) for k in range(3)])
     assert f"{2 * INPUT * b + SAVED * b} B" in table and f"{3 * SAVED * b} B" in table
+    assert "recompute" in table and "recompute" not in memory_table(memories, [1 << 20] * 3)
 
 
 def test_split_backward_keeps_the_re_run_graph_until_w() -> None:
