@@ -46,13 +46,14 @@ def zb1_plan(stages: tuple[tuple[str, ...], ...], sizes: list[tuple[int, ...]]) 
 
 
 def test_split_order_time_equals_the_event_simulator() -> None:
-    """300 random zb1 plans with per-stage partitions on random cost models: == simulate() to 1e-9."""
+    """300 random zb1 plans with per-stage partitions on random cost models, random stages recomputing
+    (their B with the forward re-run): == simulate() to 1e-9."""
     rng = np.random.default_rng(17)
     for _ in range(300):
         n, batch = int(rng.integers(1, 9)), int(rng.integers(1, 25))
         cost, stages = split_cost(rng, n, batch)
         sizes = random_partition(rng, n, batch)
-        plan = zb1_plan(stages, sizes)
+        plan = zb1_plan(stages, sizes).with_recompute(k for k in range(n) if rng.random() < 0.3)
         expected = simulate(build_schedule(plan), plan, cost).iteration_s
         order = zb1_sequences(one_f_one_b_sequences(sizes))
         assert split_order_time(order, sizes, StageTables.from_plan(plan, cost)) == pytest.approx(expected, rel=1e-9)
