@@ -40,15 +40,18 @@ def relative_error(pred: float, meas: float) -> float:
 
 
 def timeline_table(
-    timeline: Timeline, stage_of_rank: Sequence[int] | None = None, *, width: int = 100
+    timeline: Timeline, stage_of_rank: Sequence[int] | None = None, *, width: int = 100,
+    recompute: Sequence[bool] = (),
 ) -> str:
-    """Per stage: busy time, bubble % and peak activation MiB; iteration time beneath.
+    """Per stage: busy time, bubble % and peak activation MiB (and, when some stage recomputes, which
+    do); iteration time beneath.
 
     Args:
         timeline: the timeline to summarise.
         stage_of_rank: ``stage_of_rank[r]`` is rank ``r``'s stage (a replicated stage averages
             its ranks' busy time); by default rank ``r`` runs stage ``r``.
         width: render width in characters.
+        recompute: per stage, whether it recomputes (:meth:`~pipetrain.plan.plan.Plan.recomputes`).
     """
     unit, scale = time_unit(timeline.iteration_s)
     table = Table(
@@ -62,6 +65,9 @@ def timeline_table(
     table.add_column(f"busy ({unit})", justify="right")
     table.add_column("bubble %", justify="right")
     table.add_column("peak act. MiB", justify="right")
+    marked = any(recompute)
+    if marked:
+        table.add_column("recompute", justify="right")
     ranks = _ranks_of_stage(timeline.n_ranks, stage_of_rank)
     for row in timeline.summary(stage_of_rank):
         table.add_row(
@@ -70,6 +76,7 @@ def timeline_table(
             _num(row.busy_s * scale),
             f"{row.bubble_fraction * 100:.1f}",
             f"{row.peak_activation_bytes / _MIB:.1f}",
+            *(("yes" if row.stage < len(recompute) and recompute[row.stage] else "no",) if marked else ()),
         )
     return _render(table, width)
 

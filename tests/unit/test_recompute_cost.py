@@ -20,7 +20,7 @@ from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import activation_peaks, stage_memory
-from pipetrain.viz.tables import memory_table
+from pipetrain.viz.tables import memory_table, timeline_table
 from tests.conftest import flat_profile
 
 BATCH = 12
@@ -85,6 +85,9 @@ def test_memory_holds_inputs_on_recomputing_stages_only() -> None:
     table = memory_table(memories, [1 << 20] * 3, recompute=[plan.recomputes(k) for k in range(3)])
     assert f"{2 * INPUT * b + SAVED * b} B" in table and f"{3 * SAVED * b} B" in table
     assert "recompute" in table and "recompute" not in memory_table(memories, [1 << 20] * 3)
+    timeline = simulate(build_schedule(plan), plan, cost)
+    marked = timeline_table(timeline, plan.rank_stages, recompute=[plan.recomputes(k) for k in range(3)])
+    assert "recompute" in marked and "recompute" not in timeline_table(timeline, plan.rank_stages)
 
 
 def test_split_backward_keeps_the_re_run_graph_until_w() -> None:
