@@ -13,6 +13,7 @@ from torch import nn
 
 from pipetrain.callables import is_callable_ref
 from pipetrain.data import data_specs, resolve_loss
+from pipetrain.device_select import DeviceChoice, resolve_device
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.load import capture_module, default_loss_kind, load_model
@@ -88,6 +89,7 @@ def profile_model(
     progress: bool = False,
     repeats: int = 5,
     loss: str | None = None,
+    device: DeviceChoice = "auto",
 ) -> Profile:
     """Measure the model's per-layer costs here, or estimate them for a device model.
 
@@ -99,6 +101,11 @@ def profile_model(
         repeats: timed repeats per (layer, size); the median is kept.
         loss: the training loss timed on the last layer: ``"cross-entropy"``, ``"mse"``,
             ``"module.path:callable"``, or None for the model's own.
+        device: measure on ``"cuda"`` (the current GPU, timed by CUDA events), ``"cpu"``, or ``"auto"``:
+            CUDA when torch sees a GPU (:func:`~pipetrain.device_select.resolve_device`).
+
+    Raises:
+        UserError: ``device="cuda"`` where torch sees no GPU.
     """
     if estimate is not None:
         from pipetrain.profile.estimate import estimate_profile
@@ -108,7 +115,8 @@ def profile_model(
     from pipetrain.profile.measure import measure_profile
 
     loss_fn = None if loss is None else resolve_loss(loss, graph.target)
-    return measure_profile(graph, batch_size, repeats=repeats, progress=progress, loss=loss_fn)
+    return measure_profile(graph, batch_size, repeats=repeats, progress=progress, loss=loss_fn,
+                           device=resolve_device(device))
 
 
 def check_stage_count(model: LayerGraph | ModelRef, n_stages: int) -> None:

@@ -41,6 +41,7 @@ from pipetrain.planners import (
     get_planner,
     planner_for,
 )
+from pipetrain.profile.precision import Precision, parse_precision
 
 __all__ = ["local_params", "plan"]
 
@@ -55,6 +56,7 @@ def plan(
     optimizer: OptimizerName = "sgd",
     constraints: Constraints | None = None,
     progress: bool = False,
+    precision: Precision = "fp32",
 ) -> PlanningResult:
     """Plan with any registered planner (:data:`~pipetrain.planners.registry.PLANNERS`).
 
@@ -74,6 +76,8 @@ def plan(
         constraints: what to fix (method, stages, micro-batches, base plan, seed, GA budget, the method's
             params: local learning's heads and queue depth); a planner refuses the ones it does not use.
         progress: show progress on stderr.
+        precision: ``fp32``, ``bf16`` or ``fp16``, the plan's :attr:`~pipetrain.plan.plan.Plan.precision`:
+            the runtime trains it so (:mod:`pipetrain.runtime.interp.precision`).
 
     Returns:
         ``result.plan``, ``result.cluster`` (the cluster the plan's ranks index, a sub-cluster when
@@ -97,7 +101,8 @@ def plan(
     cost = local_cost(model, profile, cluster, params.aux) if isinstance(params, LocalParams) and \
         isinstance(model, LayerGraph) else CostModel(profile, cluster)
     problem = PlanningProblem(ref, cost, _batch_size(batch_size, constraints), optimizer, constraints, progress)
-    return spec.run(problem)
+    result = spec.run(problem)
+    return replace(result, plan=replace(result.plan, precision=parse_precision(precision)))
 
 
 def _planner(name: str | None, constraints: Constraints) -> PlannerSpec:

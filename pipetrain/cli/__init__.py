@@ -18,6 +18,6 @@ folder of simulate, train and demo, which write several. Every default lands und
 A user's mistake prints one line naming the fix and exits with code 2 (docs/architecture.md §5.5).
 """
 
-from pipetrain.cli.main import build_parser, main
+from pipetrain.cli.main import COMMANDS, build_parser, main
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main"]

@@ -1,4 +1,4 @@
-"""What the commands share: the two consoles, the default model, and the model, profile, cluster,
+"""What the commands share: the default model, and the model, profile, cluster,
 plan-file and schedule-file loading every command does the same way."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 
 from pipetrain import api
+from pipetrain.cli.consoles import console
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
@@ -18,13 +18,8 @@ from pipetrain.plan.plan import Plan
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.schedule import Schedule
 
-__all__ = ["DEFAULT_MODEL", "cluster_and_profiles", "console", "graph_of", "load_plan", "load_profile",
-           "load_schedule", "out", "read_text", "save_text"]
-
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-"""Progress and notes (stderr)."""
-out = Console(highlight=False, soft_wrap=True)
-"""Results: tables and summaries (stdout)."""
+__all__ = ["DEFAULT_MODEL", "cluster_and_profiles", "graph_of", "load_plan", "load_profile",
+           "load_schedule", "read_text", "save_text"]
 
 DEFAULT_MODEL = "gpt-tiny"
 
@@ -40,7 +35,8 @@ def load_profile(args: argparse.Namespace, graph: LayerGraph, batch: int) -> Pro
         return Profile.load(args.profile)
     if args.estimate is None:
         console.print(f"[dim]profiling {graph.name} here (pass --profile to reuse a saved one)[/dim]")
-    return api.profile_model(graph, batch, estimate=args.estimate, progress=True, loss=args.loss)
+    return api.profile_model(graph, batch, estimate=args.estimate, progress=True, loss=args.loss,
+                             device=getattr(args, "device", "auto"))
 
 
 def cluster_and_profiles(

@@ -4,66 +4,79 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from rich.markup import escape
 
 from pipetrain import __version__
-from pipetrain.cli.common import console
 from pipetrain.cli.config_file import add_config_args, config_text, expand_config
-from pipetrain.cli.measure import cmd_probe, cmd_profile
-from pipetrain.cli.options import (
-    compare_args,
-    demo_args,
-    export_args,
-    plan_args,
-    probe_args,
-    profile_args,
-    simulate_args,
-    train_args,
-)
-from pipetrain.cli.planning import cmd_plan
-from pipetrain.cli.predict import cmd_compare, cmd_simulate
-from pipetrain.cli.run import cmd_demo, cmd_export, cmd_train
-from pipetrain.data.text_file import is_text_file, with_options
+from pipetrain.cli.consoles import console
 from pipetrain.errors import Interrupted, PipelineFailure, UserError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+class Command(NamedTuple):
+    """A sub-command: its help line, and where its handler and its options live (``module:name``,
+    imported only for the command that runs, so ``pipetrain --help`` and ``--version`` load no torch)."""
+
+    help: str
+    handler: str
+    options: str
+
+
+COMMANDS: dict[str, Command] = {
+    "profile": Command("measure (or estimate) per-layer costs and write profile JSON", "measure:cmd_profile",
+                       "profile_args"),
+    "probe": Command("measure this machine's link and rank contention; write cluster JSON", "measure:cmd_probe",
+                     "probe_args"),
+    "plan": Command("choose stages, schedule and micro-batches by simulation; write plan JSON", "planning:cmd_plan",
+                    "plan_args"),
+    "simulate": Command("predict a plan's timeline: table, Chrome trace, Gantt PNG", "predict:cmd_simulate",
+                        "simulate_args"),
+    "train": Command("train with a plan on local ranks (or under torchrun)", "run:cmd_train", "train_args"),
+    "compare": Command("show predicted beside measured: table and one picture", "predict:cmd_compare",
+                       "compare_args"),
+    "export": Command("write the newest checkpoint's model state_dict (for load_state_dict)", "run:cmd_export",
+                      "export_args"),
+    "demo": Command("profile → plan → simulate → train → compare on a built-in model", "run:cmd_demo", "demo_args"),
+}
+
+
+def _load(name: str) -> Callable[..., None]:
+    """``module:function`` of :mod:`pipetrain.cli`, imported on first use."""
+    module, _, function = name.rpartition(":")
+    handler: Callable[..., None] = getattr(importlib.import_module(f"pipetrain.cli.{module}"), function)
+    return handler
+
+
+def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser: every sub-command, with the options of those in ``only`` (all when None). Options
+    import the model zoo, planners and torch, so the entry point builds only the command it runs."""
     parser = argparse.ArgumentParser(
         prog="pipetrain", description="Pipeline-parallel training for PyTorch, planned automatically.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"pipetrain {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    Command = tuple[Callable[[argparse.Namespace], None], str, Callable[[argparse.ArgumentParser], None]]
-    commands: dict[str, Command] = {
-        "profile": (cmd_profile, "measure (or estimate) per-layer costs and write profile JSON", profile_args),
-        "probe": (cmd_probe, "measure this machine's link and rank contention; write cluster JSON", probe_args),
-        "plan": (cmd_plan, "choose stages, schedule and micro-batches by simulation; write plan JSON", plan_args),
-        "simulate": (cmd_simulate, "predict a plan's timeline: table, Chrome trace, Gantt PNG", simulate_args),
-        "train": (cmd_train, "train with a plan on local ranks (or under torchrun)", train_args),
-        "compare": (cmd_compare, "show predicted beside measured: table and one picture", compare_args),
-        "export": (cmd_export, "write the newest checkpoint's model state_dict (for load_state_dict)", export_args),
-        "demo": (cmd_demo, "profile → plan → simulate → train → compare on a built-in model", demo_args),
-    }
-    for name, (func, text, add_args) in commands.items():
-        command = sub.add_parser(name, help=text, description=text)
-        command.set_defaults(func=func, parser=command)
-        add_args(command)
-        add_config_args(command)
+    for name, command in COMMANDS.items():
+        subparser = sub.add_parser(name, help=command.help, description=command.help)
+        subparser.set_defaults(handler=command.handler, parser=subparser)
+        if only is None or name in only:
+            _load(f"options:{command.options}")(subparser)
+            add_config_args(subparser)
     return parser
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the command line (after a ``--config`` file's options); an unknown flag gets one line
     naming the nearest known one."""
-    parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=[w for w in words if w in COMMANDS][:1])
     args, extra = parser.parse_known_args(words)
     command: argparse.ArgumentParser = args.parser
     if args.config is not None:
@@ -84,6 +97,8 @@ def _text_file_options(args: argparse.Namespace, command: argparse.ArgumentParse
     tokenizer, context = getattr(args, "tokenizer", None), getattr(args, "context", None)
     if tokenizer is None and context is None:
         return
+    from pipetrain.data.text_file import is_text_file, with_options  # imports torch: only when used
+
     if not is_text_file(args.data or ""):
         command.error("--tokenizer and --context go with --data text:PATH (a local text file)")
     args.data = with_options(args.data, context=context, tokenizer=tokenizer)
@@ -105,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(config_text(args, args.parser), end="")
         return 0
     try:
-        args.func(args)
+        _load(args.handler)(args)
     except UserError as e:
         console.print(f"[bold red]error:[/bold red] {escape(str(e))}")
         return UserError.exit_code

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from pipetrain import api
-from pipetrain.cli.common import graph_of, out, save_text
+from pipetrain.cli.common import graph_of, save_text
+from pipetrain.cli.consoles import out
 from pipetrain.errors import UserError
 from pipetrain.graph.batch_norm import batch_norms
 
@@ -15,7 +16,7 @@ __all__ = ["cmd_probe", "cmd_profile"]
 def cmd_profile(args: argparse.Namespace) -> None:
     graph = graph_of(args)
     profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats,
-                                loss=args.loss)
+                                loss=args.loss, device=args.device)
     save_text(args.out, profile.to_json(), "profile")
     from pipetrain.viz.plan_tables import profile_table
 

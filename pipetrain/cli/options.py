@@ -10,6 +10,7 @@ from pipetrain.cli.rerun import rerun_methods
 from pipetrain.cli.routing import how_planned, listed, unequal
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, MAX_DEVICES
 from pipetrain.data import LOSS_NAMES, SOURCE_NAMES
+from pipetrain.device_select import BACKENDS, DEVICE_CHOICES
 from pipetrain.graph.aux_heads import AUX_KINDS
 from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
@@ -19,6 +20,7 @@ from pipetrain.planners import DEFAULT_PLANNER, PLANNERS, default_planner
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.contract import RECOMPUTE_CHOICES
 from pipetrain.planners.microbatch import GAConfig
+from pipetrain.profile.precision import PRECISIONS
 from pipetrain.runtime.job.lr_rule import LR_RULES
 from pipetrain.runtime.job.optim import LR_SCHEDULES
 
@@ -119,6 +121,17 @@ def _cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=_ranks, help="number of ranks (default: the plan's, a spec's devices, or 2)")
 
 
+def _device_args(p: argparse.ArgumentParser, *, backend: bool) -> None:
+    """``--device`` (and ``--backend``): where the ranks compute and what they talk over (docs/gpus.md)."""
+    p.add_argument("--device", choices=DEVICE_CHOICES, default="auto",
+                   help="cuda, cpu, or auto: cuda when torch sees a GPU" + (" (cpu with --backend gloo)" if backend
+                                                                             else "") + " (default: auto)")
+    if backend:
+        p.add_argument("--backend", choices=BACKENDS,
+                       help="nccl (GPUs only, one GPU per rank) or gloo (CPU, or GPUs shared round-robin with "
+                            "messages through host memory) (default: nccl on cuda, gloo on cpu)")
+
+
 def _out_file(p: argparse.ArgumentParser, default: str, what: str) -> None:
     """``--out FILE``: the one file a command writes (profile, probe, plan, export, compare)."""
     p.add_argument("--out", type=Path, default=Path(default), metavar="FILE", help=f"{what} (default: {default})")
@@ -145,6 +158,7 @@ def profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model (cpu, v100, a100, h100, "
                    "fpga) instead of measuring (default: measure here)")
     p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point, the median kept (default: 5)")
+    _device_args(p, backend=False)
     _out_file(p, "out/profile.json", "profile JSON to write")
 
 
@@ -199,6 +213,10 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="precision the plan trains at, written to the plan: bf16 and fp16 run each stage under "
+                        "autocast with float32 master weights and send activations and gradients in 16 bits; "
+                        "fp16 scales the loss (default: fp32)")
     p.add_argument("--top", type=_count, default=8, help="candidates to list (default: 8)")
     _out_file(p, "out/plan.json", "plan JSON to write (and PLAN.cluster.json beside it for a sub-cluster)")
 
@@ -304,12 +322,18 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-grad-norm", type=float, metavar="X",
                    help="clip the gradient's global norm over all stages to X; under pipedream, each update's "
                         "own norm over its stage (default: no clipping)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="train at this precision instead of the plan's: bf16 and fp16 autocast each stage's forward "
+                        "(float32 master weights and optimizer state) and send activations and gradients in 16 "
+                        "bits; fp16 scales the loss and skips the steps whose gradients overflow, on every stage "
+                        "(default: the plan's; fp32 with --model)")
     p.add_argument("--eval-every", type=_non_negative, default=0, metavar="K",
                    help="evaluate on the eval set every K steps (default: only after the last step)")
     p.add_argument("--seed", type=_non_negative, default=0, help="data and weight-initialisation seed (default: 0)")
     p.add_argument("--threads", type=_count, default=1, help="torch threads per rank (default: 1)")
     p.add_argument("--timeout", type=_seconds, default=60.0,
                    help="seconds before a silent rank is failed (default: 60)")
+    _device_args(p, backend=True)
     _out_dir(p, "out/run", "metrics.csv, loss.png and the measured timeline")
     p.add_argument("--checkpoint-dir", type=Path, metavar="D",
                    help="write checkpoints to D: after the last step, every --checkpoint-every steps, and on Ctrl-C "

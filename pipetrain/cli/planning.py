@@ -7,7 +7,8 @@ import argparse
 import dataclasses
 
 from pipetrain import api
-from pipetrain.cli.common import cluster_and_profiles, console, graph_of, out, save_text
+from pipetrain.cli.common import cluster_and_profiles, graph_of, save_text
+from pipetrain.cli.consoles import console, out
 from pipetrain.cli.routing import PlanRoute, plan_route
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
@@ -34,7 +35,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
             graph, args.aux, args.queue_depth or DEFAULT_QUEUE_DEPTH))
     cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=route.spec.name,
-                      optimizer=args.optimizer, constraints=constraints, progress=True)
+                      optimizer=args.optimizer, constraints=constraints, progress=True, precision=args.precision)
     if route.run_by is not None:
         result = _run_by(result, route.run_by, args.vertical_sync)
     warn_batch_norm(result.plan, graph)
@@ -58,7 +59,8 @@ def _run_by(result: api.PlanningResult, method: Method, vertical_sync: bool) -> 
         chosen = next((c.plan for c in runnable if c.feasible), None)
         if chosen is None:
             raise refusal from None
-        return dataclasses.replace(result, plan=chosen.run_by(method, vertical_sync), candidates=tuple(runnable))
+        plan = dataclasses.replace(chosen.run_by(method, vertical_sync), precision=result.plan.precision)
+        return dataclasses.replace(result, plan=plan, candidates=tuple(runnable))
 
 
 def _runs(plan: Plan, method: Method) -> bool:

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from pipetrain import api
-from pipetrain.cli.common import cluster_and_profiles, console, load_plan, load_schedule, out, save_text
+from pipetrain.cli.common import cluster_and_profiles, load_plan, load_schedule, save_text
+from pipetrain.cli.consoles import console, out
 from pipetrain.cli.rerun import rechunked, rerun
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError

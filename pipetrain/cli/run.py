@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from pipetrain import api
-from pipetrain.cli.common import console, graph_of, load_plan, load_profile, load_schedule, out
+from pipetrain.cli.common import graph_of, load_plan, load_profile, load_schedule
+from pipetrain.cli.consoles import console, out
 from pipetrain.cli.predict import write_timeline
 from pipetrain.cli.rerun import rechunked, rerun
 from pipetrain.data import default_source
@@ -19,7 +21,8 @@ from pipetrain.errors import UserError
 from pipetrain.plan.plan import Plan
 
 if TYPE_CHECKING:
-    from pipetrain.runtime.job.config import TrainResult
+    from pipetrain.graph.layer_graph import LayerGraph
+    from pipetrain.runtime.job.config import TrainConfig, TrainResult
 
 __all__ = ["cmd_demo", "cmd_export", "cmd_train"]
 
@@ -42,7 +45,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         cluster = api.local_cluster(args.ranks or 2, args.cluster)
         plan = api.plan(graph, load_profile(args, graph, args.batch), cluster, batch_size=args.batch,
                         constraints=api.Constraints(n_stages=cluster.n_devices)).plan  # one stage per rank
-    plan = rerun(rechunked(plan, args, graph), args, graph)
+    plan = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
     schedule = load_schedule(args)
     from pipetrain.runtime import TrainConfig, run_worker_from_env, train
 
@@ -53,7 +56,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                          weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
                          lr_warmup_steps=args.warmup_steps, lr_rule=args.lr_rule, clip_grad_norm=args.clip_grad_norm,
                          checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, keep=args.keep,
-                         resume=args.resume)
+                         resume=args.resume, device=args.device, backend=args.backend)
     rates = config.stage_rates(plan)
     if (rates.changed or plan.asynchronous) and os.environ.get("RANK", "0") == "0":  # once under torchrun
         out.print(escape(rates.describe(config.lr)))
@@ -65,7 +68,17 @@ def cmd_train(args: argparse.Namespace) -> None:
         result = train(graph, plan, config, schedule=schedule)
     write_timeline(args.out_dir, "measured", result.timeline, plan)
     _summarise_training(plan, result)
+    _summarise_memory(args, graph, plan, config, result)
     _plot_losses(args.out_dir, result, f"{plan.model} on {config.data}")
+
+
+def _at_precision(plan: Plan, args: argparse.Namespace) -> Plan:
+    """``plan`` at ``--precision`` when given; a note when that overrides a plan file's own."""
+    if args.precision is None or args.precision == plan.precision:
+        return plan
+    if args.plan is not None and os.environ.get("RANK", "0") == "0":
+        out.print(f"training at {args.precision}, not the plan's {plan.precision} (--precision)")
+    return dataclasses.replace(plan, precision=args.precision)
 
 
 def _plot_losses(folder: Path, result: TrainResult, title: str) -> None:
@@ -88,10 +101,36 @@ def _summarise_training(plan: Plan, result: TrainResult) -> None:
               f"{result.samples_per_s:.1f} samples/s (median step, slowest rank: "
               f"{result.timeline.iteration_s * 1e3:.1f} ms), "
               f"{wait} (first batch {waits[0]:.2f} s, loading the data)")
+    if plan.precision == "fp16" and result.metrics:
+        skipped = result.skipped_steps
+        which = f": steps {', '.join(map(str, skipped))}" if skipped else ""
+        out.print(f"fp16: {len(skipped)} of {steps} steps skipped on every stage (gradient overflow{which}), "
+                  f"loss scale now {result.metrics[-1].loss_scale:g}")
     final = result.final_eval
     if final is not None and final.eval_loss is not None:
         accuracy = f", accuracy {final.eval_accuracy:.1%}" if final.eval_accuracy is not None else ""
         out.print(f"eval after step {final.step}: loss {final.eval_loss:.4f}{accuracy}")
+
+
+def _summarise_memory(args: argparse.Namespace, graph: LayerGraph, plan: Plan, config: TrainConfig,
+                      result: TrainResult) -> None:
+    """One line: each stage's peak memory as the memory model predicts it and as measured (on CUDA, the
+    allocator's peak). The prediction needs only the profile's bytes: ``--profile``'s, else estimated
+    (on the meta device, no timing)."""
+    from pipetrain.profile.estimate import estimate_profile
+    from pipetrain.profile.table import Profile
+    from pipetrain.simulate.memory import stage_memory
+    from pipetrain.viz.peak_memory import peak_memory_line
+
+    try:
+        profile = Profile.load(args.profile) if args.profile is not None else \
+            estimate_profile(graph, "cpu", plan.batch_size)
+    except UserError as e:
+        out.print(f"peak memory: no prediction ({escape(str(e))}); pass --profile to compare with the model")
+        return
+    cost = api.cost_of(plan, profile, api.local_cluster(plan.n_ranks), graph)
+    predicted = stage_memory(plan, cost, optimizer=config.optimizer_state)
+    out.print(escape(peak_memory_line(plan, predicted, result)))
 
 
 def cmd_export(args: argparse.Namespace) -> None:

@@ -1,4 +1,4 @@
-"""How the profilers time a layer: median wall-clock seconds of its forward, backward, B, W and step.
+"""How the profilers time a layer: median seconds of its forward, backward, B, W and step.
 
 For one layer on one micro-batch ``x`` (``[b, ...]``) :func:`_time_layer` times, as docs/algorithms.md
 §2.6 asks of UMPIPE's profiler and §3.2 of PipeDream's, the forward ``module(x)`` with autograd
@@ -6,15 +6,15 @@ recording, the backward of that layer alone for a given output gradient, and the
 split backward (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024) as the runtime runs them
 (:mod:`pipetrain.graph.split_backward`); :func:`_time_step` times a plain SGD step over its
 parameters. Each is the median of ``repeats`` runs after ``warmup`` untimed ones (:class:`_Timer`,
-which synchronises CUDA around each run and keeps every run's result alive until all are done, as
-training keeps activations). :func:`_torch_threads` fixes torch's intra-op threads while timing.
+which times by the device's clock, CUDA events on a GPU, and keeps every run's result alive until
+all are done, as training keeps activations). :func:`_torch_threads` fixes torch's intra-op threads
+while timing.
 """
 
 from __future__ import annotations
 
 import functools
 import statistics
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,13 +23,15 @@ import torch
 from torch import nn
 
 from pipetrain.graph.split_backward import input_grads, layer_outputs, weight_grads
+from pipetrain.profile.clock import device_clock
 
 __all__: list[str] = []
 
 
 @dataclass(frozen=True)
 class _Timer:
-    """Median wall-clock seconds of a callable, synchronising CUDA around it."""
+    """Median seconds of a callable: wall clock on a CPU; on CUDA, events around it
+    (:mod:`pipetrain.profile.clock`), after synchronising the device so that earlier work is done."""
 
     device: torch.device
     warmup: int
@@ -62,13 +64,13 @@ class _Timer:
         (see :meth:`grow_heap`, which should have run first at the largest size)."""
         times = []
         kept = []
+        clock = device_clock(self.device)
         for k in range(self.warmup + self.repeats):
             timed = prepare()
             self._sync()
-            start = time.perf_counter()
+            start = clock.mark()
             kept.append(timed())
-            self._sync()
-            elapsed = time.perf_counter() - start
+            elapsed = clock.seconds(start, clock.mark())
             if k >= self.warmup:
                 times.append(elapsed)
         del kept

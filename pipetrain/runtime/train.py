@@ -18,6 +18,7 @@ import torch
 
 from pipetrain.allocator import keep_freed_memory
 from pipetrain.data import EvalResult, Loss
+from pipetrain.device_select import check_placement
 from pipetrain.errors import UserError
 from pipetrain.graph.dataflow import whole_model
 from pipetrain.graph.layer_graph import LayerGraph
@@ -26,10 +27,12 @@ from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime.interp.memory import ActivationMeter
+from pipetrain.runtime.interp.precision import StagePrecision
 from pipetrain.runtime.job.checks import check_job
 from pipetrain.runtime.job.config import StepMetrics, TrainConfig, TrainJob, TrainResult, job_loss
 from pipetrain.runtime.job.data import timed_batch
 from pipetrain.runtime.job.evaluate import eval_dataset, evaluate_module, has_eval_set
+from pipetrain.runtime.job.loss_scale import LossScaler, unscale_
 from pipetrain.runtime.job.optim import clip_grad_norm_global, set_lr
 from pipetrain.runtime.job.records import median_step
 from pipetrain.runtime.process.spawn import launch_local
@@ -61,7 +64,7 @@ def train(
 def train_many(jobs: Sequence[TrainJob]) -> list[TrainResult]:
     """Run several jobs one after another in one launch (ranks start once), e.g. a sweep.
 
-    Every job must agree on the launch settings: backend, timeout and threads per rank.
+    Every job must agree on the launch settings: device, backend, timeout and threads per rank.
     """
     if not jobs:
         return []
@@ -69,15 +72,12 @@ def train_many(jobs: Sequence[TrainJob]) -> list[TrainResult]:
     for job in jobs:
         warn_batch_norm(job.plan, job.graph)
     first = jobs[0].config
-    settings = (first.resolved_backend(), first.timeout_s, first.threads_per_rank)
+    settings = (first.resolved_device(), first.resolved_backend(), first.timeout_s, first.threads_per_rank)
     for job in jobs[1:]:
         c = job.config
-        if (c.resolved_backend(), c.timeout_s, c.threads_per_rank) != settings:
-            raise UserError("jobs in one launch must share backend, timeout_s and threads_per_rank")
-    world_size = max(job.plan.n_ranks for job in jobs)
-    if settings[0] == "nccl" and world_size > torch.cuda.device_count():
-        raise UserError(f"the plan needs {world_size} GPUs but {torch.cuda.device_count()} are visible; "
-                        "use fewer stages or backend 'gloo'")
+        if (c.resolved_device(), c.resolved_backend(), c.timeout_s, c.threads_per_rank) != settings:
+            raise UserError("jobs in one launch must share device, backend, timeout_s and threads_per_rank")
+    check_placement(settings[0], settings[1], max(job.plan.n_ranks for job in jobs))
     return launch_local(jobs, progress=any(job.config.progress for job in jobs))
 
 
@@ -88,8 +88,10 @@ def reference_train(
 
     Same data, loss (``loss / batch_size``), optimizer, initial weights
     (:func:`~pipetrain.graph.dataflow.whole_model`) and evaluations as :func:`train`; runs with
-    ``config.threads_per_rank`` threads. Its timeline has one rank with ``F``, ``B`` and ``STEP``
-    over the whole batch.
+    ``config.threads_per_rank`` threads. At ``config.precision`` bf16 or fp16 the forward and the loss
+    run under autocast, the weights stay float32, and fp16 scales the loss
+    (:mod:`~pipetrain.runtime.job.loss_scale`); nothing is cast between layers, as no message is sent.
+    Its timeline has one rank with ``F``, ``B`` and ``STEP`` over the whole batch.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads_per_rank)
@@ -116,6 +118,8 @@ _ACTIONS = (ActionKind.F, ActionKind.B, ActionKind.STEP)
 
 def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_state_dict: bool) -> TrainResult:
     model = whole_model(graph)
+    precision = StagePrecision(config.precision or "fp32", "cpu")
+    scaler = LossScaler() if precision.precision == "fp16" else None
     optimizer = config.build_optimizer(model.parameters())
     loss_fn = job_loss(TrainJob(graph, single_stage_plan(graph, batch_size), config))
     meter = ActivationMeter(model.parameters())
@@ -126,25 +130,28 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_s
         batch = timed_batch(graph, batch_size, step, config.seed, config.data)
         set_lr(optimizer, config.lr_at(step))
         clock = [time.perf_counter()]
-        with meter.track(step):
+        with meter.track(step), precision.autocast():
             loss = loss_fn(model(batch.inputs), batch.targets) / batch_size
         clock.append(time.perf_counter())
-        torch.autograd.backward(loss)
+        torch.autograd.backward(loss if scaler is None else loss * scaler.scale)
         meter.release(step)
         clock.append(time.perf_counter())
-        if config.clip_grad_norm is not None:
+        skip = scaler is not None and _unscale(scaler, list(model.parameters()))
+        if config.clip_grad_norm is not None and not skip:
             clip_grad_norm_global(list(model.parameters()), config.clip_grad_norm, world=None)
-        optimizer.step()
+        if not skip:
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         clock.append(time.perf_counter())
         times.append(clock[-1] - clock[0])
         waits.append(batch.wait_s)
         steps.append(tuple(Event(0, a, clock[i] - clock[0], clock[i + 1] - clock[0]) for i, a in enumerate(actions)))
-        evaluation = _reference_eval(model, loss_fn, graph, batch_size, config, step)
+        with precision.autocast():
+            evaluation = _reference_eval(model, loss_fn, graph, batch_size, config, step)
         rows.append(StepMetrics(step, (step + 1) * batch_size, time.perf_counter() - start,
                                 float(optimizer.param_groups[0]["lr"]), float(loss.detach()),
                                 evaluation.loss if evaluation else None, evaluation.accuracy if evaluation else None,
-                                times[-1], batch.wait_s))
+                                times[-1], batch.wait_s, skip, scaler.scale if scaler is not None else None))
     timeline = Timeline(steps[median_step(times, config.warmup_steps)], 1, "measured", (meter.peak_bytes,),
                         f"reference, batch {batch_size}", tuple(times[config.warmup_steps:]))
     state = {}
@@ -156,6 +163,14 @@ def _reference(graph: LayerGraph, batch_size: int, config: TrainConfig, return_s
     return TrainResult(tuple(r.loss for r in rows), tuple(times),
                        batch_size / statistics.median(times[config.warmup_steps:]), timeline, state,
                        metrics=tuple(rows), data_wait_s=tuple(waits))
+
+
+def _unscale(scaler: LossScaler, params: list[torch.nn.Parameter]) -> bool:
+    """fp16: unscale the gradients and update the scale (:mod:`~pipetrain.runtime.job.loss_scale`, one
+    process); whether the step is skipped."""
+    found = unscale_(params, scaler.scale)
+    scaler.update(found)
+    return found
 
 
 def _reference_eval(model: torch.nn.Module, loss: Loss, graph: LayerGraph, batch_size: int, config: TrainConfig,

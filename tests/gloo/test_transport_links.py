@@ -51,3 +51,44 @@ def test_each_direction_has_its_own_group_and_messages_arrive(tmp_path: Path) ->
         assert result["groups"] == {(0, 1): [0, 1], (1, 0): [0, 1]} and result["distinct"]
         peer = 1 - rank
         assert result["received"] == [([10.0 * peer + k] * 4, [-10.0 * peer - k] * 2) for k in range(3)]
+
+
+def _untagged(rank: int, port: int, out: str) -> None:
+    """NCCL's case on gloo: no tags, so each direction of a link needs its own group. Rank 0 posts its
+    gradient receive before it sends (pre-posting), and the link 1 -> 0 carries both directions (a
+    looping placement): one untagged group per link would match the activation with the gradient's receive."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        transport = Transport(torch.device("cpu"), use_tags=False, host_staged=True)  # staging: a no-op on a CPU
+        transport.open_links([(0, 1), (1, 0)])
+        channels = {(src, dst, int(d)): dist.get_process_group_ranks(group)
+                    for (src, dst, d), group in transport.channels.items()}
+        if rank == 0:
+            transport.expect([((2,), torch.float32, 1, Direction.GRADIENT),
+                              ((3,), torch.float32, 1, Direction.ACTIVATION)],
+                             Prepost((((1, "B"), 1), ((1, "F"), 1))))
+            transport.send(torch.full((3,), 1.0), 1, Direction.ACTIVATION)
+            got = [transport.recv((3,), torch.float32, 1, Direction.ACTIVATION).tolist(),
+                   transport.recv((2,), torch.float32, 1, Direction.GRADIENT).tolist()]
+        else:
+            x = transport.recv((3,), torch.float32, 0, Direction.ACTIVATION)
+            transport.send(x + 1, 0, Direction.ACTIVATION)  # sent first, its receive posted second
+            transport.send(-x[:2], 0, Direction.GRADIENT)
+            got = [x.tolist()]
+        transport.wait_sends()
+        torch.save({"channels": channels, "links": len(transport.links), "got": got}, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_without_tags_each_direction_of_a_link_has_its_own_group(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = str(tmp_path / "result")
+    spawn(_untagged, args=(port, out), nprocs=2, join=True)
+    zero, one = (torch.load(f"{out}.{rank}") for rank in (0, 1))
+    assert zero["links"] == 0
+    assert zero["channels"] == {(src, dst, d): [0, 1] for src, dst in ((0, 1), (1, 0)) for d in (0, 1)}
+    assert one["got"] == [[1.0] * 3]
+    assert zero["got"] == [[2.0] * 3, [-1.0] * 2]

@@ -20,7 +20,7 @@ micro-batch is a mini-batch of its own and its loss is divided by its own size.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -31,11 +31,13 @@ from pipetrain.data import Loss
 from pipetrain.graph.layer_graph import TensorSpec
 from pipetrain.runtime.interp.buffers import ChunkBuffer
 from pipetrain.runtime.interp.memory import ActivationMeter
+from pipetrain.runtime.interp.precision import StagePrecision
 from pipetrain.runtime.interp.ties import TiedGradients
 from pipetrain.runtime.interp.transport import Transport
 from pipetrain.schedule.action import Action
 
-__all__ = ["Clip", "ClipNorm", "LossTally", "Ports", "Range", "RankContext", "StageKernel", "stage_outputs"]
+__all__ = ["Clip", "ClipNorm", "LossScaling", "LossTally", "Ports", "Range", "RankContext", "StageKernel",
+           "stage_outputs"]
 
 Range = tuple[int, int]
 
@@ -50,6 +52,17 @@ class ClipNorm(Protocol):
 
     def finish(self) -> float:
         """Wait for the norm and scale the gradients; the total norm before clipping."""
+        ...
+
+
+class LossScaling(Protocol):
+    """fp16's loss scaling as the stages of one rank see it
+    (:class:`~pipetrain.runtime.job.loss_scale.RankLossScaling`)."""
+
+    def skips(self) -> bool:
+        """At STEP: whether every stage skips this step's update. The rank's first STEP of a step
+        unscales the gradients of all its stages and agrees with every rank whether any is inf or
+        NaN (and updates the scale); its later STEPs of the step get the same answer."""
         ...
 
 
@@ -165,6 +178,9 @@ class LossTally:
             program spans the run).
         total: the step's loss so far, a 0-d tensor (the last stage), or None.
         count: the micro-batches in ``total``.
+        scale: fp16's loss scale ``S`` (1 otherwise): back-propagation starts from the weighted loss
+            times ``S``, so the gradients every stage computes and sends are ``S`` times the true ones
+            until STEP unscales them; ``total`` keeps the unscaled loss.
     """
 
     loss: Loss
@@ -174,6 +190,7 @@ class LossTally:
     offset: int = 0
     total: torch.Tensor | None = None
     count: int = 0
+    scale: float = 1.0
 
     def load(self, targets: torch.Tensor | None, offset: int) -> None:
         """A new batch: its targets (or None) at ``offset``; the total starts afresh."""
@@ -186,12 +203,14 @@ class LossTally:
         return self.targets[a.lo - self.offset:a.hi - self.offset]
 
     def weighted(self, y: torch.Tensor, a: Action) -> torch.Tensor:
-        """``a``'s weighted loss: ``loss(y, targets) / B`` (``/ (hi - lo)`` per micro-batch)."""
-        return self.loss(y, self.targets_of(a)) / (a.size if self.per_microbatch else self.batch_size)
+        """``a``'s weighted loss: ``loss(y, targets) / B`` (``/ (hi - lo)`` per micro-batch), times
+        :attr:`scale` under fp16."""
+        weighted = self.loss(y, self.targets_of(a)) / (a.size if self.per_microbatch else self.batch_size)
+        return weighted if self.scale == 1.0 else weighted * self.scale
 
     def add(self, loss: torch.Tensor) -> None:
-        """Add a micro-batch's weighted loss to the step's total."""
-        value = loss.detach()
+        """Add a micro-batch's weighted loss (as :meth:`weighted` made it) to the step's total, unscaled."""
+        value = loss.detach() if self.scale == 1.0 else loss.detach() / self.scale
         self.total = value if self.total is None else self.total + value
         self.count += 1
 
@@ -222,6 +241,9 @@ class RankContext:
         clip: starts clipping the gradients before the optimizer step (:data:`Clip`), or None.
         ties: sums the copies of tied parameters held by several stages before the step (on the
             rank's first STEP), or None.
+        precision: the autocast its forwards run under and the dtype of its messages
+            (:mod:`~pipetrain.runtime.interp.precision`; the plan's precision).
+        scaler: fp16's loss scaling at STEP, shared by the rank's stages (:class:`LossScaling`), or None.
     """
 
     rank: int
@@ -237,6 +259,8 @@ class RankContext:
     input_ranges: tuple[Range, ...] | None = None
     clip: Clip | None = None
     ties: TiedGradients | None = None
+    precision: StagePrecision = field(default_factory=StagePrecision)
+    scaler: LossScaling | None = None
 
     @property
     def is_first(self) -> bool:

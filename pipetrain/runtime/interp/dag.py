@@ -17,7 +17,7 @@ micro-batch ``[lo, hi)`` of ``b`` samples::
 
 A stage that recomputes (:meth:`~pipetrain.plan.plan.Plan.recomputes`) runs F without autograd and
 keeps only ``(x_in, x_p1, ...)`` and the random generators' states; its B first re-runs F on them with
-autograd (drawing what F drew), then back-propagates.
+autograd (drawing what F drew, under the autocast F ran in), then back-propagates.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class DagKernel:
         reads = self.ports.reads_input
         xs = stashed[:reads] + [x.detach().requires_grad_(True) if x.is_floating_point() else x
                                 for x in stashed[reads:]]
-        with ctx.meter.track(key), buffers_kept(ctx.module), state.replayed():
+        with ctx.meter.track(key), buffers_kept(ctx.module), ctx.precision.autocast(), state.replayed():
             return xs, self._run(ctx, a, xs)
 
     def backward(self, ctx: RankContext, a: Action) -> None:

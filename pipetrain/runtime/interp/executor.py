@@ -7,11 +7,12 @@ chosen once from the method's traits when the stage is built), and what a messag
 kernel's ports' (``[lo, hi)`` is the action's sample range)::
 
     RECV_F  receive [hi-lo, *spec] from peer (pre-posted at the step's start as the schedule pass
-            :mod:`pipetrain.schedule.prepost` decided, :func:`receive_prepost`); the kernel's ports
-            store it by range
+            :mod:`pipetrain.schedule.prepost` decided, :func:`receive_prepost`; floating point in the
+            compute dtype under bf16 and fp16); the kernel's ports store it by range
     F       kernel.forward    (a chain's: :mod:`~pipetrain.runtime.interp.chain`; a DAG's: :mod:`~.dag`;
-                               local learning's: :mod:`~.local`; an evaluation's: :mod:`~.evaluation`)
-    SEND_F  post a send of the ports' tensor of [lo, hi) to peer
+                               local learning's: :mod:`~.local`; an evaluation's: :mod:`~.evaluation`),
+                              under autocast at the plan's precision (:mod:`~.precision`)
+    SEND_F  post a send of the ports' tensor of [lo, hi) to peer, cast to the message's dtype
     RECV_B  as RECV_F, on the backward channel
     B       kernel.backward
     SEND_B  as SEND_F, on the backward channel
@@ -62,14 +63,17 @@ class ActionHook(Protocol):
 
 def message(ctx: RankContext, a: Action) -> Message:
     """What communication action ``a`` moves: ``(shape, dtype, peer, direction)`` of its tensor, from
-    the per-sample spec of the kernel's ports."""
+    the per-sample spec of the kernel's ports; a floating-point tensor travels in the stage's compute
+    dtype (:meth:`~pipetrain.runtime.interp.precision.StagePrecision.wire_dtype`)."""
     assert a.peer is not None
     spec = ctx.kernel.ports.spec(a)
-    return (a.size, *spec.shape), spec.torch_dtype, a.peer, Direction.of(a.channel)
+    return (a.size, *spec.shape), ctx.precision.wire_dtype(spec.torch_dtype), a.peer, Direction.of(a.channel)
 
 
 def _forward(ctx: RankContext, a: Action) -> None:
-    ctx.kernel.forward(ctx, a)
+    """F under the plan's precision (autocast under bf16 and fp16: :mod:`~pipetrain.runtime.interp.precision`)."""
+    with ctx.precision.autocast():
+        ctx.kernel.forward(ctx, a)
 
 
 def _backward(ctx: RankContext, a: Action) -> None:
@@ -85,9 +89,9 @@ def _step(ctx: RankContext, a: Action) -> None:
 
 
 def _send(ctx: RankContext, a: Action) -> None:
-    """SEND_F sends the stage's output, SEND_B the gradient of its input."""
-    _, _, peer, direction = message(ctx, a)
-    ctx.transport.send(ctx.kernel.ports.buffer(a).take(a.lo, a.hi), peer, direction)
+    """SEND_F sends the stage's output, SEND_B the gradient of its input, cast to the message's dtype."""
+    _, dtype, peer, direction = message(ctx, a)
+    ctx.transport.send(ctx.kernel.ports.buffer(a).take(a.lo, a.hi).to(dtype), peer, direction)
 
 
 def _recv(ctx: RankContext, a: Action) -> None:

@@ -3,8 +3,9 @@
     keep       F  with autograd saving its tensors: (x, y) = layers(x [b, *in]); keep (x, y) by range
                B  (x, y) of the F of exactly [lo, hi)
     recompute  F  under no_grad: y = layers(x); keep only x, by range (stashed inputs)
-               B  x = stashed inputs [lo, hi), re-chunked; (x, y) = layers(x) with autograd, so
-                  [lo, hi) need not match any F range
+               B  x = stashed inputs [lo, hi), re-chunked; (x, y) = layers(x) with autograd (under
+                  the autocast F ran in, :mod:`~pipetrain.runtime.interp.precision`), so [lo, hi) need
+                  not match any F range
 
 Recompute (activation checkpointing, docs/algorithms.md §2.6) is per stage, as
 :meth:`pipetrain.plan.plan.Plan.recomputes` says: a stage the plan (or a planner under memory
@@ -98,7 +99,7 @@ class Recompute:
         x = self.stashed.take(a.lo, a.hi)
         state = self.states.pop((a.lo, a.hi), None)  # None: a range no F covered exactly (no dropout there)
         replay = nullcontext() if state is None else state.replayed()
-        with ctx.meter.track((a.lo, a.hi)), buffers_kept(ctx.module), replay:
+        with ctx.meter.track((a.lo, a.hi)), buffers_kept(ctx.module), ctx.precision.autocast(), replay:
             x, y = run(ctx, a, x)
         ctx.meter.add(-x.nbytes)
         return x, y

@@ -36,6 +36,7 @@ from pipetrain.runtime.interp.keeping import KeepActivations, Recompute
 from pipetrain.runtime.interp.local import local_kernel
 from pipetrain.runtime.interp.memory import ActivationMeter
 from pipetrain.runtime.interp.ports import ChainPorts
+from pipetrain.runtime.interp.precision import StagePrecision
 from pipetrain.runtime.interp.transport import Transport
 from pipetrain.runtime.interp.versions import WeightVersions
 from pipetrain.runtime.interp.weights import CurrentWeights, VersionedWeights
@@ -139,6 +140,7 @@ def build_rank_context(
         kernel=kernel,
         replicas=replicas,
         input_ranges=_own_ranges(plan, stage, rank) if kernel.ports.reads_input else None,
+        precision=StagePrecision(plan.precision, device.type),
     )
 
 

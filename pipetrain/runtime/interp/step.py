@@ -2,10 +2,11 @@
 
     STEP  on a replicated stage, all-reduce (sum) the gradients and the loss over the stage's ranks,
           and hand replica 0's buffers to the others; sum the copies of tied parameters over their
-          owners (:mod:`~pipetrain.runtime.interp.ties`); clip the gradient norm (if set: the
-          global norm over every stage; per update under ``pipedream``); optimizer step; zero the
-          gradients; after a flush (synchronous methods), every message and kept tensor of the
-          batch was consumed
+          owners (:mod:`~pipetrain.runtime.interp.ties`); under fp16, unscale the gradients and skip
+          the update on every stage if any stage found an inf or NaN (:class:`~.context.LossScaling`);
+          clip the gradient norm (if set: the global norm over every stage; per update under
+          ``pipedream``); optimizer step; zero the gradients; after a flush (synchronous methods),
+          every message and kept tensor of the batch was consumed
 
 Summing the replicas' gradients gives the whole batch's gradient, since each holds the sum over its
 own micro-batches (:mod:`pipetrain.runtime.interp.context`, gradient weighting). Buffers are not
@@ -47,8 +48,11 @@ def start_step(ctx: RankContext) -> OptimizerStep:
         _broadcast_buffers(ctx.module, ctx.replicas)
     if ctx.ties is not None:
         ctx.ties.sum_gradients()
-    clip = ctx.clip([p for p in ctx.module.parameters() if p.requires_grad]) if ctx.clip is not None else None
-    return OptimizerStep(ctx, clip)
+    skip = ctx.scaler is not None and ctx.scaler.skips()
+    clip = None
+    if ctx.clip is not None and not skip:
+        clip = ctx.clip([p for p in ctx.module.parameters() if p.requires_grad])
+    return OptimizerStep(ctx, clip, skip)
 
 
 class OptimizerStep:
@@ -59,8 +63,8 @@ class OptimizerStep:
     it then steps with the learning rates of its STEP, whatever the job set since.
     """
 
-    def __init__(self, ctx: RankContext, clip: ClipNorm | None) -> None:
-        self.ctx, self.clip = ctx, clip
+    def __init__(self, ctx: RankContext, clip: ClipNorm | None, skip: bool = False) -> None:
+        self.ctx, self.clip, self.skip = ctx, clip, skip
         self.lrs = _lrs(ctx.optimizer) if ctx.optimizer is not None else []
 
     @property
@@ -69,12 +73,15 @@ class OptimizerStep:
         return self.clip is not None and self.clip.in_flight
 
     def finish(self) -> None:
-        """Clip, step with the STEP's learning rates and zero the gradients."""
+        """Clip, step with the STEP's learning rates and zero the gradients (an fp16 overflow: only zero them)."""
         if self.clip is not None:
             self.clip.finish()
         self.ctx.meter.note_gradients()
         optimizer = self.ctx.optimizer
         if optimizer is None:
+            return
+        if self.skip:
+            optimizer.zero_grad(set_to_none=True)
             return
         now = _lrs(optimizer)
         _set_lrs(optimizer, self.lrs)

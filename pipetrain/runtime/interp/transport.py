@@ -2,7 +2,9 @@
 
 No shape headers travel: a receiver knows every message's shape from the plan (the sample range
 times the per-sample spec of the tensor crossing the stage boundary, from
-``LayerGraph.output_specs()``). Sends are posted with ``isend`` and their handles kept until
+``LayerGraph.output_specs()``), and its dtype from the spec and the plan's precision (floating-point
+messages in the compute dtype under bf16 and fp16, :mod:`~pipetrain.runtime.interp.precision`; the
+sender casts, the receiver allocates its buffer so). Sends are posted with ``isend`` and their handles kept until
 :meth:`Transport.wait_sends` (called at STEP), so a sender never waits for its receiver inside a
 step; the sent tensors are kept alive and untouched until then.
 
@@ -25,6 +27,27 @@ connections instead of one, and a send need not share a connection with a large 
 the other way. Measured on the mlp's interleaved-zb plan with 4 chunks per rank (28 messages of 256
 KiB per iteration in both directions), where some sends took milliseconds: 364.5 → 359.6 ms per step
 (median of 8 alternating runs; plans with fewer messages unchanged; BENCHMARKS.md).
+
+On CUDA (not yet run on a GPU: docs/gpus.md):
+
+* NCCL has no tags, and ``ProcessGroupNCCL`` runs every send and receive between two ranks of one
+  group on one internal CUDA stream, in the order posted; NCCL executes them in that order. A
+  receive pre-posted at a step's start would then hold back a later send to the same peer (rank 0
+  posts "receive gradient 0" before "send activation 0", which its peer needs before it can send
+  that gradient: a deadlock), and a link that carries both directions (a looping placement) would
+  match an activation's send with a gradient's receive. So on NCCL every directed link gets a
+  process group per direction (:meth:`Transport.open_links`): each channel is its own
+  communicator, on its own stream, matched in order at both ends, as gloo matches by tag; each is
+  started when opened, in the same order on every rank (:meth:`Transport._connect`). These
+  internal streams are the sends' own streams: at an ``isend`` the group's stream waits for the
+  compute stream's work so far (the tensor is ready) and the compute stream goes on; the allocator
+  is told the tensor is in use on that stream, and the transport keeps it until
+  :meth:`Transport.wait_sends`, whose ``wait`` makes the compute stream wait for the send, so its
+  memory is not reused before the message has left. A stream of our own would add one more wait
+  and no overlap. A receive's ``wait`` makes the compute stream (not the host) wait for it.
+* gloo on CUDA tensors (``host_staged``; two ranks may share a GPU): gloo's ``send``/``recv`` take
+  CPU tensors only, so a message is copied to host memory before its send and received into host
+  memory, then copied to the rank's GPU.
 """
 
 from __future__ import annotations
@@ -86,18 +109,23 @@ class Transport:
     """One rank's sends and receives.
 
     Args:
-        device: where received tensors are allocated (``cpu`` for gloo, ``cuda:i`` for NCCL).
-        use_tags: pass :class:`Direction` tags (gloo); NCCL ignores tags, so this may be off.
+        device: where received tensors end up (``cpu``, or the rank's ``cuda:i``).
+        use_tags: pass :class:`Direction` tags (gloo); off for NCCL, which has none: each direction of a
+            link then has a process group of its own (see the module docstring).
+        host_staged: messages travel through host memory (gloo with ``device`` a GPU).
     """
 
-    def __init__(self, device: torch.device, *, use_tags: bool = True) -> None:
+    def __init__(self, device: torch.device, *, use_tags: bool = True, host_staged: bool = False) -> None:
         self.device = device
         self.use_tags = use_tags
+        self.host_staged = host_staged
+        self._wire = torch.device("cpu") if host_staged else device  # where buffers meet the backend
         self.window: int | None = None
         self._pending: list[tuple[dist.Work, torch.Tensor, int]] = []
         self._future: dict[_Channel, deque[Message]] = defaultdict(deque)
         self._posted: dict[_Channel, deque[tuple[torch.Tensor, dist.Work | None]]] = defaultdict(deque)
         self._links: dict[tuple[int, int], dist.ProcessGroup] = {}
+        self._channels: dict[tuple[int, int, Direction], dist.ProcessGroup] = {}
         self._rank = -1
 
     @property
@@ -105,17 +133,52 @@ class Transport:
         """The process group of each directed link :meth:`open_links` opened (empty: the default group)."""
         return dict(self._links)
 
+    @property
+    def channels(self) -> dict[tuple[int, int, Direction], dist.ProcessGroup]:
+        """Without tags (NCCL): the process group of each ``(src, dst, direction)`` :meth:`open_links` opened."""
+        return dict(self._channels)
+
     def open_links(self, links: Iterable[tuple[int, int]]) -> None:
-        """Give each directed link ``(src, dst)`` its own two-rank process group (gloo only; see the
-        module docstring); links opened before are kept. Every rank of the launch must call this with
-        the same links in the same order (``dist.new_group`` is collective).
+        """Give each directed link ``(src, dst)`` its own two-rank process group (gloo), or one per
+        direction of it (without tags: NCCL); see the module docstring. Links opened before are kept.
+        Every rank of the launch must call this with the same links in the same order
+        (``dist.new_group`` is collective).
         """
-        if not self.use_tags:  # NCCL: one communicator per pair is what it is built for
-            return
         self._rank = dist.get_rank()
         for src, dst in links:
-            if (src, dst) not in self._links:
-                self._links[(src, dst)] = dist.new_group(sorted((src, dst)))
+            if self.use_tags:
+                if (src, dst) not in self._links:
+                    self._links[(src, dst)] = dist.new_group(sorted((src, dst)))
+                continue
+            for direction in Direction:
+                if (src, dst, direction) not in self._channels:
+                    self._channels[(src, dst, direction)] = group = dist.new_group(sorted((src, dst)))
+                    self._connect(group, src, dst)
+
+    def _connect(self, group: dist.ProcessGroup, src: int, dst: int) -> None:
+        """Exchange one element on a new channel's group now, while every rank opens the channels in the
+        same order. NCCL creates a pair's communicator at its first send or receive there, and creating
+        it blocks the host until the peer's first one: left to the first step, rank 0 pre-posting its
+        gradient receive and rank 1 its activation receive would each wait for the other forever.
+
+        Raises:
+            TransportError: the peer is gone.
+        """
+        if self._rank not in (src, dst):
+            return
+        probe = torch.zeros(1, device=self._wire)
+        peer = dst if self._rank == src else src
+        try:
+            work = dist.isend(probe, dst, group=group) if self._rank == src else dist.irecv(probe, src, group=group)
+            if work is not None:
+                work.wait()
+        except RuntimeError as e:
+            raise TransportError(f"opening a channel with rank {peer} failed: {e}", peer) from e
+
+    def _group(self, src: int, dst: int, direction: Direction) -> dist.ProcessGroup | None:
+        """The process group a message from ``src`` to ``dst`` travels on (None: the default group)."""
+        channel = self._channels.get((src, dst, direction))
+        return channel if channel is not None else self._links.get((src, dst))
 
     def bound_sends(self, window: int | None) -> None:
         """Local learning's bounded queues: at most ``window`` sends outstanding per peer (see the
@@ -148,21 +211,23 @@ class Transport:
     def _irecv(
         self, shape: tuple[int, ...], dtype: torch.dtype, peer: int, direction: Direction
     ) -> tuple[torch.Tensor, dist.Work | None]:
-        buffer = torch.empty(shape, dtype=dtype, device=self.device)
+        buffer = torch.empty(shape, dtype=dtype, device=self._wire)
         tag = int(direction) if self.use_tags else 0
         try:
-            return buffer, dist.irecv(buffer, peer, tag=tag, group=self._links.get((peer, self._rank)))
+            return buffer, dist.irecv(buffer, peer, tag=tag, group=self._group(peer, self._rank, direction))
         except RuntimeError as e:
             raise TransportError(f"posting a receive from rank {peer} failed: {e}", peer) from e
 
     def send(self, tensor: torch.Tensor, peer: int, direction: Direction) -> None:
         """Post a send of ``tensor`` (made contiguous) to ``peer``; returns without waiting."""
         payload = tensor.detach().contiguous()
+        if self.host_staged:
+            payload = payload.to(self._wire)
         if self.window is not None:
             self._wait_window(peer, self.window)
         tag = int(direction) if self.use_tags else 0
         try:
-            work = dist.isend(payload, peer, tag=tag, group=self._links.get((self._rank, peer)))
+            work = dist.isend(payload, peer, tag=tag, group=self._group(self._rank, peer, direction))
         except RuntimeError as e:
             raise TransportError(f"posting a send to rank {peer} failed: {e}", peer) from e
         if work is None:  # pragma: no cover - only when this rank is not in the group
@@ -195,7 +260,7 @@ class Transport:
                 work.wait()
         except RuntimeError as e:
             raise TransportError(f"receiving {direction.name.lower()}s from rank {peer} failed: {e}", peer) from e
-        return buffer
+        return buffer.to(self.device) if self.host_staged else buffer
 
     def _wait_window(self, peer: int, window: int) -> None:
         """Wait for the oldest sends to ``peer`` until fewer than ``window`` are outstanding."""

@@ -34,7 +34,7 @@ def check_job(job: TrainJob) -> TrainJob:
     Raises:
         UserError: naming what to change.
     """
-    plan, graph, config = job.plan, job.graph, job.config
+    plan, graph, config = _with_precision(job.plan, job.config), job.graph, job.config
     validate_for_graph(plan, graph)
     check_ties(graph, plan)
     config = _resolve_steps(job)
@@ -54,13 +54,30 @@ def check_job(job: TrainJob) -> TrainJob:
         check_chunks(schedule, plan, config.steps)
     if config.fault is not None and config.fault.rank >= plan.n_ranks:
         raise UserError(f"fault rank {config.fault.rank} is not one of the plan's {plan.n_ranks} ranks")
+    if config.fault is not None and config.fault.kind == "overflow" and plan.precision != "fp16":
+        raise UserError("a fault of kind 'overflow' fakes an fp16 gradient overflow; train with precision fp16")
     timed_batch(graph, plan.batch_size, 0, config.seed, config.data)
     job_loss(job)
     if has_eval_set(config.data):
         eval_dataset(config.data, graph)
     if resumed is not None:  # every rank then reads this very checkpoint
         config = replace(config, resume=resumed.folder)
-    return replace(job, schedule=schedule, config=config)
+    return replace(job, plan=plan, schedule=schedule, config=config)
+
+
+def _with_precision(plan: Plan, config: TrainConfig) -> Plan:
+    """``plan`` at ``config.precision`` when that is given (it overrides the plan's), checked against the method.
+
+    Raises:
+        UserError: fp16 with a method whose stages do not step together (asynchronous, local learning),
+            where one agreed overflow check per step has no meaning.
+    """
+    if config.precision is not None and config.precision != plan.precision:
+        plan = replace(plan, precision=config.precision)
+    if plan.precision == "fp16" and not (plan.spec.flush and plan.spec.gradients_cross_stages):
+        raise UserError(f"fp16 loss scaling skips a step on every stage at once, which method {plan.method.value} "
+                        "(its stages step at their own moments) cannot; train it with --precision bf16")
+    return plan
 
 
 def _check_heads(plan: Plan, graph: LayerGraph) -> None:

@@ -16,10 +16,20 @@ import torch
 from torch import nn
 
 from pipetrain.data import Loss, check_source_name, model_loss, resolve_loss
+from pipetrain.device_select import (
+    Backend,
+    Device,
+    DeviceChoice,
+    check_backend,
+    check_device_choice,
+    resolve_backend,
+    resolve_device,
+)
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
 from pipetrain.plan.plan import Plan
+from pipetrain.profile.precision import Precision, parse_precision
 from pipetrain.runtime.interp.memory import MeasuredMemory
 from pipetrain.runtime.job.data import DataSource
 from pipetrain.runtime.job.lr_rule import LRRule, StageRates, check_lr_rule, stage_rates
@@ -29,8 +39,6 @@ from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["FaultInjection", "InjectedFault", "StepMetrics", "TrainConfig", "TrainJob", "TrainResult", "job_loss"]
-
-Backend = Literal["gloo", "nccl"]
 
 
 @dataclass(frozen=True)
@@ -45,16 +53,19 @@ class FaultInjection:
         step: the optimizer step (0-based, warm-up steps included) at which it fails.
         kind: ``"raise"`` raises :class:`InjectedFault`; ``"kill"`` sends the rank SIGKILL;
             ``"interrupt"`` sends the rank SIGINT and goes on (a Ctrl-C mid-step that reached one
-            rank: every rank stops at the next step's barrier).
+            rank: every rank stops at the next step's barrier); ``"overflow"`` (fp16 only) puts an
+            inf in one gradient of the rank's stages at the step's STEP, a fake overflow that every
+            stage must skip (:mod:`~pipetrain.runtime.job.loss_scale`).
     """
 
     rank: int
     step: int
-    kind: Literal["raise", "kill", "interrupt"] = "raise"
+    kind: Literal["raise", "kill", "interrupt", "overflow"] = "raise"
 
     def __post_init__(self) -> None:
-        if self.kind not in ("raise", "kill", "interrupt"):
-            raise UserError(f"fault kind {self.kind!r} is unknown; use 'raise', 'kill' or 'interrupt'")
+        if self.kind not in ("raise", "kill", "interrupt", "overflow"):
+            raise UserError(f"fault kind {self.kind!r} is unknown; use 'raise', 'kill' or 'interrupt' "
+                            "(or 'overflow', a fake fp16 gradient overflow)")
         if self.rank < 0 or self.step < 0:
             raise UserError("fault rank and step must be >= 0")
 
@@ -102,8 +113,15 @@ class TrainConfig:
         seed: data seed; also seeds torch's global generator on every rank.
         timeout_s: a rank that fails or stops answering makes every rank stop within this time.
         threads_per_rank: ``torch.set_num_threads`` in each rank (and in ``reference_train``).
-        backend: ``"gloo"`` or ``"nccl"``; None picks NCCL when CUDA is available, else gloo.
+        device: ``"cuda"``, ``"cpu"`` or ``"auto"``: CUDA when torch sees a GPU, unless ``backend`` is
+            ``"gloo"`` (:mod:`pipetrain.device_select`); each rank takes the GPU of its local rank.
+        backend: ``"gloo"`` or ``"nccl"``; None: NCCL on CUDA, gloo on the CPU. Gloo on CUDA runs (two
+            ranks may then share a GPU) stages its messages through host memory.
         progress: show a progress bar (steps, loss, samples/s) in the launching process.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` overrides the plan's precision
+            (:attr:`~pipetrain.plan.plan.Plan.precision`; :mod:`~pipetrain.runtime.interp.precision`);
+            None trains at the plan's. :func:`~pipetrain.runtime.train.reference_train` trains at this
+            (None: fp32).
         keep_freed_memory: keep freed CPU memory in each rank's heap instead of returning it to
             the OS, so steps do not page-fault their working set in again (see
             :mod:`pipetrain.allocator`; up to 14% faster on CPU; no effect on CUDA memory).
@@ -132,8 +150,10 @@ class TrainConfig:
     seed: int = 0
     timeout_s: float = 60.0
     threads_per_rank: int = 1
+    device: DeviceChoice = "auto"
     backend: Backend | None = None
     progress: bool = True
+    precision: Precision | None = None
     keep_freed_memory: bool = True
     fault: FaultInjection | None = None
 
@@ -152,8 +172,8 @@ class TrainConfig:
             raise UserError("--checkpoint-every must be >= 0 and --keep >= 1")
         if self.eval_every < 0:
             raise UserError(f"eval_every={self.eval_every}: give 0 (evaluate at the end) or a step count >= 1")
-        if self.backend not in (None, "gloo", "nccl"):
-            raise UserError(f"backend {self.backend!r} is unknown; use 'gloo' or 'nccl'")
+        check_device_choice(self.device)
+        check_backend(self.backend, self.device)
         _ = self.optimizer_settings  # validates optimizer, lr, momentum, weight decay
         if self.epochs is None:  # else check_job checks it once the epochs are steps
             check_lr_schedule(self.lr_schedule, self.lr_warmup_steps, self.steps)
@@ -162,14 +182,22 @@ class TrainConfig:
             raise UserError(f"--clip-grad-norm {self.clip_grad_norm}: give a norm > 0")
         if self.timeout_s <= 0 or self.threads_per_rank < 1:
             raise UserError("timeout_s must be > 0 and threads_per_rank >= 1")
+        if self.precision is not None:
+            parse_precision(self.precision)
         if self.fault is not None and self.fault.step >= self.steps:
             raise UserError(f"fault step {self.fault.step} is past the last step {self.steps - 1}")
 
+    def resolved_device(self) -> Device:
+        """The device to compute on (``"auto"`` resolved; :func:`~pipetrain.device_select.resolve_device`).
+
+        Raises:
+            UserError: ``"cuda"`` where torch sees no GPU.
+        """
+        return resolve_device(self.device, self.backend)
+
     def resolved_backend(self) -> Backend:
-        """The backend to use: as given, or NCCL when CUDA is available, else gloo."""
-        if self.backend is not None:
-            return self.backend
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        """The backend to use: as given, or NCCL on CUDA, gloo on the CPU."""
+        return resolve_backend(self.resolved_device(), self.backend)
 
     @property
     def optimizer_settings(self) -> OptimizerSettings:
@@ -226,10 +254,14 @@ class StepMetrics(MetricsRow):
     Attributes:
         step_s: this step's wall time on the last stage.
         data_wait_s: seconds the last stage waited for its batch.
+        skipped: fp16: every stage skipped this step's update (a gradient overflowed somewhere).
+        loss_scale: fp16: the loss scale after this step (:mod:`~pipetrain.runtime.job.loss_scale`); else None.
     """
 
     step_s: float = 0.0
     data_wait_s: float = 0.0
+    skipped: bool = False
+    loss_scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -247,6 +279,8 @@ class TrainResult:
             ``model.load_state_dict(result.state_dict)`` loads it into the original module.
         memory: per rank of the plan, in rank order, the bytes it held at its peak (weights,
             gradients, optimizer state, activations); compare with ``pipetrain.simulate.memory.stage_memory``.
+        device_peak_bytes: on CUDA, per rank of the plan, the CUDA allocator's peak over the run
+            (``torch.cuda.max_memory_allocated``); empty on a CPU.
         metrics: every step's :class:`StepMetrics` (loss, learning rate, evaluations).
         data_wait_s: per step, the longest time a rank waited for its batch.
         checkpoint_s: per checkpoint written, the longest time a rank spent on it (writing its
@@ -262,6 +296,12 @@ class TrainResult:
     metrics: tuple[StepMetrics, ...] = ()
     data_wait_s: tuple[float, ...] = ()
     checkpoint_s: tuple[float, ...] = ()
+    device_peak_bytes: tuple[int, ...] = ()
+
+    @property
+    def skipped_steps(self) -> tuple[int, ...]:
+        """The steps whose update every stage skipped (fp16 overflows; none otherwise)."""
+        return tuple(m.step for m in self.metrics if m.skipped)
 
     @property
     def final_eval(self) -> StepMetrics | None:

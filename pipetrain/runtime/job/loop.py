@@ -29,6 +29,7 @@ from pipetrain.data import EvalResult
 from pipetrain.errors import Interrupted, UserError
 from pipetrain.graph.ties import alias_names
 from pipetrain.plan.plan import Plan
+from pipetrain.profile.clock import device_clock
 from pipetrain.runtime.interp.context import Clip, ClipNorm, RankContext
 from pipetrain.runtime.interp.executor import Contexts, expected_receives, receive_prepost, run_program
 from pipetrain.runtime.interp.memory import MeasuredMemory, measured_memory
@@ -46,6 +47,7 @@ from pipetrain.runtime.job import rank_checkpoint
 from pipetrain.runtime.job.config import FaultInjection, InjectedFault, StepMetrics, TrainJob, TrainResult, job_loss
 from pipetrain.runtime.job.data import timed_batch
 from pipetrain.runtime.job.evaluate import eval_dataset, evaluate_rank, has_eval_set
+from pipetrain.runtime.job.loss_scale import LossScaler, RankLossScaling
 from pipetrain.runtime.job.metrics import MetricsLog
 from pipetrain.runtime.job.optim import set_lr, start_clip_grad_norm
 from pipetrain.runtime.job.records import RankRecord, assemble_timeline, step_times
@@ -74,8 +76,6 @@ class JobSession(Protocol):
 
     def agree_stop(self) -> int: ...
 
-    def synchronize(self) -> None: ...
-
     def report(self, job: int, row: StepMetrics) -> None: ...
 
 
@@ -84,7 +84,7 @@ class _FaultHook:
     (``program_length``: its actions)."""
 
     def __init__(self, fault: FaultInjection | None, rank: int, program_length: int) -> None:
-        armed = fault is not None and fault.rank == rank and program_length > 0
+        armed = fault is not None and fault.rank == rank and program_length > 0 and fault.kind != "overflow"
         self.fault = fault if armed else None
         self.index = program_length // 2
         self.step = -1
@@ -139,11 +139,12 @@ class _JobRun:
             if ties:
                 self.ctxs[self._first_step_stage("tied weights", "use the method's own schedule")].ties = ties
             self._set_clipping(ties)
+        self.scaling = self._loss_scaling() if self.ctxs and plan.precision == "fp16" else None
         self.ctx: RankContext | None = self.ctxs[max(self.ctxs)] if self.ctxs else None  # the last: its loss
         self.lr_scales = job.config.stage_rates(plan).scales  # per stage, on the schedule's rate
         # per step program: its receives, and how deep the transport posts them at its start
         self.receives = [self._receives(p) for p in (self.chunks if self.chunks is not None else [self.program])]
-        self.recorder = StepRecorder(rank, session.synchronize if session.device.type == "cuda" else None)
+        self.recorder = StepRecorder(rank, device_clock(session.device))
         fault = job.config.fault
         step_program = self.program if self.chunks is None or fault is None else self.chunks[fault.step]
         self.fault = _FaultHook(fault, rank, len(step_program))
@@ -153,12 +154,16 @@ class _JobRun:
         assert self.first_step == first, "the checkpoint read before building the stages"
         for c in self.ctxs.values() if first > 0 else ():
             reload_versions(c)
+        if self.scaling is not None and first > 0:
+            rank_checkpoint.resume_loss_scale(job, self.scaling.scaler)
         out = job.config.out
         self.log = MetricsLog.open(out, self.first_step or None) if self.reports and out is not None else None
         self.waits: list[float] = []
         self.saves: list[float] = []
         self.manifest_fields: dict[str, Any] | None = None
         self.start = time.perf_counter()
+        if session.device.type == "cuda":  # this job's peak, not an earlier job's of the launch
+            torch.cuda.reset_peak_memory_stats(session.device)
 
     @property
     def contexts(self) -> Contexts:
@@ -181,6 +186,7 @@ class _JobRun:
         program = self.program if self.chunks is None else self.chunks[step]
         if ctx is not None:
             wait = sum(self._load_batch(c, step) for c in self.ctxs.values())
+            self._begin_scaling(step)
             if self.chunks is None:
                 ctx.transport.expect(*self.receives[0])
             self._set_lr(step)
@@ -206,6 +212,30 @@ class _JobRun:
             self._report(ctx, step, loss, step_s, wait, evaluation)
         if rank_checkpoint.checkpoint_due(self.job, step + 1):
             self._save(step + 1)
+
+    def _loss_scaling(self) -> RankLossScaling:
+        """fp16: the rank's loss scaling over all its stages, given to each context
+        (:mod:`~pipetrain.runtime.job.loss_scale`); its first STEP of a step decides for all of them."""
+        if len(self.ctxs) > 1:
+            self._first_step_stage("fp16 loss scaling", "train in bf16 or use the method's own schedule")
+        params = [p for c in self.ctxs.values() for p in c.module.parameters() if p.requires_grad]
+        scaling = RankLossScaling(LossScaler(), params, self.group, self.session.device)
+        for c in self.ctxs.values():
+            c.scaler = scaling
+        return scaling
+
+    def _begin_scaling(self, step: int) -> None:
+        """fp16, before step ``step``'s program: the last stage's loss takes the current scale; a fault
+        of kind ``overflow`` on this rank poisons a gradient of the step."""
+        scaling = self.scaling
+        if scaling is None:
+            return
+        scaling.begin_step()
+        for c in self.ctxs.values():
+            c.tally.scale = scaling.scaler.scale
+        fault = self.job.config.fault
+        if fault is not None and fault.kind == "overflow" and fault.rank == self.session.rank and fault.step == step:
+            scaling.poison()
 
     def _set_lr(self, step: int) -> None:
         for c in self.ctxs.values():
@@ -249,8 +279,11 @@ class _JobRun:
             finish_pending_step(c)
         if self.manifest_fields is None and self.session.rank == 0:
             self.manifest_fields = rank_checkpoint.manifest_fields(self.job)
+        fields = self.manifest_fields
+        if fields is not None and self.scaling is not None:
+            fields = {**fields, rank_checkpoint.LOSS_SCALE: self.scaling.scaler.state_dict()}
         folder = rank_checkpoint.save(self.job, list(self.ctxs.values()), self.session.rank,
-                                     self.session.world_size, done, self.manifest_fields)
+                                     self.session.world_size, done, fields)
         self.saves.append(time.perf_counter() - start)
         return folder
 
@@ -325,6 +358,8 @@ class _JobRun:
             step=step, samples_seen=(step + 1) * self.job.plan.batch_size, wall_s=time.perf_counter() - self.start,
             lr=float(lr), loss=loss, eval_loss=evaluation.loss if evaluation else None,
             eval_accuracy=evaluation.accuracy if evaluation else None, step_s=step_s, data_wait_s=wait,
+            skipped=self.scaling is not None and self.scaling.skipped_last,
+            loss_scale=self.scaling.scaler.scale if self.scaling is not None else None,
         )
         self.rows.append(row)
         if self.log is not None:
@@ -338,8 +373,10 @@ class _JobRun:
         memory = _measured(self.session.rank, ctxs) if ctxs else None
         peak = sum(c.meter.peak_bytes for c in ctxs)
         prepost = max(p.nbytes for _, p in self.receives)
+        device = self.session.device
+        device_peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
         record = RankRecord(self.session.rank, tuple(self.recorder.steps), peak, tuple(self.rows), tuple(self.waits),
-                            tuple(self.saves), memory, prepost)
+                            tuple(self.saves), memory, prepost, device_peak)
         state = {}
         for ctx in ctxs if job.return_state_dict else []:
             stage = job.plan.stages[ctx.stage]
@@ -406,4 +443,5 @@ def _result(job: TrainJob, gathered: list[Any]) -> TrainResult:
         metrics=metrics,
         data_wait_s=tuple(max(w) for w in zip(*(r.data_wait_s for r in records), strict=True)),
         checkpoint_s=tuple(max(s) for s in zip(*(r.checkpoint_s for r in records), strict=True)),
+        device_peak_bytes=tuple(r.device_peak_bytes for r in records if r.device_peak_bytes is not None),
     )

@@ -42,9 +42,10 @@ from pipetrain.runtime.job.checkpoint import (
     write_shard,
 )
 from pipetrain.runtime.job.config import TrainJob
+from pipetrain.runtime.job.loss_scale import LossScaler
 from pipetrain.schedule.segments import drain_points
 
-__all__ = ["checkpoint_due", "drains", "find_resume", "manifest_fields", "resume", "resume_step", "save"]
+__all__ = ["LOSS_SCALE", "checkpoint_due", "drains", "find_resume", "manifest_fields", "resume", "resume_step", "save"]
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,20 @@ def resume(job: TrainJob, ctxs: Sequence[RankContext], rank: int) -> int:
             state["optimizer"] = {}
         restore_stage(state, module, layers, ctx.optimizer, job.graph.ties)
     return checkpoint.step
+
+
+LOSS_SCALE = "loss_scale"
+"""The manifest's field holding an fp16 run's loss scaler
+(:meth:`~pipetrain.runtime.job.loss_scale.LossScaler.state_dict`)."""
+
+
+def resume_loss_scale(job: TrainJob, scaler: LossScaler) -> None:
+    """Load an fp16 run's loss scaler from the checkpoint it resumes; one written without it (by a run
+    at another precision) leaves the scaler at its start."""
+    checkpoint = _resumed(job)
+    state = checkpoint.manifest.get(LOSS_SCALE) if checkpoint is not None else None
+    if state is not None:
+        scaler.load_state_dict(state)
 
 
 def resume_step(job: TrainJob) -> int:

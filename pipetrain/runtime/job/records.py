@@ -33,6 +33,8 @@ class RankRecord:
             ``peak_activation_bytes``); None for a rank that ran no stage.
         prepost_bytes: the receive buffers it posted at a step's start, at most
             (:mod:`pipetrain.schedule.prepost`).
+        device_peak_bytes: on CUDA, the allocator's peak over the job (``torch.cuda.max_memory_allocated``:
+            every tensor the rank's process held, messages and temporaries included); None on a CPU.
     """
 
     rank: int
@@ -43,6 +45,7 @@ class RankRecord:
     checkpoint_s: tuple[float, ...] = ()
     memory: MeasuredMemory | None = None
     prepost_bytes: int = 0
+    device_peak_bytes: int | None = None
 
 
 def step_times(records: Sequence[RankRecord]) -> list[float]:

@@ -2,7 +2,9 @@
 
 :func:`run_worker_from_env` reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` and runs the same worker as a locally spawned rank (:mod:`pipetrain.runtime.process.worker`);
-rank 0 returns the result. The rank hosts the rendezvous store itself unless torchrun's agent does
+rank 0 returns the result. On CUDA, rank ``LOCAL_RANK`` computes on ``cuda:(LOCAL_RANK mod GPUs)``, and
+the ``LOCAL_WORLD_SIZE`` ranks of a machine must each have a GPU of their own under NCCL
+(:mod:`pipetrain.device_select`). The rank hosts the rendezvous store itself unless torchrun's agent does
 (``TORCHELASTIC_USE_AGENT_STORE``), and each torchrun restart gets a fresh key prefix. Reports go to
 the log, which torchrun collects per rank; the watchdog makes the ranks stop when a peer dies.
 """
@@ -12,8 +14,7 @@ from __future__ import annotations
 import logging
 import os
 
-import torch
-
+from pipetrain.device_select import check_placement
 from pipetrain.errors import PipelineFailure, UserError
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.batch_norm import warn_batch_norm
@@ -53,8 +54,10 @@ def _env_int(name: str) -> int:
 
 
 def _check_gpu(config: TrainConfig, local_rank: int) -> None:
-    if config.resolved_backend() == "nccl" and local_rank >= torch.cuda.device_count():
-        raise UserError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible)")
+    """This machine's ranks (``LOCAL_WORLD_SIZE``, else this rank's count) fit its GPUs
+    (:func:`~pipetrain.device_select.check_placement`)."""
+    ranks_per_node = _env_int("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else local_rank + 1
+    check_placement(config.resolved_device(), config.resolved_backend(), max(ranks_per_node, local_rank + 1))
 
 
 def run_worker_from_env(

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch.distributed.distributed_c10d import PrefixStore, Store
 
 from pipetrain.allocator import keep_freed_memory
+from pipetrain.device_select import rank_device
 from pipetrain.errors import Interrupted, PipelineFailure
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.transport import Transport, TransportError
@@ -55,7 +56,8 @@ class Rendezvous:
 
     Attributes:
         host, port: the TCP store (hosted by the local launcher, torchrun's agent or rank 0).
-        rank, world_size, local_rank: this process's place; ``local_rank`` picks its GPU.
+        rank, world_size, local_rank: this process's place; ``local_rank`` picks its GPU
+            (:func:`~pipetrain.device_select.rank_device`).
         store_is_master: this rank hosts the store (torchrun without an agent store, rank 0).
         prefix: key prefix in the store (torchrun restarts get a fresh one).
     """
@@ -121,8 +123,8 @@ class _Session:
         self.step: int | None = None
         timeout = timedelta(seconds=config.timeout_s)
         store = tcp_store(rdv.host, rdv.port, rdv.store_is_master, timeout)
-        backend = config.resolved_backend()
-        self.device = torch.device(f"cuda:{rdv.local_rank}" if backend == "nccl" else "cpu")
+        self.backend = backend = config.resolved_backend()
+        self.device = rank_device(config.resolved_device(), rdv.local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.watchdog = Watchdog(
@@ -134,7 +136,8 @@ class _Session:
             backend, store=PrefixStore(f"{rdv.prefix}/pg", store),
             rank=rdv.rank, world_size=rdv.world_size, timeout=timeout,
         )
-        self.transport = Transport(self.device, use_tags=backend == "gloo")
+        self.transport = Transport(self.device, use_tags=backend == "gloo",
+                                   host_staged=backend == "gloo" and self.device.type == "cuda")
         self.prepost_budget = prepost_budget(backend)
         self.restore_signals = interrupts.install()
 
@@ -161,7 +164,7 @@ class _Session:
         os._exit(_TRIPPED_EXIT_CODE)
 
     def barrier(self) -> None:
-        if self.device.type == "cuda":
+        if self.backend == "nccl":
             dist.barrier(device_ids=[self.device.index or 0])
         else:
             dist.barrier()
@@ -169,9 +172,6 @@ class _Session:
     def agree_stop(self) -> int:
         """The step's barrier, which also tells whether any rank received a stop signal (0: no)."""
         return interrupts.agree(self.device)
-
-    def synchronize(self) -> None:
-        torch.cuda.synchronize(self.device)
 
     def failure(self, error: BaseException) -> RankFailure:
         """Turn an exception into a one-line failure; publish it if this rank is the cause."""
