@@ -76,7 +76,7 @@ class Row:
 def describe(plan: Plan) -> str:
     """``w=2 d=8 b=8 recompute``: width, depth, micro-batch size, recompute."""
     b = plan.batch_size // len(plan.stages[0].forward_sizes)
-    return f"w={len(plan.stages[0].ranks)} d={plan.n_stages} b={b}{' recompute' if plan.recompute else ''}"
+    return f"w={len(plan.stages[0].ranks)} d={plan.n_stages} b={b}{' recompute' if plan.recompute_stages else ''}"
 
 
 def gpipe_best(problem: PlanningProblem) -> dict[int, tuple[float, str]]:

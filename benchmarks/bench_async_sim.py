@@ -139,7 +139,7 @@ def pipedream_row(name: str, cluster_name: str) -> PipeDreamRow:
 def describe(plan: Plan) -> str:
     """``d=8 b=16 recompute``: depth, micro-batch size, recompute."""
     b = plan.batch_size // len(plan.stages[0].forward_sizes)
-    return f"d={plan.n_stages} b={b}{' recompute' if plan.recompute else ''}"
+    return f"d={plan.n_stages} b={b}{' recompute' if plan.recompute_stages else ''}"
 
 
 def flush_best(problem: PlanningProblem, method: Method) -> tuple[float, str]:

@@ -68,7 +68,7 @@ def setting_plan(setting: str, out: Path) -> Plan:
     name, recompute = name.removesuffix("+recompute"), name.endswith("+recompute")
     asynchronous = name in (Method.PIPEDREAM.value, Method.LOCAL.value)
     _, method, chunks, m = parse_setting(f"{Method.ONE_F_ONE_B.value if asynchronous else name}@{micro}")
-    plan = replace(build_plan(graph, cost, int(batch), method, chunks, m), recompute=recompute)
+    plan = build_plan(graph, cost, int(batch), method, chunks, m).with_recompute(None if recompute else ())
     if name == Method.LOCAL.value:
         return replace(plan, method=Method.LOCAL, weights=WeightPolicy.LOCAL, params=LocalParams(default_aux(graph)))
     return plan.run_by(Method(name)) if asynchronous else plan

@@ -111,8 +111,8 @@ def describe(plan: Plan) -> str:
 
 
 def _key(plan: Plan) -> tuple[object, ...]:
-    return (plan.method, plan.recompute, tuple((s.layers, s.ranks, s.forward_sizes, s.backward_sizes)
-                                               for s in plan.stages))
+    return (plan.method, tuple((s.layers, s.ranks, s.forward_sizes, s.backward_sizes, s.recompute)
+                               for s in plan.stages))
 
 
 def data_parallel_plan(graph: LayerGraph, cost: CostModel, batch: int) -> Plan:

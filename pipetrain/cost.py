@@ -140,9 +140,11 @@ class CostModel:
         work = sum(lp.backward_at(b) + (lp.forward_at(b) if recompute else 0.0) for lp in lps)
         return self.action_overhead_s + work / self.cluster.devices[rank].speed
 
-    def _backward_input_s(self, layers: tuple[str, ...], b: int, rank: int) -> float:
-        """Seconds of the input-gradient part (B) of a split backward (method zb1, Qi et al. 2024)."""
-        work = sum(lp.input_grad_at(b) for lp in self._layers(rank, layers))
+    def _backward_input_s(self, layers: tuple[str, ...], b: int, rank: int, recompute: bool = False) -> float:
+        """Seconds of the input-gradient part (B) of a split backward (method zb1, Qi et al. 2024), plus
+        the forward re-run when ``recompute`` (a recomputing stage re-runs forward before B; W then
+        uses the graph B built and re-runs nothing)."""
+        work = sum(lp.input_grad_at(b) + (lp.forward_at(b) if recompute else 0.0) for lp in self._layers(rank, layers))
         return self.action_overhead_s + work / self.cluster.devices[rank].speed
 
     def _weight_grad_s(self, layers: tuple[str, ...], b: int, rank: int) -> float:

@@ -18,6 +18,7 @@ from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, METHODS, method_names
 from pipetrain.plan.plan import MAX_BATCH_SIZE
 from pipetrain.planners import DEFAULT_PLANNER, PLANNERS, default_planner
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
+from pipetrain.planners.contract import RECOMPUTE_CHOICES
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.profile.precision import PRECISIONS
 from pipetrain.runtime.job.lr_rule import LR_RULES
@@ -209,6 +210,10 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-cap", action=argparse.BooleanOptionalAction, default=True,
                    help="keep each stage within its device's memory: --method uedp caps its micro-batches, the "
                         "balanced and interleaved planners keep only plans that fit (default: on)")
+    p.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default="auto",
+                   help="activation checkpointing: which stages re-run their forward in backward instead of "
+                        "keeping activations: auto, those a plan over memory needs (the planner tries them, "
+                        "cheapest first, and keeps the fastest plan that fits); none; all (default: auto)")
     p.add_argument("--stages", type=_count, help="pipeline stages (default: one per rank)")
     p.add_argument("--virtual-stages", type=_count, metavar="V",
                    help="--method interleaved or interleaved-zb: model chunks per rank (default: search 2 to 4; "

@@ -22,7 +22,7 @@ __all__ = ["cmd_plan"]
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
                      "base": "--base", "virtual_stages": "--virtual-stages", "allow_async": "--allow-async",
-                     "params": "--aux/--queue-depth"}
+                     "params": "--aux/--queue-depth", "recompute": "--recompute"}
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
@@ -81,7 +81,8 @@ def _plan_constraints(args: argparse.Namespace, route: PlanRoute) -> api.Constra
     spec = route.spec
     constraints = api.Constraints(method=route.method, n_stages=args.stages, n_micro=args.micro,
                                   memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga,
-                                  virtual_stages=args.virtual_stages, allow_async=args.allow_async)
+                                  virtual_stages=args.virtual_stages, allow_async=args.allow_async,
+                                  recompute=args.recompute)
     ignored = [_CONSTRAINT_FLAGS[name] for name in spec.ignored(constraints)]
     if ignored and spec.kind == "microbatch":
         raise UserError(f"{', '.join(ignored)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), not "

@@ -52,7 +52,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     from pipetrain.simulate.memory import device_memory, stage_memory
     from pipetrain.viz.tables import memory_table, timeline_table
 
-    out.print(timeline_table(predicted, plan.rank_stages))
+    recomputes = [plan.recomputes(k) for k in range(plan.n_stages)]
+    out.print(timeline_table(predicted, plan.rank_stages, recompute=recomputes))
     streamed = plan.params.queue_bound is not None  # bounded queues: local learning
     if plan.asynchronous or streamed:
         from pipetrain.simulate.steady import steady_state
@@ -69,7 +70,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
             out.print(f"a checkpoint every {args.checkpoint_every} steps drains the pipeline each time: "
                       f"{drained:.1f} samples/s ({1 - drained / steady.samples_per_s:.1%} below the steady state)")
     memories = stage_memory(plan, cost, optimizer=args.optimizer)
-    out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer))
+    out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer, recompute=recomputes))
 
 
 def write_timeline(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:

@@ -19,13 +19,13 @@ The traits, per method::
     pipedream       single     chain  fused     stash, vertical-sync no     cross  one        yes       yes
     2bw             single     chain  fused     2bw                  no     cross  one        yes       yes
     uedp            single     chain  fused     sync                 yes    cross  per-pass   no        yes
-    graph           single     dag    fused     sync                 yes    cross  per-stage  yes       no
+    graph           single     dag    fused     sync                 yes    cross  per-stage  yes       yes
     local           single     chain  fused     local                yes    local  per-stage  no        no
-    zb1, zb2        single     chain  split     sync                 yes    cross  per-stage  no        no
+    zb1, zb2        single     chain  split     sync                 yes    cross  per-stage  no        yes
     interleaved     looping    chain  fused     sync                 yes    cross  per-stage  no        yes
-    interleaved-zb  looping    chain  split     sync                 yes    cross  one        no        no
-    zbv             V          chain  split     sync                 yes    cross  one        no        no
-    dualpipev       V          chain  split     sync                 yes    cross  one        no        no
+    interleaved-zb  looping    chain  split     sync                 yes    cross  one        no        yes
+    zbv             V          chain  split     sync                 yes    cross  one        no        yes
+    dualpipev       V          chain  split     sync                 yes    cross  one        no        yes
 
 gpipe and uedp run every forward of a batch before any backward (``fill_drain``); pipedream and 2bw
 are planned as a 1f1b plan when a planner does not plan them itself (``plan_as``), then run without
@@ -198,7 +198,9 @@ class MethodSpec:
             for local learning (each stage trains on its own loss).
         sizes: how stages may cut the batch into micro-batches.
         replicas: stages may run on several ranks (data parallelism inside a stage).
-        recompute: the plan may recompute a stage's forward in backward.
+        recompute: the plan's stages may recompute their forward in backward (activation
+            checkpointing; under a split backward before B, the re-run's graph kept until W): every
+            method whose stages back-propagate their successor's gradient; not local learning.
         microbatches_per_stage: needs at least as many micro-batches as stages (2BW's delay, DualPipeV's
             warm-up).
         loss_per_microbatch: every micro-batch is a mini-batch of its own: its loss is divided by its
@@ -287,25 +289,25 @@ _SPECS = (
     MethodSpec(Method.UEDP, "UMPIPE", "fill-drain with each stage's own forward and backward partitions",
                sizes=SizeRule.PER_PASS, fill_drain=True),
     MethodSpec(Method.GRAPH, "GraphPipe (Jeon et al. 2025)", "1F1B over a DAG of stages",
-               graph=StageGraph.DAG, replicas=True, recompute=False),
+               graph=StageGraph.DAG, replicas=True),
     MethodSpec(Method.LOCAL, "PPLL (Guo et al. 2024)",
                "local losses through auxiliary heads, bounded queues, no gradient between stages",
                weights=(WeightPolicy.LOCAL,), gradients_cross_stages=False, recompute=False, params=LocalParams),
     MethodSpec(Method.INTERLEAVED, "Megatron interleaved (Narayanan et al. 2021 §2.2)",
                "v model chunks per rank, looping placement", placement=Placement.LOOPING),
     MethodSpec(Method.ZB1, "Zero Bubble ZB-H1 (Qi et al. 2024)", "1F1B with backward split into B and deferred W",
-               backward=Backward.SPLIT, recompute=False, params=ZeroBubbleParams),
+               backward=Backward.SPLIT, params=ZeroBubbleParams),
     MethodSpec(Method.ZB2, "Zero Bubble ZB-H2 (Qi et al. 2024)", "zb1 with twice the warm-up forwards",
-               backward=Backward.SPLIT, recompute=False),
+               backward=Backward.SPLIT),
     MethodSpec(Method.INTERLEAVED_ZB, "ours: interleaved with zb1's split backward",
                "v model chunks per rank, looping placement, backward split into B and W",
-               placement=Placement.LOOPING, backward=Backward.SPLIT, sizes=SizeRule.ONE, recompute=False,
+               placement=Placement.LOOPING, backward=Backward.SPLIT, sizes=SizeRule.ONE,
                params=ZeroBubbleParams),
     MethodSpec(Method.ZBV, "Zero Bubble ZB-V (Qi et al. 2024 §6)", "2 chunks per rank in a V, split backward",
-               placement=Placement.V, backward=Backward.SPLIT, sizes=SizeRule.ONE, recompute=False),
+               placement=Placement.V, backward=Backward.SPLIT, sizes=SizeRule.ONE),
     MethodSpec(Method.DUALPIPEV, "DualPipeV (DeepSeek-V3 §3.2.1, cut in half)",
                "2 chunks per rank in a V, a forward of one chunk paired with a backward of the other",
-               placement=Placement.V, backward=Backward.SPLIT, sizes=SizeRule.ONE, recompute=False,
+               placement=Placement.V, backward=Backward.SPLIT, sizes=SizeRule.ONE,
                microbatches_per_stage=True),
 )
 

@@ -9,16 +9,18 @@ GPipe uses one vector everywhere; 1F1B lets each stage have its own vector, used
 backward alike (unequal micro-batches under a 1F1B order, :func:`~pipetrain.schedule.one_f_one_b.
 one_f_one_b_orders`); UMPIPE's ``uedp`` gives each stage its own forward and backward vectors.
 
-Recompute (docs/algorithms.md §2.6): a stage whose backward sizes differ from its forward sizes cannot back-propagate
-part of a forward micro-batch's autograd graph, so it keeps only its *inputs* during forward and re-runs forward per
-backward micro-batch. :meth:`Plan.recomputes` says which stages do: those, and every stage when the plan's
-``recompute`` flag is set. The simulator, the vectorised evaluator and the runtime all follow it.
+Recompute (activation checkpointing, docs/algorithms.md §2.6) is per stage: a recomputing stage keeps only its
+*inputs* during forward and re-runs forward in backward (before its B under a split backward), trading a forward's
+time for its activations' memory. A stage recomputes when its :attr:`StagePlan.recompute` is set (by hand or by a
+planner under memory pressure) and always when its backward sizes differ from its forward sizes, since it cannot
+back-propagate part of a forward micro-batch's autograd graph. :meth:`Plan.recomputes` is the one question the
+simulator, the memory model, the vectorised evaluator and the runtime ask.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from pipetrain.errors import UserError
@@ -70,12 +72,16 @@ class StagePlan:
         ranks: the ranks that run it (several for a replicated stage).
         forward_sizes: forward micro-batch sizes; sum to the batch.
         backward_sizes: backward micro-batch sizes; sum to the batch.
+        recompute: keep only the stage's inputs in forward and re-run its forward in backward
+            (activation checkpointing); a stage whose two size vectors differ recomputes regardless
+            (:meth:`Plan.recomputes`).
     """
 
     layers: tuple[str, ...]
     ranks: tuple[int, ...]
     forward_sizes: tuple[int, ...]
     backward_sizes: tuple[int, ...]
+    recompute: bool = False
 
     @property
     def label(self) -> str:
@@ -106,8 +112,6 @@ class Plan:
         edges: stage-graph edges ``(src, dst)``; empty means the chain 0 -> 1 -> ... . Method
             ``graph`` (GraphPipe) takes any DAG whose edges go from lower to higher stages and whose
             last stage is the only sink; a stage without predecessors reads the model input.
-        recompute: re-run forward during backward instead of keeping activations, on every stage
-            (stages with unequal forward and backward partitions recompute regardless).
         weights: weight versioning policy, one of the method's (:attr:`MethodSpec.weights`).
         prediction: the simulated time the plan was chosen with, if any.
         precision: the numeric precision the plan trains at (:mod:`pipetrain.profile.precision`):
@@ -124,7 +128,6 @@ class Plan:
     method: Method
     stages: tuple[StagePlan, ...]
     edges: tuple[tuple[int, int], ...] = field(default=())
-    recompute: bool = False
     weights: WeightPolicy = WeightPolicy.SYNC
     prediction: Prediction | None = None
     params: MethodParams = field(default_factory=MethodParams)
@@ -197,9 +200,22 @@ class Plan:
         return tuple(self.stage_of_rank(r) for r in range(self.n_ranks))
 
     def recomputes(self, stage: int) -> bool:
-        """Whether ``stage`` keeps only its inputs in forward and re-runs forward in backward."""
+        """Whether ``stage`` keeps only its inputs in forward and re-runs forward in backward: its
+        :attr:`StagePlan.recompute` is set, or its backward sizes differ from its forward sizes."""
         s = self.stages[stage]
-        return self.recompute or s.forward_sizes != s.backward_sizes
+        return s.recompute or s.forward_sizes != s.backward_sizes
+
+    @property
+    def recompute_stages(self) -> tuple[int, ...]:
+        """The stages whose :attr:`StagePlan.recompute` is set (chosen, not forced by unequal sizes)."""
+        return tuple(k for k, s in enumerate(self.stages) if s.recompute)
+
+    def with_recompute(self, stages: Iterable[int] | None = None) -> Plan:
+        """The plan with :attr:`StagePlan.recompute` set on exactly ``stages`` (default: every stage;
+        ``()``: none), its prediction dropped."""
+        chosen = set(range(self.n_stages) if stages is None else stages)
+        return replace(self, stages=tuple(replace(s, recompute=k in chosen) for k, s in enumerate(self.stages)),
+                       prediction=None)
 
     def replica_rank(self, stage: int, microbatch: int) -> int:
         """The rank that runs ``microbatch`` of ``stage``: replicas take micro-batches round-robin,

@@ -7,7 +7,9 @@ The object has the :class:`~pipetrain.plan.plan.Plan` fields by name; ``method``
 their enum values; ``params``, the method's own parameters as an object (``{"aux": "linear",
 "queue_depth": 2}`` for method ``local``), appears only when the method has some. On reading,
 ``backward_sizes`` defaults to ``forward_sizes``, ``edges`` to the chain, ``weights`` to the method's
-first policy and ``params`` to the method's defaults. Plans written before ``params`` existed keep
+first policy and ``params`` to the method's defaults. A stage's ``recompute`` appears only when set;
+plans written when recompute was one flag for the whole plan keep loading: their top-level
+``"recompute": true`` sets it on every stage. Plans written before ``params`` existed keep
 loading: their top-level ``aux`` and ``queue_depth`` (method ``local``) become its ``params``. The two
 functions are exact inverses on every plan (a round-trip test checks it).
 """
@@ -31,6 +33,9 @@ def plan_to_json(plan: Plan) -> str:
     data: dict[str, Any] = asdict(plan)
     data["method"] = plan.method.value
     data["weights"] = plan.weights.value
+    for stage in data["stages"]:
+        if not stage["recompute"]:
+            del stage["recompute"]  # the default: plans without recompute read as before
     if plan.precision == "fp32":
         del data["precision"]  # the default: plans without mixed precision read as before
     params = plan.params.to_json()
@@ -41,12 +46,14 @@ def plan_to_json(plan: Plan) -> str:
     return json.dumps(data, indent=2)
 
 
-def _stage(s: dict[str, Any]) -> StagePlan:
+def _stage(s: dict[str, Any], recompute: bool) -> StagePlan:
+    """One stage; ``recompute``: an older plan's top-level flag, which sets every stage's."""
     return StagePlan(
         layers=tuple(str(n) for n in s["layers"]),
         ranks=tuple(int(r) for r in s["ranks"]),
         forward_sizes=tuple(int(x) for x in s["forward_sizes"]),
         backward_sizes=tuple(int(x) for x in s.get("backward_sizes", s["forward_sizes"])),
+        recompute=recompute or bool(s.get("recompute", False)),
     )
 
 
@@ -89,9 +96,8 @@ def plan_from_json(text: str) -> Plan:
             model_fingerprint=str(data.get("model_fingerprint", "")),
             batch_size=int(data["batch_size"]),
             method=method,
-            stages=tuple(_stage(s) for s in data["stages"]),
+            stages=tuple(_stage(s, bool(data.get("recompute", False))) for s in data["stages"]),
             edges=tuple((int(a), int(b)) for a, b in data.get("edges", ())),
-            recompute=bool(data.get("recompute", False)),
             weights=WeightPolicy(data.get("weights", METHODS[method].weights[0].value)),
             prediction=_prediction(data.get("prediction")),
             params=_params(method, data),

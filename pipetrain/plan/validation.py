@@ -138,12 +138,13 @@ def _check_replicas(plan: Plan) -> None:
 
 
 def _check_recompute(plan: Plan) -> None:
-    if plan.recompute and not plan.spec.recompute:
-        why = "splits each kept forward graph into B and W" if plan.spec.backward.value == "split" else \
-            "runs every forward's graph as it kept it"
-        allowed = ", ".join(m.value for m, s in METHODS.items() if s.recompute and s.flush)
-        raise UserError(f'method {plan.method.value} {why} and cannot recompute; drop "recompute" from the plan, '
-                        f"or use a method that recomputes ({allowed})")
+    """Only a method that may recompute has stages that chose to."""
+    chosen = plan.recompute_stages
+    if chosen and not plan.spec.recompute:
+        allowed = ", ".join(m.value for m, s in METHODS.items() if s.recompute)
+        raise UserError(f'method {plan.method.value} cannot recompute (stage {chosen[0]} sets "recompute"): its '
+                        f'stages train on their own losses; drop "recompute" from the plan, or use a method '
+                        f"that recomputes ({allowed})")
 
 
 def _check_params(plan: Plan) -> None:

@@ -159,7 +159,7 @@ class _Runs:
         problem, c = self.problem, self.problem.constraints
         if spec.base is not None:  # on its base planner's fastest plan, with a moderate GA budget
             base = replace(spec.base.pick(self.result(spec.base.planner)), prediction=None)
-            ga = Constraints(base=base, seed=c.seed, ga=c.ga or _GA)
+            ga = Constraints(base=base, seed=c.seed, ga=c.ga or _GA, recompute=c.recompute)
             return spec.run(replace(problem, constraints=ga, progress=False))
         asked = replace(c, allow_async=False, method=run.method if run.method is not None else c.method,
                         memory_cap=c.memory_cap and run.memory_cap)

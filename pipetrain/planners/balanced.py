@@ -9,6 +9,9 @@ that micro-batch size* (a stage's cost curve depends on the size, docs/algorithm
 schedule, simulates it (:func:`~pipetrain.planners.score.score`) and keeps the fastest. Candidates: every ``m`` up to 64
 plus powers of two up to the batch (:func:`~pipetrain.planners.counts.candidate_counts`). Ties go
 to less activation memory, then fewer micro-batches (:func:`~pipetrain.planners.contract.rank_key`).
+A candidate over memory gets a variant that recomputes its overflowing stages
+(:mod:`pipetrain.planners.recompute`), so a plan that fits only by recomputing competes with those that
+fit as they are.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.counts import candidate_counts
 from pipetrain.planners.partition import balanced_partition
+from pipetrain.planners.recompute import as_chosen, with_recompute_options
 from pipetrain.planners.score import fitting_best, memory_checked, over_memory, score
 from pipetrain.planners.spec import planned_methods
 
@@ -68,9 +72,11 @@ def balanced_candidates(problem: PlanningProblem, method: Method) -> list[Candid
     for m in options:
         plan = build_balanced_plan(problem.model, problem.cost, method=method, n_stages=n_stages,
                                    batch_size=problem.batch_size, n_micro=m)
-        candidates.append(memory_checked(score(plan, problem.cost), problem.cost, problem.optimizer,
-                                         check=problem.constraints.memory_cap))
+        candidates.append(memory_checked(score(as_chosen(plan, c.recompute), problem.cost), problem.cost,
+                                         problem.optimizer, check=c.memory_cap))
         log.debug("%s m=%d predicted %.6f s", method.value, m, candidates[-1].iteration_s)
+    if c.memory_cap and c.recompute == "auto":
+        candidates = with_recompute_options(candidates, problem.cost, problem.optimizer)
     return sorted(candidates, key=rank_key)
 
 
@@ -98,7 +104,10 @@ def fastest_fitting(result: PlanningResult, problem: PlanningProblem) -> Plannin
     Raises:
         UserError: no candidate fits; names the fastest one's overflow.
     """
-    fitting = [c for c in result.candidates if memory_checked(c, problem.cost, problem.optimizer).feasible]
+    options = result.candidates
+    if problem.constraints.recompute == "auto":
+        options = tuple(sorted(with_recompute_options(options, problem.cost, problem.optimizer), key=rank_key))
+    fitting = [c for c in options if memory_checked(c, problem.cost, problem.optimizer).feasible]
     if not fitting:
         why = over_memory(result.plan, problem.cost, problem.optimizer)
         raise UserError(f"no equal plan on {result.plan.n_stages} stages fits: {why}")

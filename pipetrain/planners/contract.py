@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
@@ -33,7 +33,15 @@ if TYPE_CHECKING:
     from pipetrain.graph.layer_graph import LayerGraph
     from pipetrain.planners.microbatch.ga import GAConfig
 
-__all__ = ["Candidate", "Constraints", "ModelRef", "PlanningProblem", "PlanningResult", "rank_key"]
+__all__ = ["RECOMPUTE_CHOICES", "Candidate", "Constraints", "ModelRef", "PlanningProblem", "PlanningResult",
+           "RecomputeChoice", "rank_key"]
+
+RecomputeChoice = Literal["auto", "none", "all"]
+"""Which stages recompute (activation checkpointing, :attr:`~pipetrain.plan.plan.StagePlan.recompute`):
+``auto`` those the planner finds over memory (:mod:`pipetrain.planners.recompute`), ``none`` none
+by choice, ``all`` every stage."""
+
+RECOMPUTE_CHOICES: tuple[RecomputeChoice, ...] = ("auto", "none", "all")
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,10 @@ class Constraints:
             docs/algorithms.md §3.5–3.6), which change the optimizer's semantics (stale weights).
         params: the planned method's own parameters (:class:`~pipetrain.plan.methods.LocalParams` for
             the ``local`` planner: the auxiliary heads and the queue depth); None: the method's defaults.
+        recompute: which stages recompute (:data:`RecomputeChoice`): ``auto`` lets the planner recompute
+            the stages of a plan over memory (with the memory cap), ``none`` keeps every stage's
+            activations (a stage whose two partitions differ still recomputes), ``all`` recomputes
+            every stage.
     """
 
     method: Method | None = None
@@ -106,6 +118,7 @@ class Constraints:
     virtual_stages: int | None = None
     allow_async: bool = False
     params: MethodParams | None = None
+    recompute: RecomputeChoice = "auto"
 
     def given(self) -> tuple[str, ...]:
         """The names of the constraints set away from their defaults."""

@@ -18,6 +18,8 @@ fastest is kept. Unlike torch's interleaved schedules any ``m`` is allowed. For 
 are also cut into ``2R`` stages balanced per rank pair
 (:func:`~pipetrain.planners.partition.v_shape.v_balanced_partition`), placed in a V (stage ``s`` on
 rank ``s``, or ``2R − 1 − s`` from ``s = R`` on, :mod:`pipetrain.plan.placement`) and run by ``zbv``.
+A candidate over memory gets a variant recomputing as few chunks of its overflowing ranks as make them
+fit, cheapest first (:mod:`pipetrain.planners.recompute`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pipetrain.planners.counts import thinned_counts
 from pipetrain.planners.device_orders import placed_cluster
 from pipetrain.planners.partition import balanced_partition
 from pipetrain.planners.partition.v_shape import v_balanced_partition
+from pipetrain.planners.recompute import as_chosen, with_recompute_options
 from pipetrain.planners.score import fitting_best, memory_checked, score
 from pipetrain.planners.spec import planned_methods
 
@@ -128,8 +131,10 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
                 if kinds:  # one partition per placement, run by each of its methods
                     plan = build_interleaved_plan(problem.model, cost, n_ranks=n_ranks, chunks=chunks,
                                                   batch_size=problem.batch_size, n_micro=m, method=kinds[0])
-                    candidates += [memory_checked(score(plan.run_by(method), cost), cost, problem.optimizer,
-                                                  check=problem.constraints.memory_cap)
+                    candidates += [memory_checked(score(as_chosen(plan.run_by(method), c.recompute), cost), cost,
+                                                  problem.optimizer, check=c.memory_cap)
                                    for method in kinds]
+    if c.memory_cap and c.recompute == "auto":
+        candidates = with_recompute_options(candidates, cost, problem.optimizer)
     candidates.sort(key=rank_key)
     return PlanningResult("interleaved", fitting_best(candidates, "interleaved").plan, cluster, tuple(candidates))

@@ -77,7 +77,7 @@ def _auto_plans(spec: MethodSpec) -> bool:
 
 _STAGE_SPECS = (
     PlannerSpec("balanced", "stages", "gpipe, 1f1b, zb1 or zb2, an exact min-max layer split, one stage per device",
-                frozenset({"method", "n_stages", "n_micro", "memory_cap"}), plan_balanced, balanced_plans,
+                frozenset({"method", "n_stages", "n_micro", "memory_cap", "recompute"}), plan_balanced, balanced_plans,
                 default=True, auto=(AutoRun("balanced", 10, memory_cap=False, outcome=fastest_fitting),)),
     PlannerSpec("pipedream", "stages", "PipeDream's DP over layers, machines and replication (docs/algorithms.md §3)",
                 frozenset({"method"}), plan_pipedream, pipedream_plans, layout=pipedream_layout,
@@ -86,14 +86,16 @@ _STAGE_SPECS = (
                 "(docs/algorithms.md §4)", frozenset({"n_stages", "seed", "ga"}), plan_bapipe, bapipe_plans,
                 layout=bapipe_layout, auto=(AutoRun("bapipe", 60),)),
     PlannerSpec("graphpipe", "stages", "GraphPipe's SP decomposition, DP and TPS search: a DAG of stages (method "
-                "graph) for multi-branch models", frozenset(), plan_graphpipe, graphpipe_plans, default=True,
-                auto=(AutoRun("graphpipe", 90, when=branching_model),)),
+                "graph) for multi-branch models", frozenset({"recompute"}), plan_graphpipe, graphpipe_plans,
+                default=True, auto=(AutoRun("graphpipe", 90, when=branching_model),)),
     PlannerSpec("interleaved", "stages", "interleaved 1F1B: v model chunks per rank, looping placement, any "
                 "micro-batch count; backward fused (interleaved) or split into B and W (interleaved-zb); "
                 "and ZB-V's 2 chunks per rank in a V (zbv)",
-                frozenset({"method", "n_micro", "virtual_stages", "memory_cap"}), plan_interleaved, interleaved_plans,
+                frozenset({"method", "n_micro", "virtual_stages", "memory_cap", "recompute"}), plan_interleaved,
+                interleaved_plans,
                 default=True, auto=(AutoRun("interleaved", 70),)),
-    PlannerSpec("auto", "stages", "every planner; the fastest plan that fits", frozenset({"seed", "ga", "allow_async"}),
+    PlannerSpec("auto", "stages", "every planner; the fastest plan that fits",
+                frozenset({"seed", "ga", "allow_async", "recompute"}),
                 _auto, _auto_plans, layout=auto_layout),
     PlannerSpec("2bw", "stages", "PipeDream-2BW: width × depth, micro-batch size, recompute (docs/algorithms.md §3.6)",
                 frozenset({"method"}), plan_2bw, twobw_plans, auto=(AutoRun("2bw", 110),)),
@@ -115,7 +117,7 @@ def _microbatch(name: PlannerName, *, default: bool = False, base: str = DEFAULT
     algorithm = ALGORITHMS[name]
     rule = BaseRule(base, _STAGE_PLANNERS[base].run, algorithm.method if own_method else None)
     # n_stages, n_micro (and virtual_stages) shape the base plan when no base is given
-    accepts = {"base", "memory_cap", "n_stages", "n_micro", *(("seed", "ga") if algorithm.ga else ()),
+    accepts = {"base", "memory_cap", "recompute", "n_stages", "n_micro", *(("seed", "ga") if algorithm.ga else ()),
                *(("virtual_stages",) if "virtual_stages" in _STAGE_PLANNERS[base].accepts else ())}
     return PlannerSpec(name, "microbatch", f"UMPIPE micro-batch planner {name!r}: unequal sizes {algorithm.what}",
                        frozenset(accepts), partial(plan_unequal, planner=name, base_rule=rule),

@@ -103,5 +103,5 @@ def fitting_best(candidates: Sequence[Candidate], planner: str) -> Candidate:
     if best.feasible:
         return best
     raise UserError(f"no {planner} plan fits the devices' memory (the fastest: {best.infeasible}); use more "
-                    "devices, a smaller batch, a micro-batch planner that may recompute (--planner tidgap), "
-                    "or --no-memory-cap to plan anyway")
+                    "devices, a smaller batch, recompute (--recompute auto, the default, or all), a micro-batch "
+                    "planner with unequal sizes (--planner tidgap), or --no-memory-cap to plan anyway")

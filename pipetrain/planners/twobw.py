@@ -111,11 +111,12 @@ def two_bw_plan(problem: PlanningProblem, depth: int, micro_batch: int, recomput
     sizes = equal_sizes(problem.batch_size, problem.batch_size // micro_batch)
     stages, first = [], 0
     for k, count in enumerate(counts):
-        stages.append(StagePlan(names[first:first + count], tuple(range(k * width, (k + 1) * width)), sizes, sizes))
+        stages.append(StagePlan(names[first:first + count], tuple(range(k * width, (k + 1) * width)), sizes, sizes,
+                                recompute))
         first += count
     model = problem.model
     return Plan(model.name, model.fingerprint, problem.batch_size, Method.TWO_BW, tuple(stages),
-                recompute=recompute, weights=WeightPolicy.TWO_BW)
+                weights=WeightPolicy.TWO_BW)
 
 
 def _option(problem: PlanningProblem, width: int, depth: int, b: int,
@@ -178,7 +179,8 @@ def plan_2bw(problem: PlanningProblem) -> PlanningResult:
     assert best.cluster is not None
     b = best.plan.batch_size // len(best.plan.stages[0].forward_sizes)
     width = len(best.plan.stages[0].ranks)
+    recompute = bool(best.plan.recompute_stages)
     log.info("2bw: chose w=%d d=%d b=%d recompute=%s: %.6f s per batch", width, best.plan.n_stages, b,
-             best.plan.recompute, best.iteration_s)
-    report = TwoBWReport(width, best.plan.n_stages, b, best.plan.recompute, tuple(skipped))
+             recompute, best.iteration_s)
+    report = TwoBWReport(width, best.plan.n_stages, b, recompute, tuple(skipped))
     return PlanningResult("2bw", best.plan, best.cluster, tuple(candidates), report)

@@ -23,6 +23,7 @@ from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResu
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig, PlannerName, fits_without_recompute, microbatch_caps
 from pipetrain.planners.microbatch.uedp import plan_uedp
 from pipetrain.planners.progress import generation_bar
+from pipetrain.planners.recompute import as_chosen
 from pipetrain.planners.report import CandidatesPart, NotePart, PlanPart
 from pipetrain.planners.spec import BaseRule
 from pipetrain.simulate.memory import overflows
@@ -71,13 +72,19 @@ def _base(problem: PlanningProblem, rule: BaseRule) -> tuple[Plan, tuple[Candida
 
 
 def _capped(problem: PlanningProblem, base: Plan) -> tuple[Plan, tuple[int | None, ...] | None]:
-    """The base (recomputing where some stage cannot keep all activations) and the memory caps."""
+    """The base (recomputing the stages that cannot keep all activations, or as ``constraints.recompute``
+    says) and the memory caps."""
+    choice = problem.constraints.recompute
+    base = as_chosen(base, choice)
     if not problem.constraints.memory_cap:
         return base, None
     caps = microbatch_caps(base, problem.cost, optimizer=problem.optimizer)
-    if not base.recompute and not all(fits_without_recompute(base, problem.cost, optimizer=problem.optimizer)):
-        log.info("some stage cannot hold all %d samples' activations: planning with recompute", problem.batch_size)
-        base = replace(base, recompute=True)
+    fits = fits_without_recompute(base, problem.cost, optimizer=problem.optimizer)
+    short = [k for k, ok in enumerate(fits) if not ok and not base.stages[k].recompute]
+    if short and choice == "auto":
+        log.info("stage(s) %s cannot hold all %d samples' activations: planning them with recompute",
+                 ", ".join(map(str, short)), problem.batch_size)
+        base = base.with_recompute({*base.recompute_stages, *short})
     return base, caps
 
 

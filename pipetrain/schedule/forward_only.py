@@ -66,9 +66,10 @@ def forward_only_schedule(plan: Plan, n: int) -> Schedule:
     if not 1 <= n <= plan.batch_size:
         raise UserError(f"an eval batch of {n} samples does not fit the plan's batch of {plan.batch_size}")
     clipped = [clip_sizes(s.forward_sizes, n) for s in plan.stages]
-    stages = tuple(replace(s, forward_sizes=c, backward_sizes=c) for s, c in zip(plan.stages, clipped, strict=True))
+    stages = tuple(replace(s, forward_sizes=c, backward_sizes=c, recompute=False)
+                   for s, c in zip(plan.stages, clipped, strict=True))
     method = _forward_order(plan)
-    forward = replace(plan, batch_size=n, method=method, recompute=False, stages=stages, prediction=None,
+    forward = replace(plan, batch_size=n, method=method, stages=stages, prediction=None,
                       weights=METHODS[method].weights[0], params=MethodParams())
     full = add_communication(compute_schedule(forward), forward)  # no plan check: a replica may get no micro-batch
     return Schedule.from_lists([[a for a in program if a.kind in _FORWARD_KINDS] for _, program in full])

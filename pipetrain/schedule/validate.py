@@ -329,5 +329,5 @@ def _check_ranges(plan: Plan, rank: int, stage: int, program: Sequence[Action]) 
     backward = sorted((a.lo, a.hi) for a in program if a.kind is ActionKind.B)
     if forward != backward and not plan.recomputes(stage):
         raise UserError(f"rank {rank} (stage {stage}) back-propagates sample ranges it did not forward as one "
-                        "micro-batch; give its B actions the ranges of its F actions, or set the plan's "
-                        '"recompute": true so that the stage re-runs forward per backward range')
+                        "micro-batch; give its B actions the ranges of its F actions, or set the stage's "
+                        '"recompute": true so that it re-runs forward per backward range')

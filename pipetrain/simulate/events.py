@@ -22,8 +22,11 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   the stage's input-gradient seconds and W its weight-gradient seconds
   (:meth:`~pipetrain.cost.CostModel.backward_input_s`, :meth:`~pipetrain.cost.CostModel.weight_grad_s`),
   as the runtime splits them per parameter owner (:mod:`pipetrain.graph.split_backward`);
+* a stage that recomputes (:meth:`~pipetrain.plan.plan.Plan.recomputes`) pays its forward again in
+  backward: in a fused B, or in a split backward's B (the re-run precedes the input gradient; W
+  reuses the graph B built, so it costs what it costs without recompute);
 * held activations follow :class:`~pipetrain.simulate.memory.ActivationLedger`: saved bytes from F to B,
-  or stashed inputs (plus the re-run's saved bytes during B) on a recomputing stage; the receive
+  or stashed inputs (plus the re-run's saved bytes during B, or from B to W) on a recomputing stage; the receive
   buffers a rank posts at a step's start are the runtime's (:mod:`pipetrain.schedule.prepost`), reported
   per rank (``Timeline.prepost_bytes``), and cost no time;
 * the replicas of a replicated stage start their STEP together (their ``i``-th), once the last one reaches it, and
@@ -116,7 +119,7 @@ class _Simulator:
         """Seconds of B or W of a split backward (module docstring)."""
         layers = self.layers(a)
         if a.kind is ActionKind.B:
-            return self.cost.backward_input_s(layers, a.size, rank)
+            return self.cost.backward_input_s(layers, a.size, rank, self.plan.recomputes(a.stage))
         return self.cost.weight_grad_s(layers, a.size, rank)
 
     def head_s(self, rank: int, a: Action) -> float:

@@ -15,12 +15,17 @@ Per action, with ``A(b)`` the stage's saved bytes and ``I(b)`` its input bytes f
     stage keeps activations    F of b samples: +A(b)     B of b samples: −A(b)
     stage recomputes           F: +I(b) (stashed input)  B: holds A(b) while it runs, then −I(b)
 
+A stage recomputes (activation checkpointing) when :meth:`~pipetrain.plan.plan.Plan.recomputes` says
+so: its :attr:`~pipetrain.plan.plan.StagePlan.recompute` is set, or its two partitions differ.
+
 A split backward (``zb1``, ``zb2``, ``interleaved-zb``, ``zbv``: a program with W actions; Qi et al.
 2024) releases at W instead of B: the B keeps the graph for the W (``−A(b)`` moves from B to W), and
 adds the output gradients the W needs, ``G(b)`` (one per parameter owner's output,
 :meth:`~pipetrain.cost.CostModel.held_grad_bytes`; :mod:`pipetrain.graph.split_backward`)::
 
     split backward                F: +A(b)                  B: +G(b)      W: −A(b) − G(b)
+    split backward, recomputes    F: +I(b)                  B: +A(b) + G(b) (the re-run's graph, kept
+                                                            for W), then −I(b)   W: −A(b) − G(b)
 
 For ``m`` equal micro-batches of ``b = B/m`` samples on stage ``k`` of ``K`` (``k = 0..K−1``) the
 replay reproduces these closed forms (checked on a grid by the unit tests)::
@@ -101,21 +106,24 @@ class ActivationLedger:
         self.peak_bytes = 0
 
     def record(self, action: Action) -> None:
-        """Account for ``action`` having run; actions other than F, B and W hold nothing."""
+        """Account for ``action`` having run; actions other than F, B and W hold nothing (module docstring)."""
         if action.kind not in (ActionKind.F, ActionKind.B, ActionKind.W) or (
                 action.kind is ActionKind.W and not self._split):
             return
         layers, recompute = self._plan.stages[action.stage].layers, self._plan.recomputes(action.stage)
         saved = self._cost.saved_bytes(layers, action.size)
-        kept = self._cost.input_bytes(layers, action.size) if recompute else saved
+        stashed = self._cost.input_bytes(layers, action.size) if recompute else 0
+        grads = self._cost.held_grad_bytes(layers, action.size) if self._split else 0
         if action.kind is ActionKind.F:
-            self.held_bytes += kept
-        elif action.kind is ActionKind.B and self._split:  # keeps its graph for W, adds the gradients W needs
-            self.held_bytes += self._cost.held_grad_bytes(layers, action.size)
-        else:  # the release: a fused B, or a split backward's W (both its graph and those gradients)
-            rerun = saved if recompute else 0  # the re-run forward's saved tensors, while B runs
-            self.peak_bytes = max(self.peak_bytes, self.held_bytes + rerun)
-            self.held_bytes -= kept + (self._cost.held_grad_bytes(layers, action.size) if self._split else 0)
+            self.held_bytes += stashed if recompute else saved
+        elif action.kind is ActionKind.W:  # a split backward's release: its graph and the gradients it used
+            self.held_bytes -= saved + grads
+        elif recompute:  # the re-run's graph while B runs (split: until W), then the stashed input goes
+            self.held_bytes += saved + grads
+            self.peak_bytes = max(self.peak_bytes, self.held_bytes)
+            self.held_bytes -= stashed + (0 if self._split else saved)
+        else:  # a fused B releases; a split B keeps its graph for W and adds the gradients W needs
+            self.held_bytes += grads if self._split else -saved
         self.peak_bytes = max(self.peak_bytes, self.held_bytes)
 
 

@@ -44,7 +44,8 @@ class StageTables:
 
     Attributes:
         forward_s: ``f``, ``[K, B + 1]``: forward seconds of stage ``k`` on ``b`` samples.
-        backward_s: ``g``, ``[K, B + 1]``: backward seconds (with the forward re-run if recomputing).
+        backward_s: ``g``, ``[K, B + 1]``: backward seconds (with the forward re-run on a stage that
+            recomputes, :attr:`~pipetrain.plan.plan.StagePlan.recompute`).
         send_forward_s: ``cF``, ``[K, B + 1]``: seconds to send ``b`` samples' activations on the
             link ``k -> k + 1`` (row ``K - 1`` is unused).
         send_backward_s: ``cB``, ``[K, B + 1]``: seconds to send ``b`` samples' input gradients on
@@ -54,7 +55,8 @@ class StageTables:
             forward re-run; used where a plan's backward partition differs from its forward one.
             Empty means the same as ``backward_s`` (recompute costs nothing: the paper's model).
         backward_input_s: ``B`` of a split backward (method ``zb1``; Qi et al., "Zero Bubble
-            Pipeline Parallelism", ICLR 2024), ``[K, B + 1]``: the input-gradient seconds.
+            Pipeline Parallelism", ICLR 2024), ``[K, B + 1]``: the input-gradient seconds (with the
+            forward re-run on a stage that recomputes).
         weight_grad_s: ``W`` of a split backward, ``[K, B + 1]``: the weight-gradient seconds.
             Give both or neither; empty (the default) means the tables cannot time a split backward.
 
@@ -144,7 +146,7 @@ class StageTables:
         stages: Sequence[Sequence[str]],
         ranks: Sequence[int],
         batch: int,
-        recompute: bool = False,
+        recompute: Sequence[bool] = (),
     ) -> StageTables:
         """Cost every size ``0..batch`` exactly as the event simulator costs actions, the split
         backward's ``B`` and ``W`` included.
@@ -157,20 +159,24 @@ class StageTables:
             stages: each stage's layer names, in pipeline order.
             ranks: the rank that runs each stage.
             batch: samples per mini-batch ``B``.
-            recompute: include the forward re-run in ``g`` on every stage (the plan's ``recompute``
-                flag); ``backward_recompute_s`` includes it in any case.
+            recompute: per stage, include the forward re-run in ``g`` and in a split backward's ``B``
+                (the stage's :attr:`~pipetrain.plan.plan.StagePlan.recompute`); empty: none does.
+                ``backward_recompute_s`` includes it in any case.
         """
         n = len(stages)
         if len(ranks) != n:
             raise ValueError(f"{n} stages but {len(ranks)} ranks; give one rank per stage")
+        recomputes = list(recompute) or [False] * n
+        if len(recomputes) != n:
+            raise ValueError(f"{n} stages but {len(recomputes)} recompute flags; give one per stage")
         sizes = range(batch + 1)
         f, g, g_rc, c_f, c_b, b_in, w = (np.zeros((n, batch + 1)) for _ in range(7))
-        for k, (layers, rank) in enumerate(zip(stages, ranks, strict=True)):
+        for k, (layers, rank, again) in enumerate(zip(stages, ranks, recomputes, strict=True)):
             f[k] = cost.forward_table(layers, batch, rank)
-            b_in[k, 1:] = [cost.backward_input_s(tuple(layers), b, rank) for b in sizes[1:]]
+            b_in[k, 1:] = [cost.backward_input_s(tuple(layers), b, rank, again) for b in sizes[1:]]
             w[k, 1:] = [cost.weight_grad_s(tuple(layers), b, rank) for b in sizes[1:]]
             g_rc[k] = cost.backward_table(layers, batch, rank, True)
-            g[k] = g_rc[k] if recompute else cost.backward_table(layers, batch, rank, False)
+            g[k] = g_rc[k] if again else cost.backward_table(layers, batch, rank, False)
             if k + 1 < n:
                 c_f[k, 1:] = [cost.transfer_s(cost.output_bytes(layers, b), rank, ranks[k + 1]) for b in sizes[1:]]
             if k > 0:
@@ -183,10 +189,11 @@ class StageTables:
 
     @classmethod
     def from_plan(cls, plan: Plan, cost: CostModel) -> StageTables:
-        """Tables for a chain plan's stages, ranks, batch and ``recompute`` flag (one rank per stage)."""
+        """Tables for a chain plan's stages, ranks, batch and stages' ``recompute`` (one rank per stage)."""
         replicated = [k for k, s in enumerate(plan.stages) if len(s.ranks) != 1]
         if replicated:
             raise UserError(f"stage {replicated[0]} runs on several ranks; uedp plans need one rank per stage")
         return cls.from_cost_model(
-            cost, [s.layers for s in plan.stages], [s.ranks[0] for s in plan.stages], plan.batch_size, plan.recompute
+            cost, [s.layers for s in plan.stages], [s.ranks[0] for s in plan.stages], plan.batch_size,
+            [s.recompute for s in plan.stages],
         )

@@ -76,7 +76,8 @@ def plan_table(
 
     Plans with per-stage partitions (a method with each stage's own partition per pass, ``uedp``;
     unequal ``1f1b``) also show each stage's forward and backward micro-batch counts, its largest
-    micro-batch (and cap) and whether it recomputes forward in backward.
+    micro-batch (and cap); those plans, and every plan with a stage that recomputes, whether each stage
+    recomputes forward in backward (the caption's basis says why a planner chose it).
     """
     caption = []
     if plan.prediction is not None:
@@ -89,9 +90,13 @@ def plan_table(
     per_stage = plan.spec.sizes is SizeRule.PER_PASS or bool(baselines) or any(
         s.forward_sizes != plan.stages[0].forward_sizes for s in plan.stages
     )
+    recomputes = [plan.recomputes(k) for k in range(plan.n_stages)]
+    marked = per_stage or any(recomputes)
     columns = ["stage", "ranks", "layers", "forward sizes", "backward sizes"]
     if per_stage:
-        columns += ["count F/B", "largest" if caps is None else "largest/cap", "recompute"]
+        columns += ["count F/B", "largest" if caps is None else "largest/cap"]
+    if marked:
+        columns.append("recompute")
     for name in columns:
         table.add_column(name, justify="right" if name.startswith(("count", "largest")) else "left")
     for k, stage in enumerate(plan.stages):
@@ -102,8 +107,9 @@ def plan_table(
             largest = str(max(*stage.forward_sizes, *stage.backward_sizes))
             if caps is not None:
                 largest += f"/{'none' if caps[k] is None else caps[k]}"
-            row += [f"{len(stage.forward_sizes)}/{len(stage.backward_sizes)}", largest,
-                    "yes" if plan.recomputes(k) else "no"]
+            row += [f"{len(stage.forward_sizes)}/{len(stage.backward_sizes)}", largest]
+        if marked:
+            row.append("yes" if recomputes[k] else "no")
         table.add_row(*row)
     return _render(table, width)
 

@@ -40,15 +40,18 @@ def relative_error(pred: float, meas: float) -> float:
 
 
 def timeline_table(
-    timeline: Timeline, stage_of_rank: Sequence[int] | None = None, *, width: int = 100
+    timeline: Timeline, stage_of_rank: Sequence[int] | None = None, *, width: int = 100,
+    recompute: Sequence[bool] = (),
 ) -> str:
-    """Per stage: busy time, bubble % and peak activation MiB; iteration time beneath.
+    """Per stage: busy time, bubble % and peak activation MiB (and, when some stage recomputes, which
+    do); iteration time beneath.
 
     Args:
         timeline: the timeline to summarise.
         stage_of_rank: ``stage_of_rank[r]`` is rank ``r``'s stage (a replicated stage averages
             its ranks' busy time); by default rank ``r`` runs stage ``r``.
         width: render width in characters.
+        recompute: per stage, whether it recomputes (:meth:`~pipetrain.plan.plan.Plan.recomputes`).
     """
     unit, scale = time_unit(timeline.iteration_s)
     table = Table(
@@ -62,6 +65,9 @@ def timeline_table(
     table.add_column(f"busy ({unit})", justify="right")
     table.add_column("bubble %", justify="right")
     table.add_column("peak act. MiB", justify="right")
+    marked = any(recompute)
+    if marked:
+        table.add_column("recompute", justify="right")
     ranks = _ranks_of_stage(timeline.n_ranks, stage_of_rank)
     for row in timeline.summary(stage_of_rank):
         table.add_row(
@@ -70,6 +76,7 @@ def timeline_table(
             _num(row.busy_s * scale),
             f"{row.bubble_fraction * 100:.1f}",
             f"{row.peak_activation_bytes / _MIB:.1f}",
+            *(("yes" if row.stage < len(recompute) and recompute[row.stage] else "no",) if marked else ()),
         )
     return _render(table, width)
 
@@ -144,9 +151,10 @@ def memory_table(
     *,
     optimizer: str = "sgd",
     width: int = 100,
+    recompute: Sequence[bool] = (),
 ) -> str:
     """Per stage: predicted weights, gradients, optimizer state, activations and their total, the
-    device's memory and whether the total fits in it.
+    device's memory and whether the total fits in it; with a stage that recomputes, which do.
 
     Args:
         memories: per stage, from :func:`~pipetrain.simulate.memory.stage_memory`.
@@ -154,18 +162,23 @@ def memory_table(
             (:func:`~pipetrain.planners.microbatch.caps.device_memory`).
         optimizer: the optimizer the state was predicted for (shown in the title).
         width: render width in characters.
+        recompute: per stage, whether it recomputes (:meth:`~pipetrain.plan.plan.Plan.recomputes`): its
+            activations are its stashed inputs and one re-run; a column when some stage does.
 
     Raises:
         ValueError: ``memories`` and ``device_bytes`` have different lengths.
     """
     if len(memories) != len(device_bytes):
         raise ValueError(f"{len(memories)} stage memories but {len(device_bytes)} device sizes; give one per stage")
+    marked = any(recompute)
     table = Table(title=f"predicted memory per stage ({optimizer})", box=box.ROUNDED)
-    for header in ("stage", "weights", "gradients", "optimizer", "activations", "total", "device", "fits"):
+    for header in ("stage", "weights", "gradients", "optimizer", "activations", "total", "device", "fits",
+                   *(("recompute",) if marked else ())):
         table.add_column(header, justify="right")
     for k, (m, device) in enumerate(zip(memories, device_bytes, strict=True)):
         cells = (m.weight_bytes, m.gradient_bytes, m.optimizer_state_bytes, m.activation_bytes, m.total_bytes, device)
-        table.add_row(str(k), *map(byte_text, cells), "yes" if m.total_bytes <= device else "no")
+        mark = ("yes" if recompute[k] else "no",) if marked else ()
+        table.add_row(str(k), *map(byte_text, cells), "yes" if m.total_bytes <= device else "no", *mark)
     return _render(table, width)
 
 

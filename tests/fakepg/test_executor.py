@@ -20,7 +20,7 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.plan.methods import Method
+from pipetrain.plan.methods import Method, WeightPolicy
 from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.runtime import TrainConfig, reference_train
 from pipetrain.runtime.interp.chain import ChainKernel
@@ -94,8 +94,9 @@ def test_misplaced_or_unsupported_w_is_rejected_before_launch() -> None:
         check_runnable(w, plan)
     split = Schedule.from_lists([[Action.parse(t) for t in ("0F0[0:2]", "0B0[0:2]", "0W0[0:2]", "0STEP")]])
     check_runnable(split, plan)
+    check_runnable(split, plan.with_recompute())  # a recomputing stage re-runs forward at B, keeps it for W
     with pytest.raises(UserError, match="split backward"):
-        check_runnable(split, replace(plan, recompute=True))
+        check_runnable(split, replace(plan, method=Method.LOCAL, weights=WeightPolicy.LOCAL))
 
 
 def test_backward_without_matching_forward_raises() -> None:
@@ -120,6 +121,22 @@ def test_recompute_keeps_only_inputs_and_rejects_dropout() -> None:
                                          input=TensorSpec((8,)), target=TensorSpec((), "int64", high=4))
     with pytest.raises(UserError, match=r"stage 0 recomputes .* dropout"):
         _local_context(uneven_plan(dropout, [(4,), (4,)], [(2, 2), (4,)]), 0, graph=dropout)
+
+
+@pytest.mark.parametrize("method", [Method.GPIPE, Method.ONE_F_ONE_B])
+def test_recompute_replays_dropout(method: Method) -> None:
+    """A recomputing stage's re-run draws the dropout masks its F drew and leaves the random stream as it
+    was: training equals the run that keeps activations, to the bit."""
+    torch.manual_seed(0)
+    graph = LayerGraph.from_sequential(
+        nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 16), nn.Dropout(0.5), nn.Linear(16, 4)),
+        input=TensorSpec((8,)), target=TensorSpec((), "int64", high=4))
+    plan = chain_plan(graph, 2, 8, 4, method)
+    torch.manual_seed(5)
+    kept = _run_all_ranks(graph, plan, 2)
+    torch.manual_seed(5)
+    recomputed = _run_all_ranks(graph, plan.with_recompute(), 2)
+    assert kept.keys() == recomputed.keys() and all(torch.equal(kept[k], recomputed[k]) for k in kept)
 
 
 def test_step_with_unconsumed_data_raises() -> None:
@@ -206,7 +223,7 @@ PLANS = {
     "parameter-free-stage": (_relu_stage_graph(), chain_plan(_relu_stage_graph(), 3, 6, 2)),
     "recompute-dual": (mlp_graph(), uneven_plan(mlp_graph(), [(4, 6), (1, 2, 3, 4), (10,)],
                                                 [(3, 3, 4), (1, 2, 3, 4), (1,) * 10])),
-    "recompute-all": (mlp_graph(), replace(chain_plan(mlp_graph(), 3, 10, 4), recompute=True)),
+    "recompute-all": (mlp_graph(), chain_plan(mlp_graph(), 3, 10, 4).with_recompute()),
 }
 
 

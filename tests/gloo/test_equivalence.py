@@ -7,7 +7,7 @@ one job against :func:`reference_train` after 3 steps: every rank's parameters w
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pytest
 
@@ -56,7 +56,7 @@ def _cases() -> list[Case]:
     cases += [Case(f"uedp-random-{k}stages-seed{seed}", graph, random_uedp_plan(graph, k, BATCH, seed), SGD)
               for k in (2, 4) for seed in (0, 1, 2)]
     cases.append(Case("recompute-every-stage", graph,
-                      replace(chain_plan(graph, 4, BATCH, 3, Method.ONE_F_ONE_B), recompute=True), SGD))
+                      chain_plan(graph, 4, BATCH, 3, Method.ONE_F_ONE_B).with_recompute(), SGD))
     # Unequal micro-batches under the 1F1B order (per-stage partitions, forward = backward).
     cases.append(Case("1f1b-unequal-2stages", graph,
                       uneven_plan(graph, [(1, 4, 4, 5), (6, 1, 7)], method=Method.ONE_F_ONE_B), SGD))
@@ -69,7 +69,7 @@ def _cases() -> list[Case]:
                                    ((2, 2), Method.ONE_F_ONE_B, 5), ((4,), Method.GPIPE, 4),
                                    ((3, 1), Method.ONE_F_ONE_B, 14)]]
     cases.append(Case("replicated-adam-recompute", graph,
-                      replace(replicated_plan(graph, (1, 2, 1), BATCH, 6), recompute=True),
+                      replicated_plan(graph, (1, 2, 1), BATCH, 6).with_recompute(),
                       TrainConfig(steps=STEPS, optimizer="adam", lr=1e-3, progress=False, timeout_s=30)))
     return cases
 

@@ -55,6 +55,6 @@ def test_backward_over_other_ranges_needs_recompute() -> None:
               Action(ActionKind.B, 0, 0, 0, 4), Action(ActionKind.B, 0, 1, 4, 12), Action(ActionKind.STEP, 0)]
     with pytest.raises(UserError, match='"recompute": true'):
         train(graph, plan, CONFIG, schedule=Schedule.from_lists([halves]))
-    result = train(graph, replace(plan, recompute=True), CONFIG, schedule=Schedule.from_lists([halves]),
+    result = train(graph, plan.with_recompute(), CONFIG, schedule=Schedule.from_lists([halves]),
                    return_state_dict=True)
     assert max_param_diff(result, reference_train(graph, BATCH, CONFIG)) < 1e-5

@@ -236,7 +236,7 @@ def test_plan_uedp_memory_cap(tmp_path: Path, tiny_profile: Path, capsys: pytest
     plan, text = plan_file(capsys, tmp_path / "plan.json", *UEDP, "--profile", str(tiny_profile),
                            "--cluster", str(cluster), *TINY_GA)
     assert "largest/cap" in text and "within memory" in text
-    assert plan.recompute  # the whole batch's activations fit neither stage
+    assert plan.recompute_stages == (0, 1)  # the whole batch's activations fit neither stage
     for stage, cap in zip(plan.stages, (20, 15), strict=True):
         assert max(*stage.forward_sizes, *stage.backward_sizes) <= cap
     Cluster.local(2, memory_bytes=50_000).save(cluster)

@@ -1,7 +1,8 @@
-"""CLI for method zb1 (ZB-H1): plan it, simulate a plan by it or by 1f1b, and refuse what it cannot run."""
+"""CLI for method zb1 (ZB-H1): plan it, simulate a plan by it or by 1f1b, with recompute too."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,11 +36,20 @@ def test_plan_and_simulate_zb1(tmp_path: Path, tiny_profile: Path, capsys: pytes
     assert code == 0 and "zb1" in text, text  # the balanced planner scores zb1 beside gpipe and 1f1b
 
 
-def test_zb1_refuses_recompute(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "zb1.json"
+def test_zb1_recomputes(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A zb1 plan whose (old-style, plan-wide) recompute flag is set simulates every B with its forward
+    re-run: slower, and the memory table marks the stages."""
+    out, sim = tmp_path / "zb1.json", tmp_path / "sim"
     code, text = run(capsys, "plan", "--model", "gpt-tiny", "--batch", "32", "--ranks", "2", "--method", "zb1",
                      "--micro", "4", "--profile", str(tiny_profile), "--out", str(out))
     assert code == 0, text
-    out.write_text(out.read_text().replace('"recompute": false', '"recompute": true'))
-    code, text = run(capsys, "simulate", "--plan", str(out), "--profile", str(tiny_profile))
-    assert code == 2 and "method zb1" in text and "recompute" in text
+    times = []
+    for flag in (False, True):
+        data = json.loads(out.read_text())
+        data["recompute"] = flag
+        out.write_text(json.dumps(data))
+        code, text = run(capsys, "simulate", "--plan", str(out), "--profile", str(tiny_profile), "--out-dir",
+                         str(sim))
+        assert code == 0 and ("│ recompute" in text) is flag, text  # the memory table's column
+        times.append(Timeline.load(sim / "predicted.json").iteration_s)
+    assert times[1] > times[0]

@@ -43,9 +43,9 @@ def chain(method: Method, forward: Sequence[Sequence[int]], backward: Sequence[S
           *, recompute: bool = False) -> Plan:
     """One rank per stage; stage ``k`` cuts the batch into ``forward[k]`` (and ``backward[k]``)."""
     backward = forward if backward is None else backward
-    stages = tuple(StagePlan((f"l{k}",), (k,), tuple(f), tuple(b))
+    stages = tuple(StagePlan((f"l{k}",), (k,), tuple(f), tuple(b), recompute)
                    for k, (f, b) in enumerate(zip(forward, backward, strict=True)))
-    return Plan("m", "", sum(forward[0]), method, stages, recompute=recompute)
+    return Plan("m", "", sum(forward[0]), method, stages)
 
 
 def equal(method: Method, n_stages: int, batch: int, n_micro: int, *, recompute: bool = False) -> Plan:

@@ -123,11 +123,12 @@ def test_validator_rejects_a_w_before_its_b_and_a_stage_left_fused() -> None:
         check_runnable(Schedule.from_lists([half, programs[1]]), p)
 
 
-def test_plan_refuses_recompute_and_round_trips() -> None:
+def test_plan_recomputes_per_stage_and_round_trips() -> None:
     p = plan(2, 2, 4)
     assert p.virtual_stages == 2 and Plan.from_json(p.to_json()) == p
-    with pytest.raises(UserError, match="interleaved-zb splits each kept forward graph"):
-        Plan(p.model, "", p.batch_size, p.method, p.stages, recompute=True).validate()
+    some = p.with_recompute([1, 2])
+    some.validate()
+    assert Plan.from_json(some.to_json()) == some and [some.recomputes(k) for k in range(4)] == [0, 1, 1, 0]
 
 
 def test_simulator_fills_interleaved_bubbles_with_w() -> None:

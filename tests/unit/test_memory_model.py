@@ -37,8 +37,8 @@ OPTIMIZERS: tuple[OptimizerName, ...] = ("sgd", "sgd-momentum", "adam")
 
 def chain(method: Method, n_stages: int, n_micro: int, recompute: bool = False) -> Plan:
     sizes = equal_sizes(BATCH, n_micro)
-    stages = tuple(StagePlan((f"l{k}",), (k,), sizes, sizes) for k in range(n_stages))
-    return Plan("synthetic", "", BATCH, method, stages, recompute=recompute)
+    stages = tuple(StagePlan((f"l{k}",), (k,), sizes, sizes, recompute) for k in range(n_stages))
+    return Plan("synthetic", "", BATCH, method, stages)
 
 
 def cost_of(n_ranks: int) -> CostModel:
@@ -101,7 +101,7 @@ def test_replay_equals_simulator(seed: int) -> None:
     uedp = random_uedp_plan(rng, n_stages)
     one_f_one_b = replace(uedp, method=Method.ONE_F_ONE_B,
                           stages=tuple(replace(s, backward_sizes=s.forward_sizes) for s in uedp.stages))
-    for plan in (uedp, one_f_one_b, replace(one_f_one_b, recompute=True)):
+    for plan in (uedp, one_f_one_b, one_f_one_b.with_recompute()):
         schedule = build_schedule(plan)
         assert activation_peaks(plan, cost) == simulate(schedule, plan, cost).peak_activation_bytes
 

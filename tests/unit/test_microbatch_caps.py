@@ -81,15 +81,14 @@ def test_planners_respect_caps_and_fit(planner: str) -> None:
     c = cluster(room_for(0, 5), room_for(1, 7))
     base = base_plan(c)
     ga = GA if planner in GA_PLANNERS else None  # the other planners refuse a GA budget
-    refusals = {"zb1-ga": "cannot recompute",  # method zb1 keeps activations until W
-                "interleaved-ga": "needs a base plan of method interleaved"}
+    refusals = {"interleaved-ga": "needs a base plan of method interleaved"}
     if planner in refusals:
         with pytest.raises(UserError, match=refusals[planner]):
             micro(base, profile(), c, planner=planner, ga=ga)
         return
     plan = micro(base, profile(), c, planner=planner, ga=ga)
     plan.validate()
-    assert plan.recompute  # neither stage holds the whole batch's activations
+    assert plan.recompute_stages == (0, 1)  # neither stage holds the whole batch's activations
     for stage, cap in zip(plan.stages, (5, 7), strict=True):
         assert max(*stage.forward_sizes, *stage.backward_sizes) <= cap
     cost = CostModel(profile(), c)
@@ -99,13 +98,13 @@ def test_planners_respect_caps_and_fit(planner: str) -> None:
 def test_no_memory_cap_ignores_memory() -> None:
     c = cluster(room_for(0, 5), room_for(1, 7))
     plan = micro(base_plan(c), profile(), c, planner="dp", memory_cap=False)
-    assert not plan.recompute and max(plan.stages[0].forward_sizes) > 5
+    assert not plan.recompute_stages and max(plan.stages[0].forward_sizes) > 5
 
 
 def test_ample_memory_keeps_activations() -> None:
     c = cluster(2**30, 2**30)
     plan = micro(base_plan(c), profile(), c, planner="tidgap", ga=GA, seed=1)
-    assert not plan.recompute
+    assert not plan.recompute_stages
     assert plan == micro(base_plan(c), profile(), c, planner="tidgap", ga=GA, seed=1)
 
 
@@ -133,7 +132,7 @@ def test_zb1_ga_plan_is_checked_with_the_held_gradients() -> None:
     c = cluster(fits_activations, fits_activations)
     base = replace(base_plan(c), method=Method.ZB1)
     plan = micro(base, held_profile(0), c, planner="zb1-ga", ga=GA)
-    assert plan.method is Method.ZB1 and not plan.recompute
+    assert plan.method is Method.ZB1 and not plan.recompute_stages
     with pytest.raises(UserError, match=r"zb1 plan needs \d+ bytes on the rank of stage \d.*B to W; use planner "
                                         r"1f1b-ga"):
         micro(base, held_profile(4 * SAVED), c, planner="zb1-ga", ga=GA)

@@ -117,7 +117,7 @@ def random_cost(rng: np.random.Generator, n: int, batch: int) -> tuple[CostModel
 def uedp_plan(stages: tuple[tuple[str, ...], ...], batch: int, fwd: Partition, bwd: Partition,
               recompute: bool) -> Plan:
     return Plan("random", "", batch, Method.UEDP, tuple(
-        StagePlan(layers, (k,), fwd[k], bwd[k]) for k, layers in enumerate(stages)), recompute=recompute)
+        StagePlan(layers, (k,), fwd[k], bwd[k], recompute) for k, layers in enumerate(stages)))
 
 
 # ---- tests ------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
-from pipetrain.errors import UserError
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.microbatch import GAConfig, plan_uedp
@@ -47,13 +46,14 @@ def zb1_plan(stages: tuple[tuple[str, ...], ...], sizes: list[tuple[int, ...]]) 
 
 
 def test_split_order_time_equals_the_event_simulator() -> None:
-    """300 random zb1 plans with per-stage partitions on random cost models: == simulate() to 1e-9."""
+    """300 random zb1 plans with per-stage partitions on random cost models, random stages recomputing
+    (their B with the forward re-run): == simulate() to 1e-9."""
     rng = np.random.default_rng(17)
     for _ in range(300):
         n, batch = int(rng.integers(1, 9)), int(rng.integers(1, 25))
         cost, stages = split_cost(rng, n, batch)
         sizes = random_partition(rng, n, batch)
-        plan = zb1_plan(stages, sizes)
+        plan = zb1_plan(stages, sizes).with_recompute(k for k in range(n) if rng.random() < 0.3)
         expected = simulate(build_schedule(plan), plan, cost).iteration_s
         order = zb1_sequences(one_f_one_b_sequences(sizes))
         assert split_order_time(order, sizes, StageTables.from_plan(plan, cost)) == pytest.approx(expected, rel=1e-9)
@@ -100,7 +100,7 @@ def test_tables_without_split_rows_are_refused() -> None:
                     backward_input_s=full.backward_input_s)
 
 
-def test_plan_uedp_zb1_ga_and_its_refusal_of_recompute() -> None:
+def test_plan_uedp_zb1_ga_with_and_without_recompute() -> None:
     profile = flat_profile(3, [0.2, 0.4, 0.3], [0.5, 0.6, 0.4], per_sample=True, output_bytes=1000,
                            parameter_bytes=100)
     cost = CostModel(profile, Cluster.local(3, link=Link(0.05, 1e5), action_overhead_s=0.1))
@@ -110,5 +110,6 @@ def test_plan_uedp_zb1_ga_and_its_refusal_of_recompute() -> None:
     plan = plan_uedp(base, cost, planner="zb1-ga", config=SMALL)
     assert plan.method is Method.ZB1 and plan.prediction is not None
     assert "zb1-ga" in MICROBATCH_PLANNERS
-    with pytest.raises(UserError, match="1f1b-ga or tidgap"):
-        plan_uedp(replace(base, recompute=True), cost, planner="zb1-ga", config=SMALL)
+    recomputed = plan_uedp(base.with_recompute([1]), cost, planner="zb1-ga", config=SMALL)
+    assert recomputed.method is Method.ZB1 and recomputed.recompute_stages == (1,)
+    assert recomputed.prediction is not None and recomputed.prediction.iteration_s > plan.prediction.iteration_s

@@ -121,15 +121,13 @@ def test_validator_rejects_misplaced_w() -> None:
 
 def test_plan_refusals() -> None:
     plan = equal(Method.ZB1, 2, 4)
-    with pytest.raises(UserError, match="drop"):
-        replace(plan, recompute=True).validate()
+    plan.with_recompute([1]).validate()  # a split backward recomputes before B
     with pytest.raises(UserError, match="same micro-batch sizes"):
         replace(plan, stages=(replace(plan.stages[0], backward_sizes=(8, 8)), plan.stages[1])).validate()
     replicated = Plan("m", "", 8, Method.ZB1, (StagePlan(("a",), (0, 1), (2,) * 4, (2,) * 4),))
     with pytest.raises(UserError, match="replicated"):
         build_schedule(replicated)
-    with pytest.raises(UserError, match="split backward"):
-        check_runnable(build_schedule(plan), replace(plan, method=Method.ONE_F_ONE_B, recompute=True))
+    check_runnable(build_schedule(plan), replace(plan, method=Method.ONE_F_ONE_B).with_recompute())
 
 
 def test_simulator_costs_b_and_w() -> None:

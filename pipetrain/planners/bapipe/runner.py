@@ -76,8 +76,8 @@ class Runner:
             caps = microbatch_caps(start, cost, optimizer=optimizer)
         except UserError as e:
             return replace(base, method=Method.UEDP, infeasible=f"uedp: {e}")
-        if not all(fits_without_recompute(start, cost, optimizer=optimizer)):
-            start = replace(start, recompute=True)
+        fits = fits_without_recompute(start, cost, optimizer=optimizer)
+        start = start.with_recompute(k for k, ok in enumerate(fits) if not ok)
         plan = plan_uedp(start, cost, planner="tidgap", seed=seed, config=ga, caps=caps,
                          smallest=self.problem.smallest_microbatch)
         return self._checked(Method.UEDP, base.n_micro, base.placement, base.analytic_s, plan)

@@ -11,7 +11,9 @@ for every stage; ``m = ceil(B / b)`` micro-batches of the equal partition), the 
 device count up to the cluster's. The best few strategies per size (lowest bottleneck, then fewest
 in flight) become plans (:func:`~.stages.to_plan`), are simulated under the DAG's 1F1B
 (:func:`~pipetrain.planners.score.score`, which also costs the fill and drain the TPS leaves out) and
-memory-checked; the fastest feasible candidate wins. A chain model is one series node: the result
+memory-checked (one over memory tries recomputing its overflowing stages,
+:mod:`pipetrain.planners.recompute`; the DP's own memory estimate keeps every activation); the
+fastest feasible candidate wins. A chain model is one series node: the result
 is then a sequential pipeline (still method ``graph``, with the chain's edges). Deterministic: no
 randomness, ties broken by the order of the candidates.
 """
@@ -30,6 +32,7 @@ from pipetrain.planners.graphpipe.costs import StageEstimator
 from pipetrain.planners.graphpipe.dp import Strategy, search
 from pipetrain.planners.graphpipe.sp import SPNode, decompose
 from pipetrain.planners.graphpipe.stages import layer_edges, to_plan
+from pipetrain.planners.recompute import as_chosen, recomputing
 from pipetrain.planners.score import memory_checked, score
 
 __all__ = ["GraphPipeReport", "graphpipe_plans", "micro_batch_options", "plan_graphpipe"]
@@ -94,7 +97,10 @@ def _candidates_at(problem: PlanningProblem, tree: SPNode, edges: tuple[tuple[in
         plan, cluster = to_plan(problem, edges, s.stages, sizes)
         sub_cost = problem.cost.on(cluster)
         label = f"graphpipe b={b} {'-'.join(st.label for st in plan.stages)}"
-        candidate = memory_checked(score(plan, sub_cost, label=label), sub_cost, problem.optimizer)
+        choice = problem.constraints.recompute
+        candidate = memory_checked(score(as_chosen(plan, choice), sub_cost, label=label), sub_cost, problem.optimizer)
+        if not candidate.feasible and choice == "auto":
+            candidate = recomputing(candidate, sub_cost, problem.optimizer) or candidate
         if candidate.feasible:
             found.append((candidate, s.worst_tps))
         else:

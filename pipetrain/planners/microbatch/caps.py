@@ -7,7 +7,7 @@ mini-batch runs before its backwards, so a stage that keeps its autograd activat
     state + saved_bytes(B)                                  (keeps activations)
 
 and the micro-batch size does not change it. A stage that *recomputes* (its backward partition
-differs from its forward one, or the plan's ``recompute`` flag is set; see
+differs from its forward one, or its ``recompute`` is set; see
 :meth:`~pipetrain.plan.plan.Plan.recomputes`) keeps only its inputs during forward and re-runs
 forward for each backward micro-batch, holding that micro-batch's activations while it
 back-propagates:

@@ -6,7 +6,7 @@ plan: the same under the ZB-H1 order (Qi et al., "Zero Bubble Pipeline Paralleli
 planner ``interleaved-ga`` keeps an ``interleaved`` base plan's looping stages (Narayanan et al.,
 SC'21) and gives each its own partition.
 
-The stages (layers, ranks), batch and recompute flag come from a base plan, e.g. the equal planner's
+The stages (layers, ranks, recompute), batch come from a base plan, e.g. the equal planner's
 (:func:`pipetrain.planners.balanced.plan_balanced`); only the per-stage size vectors change. The chosen plan
 is scored once (:func:`~pipetrain.planners.score.score`) to fill its :class:`~pipetrain.plan.plan.Prediction`.
 """
@@ -157,13 +157,12 @@ def plan_uedp(
             of such micro-batches.
 
     Raises:
-        UserError: planner ``zb1-ga`` on a base plan that recomputes (method zb1 cannot);
-            ``interleaved-ga`` on a base that is not interleaved, or another planner on one that is.
+        UserError: ``interleaved-ga`` on a base that is not interleaved, or another planner on one that is.
 
     Note:
         A stage whose backward sizes differ from its forward sizes recomputes (docs/algorithms.md §2.6,
-        :meth:`Plan.recomputes`); the tables cost that wherever a planner chooses it, and every
-        stage's backward as recompute when the base plan's ``recompute`` flag is on.
+        :meth:`Plan.recomputes`); the tables cost that wherever a planner chooses it, and a stage's
+        backward as recompute where the base plan's stage sets ``recompute``.
     """
     _check_base(planner, base)
     tables = StageTables.from_plan(base, cost)
@@ -185,11 +184,6 @@ def plan_uedp(
 def _check_base(planner: PlannerName, base: Plan) -> None:
     """Refuse a base plan the planner's method cannot run (see :func:`plan_uedp`)."""
     method = METHODS[ALGORITHMS[planner].method]
-    if base.recompute and not method.recompute:
-        raise UserError(f"planner {planner} plans method {method.name}, which keeps every forward's activations "
-                        "until its W and cannot recompute, but the base plan recomputes (some stage cannot hold a "
-                        "whole batch's activations); use planner 1f1b-ga or tidgap, which may recompute, or a base "
-                        "plan without recompute (--no-memory-cap)")
     if base.placement is not method.placement:
         alike = " or ".join(m.value for m, s in METHODS.items() if s.placement is method.placement and s.flush)
         raise UserError(f"planner {planner} cannot keep the base plan's {base.method.value} stages "

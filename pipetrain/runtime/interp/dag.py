@@ -14,6 +14,10 @@ micro-batch ``[lo, hi)`` of ``b`` samples::
               their gradients, since autograd sums over the packed copies; keep x_p.grad per p
     SEND_B>p  x_p.grad [b, n_p]
     STEP      as a chain's synchronous step (:mod:`pipetrain.runtime.interp.step`)
+
+A stage that recomputes (:meth:`~pipetrain.plan.plan.Plan.recomputes`) runs F without autograd and
+keeps only ``(x_in, x_p1, ...)`` and the random generators' states; its B first re-runs F on them with
+autograd (drawing what F drew, under the autocast F ran in), then back-propagates.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.backward import missing_backward
 from pipetrain.runtime.interp.buffers import ChunkBuffer
 from pipetrain.runtime.interp.context import Range, RankContext, stage_outputs
+from pipetrain.runtime.interp.keeping import buffers_kept
+from pipetrain.runtime.interp.rng_replay import RngState
 from pipetrain.runtime.interp.step import check_consumed, optimizer_step
 from pipetrain.schedule.action import Action, ActionKind
 
@@ -129,37 +135,75 @@ class DagPorts:
 
 
 class DagKernel:
-    """A DAG stage's F, B and STEP (module docstring); it has no split backward."""
+    """A DAG stage's F, B and STEP (module docstring); it has no split backward.
+
+    Args:
+        ports: its messages.
+        recompute: F keeps only the stage's inputs (no autograd graph) and B re-runs the stage on
+            them first (:meth:`~pipetrain.plan.plan.Plan.recomputes`; as a chain's
+            :class:`~pipetrain.runtime.interp.keeping.Recompute`, BatchNorm statistics updated once).
+    """
 
     head: nn.Module | None = None
     targets_everywhere = False
 
-    def __init__(self, ports: DagPorts) -> None:
+    def __init__(self, ports: DagPorts, recompute: bool = False) -> None:
         self.ports = ports
+        self.recompute = recompute
         self.saved: dict[Range, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self.stashed: dict[Range, tuple[list[torch.Tensor], RngState]] = {}
 
     def begin_step(self, ctx: RankContext, inputs: torch.Tensor | None) -> None:
         self.ports.clear()
         self.saved.clear()
+        self.stashed.clear()
+
+    def _run(self, ctx: RankContext, a: Action, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The stage's outputs on ``xs``; the last stage's is its weighted loss."""
+        ys = stage_outputs(ctx.module(*xs))
+        return [ctx.tally.weighted(ys[0], a)] if ctx.is_last else ys
 
     def forward(self, ctx: RankContext, a: Action) -> None:
-        """F: run the stage on every port's ``[lo, hi)``; keep ``(xs, ys)``; store each successor's output."""
-        xs = self.ports.gather(a)
-        with ctx.meter.track((a.lo, a.hi)):
-            ys = stage_outputs(ctx.module(*xs))
+        """F: run the stage on every port's ``[lo, hi)``; keep ``(xs, ys)`` (recomputing: only ``xs``);
+        store each successor's output."""
+        key = (a.lo, a.hi)
+        if self.recompute:
+            with torch.no_grad():
+                xs = self.ports.gather(a)
+                state = RngState.now(ctx.transport.device)
+                ys = self._run(ctx, a, xs)
+            self.stashed[key] = xs, state
+            ctx.meter.add(sum(x.nbytes for x in xs))
+        else:
+            xs = self.ports.gather(a)
+            with ctx.meter.track(key):
+                ys = self._run(ctx, a, xs)
+            self.saved[key] = (xs, ys)
         if ctx.is_last:
-            ys = [ctx.tally.weighted(ys[0], a)]
             ctx.tally.add(ys[0])
         else:
             self.ports.scatter(a, [y.detach() for y in ys])
-        self.saved[(a.lo, a.hi)] = (xs, ys)
+
+    def _restore(self, ctx: RankContext, a: Action) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """``(xs, ys)`` of the F of ``[lo, hi)``: as kept, or re-run from the stashed inputs."""
+        key = (a.lo, a.hi)
+        if key in self.saved:
+            return self.saved.pop(key)
+        if key not in self.stashed:
+            kept = sorted(self.saved) + sorted(self.stashed)
+            raise ValueError(f"{a}: no forward covered exactly [{a.lo}:{a.hi}) (kept: {kept})")
+        stashed, state = self.stashed.pop(key)
+        ctx.meter.add(-sum(x.nbytes for x in stashed))
+        reads = self.ports.reads_input
+        xs = stashed[:reads] + [x.detach().requires_grad_(True) if x.is_floating_point() else x
+                                for x in stashed[reads:]]
+        with ctx.meter.track(key), buffers_kept(ctx.module), ctx.precision.autocast(), state.replayed():
+            return xs, self._run(ctx, a, xs)
 
     def backward(self, ctx: RankContext, a: Action) -> None:
         """B: back-propagate every output's gradient at once; keep each predecessor's input gradient."""
         key = (a.lo, a.hi)
-        if key not in self.saved:
-            raise ValueError(f"{a}: no forward covered exactly [{a.lo}:{a.hi}) (kept: {sorted(self.saved)})")
-        xs, ys = self.saved.pop(key)
+        xs, ys = self._restore(ctx, a)
         if ctx.is_last:
             torch.autograd.backward(ys)
         else:
@@ -180,4 +224,5 @@ class DagKernel:
         check_consumed(a, self.ports.buffers, self.held())
 
     def held(self) -> dict[str, list[Range]]:
-        return {"forwards": sorted(self.saved)} if self.saved else {}
+        kept = {"forwards": sorted(self.saved)} if self.saved else {}
+        return kept | ({"stashed inputs": sorted(self.stashed)} if self.stashed else {})

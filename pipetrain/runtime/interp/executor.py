@@ -148,17 +148,16 @@ def run_program(ctx: Contexts, program: Sequence[Action], hooks: Sequence[Action
 def check_runnable(schedule: Schedule, plan: Plan) -> None:
     """Reject, before launching, a schedule that does not run ``plan``
     (:func:`~pipetrain.schedule.validate.validate_for_plan`) or that the kernels cannot run: W
-    actions outside a synchronous chain plan that keeps its activations.
+    actions outside a synchronous chain plan.
 
     Raises:
         UserError: naming the rank and action, and what to change.
     """
-    splits = plan.spec.synchronous_chain and not any(plan.recomputes(k) for k in range(plan.n_stages))
     for rank, program in schedule:
         for a in program:
-            if a.kind is ActionKind.W and not splits:
-                raise UserError(f"rank {rank}: {a}: split backward (W) runs only on a synchronous chain plan that "
-                                "keeps its activations (zb1, zbv, 1f1b, interleaved[-zb]); remove the W actions")
+            if a.kind is ActionKind.W and not plan.spec.synchronous_chain:
+                raise UserError(f"rank {rank}: {a}: split backward (W) runs only on a synchronous chain plan "
+                                "(zb1, zbv, 1f1b, interleaved[-zb]); remove the W actions")
     validate_for_plan(schedule, plan)
     if plan.asynchronous:
         validate_versions(schedule, plan)

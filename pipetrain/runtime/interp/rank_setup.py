@@ -5,7 +5,8 @@ the model's own names (checkpoints, results).
 
 The kernel (:func:`stage_kernel`), from the plan's method record (:attr:`~pipetrain.plan.plan.Plan.spec`)::
 
-    graph DAG                       DAG kernel                    :mod:`~pipetrain.runtime.interp.dag`
+    graph DAG                       DAG kernel (recomputing       :mod:`~pipetrain.runtime.interp.dag`
+                                    where Plan.recomputes(stage))
     gradients stay in their stage   local-learning kernel         :mod:`~pipetrain.runtime.interp.local`
     otherwise, a chain kernel       (:mod:`~pipetrain.runtime.interp.chain`) with
         Plan.recomputes(stage)      F keeps only its inputs       :class:`~.keeping.Recompute`
@@ -81,7 +82,7 @@ def stage_kernel(graph: LayerGraph, plan: Plan, stage: int, module: nn.Module, d
     """
     spec = plan.spec
     if spec.graph is StageGraph.DAG:
-        return DagKernel(DagPorts.build(graph, plan, stage))
+        return DagKernel(DagPorts.build(graph, plan, stage), plan.recomputes(stage))
     input_spec, output_spec = stage_specs(graph, [graph.index(name) for name in plan.stages[stage].layers])
     ports = (ChainPorts(input_spec, output_spec, stage == 0) if after is None
              else ChainPorts.after(after, input_spec, output_spec))
@@ -114,12 +115,14 @@ def build_rank_context(
     a multi-stage placement runs several); ``after`` the ports of its predecessor on the same rank.
 
     Raises:
-        UserError: the rank runs no stage of the plan, or a recomputing stage draws random numbers.
+        UserError: the rank runs no stage of the plan, or a stage with unequal forward and backward
+            sizes draws random numbers.
     """
     stage = plan.stage_of_rank(rank) if stage is None else stage
     device = transport.device
     module = build_stage_module(graph, plan, stage, device)
-    if plan.recomputes(stage):
+    s = plan.stages[stage]
+    if s.forward_sizes != s.backward_sizes:
         _check_deterministic(stage, module)
     kernel = stage_kernel(graph, plan, stage, module, device, program, after)
     params = list(module.parameters()) + (list(kernel.head.parameters()) if kernel.head is not None else [])
@@ -171,13 +174,14 @@ _RANDOM_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.Alph
 
 
 def _check_deterministic(stage: int, module: nn.Module) -> None:
-    """A recomputing stage re-runs forward; modules that draw random numbers would draw anew."""
+    """A stage whose backward ranges differ from its forward ones re-runs forward on other ranges than F
+    ran, so its dropout cannot draw F's masks again (:mod:`~pipetrain.runtime.interp.rng_replay`)."""
     random = [name for name, m in module.named_modules() if isinstance(m, _RANDOM_MODULES) and m.p > 0]
     if random:
         raise UserError(
-            f"stage {stage} recomputes its forward in backward but has dropout ({', '.join(random)}), whose "
-            "re-run would draw new masks; give the stage equal forward and backward sizes and leave "
-            "the plan's recompute flag off, or set the dropout to 0"
+            f"stage {stage} recomputes its forward in backward on other sample ranges than its forward "
+            f"ran, but has dropout ({', '.join(random)}), whose re-run would draw new masks; give the stage "
+            "equal forward and backward sizes, or set the dropout to 0"
         )
 
 
