@@ -191,7 +191,7 @@ def test_probe_numeric_options(capsys: pytest.CaptureFixture[str], option: str, 
 @SETTINGS
 @given(option=st.sampled_from(["--batch", "--repeats"]), value=numbers())
 def test_profile_numeric_options(files: Files, capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
-    argv = ["profile", "--model", "gpt-tiny", "--estimate", "v100", "--out", str(files.folder / "prof.json"),
+    argv = ["profile", "--model", "mlp-digits", "--estimate", "v100", "--out", str(files.folder / "prof.json"),
             f"{option}={value}"]
     assert_clean(*outcome(capsys, argv), argv)
 
