@@ -27,7 +27,7 @@ from pipetrain.api.clusters import (
 )
 from pipetrain.api.models import check_stage_count, graph_for_plan, profile_model, resolve_model
 from pipetrain.api.planning import local_params, plan
-from pipetrain.api.prediction import cost_of, local_cost, predict
+from pipetrain.api.prediction import cost_of, local_cost, predict, single_process
 from pipetrain.cluster_spec import ClusterSpec, load_cluster_spec
 from pipetrain.plan.methods import LocalParams, Method
 from pipetrain.planners import (
@@ -71,4 +71,5 @@ __all__ = [
     "predict",
     "profile_model",
     "resolve_model",
+    "single_process",
 ]

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pipetrain.api.clusters import Profiles, each_profile
 from pipetrain.cluster import Cluster
@@ -14,8 +15,8 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import check_aux, default_aux
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.methods import LocalParams
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.methods import LocalParams, Method
+from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.profile.heads import head_profiles
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.schedule.schedule import Schedule
@@ -23,7 +24,7 @@ from pipetrain.schedule.validate import validate_for_plan
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.timeline import Timeline
 
-__all__ = ["cost_of", "local_cost", "predict"]
+__all__ = ["cost_of", "local_cost", "predict", "single_process"]
 
 
 def predict(
@@ -41,6 +42,21 @@ def predict(
     else:
         validate_for_plan(schedule, plan)
     return schedule, simulate(schedule, plan, cost_of(plan, profile, cluster, graph))
+
+
+def single_process(plan: Plan, profile: Profiles, cluster: Cluster) -> Timeline:
+    """The simulated timeline of ``plan``'s model without a pipeline: every layer in one process on the
+    cluster's first device, the whole batch as one micro-batch, at the plan's precision (local learning's
+    heads left out: one process trains by plain backpropagation).
+
+        alone = single_process(plan, profile, cluster).iteration_s    # against plan.prediction.iteration_s
+    """
+    layers = tuple(layer.name for layer in each_profile(profile)[0].layers)  # graph order, a DAG's too
+    one = Plan(model=plan.model, model_fingerprint=plan.model_fingerprint, batch_size=plan.batch_size,
+               method=Method.GPIPE, stages=(StagePlan(layers, (0,), (plan.batch_size,), (plan.batch_size,)),),
+               precision=plan.precision)
+    first = replace(cluster, devices=cluster.devices[:1], name=f"{cluster.name}[:1]")
+    return simulate(build_schedule(one), one, CostModel(profile, first))
 
 
 def cost_of(plan: Plan, profile: Profiles, cluster: Cluster, graph: LayerGraph | None = None) -> CostModel:

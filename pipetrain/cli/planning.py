@@ -40,6 +40,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
         result = _run_by(result, route.run_by, args.vertical_sync)
     warn_batch_norm(result.plan, graph)
     _save_plan(args, result, cluster)
+    _when_pipelining_does_not_pay(result, profile, cluster)
 
 
 def _run_by(result: api.PlanningResult, method: Method, vertical_sync: bool) -> api.PlanningResult:
@@ -91,6 +92,25 @@ def _plan_constraints(args: argparse.Namespace, route: PlanRoute) -> api.Constra
         raise UserError(f"--planner {spec.name} chooses {', '.join(ignored)} itself or does not use "
                         f"{'it' if len(ignored) == 1 else 'them'}; drop {', '.join(ignored)}")
     return constraints
+
+
+def _when_pipelining_does_not_pay(result: api.PlanningResult, profile: api.Profiles, cluster: Cluster) -> None:
+    """One line when the plan barely pipelines (one micro-batch, or devices left idle): the predicted
+    time of one process on one device beside the plan's, and why (issue 32: a plan that barely
+    pipelines must say so)."""
+    plan, prediction = result.plan, result.plan.prediction
+    micro = max(len(s.forward_sizes) for s in plan.stages)
+    idle = cluster.n_devices - plan.n_ranks
+    if prediction is None or (micro > 1 and idle == 0):
+        return
+    why = (f"the plan leaves {idle} of the {cluster.n_devices} devices idle" if idle else
+           f"each stage runs the whole batch as one micro-batch, so the stages take turns "
+           f"(bubble {prediction.bubble_fraction:.0%})")
+    alone = api.single_process(plan, profile, cluster).iteration_s
+    ranks = f"{plan.n_ranks} rank{'' if plan.n_ranks == 1 else 's'}"
+    console.print(f"pipelining pays little here: {why}. One process on one device: {alone * 1e3:.2f} ms per "
+                  f"iteration predicted, this plan on {ranks}: {prediction.iteration_s * 1e3:.2f} ms "
+                  f"(speed-up {alone / prediction.iteration_s:.2f}×).")
 
 
 def _save_plan(args: argparse.Namespace, result: api.PlanningResult, cluster: Cluster) -> None:
