@@ -256,12 +256,16 @@ class StepMetrics(MetricsRow):
         data_wait_s: seconds the last stage waited for its batch.
         skipped: fp16: every stage skipped this step's update (a gradient overflowed somewhere).
         loss_scale: fp16: the loss scale after this step (:mod:`~pipetrain.runtime.job.loss_scale`); else None.
+        previous_slowest_s: the slowest rank's wall time of the step before (learnt at this step's
+            barrier; None at a run's first step): what :attr:`TrainResult.samples_per_s` is made of,
+            so the progress bar reports the same speed.
     """
 
     step_s: float = 0.0
     data_wait_s: float = 0.0
     skipped: bool = False
     loss_scale: float | None = None
+    previous_slowest_s: float | None = None
 
 
 @dataclass(frozen=True)

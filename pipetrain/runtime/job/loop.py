@@ -74,7 +74,7 @@ class JobSession(Protocol):
     @property
     def world_size(self) -> int: ...
 
-    def agree_stop(self) -> int: ...
+    def agree_stop(self, step_s: float) -> tuple[int, float]: ...
 
     def report(self, job: int, row: StepMetrics) -> None: ...
 
@@ -159,6 +159,7 @@ class _JobRun:
         out = job.config.out
         self.log = MetricsLog.open(out, self.first_step or None) if self.reports and out is not None else None
         self.waits: list[float] = []
+        self.previous_step_s = 0.0  # this rank's last step time, passed to the next step's barrier
         self.saves: list[float] = []
         self.manifest_fields: dict[str, Any] | None = None
         self.start = time.perf_counter()
@@ -190,7 +191,7 @@ class _JobRun:
             if self.chunks is None:
                 ctx.transport.expect(*self.receives[0])
             self._set_lr(step)
-        stop = self.session.agree_stop()  # the step's barrier
+        stop, slowest = self.session.agree_stop(self.previous_step_s)  # the step's barrier
         if stop:
             self._stop(stop, step)
         if ctx is not None and self.chunks is not None:  # after the barrier: a stop drains instead
@@ -204,12 +205,13 @@ class _JobRun:
             for c in self.ctxs.values():
                 c.meter.enabled = False  # every step holds the same activations: the first one tells
         step_s = self.recorder.end_step()
+        self.previous_step_s, previous_slowest_s = step_s, slowest if step > self.first_step else None
         loss = ctx.step_loss() if ctx is not None else None
         self.waits.append(wait)
         due = step == config.steps - 1 or (config.eval_every > 0 and (step + 1) % config.eval_every == 0)
         evaluation = self._evaluate() if due else None
         if self.reports and ctx is not None and loss is not None:
-            self._report(ctx, step, loss, step_s, wait, evaluation)
+            self._report(ctx, step, loss, (step_s, previous_slowest_s), wait, evaluation)
         if rank_checkpoint.checkpoint_due(self.job, step + 1):
             self._save(step + 1)
 
@@ -351,13 +353,16 @@ class _JobRun:
         return evaluate_rank(self.contexts, self.job.plan, eval_dataset(config.data, self.job.graph),
                              self.session.prepost_budget)
 
-    def _report(self, ctx: RankContext, step: int, loss: float, step_s: float, wait: float,
+    def _report(self, ctx: RankContext, step: int, loss: float, times: tuple[float, float | None], wait: float,
                 evaluation: EvalResult | None) -> None:
+        """Emit step ``step``'s row; ``times``: this rank's step time and the slowest rank's of the step before."""
+        step_s, previous_slowest_s = times
         lr = ctx.optimizer.param_groups[0]["lr"] if ctx.optimizer is not None else self.job.config.lr
         row = StepMetrics(
             step=step, samples_seen=(step + 1) * self.job.plan.batch_size, wall_s=time.perf_counter() - self.start,
             lr=float(lr), loss=loss, eval_loss=evaluation.loss if evaluation else None,
             eval_accuracy=evaluation.accuracy if evaluation else None, step_s=step_s, data_wait_s=wait,
+            previous_slowest_s=previous_slowest_s,
             skipped=self.scaling is not None and self.scaling.skipped_last,
             loss_scale=self.scaling.scaler.scale if self.scaling is not None else None,
         )

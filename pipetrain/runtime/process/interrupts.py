@@ -69,12 +69,13 @@ def install(on_signal: Callable[[int], None] | None = None) -> Callable[[], None
     return restore
 
 
-def agree(device: torch.device) -> int:
-    """All ranks: the largest stop signal any rank has received (0: go on). A collective over the
-    default group, so it doubles as the step's barrier."""
-    flag = torch.tensor([requested()], dtype=torch.int64, device=device)
+def agree(device: torch.device, step_s: float = 0.0) -> tuple[int, float]:
+    """All ranks: the largest stop signal any rank has received (0: go on), and the largest ``step_s``
+    (each rank passes its previous step's wall time: the slowest rank's, what the run's samples/s is
+    made of). A collective over the default group, so it doubles as the step's barrier."""
+    flag = torch.tensor([float(requested()), step_s], dtype=torch.float64, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return int(flag.item())
+    return int(flag[0].item()), float(flag[1].item())
 
 
 def forward(pids: Callable[[], Sequence[int]]) -> Callable[[int], None]:

@@ -169,9 +169,10 @@ class _Session:
         else:
             dist.barrier()
 
-    def agree_stop(self) -> int:
-        """The step's barrier, which also tells whether any rank received a stop signal (0: no)."""
-        return interrupts.agree(self.device)
+    def agree_stop(self, step_s: float) -> tuple[int, float]:
+        """The step's barrier, which also tells whether any rank received a stop signal (0: no) and the
+        slowest rank's ``step_s`` (each rank passes its previous step's wall time)."""
+        return interrupts.agree(self.device, step_s)
 
     def failure(self, error: BaseException) -> RankFailure:
         """Turn an exception into a one-line failure; publish it if this rank is the cause."""
