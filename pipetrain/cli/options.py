@@ -343,7 +343,11 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, default=60.0,
                    help="seconds before a silent rank is failed (default: 60)")
     _device_args(p, backend=True)
-    _out_dir(p, "out/run", "metrics.csv, loss.png and the measured timeline")
+    _out_dir(p, "out/run", "metrics.csv, loss.png, the measured timeline, and the plan and profile planned "
+                           "with when no --plan is given; a folder holding a run of another model is refused")
+    p.add_argument("--overwrite", action="store_true",
+                   help="train into an --out-dir that holds a run of another model, replacing that run's files "
+                        "(default: refuse)")
     p.add_argument("--checkpoint-dir", type=Path, metavar="D",
                    help="write checkpoints to D: after the last step, every --checkpoint-every steps, and on Ctrl-C "
                         "(default: no checkpoints)")

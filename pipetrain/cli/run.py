@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from pipetrain import api
-from pipetrain.cli.common import graph_of, load_plan, load_profile, load_schedule
+from pipetrain.cli.common import graph_of, load_plan, load_profile, load_schedule, save_text
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.predict import write_timeline
 from pipetrain.cli.rerun import rechunked, rerun
+from pipetrain.cli.run_folder import claim_folder
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
 
 if TYPE_CHECKING:
@@ -40,12 +42,18 @@ def cmd_train(args: argparse.Namespace) -> None:
             raise UserError(f"--model {args.model} but {args.plan} was made for {plan.model}; drop --model to train "
                             f"the plan's model, or plan anew with --model {args.model}")
         graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
+        _claim(args, graph, under_torchrun)
     else:
         graph = graph_of(args)
+        _claim(args, graph, under_torchrun)
         cluster = api.local_cluster(args.ranks or 2, args.cluster)
-        plan = api.plan(graph, load_profile(args, graph, args.batch), cluster, batch_size=args.batch,
+        profile = load_profile(args, graph, args.batch)
+        plan = api.plan(graph, profile, cluster, batch_size=args.batch,
                         constraints=api.Constraints(n_stages=cluster.n_devices)).plan  # one stage per rank
-    plan = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
+    plan = rerun(rechunked(plan, args, graph), args, graph)
+    if args.plan is None and not under_torchrun:  # the run says what it planned with
+        save_text(args.out_dir / "profile.json", profile.to_json(), "the profile it planned with")
+        save_text(args.out_dir / "plan.json", plan.to_json(), "the plan it trains (`pipetrain simulate --plan` it)")
     schedule = load_schedule(args)
     from pipetrain.runtime import TrainConfig, run_worker_from_env, train
 
@@ -81,6 +89,15 @@ def _at_precision(plan: Plan, args: argparse.Namespace) -> Plan:
     return dataclasses.replace(plan, precision=args.precision)
 
 
+def _claim(args: argparse.Namespace, graph: LayerGraph, under_torchrun: bool) -> None:
+    """``--out-dir`` becomes this run's (:mod:`pipetrain.cli.run_folder`); under torchrun each node's
+    ranks write their own files and the folder is not checked (a refusal on one node would leave the
+    others waiting)."""
+    if not under_torchrun:
+        claim_folder(args.out_dir, graph.name, graph.fingerprint(), overwrite=args.overwrite,
+                     resume=args.resume is not None)
+
+
 def _plot_losses(folder: Path, result: TrainResult, title: str) -> None:
     """``loss.png`` from ``metrics.csv`` (a resumed run's earlier steps included), else from the result
     (under torchrun the last stage may have written the CSV on another node)."""
@@ -95,6 +112,10 @@ def _plot_losses(folder: Path, result: TrainResult, title: str) -> None:
 
 def _summarise_training(plan: Plan, result: TrainResult) -> None:
     """Two lines: how the loss went and how fast, then the last evaluation."""
+    first = result.metrics[0].step if result.metrics else 0
+    if first > 0:
+        last = first + len(result.losses) - 1
+        out.print(f"resumed from the checkpoint of step {first}: trained steps {first} to {last}")
     steps, waits = len(result.losses), result.data_wait_s
     wait = f"data wait {statistics.median(waits[1:]) * 1e3:.2f} ms/step" if len(waits) > 1 else "data wait"
     out.print(f"trained {plan.model} for {steps} steps: loss {result.losses[0]:.4f} → {result.losses[-1]:.4f}, "

@@ -65,5 +65,7 @@ def test_signal_stops_every_rank_with_one_line(tmp_path: Path, profile: Path, si
                              + ["--steps", str(checkpoint.step + 3), "--out-dir", "run", "--resume", "ckpt",
                                 "--checkpoint-dir", "ckpt"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from the checkpoint of step {checkpoint.step}" in resumed.stdout
+    assert (tmp_path / "run" / "plan.json").exists() and (tmp_path / "run" / "profile.json").exists()  # no --plan
     steps = [row.step for row in read_metrics(tmp_path / "run" / "metrics.csv")]
     assert steps == list(range(checkpoint.step + 3))  # the rows after the checkpoint are replaced, none lost
