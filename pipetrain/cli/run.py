@@ -50,7 +50,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         profile = load_profile(args, graph, args.batch)
         plan = api.plan(graph, profile, cluster, batch_size=args.batch,
                         constraints=api.Constraints(n_stages=cluster.n_devices)).plan  # one stage per rank
-    plan = rerun(rechunked(plan, args, graph), args, graph)
+    plan = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
     if args.plan is None and not under_torchrun:  # the run says what it planned with
         save_text(args.out_dir / "profile.json", profile.to_json(), "the profile it planned with")
         save_text(args.out_dir / "plan.json", plan.to_json(), "the plan it trains (`pipetrain simulate --plan` it)")

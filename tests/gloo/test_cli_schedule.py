@@ -71,7 +71,8 @@ def test_bad_schedules_get_one_line(
 ) -> None:
     path = tmp_path / "s.csv"
     path.write_text(content)
-    code, text = run(capsys, "train", "--plan", str(gpipe_plan), "--schedule", str(path), "--steps", "2")
+    code, text = run(capsys, "train", "--plan", str(gpipe_plan), "--schedule", str(path), "--steps", "2",
+                     "--out-dir", str(tmp_path / "run"))
     assert code == 2 and message in text, text
     assert text.strip().startswith("error:") and len(text.strip().splitlines()) <= 2
 

@@ -138,7 +138,7 @@ def test_sizes_not_summing(tmp_path: Path, tiny_profile: Path, capsys: pytest.Ca
 
 def test_plan_for_another_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plan = write_plan(tmp_path, model_fingerprint="0000000000000000")
-    code, text = run(capsys, "train", "--plan", str(plan), "--steps", "1")
+    code, text = run(capsys, "train", "--plan", str(plan), "--steps", "1", "--out-dir", str(tmp_path / "run"))
     assert code == 2 and "made for another model" in text
 
 
@@ -147,7 +147,7 @@ def test_plan_layers_do_not_match_model(tmp_path: Path, capsys: pytest.CaptureFi
         {"layers": ["embed", "block0"], "ranks": [0], "forward_sizes": [8]},
         {"layers": ["head"], "ranks": [1], "forward_sizes": [8]},
     ])
-    code, text = run(capsys, "train", "--plan", str(plan), "--steps", "1")
+    code, text = run(capsys, "train", "--plan", str(plan), "--steps", "1", "--out-dir", str(tmp_path / "run"))
     assert code == 2 and "missing 'block1'" in text
 
 

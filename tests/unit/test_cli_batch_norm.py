@@ -63,7 +63,7 @@ def test_train_says_it_once_before_starting_the_ranks(tmp_path: Path, caplog: py
     plan = _plan(tmp_path, caplog, micro)
     caplog.clear()
     with caplog.at_level(logging.WARNING), pytest.raises(_Launched):
-        main(["train", "--plan", str(plan), *MODEL, "--steps", "2"])
+        main(["train", "--plan", str(plan), *MODEL, "--steps", "2", "--out-dir", str(tmp_path / "run")])
     assert launches.call_count == 1
     assert _warnings(caplog) == said
 

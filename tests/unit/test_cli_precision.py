@@ -86,7 +86,8 @@ class _Launched(UserError):
         self.plan = plan
 
 
-def _train_plan(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[Plan, str]:
+def _train_plan(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], out: Path,
+                *argv: str) -> tuple[Plan, str]:
     seen: list[Plan] = []
 
     def fake_train(graph: object, plan: Plan, config: TrainConfig, **_: object) -> TrainResult:
@@ -94,7 +95,7 @@ def _train_plan(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
         raise _Launched(plan)
 
     monkeypatch.setattr(pipetrain.runtime, "train", fake_train)
-    main(["train", *argv, "--steps", "2"])
+    main(["train", *argv, "--steps", "2", "--out-dir", str(out)])
     return seen[0], capsys.readouterr().out
 
 
@@ -102,18 +103,18 @@ def test_train_overrides_the_plan_precision(tmp_path: Path, tiny_profile: Path, 
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     _plan(tmp_path, tiny_profile, capsys, "--precision", "bf16")
     path = str(tmp_path / "plan.json")
-    plan, printed = _train_plan(monkeypatch, capsys, "--plan", path, "--precision", "fp16")
+    plan, printed = _train_plan(monkeypatch, capsys, tmp_path / "run", "--plan", path, "--precision", "fp16")
     assert plan.precision == "fp16" and "training at fp16, not the plan's bf16" in printed
-    plan, printed = _train_plan(monkeypatch, capsys, "--plan", path)
+    plan, printed = _train_plan(monkeypatch, capsys, tmp_path / "run", "--plan", path)
     assert plan.precision == "bf16" and "training at" not in printed
-    plan, printed = _train_plan(monkeypatch, capsys, "--plan", path, "--precision", "bf16")
+    plan, printed = _train_plan(monkeypatch, capsys, tmp_path / "run", "--plan", path, "--precision", "bf16")
     assert plan.precision == "bf16" and "training at" not in printed
 
 
-def test_train_model_without_plan_uses_the_flag(capsys: pytest.CaptureFixture[str],
+def test_train_model_without_plan_uses_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    plan, printed = _train_plan(monkeypatch, capsys, "--model", "mlp-digits", "--estimate", "v100", "--precision",
-                                "bf16")
+    plan, printed = _train_plan(monkeypatch, capsys, tmp_path / "run", "--model", "mlp-digits", "--estimate", "v100",
+                                "--precision", "bf16")
     assert plan.precision == "bf16" and "training at" not in printed
 
 
