@@ -23,7 +23,7 @@ from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.plan import Plan
 
 if TYPE_CHECKING:
-    from pipetrain.graph.layer_graph import LayerGraph
+    from pipetrain.profile.table import Profile
     from pipetrain.runtime.job.config import TrainConfig, TrainResult
 
 __all__ = ["cmd_demo", "cmd_export", "cmd_train"]
@@ -36,6 +36,7 @@ def cmd_train(args: argparse.Namespace) -> None:
                         "then pass --plan plan.json")
     if args.schedule is not None and args.plan is None:
         raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
+    planned_with: Profile | None = None  # the profile this command planned with (no --plan)
     if args.plan is not None:
         plan = load_plan(args.plan)
         if args.model is not None and args.model != plan.model:
@@ -47,12 +48,12 @@ def cmd_train(args: argparse.Namespace) -> None:
         graph = graph_of(args)
         _claim(args, graph, under_torchrun)
         cluster = api.local_cluster(args.ranks or 2, args.cluster)
-        profile = load_profile(args, graph, args.batch)
-        plan = api.plan(graph, profile, cluster, batch_size=args.batch,
+        planned_with = load_profile(args, graph, args.batch)
+        plan = api.plan(graph, planned_with, cluster, batch_size=args.batch,
                         constraints=api.Constraints(n_stages=cluster.n_devices)).plan  # one stage per rank
     plan = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
-    if args.plan is None and not under_torchrun:  # the run says what it planned with
-        save_text(args.out_dir / "profile.json", profile.to_json(), "the profile it planned with")
+    if planned_with is not None:  # the run says what it planned with (torchrun needs --plan: never here)
+        save_text(args.out_dir / "profile.json", planned_with.to_json(), "the profile it planned with")
         save_text(args.out_dir / "plan.json", plan.to_json(), "the plan it trains (`pipetrain simulate --plan` it)")
     schedule = load_schedule(args)
     from pipetrain.runtime import TrainConfig, run_worker_from_env, train
@@ -76,7 +77,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         result = train(graph, plan, config, schedule=schedule)
     write_timeline(args.out_dir, "measured", result.timeline, plan)
     _summarise_training(plan, result)
-    _summarise_memory(args, graph, plan, config, result)
+    _summarise_memory(args, graph, plan, config, result, planned_with)
     _plot_losses(args.out_dir, result, f"{plan.model} on {config.data}")
 
 
@@ -134,22 +135,24 @@ def _summarise_training(plan: Plan, result: TrainResult) -> None:
 
 
 def _summarise_memory(args: argparse.Namespace, graph: LayerGraph, plan: Plan, config: TrainConfig,
-                      result: TrainResult) -> None:
+                      result: TrainResult, planned_with: Profile | None) -> None:
     """One line: each stage's peak memory as the memory model predicts it and as measured (on CUDA, the
-    allocator's peak). The prediction needs only the profile's bytes: ``--profile``'s, else estimated
-    (on the meta device, no timing)."""
+    allocator's peak). The prediction needs only the profile's bytes: the one the run planned with,
+    else ``--profile``'s, else estimated at the plan's precision (on the meta device, no timing); a
+    profile the plan cannot use (another model or precision) gives "no prediction", not an error
+    after training."""
     from pipetrain.profile.estimate import estimate_profile
     from pipetrain.profile.table import Profile
     from pipetrain.simulate.memory import stage_memory
     from pipetrain.viz.peak_memory import peak_memory_line
 
     try:
-        profile = Profile.load(args.profile) if args.profile is not None else \
-            estimate_profile(graph, "cpu", plan.batch_size)
+        profile = planned_with or (Profile.load(args.profile) if args.profile is not None else
+                                   estimate_profile(graph, "cpu", plan.batch_size, precision=plan.precision))
+        cost = api.cost_of(plan, profile, api.local_cluster(plan.n_ranks), graph)
     except UserError as e:
         out.print(f"peak memory: no prediction ({escape(str(e))}); pass --profile to compare with the model")
         return
-    cost = api.cost_of(plan, profile, api.local_cluster(plan.n_ranks), graph)
     predicted = stage_memory(plan, cost, optimizer=config.optimizer_state)
     out.print(escape(peak_memory_line(plan, predicted, result)))
 
