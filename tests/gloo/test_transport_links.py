@@ -4,7 +4,9 @@ between two ranks carry messages at once, tags kept apart, and a link opened twi
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -40,14 +42,18 @@ def _exchange(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_each_direction_has_its_own_group_and_messages_arrive(tmp_path: Path) -> None:
+def _on_two_ranks(worker: Callable[[int, int, str], None], tmp_path: Path) -> list[dict[str, Any]]:
+    """Run ``worker(rank, port, out)`` on two gloo ranks; what each saved to ``out.<rank>``, by rank."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     out = str(tmp_path / "result")
-    spawn(_exchange, args=(port, out), nprocs=2, join=True)
-    for rank in (0, 1):
-        result = torch.load(f"{out}.{rank}")
+    spawn(worker, args=(port, out), nprocs=2, join=True)
+    return [torch.load(f"{out}.{rank}") for rank in (0, 1)]
+
+
+def test_each_direction_has_its_own_group_and_messages_arrive(tmp_path: Path) -> None:
+    for rank, result in enumerate(_on_two_ranks(_exchange, tmp_path)):
         assert result["groups"] == {(0, 1): [0, 1], (1, 0): [0, 1]} and result["distinct"]
         peer = 1 - rank
         assert result["received"] == [([10.0 * peer + k] * 4, [-10.0 * peer - k] * 2) for k in range(3)]
@@ -82,12 +88,7 @@ def _untagged(rank: int, port: int, out: str) -> None:
 
 
 def test_without_tags_each_direction_of_a_link_has_its_own_group(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    out = str(tmp_path / "result")
-    spawn(_untagged, args=(port, out), nprocs=2, join=True)
-    zero, one = (torch.load(f"{out}.{rank}") for rank in (0, 1))
+    zero, one = _on_two_ranks(_untagged, tmp_path)
     assert zero["links"] == 0
     assert zero["channels"] == {(src, dst, d): [0, 1] for src, dst in ((0, 1), (1, 0)) for d in (0, 1)}
     assert one["got"] == [[1.0] * 3]

@@ -205,13 +205,14 @@ class _JobRun:
             for c in self.ctxs.values():
                 c.meter.enabled = False  # every step holds the same activations: the first one tells
         step_s = self.recorder.end_step()
-        self.previous_step_s, previous_slowest_s = step_s, slowest if step > self.first_step else None
+        self.previous_step_s = step_s
         loss = ctx.step_loss() if ctx is not None else None
         self.waits.append(wait)
         due = step == config.steps - 1 or (config.eval_every > 0 and (step + 1) % config.eval_every == 0)
         evaluation = self._evaluate() if due else None
         if self.reports and ctx is not None and loss is not None:
-            self._report(ctx, step, loss, (step_s, previous_slowest_s), wait, evaluation)
+            previous_slowest_s = slowest if step > self.first_step else None  # the run's first step has none
+            self._report(ctx, step, loss, step_s, previous_slowest_s, wait, evaluation)
         if rank_checkpoint.checkpoint_due(self.job, step + 1):
             self._save(step + 1)
 
@@ -353,10 +354,9 @@ class _JobRun:
         return evaluate_rank(self.contexts, self.job.plan, eval_dataset(config.data, self.job.graph),
                              self.session.prepost_budget)
 
-    def _report(self, ctx: RankContext, step: int, loss: float, times: tuple[float, float | None], wait: float,
-                evaluation: EvalResult | None) -> None:
-        """Emit step ``step``'s row; ``times``: this rank's step time and the slowest rank's of the step before."""
-        step_s, previous_slowest_s = times
+    def _report(self, ctx: RankContext, step: int, loss: float, step_s: float, previous_slowest_s: float | None,
+                wait: float, evaluation: EvalResult | None) -> None:
+        """Emit step ``step``'s row: this rank's step time, and the slowest rank's of the step before."""
         lr = ctx.optimizer.param_groups[0]["lr"] if ctx.optimizer is not None else self.job.config.lr
         row = StepMetrics(
             step=step, samples_seen=(step + 1) * self.job.plan.batch_size, wall_s=time.perf_counter() - self.start,
