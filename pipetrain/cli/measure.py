@@ -20,7 +20,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats,
                                 loss=args.loss, device=args.device, precision=args.precision)
     save_text(args.out, profile.to_json(), "profile")
-    if profile.noise is not None:
+    if profile.noise is not None and not profile.noise.unstable:  # an unstable one was logged as a warning
         console.print(f"[dim]{escape(profile.noise.describe())}[/dim]")
     from pipetrain.viz.plan_tables import profile_table
 
