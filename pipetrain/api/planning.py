@@ -9,6 +9,7 @@
     local = api.plan(graph, profile, cluster, batch_size=32, planner="local",
                      constraints=Constraints(params=LocalParams("dgl", queue_depth=2)))  # PPLL, heads costed
     result.plan, result.cluster, result.candidates, result.report
+    result.within_noise, result.noise       # candidates as fast as the plan within the profile's noise
 
 A plan run by another method with the same stages and micro-batches is no planning:
 ``plan.run_by(Method.PIPEDREAM)``, or with :func:`local_params` for local learning's heads.
@@ -41,6 +42,7 @@ from pipetrain.planners import (
     get_planner,
     planner_for,
 )
+from pipetrain.planners.noise import within_noise
 from pipetrain.profile.precision import Precision, parse_precision
 
 __all__ = ["local_params", "plan"]
@@ -82,7 +84,11 @@ def plan(
     Returns:
         ``result.plan``, ``result.cluster`` (the cluster the plan's ranks index, a sub-cluster when
         it leaves devices idle), ``result.candidates`` (what was scored, fastest first) and
-        ``result.report`` (the planner's own account).
+        ``result.report`` (the planner's own account). When the profile measured its noise (its
+        relative spread ε, :class:`~pipetrain.profile.noise.ProfileNoise`) and several feasible
+        candidates are predicted within ε of the fastest, ``result.within_noise`` lists them and
+        ``result.plan`` is the most robust of them, by their structure, not their times
+        (:func:`~pipetrain.planners.noise.within_noise`), so repeated profiles agree on it.
 
     Raises:
         UserError: an unknown planner, constraints it does not take, a model with fewer layers than
@@ -101,8 +107,14 @@ def plan(
     cost = local_cost(model, profile, cluster, params.aux) if isinstance(params, LocalParams) and \
         isinstance(model, LayerGraph) else CostModel(profile, cluster)
     problem = PlanningProblem(ref, cost, _batch_size(batch_size, constraints), optimizer, constraints, progress)
-    result = spec.run(problem)
+    result = within_noise(spec.run(problem), _noise(profile))
     return replace(result, plan=replace(result.plan, precision=parse_precision(precision)))
+
+
+def _noise(profile: Profiles) -> float | None:
+    """The largest relative spread of the profiles' timings (None: none was measured)."""
+    spreads = [p.noise.spread for p in each_profile(profile) if p.noise is not None]
+    return max(spreads, default=None)
 
 
 def _planner(name: str | None, constraints: Constraints) -> PlannerSpec:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
+
 from pipetrain import api
 from pipetrain.cli.common import graph_of, save_text
-from pipetrain.cli.consoles import out
+from pipetrain.cli.consoles import console, out
 from pipetrain.errors import UserError
 from pipetrain.graph.batch_norm import batch_norms
 
@@ -18,6 +20,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
     profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats,
                                 loss=args.loss, device=args.device, precision=args.precision)
     save_text(args.out, profile.to_json(), "profile")
+    if profile.noise is not None and not profile.noise.unstable:  # an unstable one was logged as a warning
+        console.print(f"[dim]{escape(profile.noise.describe())}[/dim]")
     from pipetrain.viz.plan_tables import profile_table
 
     out.print(profile_table(profile))

@@ -166,7 +166,8 @@ def profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model (cpu, v100, a100, h100, "
                    "fpga) instead of measuring (default: measure here)")
     _precision_arg(p)
-    p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point, the median kept (default: 5)")
+    p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point, the median kept (default: "
+                   "5); a point whose repeats spread by more than ±10%% is timed up to twice more")
     _device_args(p, backend=False)
     _out_file(p, "out/profile.json", "profile JSON to write")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from rich.markup import escape
+
 from pipetrain import api
 from pipetrain.cli.common import cluster_and_profiles, graph_of, save_text
 from pipetrain.cli.consoles import console, out
@@ -41,6 +43,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     warn_batch_norm(result.plan, graph)
     _save_plan(args, result, cluster)
     _when_pipelining_does_not_pay(result, profile, cluster)
+    _note_within_noise(result)
 
 
 def _run_by(result: api.PlanningResult, method: Method, vertical_sync: bool) -> api.PlanningResult:
@@ -111,6 +114,15 @@ def _when_pipelining_does_not_pay(result: api.PlanningResult, profile: api.Profi
     console.print(f"pipelining pays little here: {why}. One process on one device: {alone * 1e3:.2f} ms per "
                   f"iteration predicted, this plan on {ranks}: {prediction.iteration_s * 1e3:.2f} ms "
                   f"(speed-up {alone / prediction.iteration_s:.2f}×).")
+
+
+def _note_within_noise(result: api.PlanningResult) -> None:
+    """One line when several plans are as fast within the profile's noise (issue 32)."""
+    from pipetrain.viz.plan_tables import within_noise_line
+
+    line = within_noise_line(result)
+    if line is not None:
+        console.print(escape(line))
 
 
 def _save_plan(args: argparse.Namespace, result: api.PlanningResult, cluster: Cluster) -> None:

@@ -221,6 +221,10 @@ class PlanningResult:
         candidates: every candidate scored, feasible ones fastest first (:func:`rank_key`).
         report: the planner's own account (e.g. BaPipe's exploration, ``auto``'s per-planner
             outcomes), shown by :func:`pipetrain.viz.plan_tables.result_tables`; None for none.
+        within_noise: the feasible candidates predicted within the profile's noise of the fastest,
+            fastest first, when there are two or more; ``plan`` is then the most robust of them
+            (:func:`pipetrain.planners.noise.within_noise`).
+        noise: the profile's relative spread the choice allowed for (0.1: ±10%); None: none known.
     """
 
     planner: str
@@ -228,3 +232,5 @@ class PlanningResult:
     cluster: Cluster
     candidates: tuple[Candidate, ...]
     report: object | None = None
+    within_noise: tuple[Candidate, ...] = ()
+    noise: float | None = None

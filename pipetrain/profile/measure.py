@@ -19,7 +19,9 @@ PipeDream's:
   that size are scaled by its ratio to the sum of the layers' (layers timed alone find the caches
   as a training step, running them in sequence, does not leave them);
 
-each after ``warmup`` untimed runs, as the median of ``repeats`` timed runs. Layers are fed real
+each after ``warmup`` untimed runs, as the median of ``repeats`` timed runs; a median whose runs
+spread by more than ±10% is timed again (up to twice more), and the profile's ``noise`` records the
+spreads and the machine's load, with a warning when they stay high (:mod:`.noise`). Layers are fed real
 data: layer ``i`` sees layer ``i - 1``'s output on the (seeded) random input, so data-dependent
 kernels (embedding look-ups, ReLU sparsity) behave as in training. Once per layer, at the largest
 size, one forward also yields the per-sample byte and FLOP counts of :class:`LayerStats`. A layer
@@ -40,6 +42,8 @@ allocator settings and the requested thread count.
 
 from __future__ import annotations
 
+import logging
+import os
 import statistics
 from collections.abc import Sequence
 
@@ -52,6 +56,7 @@ from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.profile.autocast import autocast_region, unsupported
 from pipetrain.profile.composition import _composition_ratios, _scaled
 from pipetrain.profile.inputs import LossFn, extrapolated_note, model_loss_fn, size_grid, trainable_grid
+from pipetrain.profile.noise import ProfileNoise, load_average, noise_warning
 from pipetrain.profile.per_layer import _measure_layers
 from pipetrain.profile.precision import Precision
 from pipetrain.profile.stats import tied_bytes
@@ -59,6 +64,8 @@ from pipetrain.profile.table import Profile
 from pipetrain.profile.timing import _Timer, _torch_threads
 
 __all__ = ["measure_profile"]
+
+log = logging.getLogger(__name__)
 
 
 def measure_profile(
@@ -80,14 +87,16 @@ def measure_profile(
         graph: the model.
         batch_size: the mini-batch size B; the default grid is 1, 2, 4, … below B, and B.
         sizes: an explicit grid of micro-batch sizes instead.
-        warmup, repeats: untimed runs before each measurement, then timed runs (median kept).
+        warmup, repeats: untimed runs before each measurement, then timed runs (median kept; up to
+            two more rounds of ``repeats`` when they spread by more than ±10%, :mod:`.noise`).
         threads: torch intra-op threads while measuring (restored after; None: keep); one per rank.
         device: a torch device string (``"cpu"``, ``"cuda:0"``).
         progress: show a progress bar over (layer, size) pairs on stderr.
         loss: the training loss timed on the last layer (:data:`LossFn`; default ``graph.loss``).
         precision: ``"fp32"``, or ``"bf16"``/``"fp16"`` measured under autocast (module docstring).
 
-    Returns a Profile whose ``device`` is the device type (``"cpu"``, ``"cuda"``).
+    Returns a Profile whose ``device`` is the device type (``"cpu"``, ``"cuda"``) and whose ``noise``
+    says how steady the timings were; unsteady ones are also logged as a warning.
 
     Raises:
         UserError: a non-positive batch size, size, repeat count or thread count; a grid that
@@ -102,6 +111,7 @@ def measure_profile(
                         f"got repeats={repeats}, warmup={warmup}, threads={threads}")
     timer = _Timer(torch.device(device), warmup, repeats)
     loss_fn = loss or model_loss_fn(graph)
+    load_start = load_average()
     with _torch_threads(threads) as used, autocast_region(timer.device, precision):
         try:
             layers, loss_bytes = _measure_layers(graph, grid, timer, progress, loss_fn, norms.single_value)
@@ -110,6 +120,10 @@ def measure_profile(
             if precision == "fp32":
                 raise
             raise unsupported(graph.name, precision, timer.device, e) from None
+    noise = ProfileNoise.summarise(timer.noise, repeats, load_start, load_average(), os.cpu_count())
+    warning = noise_warning(noise)
+    if warning is not None:
+        log.warning(warning)
     return Profile(
         model=graph.name,
         fingerprint=graph.fingerprint(),
@@ -124,6 +138,7 @@ def measure_profile(
         layers=tuple(_scaled(lp, ratios) for lp in layers),
         loss_saved_bytes_per_sample=loss_bytes,
         precision=precision,
+        noise=noise,
     )
 
 

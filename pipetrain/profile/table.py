@@ -27,6 +27,10 @@ compute dtype that autocast makes and autograd keeps from a micro-batch's forwar
 (per micro-batch, not per sample; 0 at fp32). It is written to the JSON only when mixed, so
 profiles written before the field existed read as fp32. A plan is costed only with profiles at its
 own precision (:meth:`Profile.check_precision`).
+
+A measured profile says how steady its timings were and how loaded the machine was
+(``noise``, :class:`~pipetrain.profile.noise.ProfileNoise`); estimated profiles, and files written
+before the field existed, have none.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from typing import Any
 
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
+from pipetrain.profile.noise import ProfileNoise
 from pipetrain.profile.precision import Precision, parse_precision
 
 __all__ = ["DEFAULT_WEIGHT_GRAD_SHARE", "LayerProfile", "Profile", "TiedBytes", "interpolate"]
@@ -188,6 +193,7 @@ class Profile:
             :meth:`edge_bytes_per_sample`).
         ties: the tied parameters (``LayerGraph.ties``'s parameters, with their bytes).
         precision: the precision the costs are for (module docstring); ``"fp32"`` by default.
+        noise: how steady a measured profile's timings were (module docstring); None: not measured.
     """
 
     model: str
@@ -200,6 +206,7 @@ class Profile:
     edges: tuple[tuple[str, str], ...] = ()
     ties: tuple[TiedBytes, ...] = ()
     precision: Precision = "fp32"
+    noise: ProfileNoise | None = None
 
     def check_precision(self, precision: Precision, what: str = "the profile") -> Profile:
         """``self`` when it is at ``precision``; else a UserError saying how to get one that is.
@@ -278,6 +285,8 @@ class Profile:
         data = asdict(self)
         if self.precision == "fp32":
             del data["precision"]  # the default: fp32 profiles read as before the field existed
+        if self.noise is None:
+            del data["noise"]
         return json.dumps(data, indent=1)
 
     @classmethod
@@ -321,6 +330,7 @@ class Profile:
                 ties=tuple(TiedBytes(tuple(str(n) for n in t["layers"]), int(t["parameter_bytes"]))
                            for t in data.get("ties", ())),
                 precision=parse_precision(str(data.get("precision", "fp32"))),
+                noise=None if data.get("noise") is None else ProfileNoise.from_dict(data["noise"]),
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
             raise UserError(f"malformed profile JSON ({e!r}); re-create it with `pipetrain profile`") from None

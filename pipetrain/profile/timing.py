@@ -7,23 +7,24 @@ split backward (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024) as the
 (:mod:`pipetrain.graph.split_backward`); :func:`_time_step` times a plain SGD step over its
 parameters. Each is the median of ``repeats`` runs after ``warmup`` untimed ones (:class:`_Timer`,
 which times by the device's clock, CUDA events on a GPU, and keeps every run's result alive until
-all are done, as training keeps activations). :func:`_torch_threads` fixes torch's intra-op threads
+all are done, as training keeps activations); an unstable one is timed again and every one's spread
+logged (:mod:`.noise`). :func:`_torch_threads` fixes torch's intra-op threads
 while timing.
 """
 
 from __future__ import annotations
 
 import functools
-import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from pipetrain.graph.split_backward import input_grads, layer_outputs, weight_grads
 from pipetrain.profile.clock import device_clock
+from pipetrain.profile.noise import EXTRA_ROUNDS, NoiseLog, steadiest
 
 __all__: list[str] = []
 
@@ -31,11 +32,17 @@ __all__: list[str] = []
 @dataclass(frozen=True)
 class _Timer:
     """Median seconds of a callable: wall clock on a CPU; on CUDA, events around it
-    (:mod:`pipetrain.profile.clock`), after synchronising the device so that earlier work is done."""
+    (:mod:`pipetrain.profile.clock`), after synchronising the device so that earlier work is done.
+
+    A median whose runs spread by more than :data:`~.noise.UNSTABLE_SPREAD` is timed again, up to
+    ``extra_rounds`` more rounds, the steadiest kept (:func:`~.noise.steadiest`); ``noise`` logs every
+    median's spread."""
 
     device: torch.device
     warmup: int
     repeats: int
+    extra_rounds: int = EXTRA_ROUNDS
+    noise: NoiseLog = field(default_factory=NoiseLog, compare=False)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -60,21 +67,30 @@ class _Timer:
 
     def median_s(self, prepare: Callable[[], Callable[[], object]]) -> float:
         """Median time of ``prepare()()`` over ``repeats`` runs after ``warmup``; ``prepare``
-        itself (untimed) sets up one run. Every run's result stays alive until all runs are done
-        (see :meth:`grow_heap`, which should have run first at the largest size)."""
+        itself (untimed) sets up one run. Every run's result stays alive until the round's runs are
+        done (see :meth:`grow_heap`, which should have run first at the largest size). An unstable
+        round is followed by more, without warm-up, and the steadiest one's median kept (class
+        docstring)."""
+        median, spread, rounds = steadiest(lambda i: self._round(prepare, self.warmup if i == 0 else 0),
+                                           extra_rounds=self.extra_rounds)
+        self.noise.add(median, spread, retimed=rounds > 1)
+        return median
+
+    def _round(self, prepare: Callable[[], Callable[[], object]], warmup: int) -> list[float]:
+        """The seconds of ``repeats`` runs of ``prepare()()`` after ``warmup`` untimed ones."""
         times = []
         kept = []
         clock = device_clock(self.device)
-        for k in range(self.warmup + self.repeats):
+        for k in range(warmup + self.repeats):
             timed = prepare()
             self._sync()
             start = clock.mark()
             kept.append(timed())
             elapsed = clock.seconds(start, clock.mark())
-            if k >= self.warmup:
+            if k >= warmup:
                 times.append(elapsed)
         del kept
-        return statistics.median(times)
+        return times
 
 
 def _time_layer(

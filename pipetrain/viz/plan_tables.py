@@ -20,7 +20,7 @@ from pipetrain.profile.table import Profile
 from pipetrain.viz.tables import _num, _render, time_unit
 
 __all__ = ["auto_table", "bapipe_table", "candidates_table", "plan_table", "profile_table", "result_tables",
-           "sizes_text"]
+           "sizes_text", "within_noise_line"]
 
 _MIB = 2**20
 
@@ -219,6 +219,30 @@ def _auto_table(report: AutoReport, width: int) -> str:
                       f"{o.iteration_s / best:.3f}×" if found and best > 0 else "-", o.note,
                       ASYNC_NOTE if o.asynchronous else "-")
     return _render(table, width)
+
+
+def within_noise_line(result: PlanningResult, *, listed: int = 4) -> str | None:
+    """One line naming the candidates predicted within the profile's noise of the fastest
+    (``result.within_noise``, :mod:`pipetrain.planners.noise`), the first ``listed`` of them, and which
+    was kept and why; None when there are none. For example: ``3 plans are within the measurement
+    noise (±12%) of the fastest: zb1 [16×2] 41.01 ms, zb2 [16×2] 41.01 ms, 1f1b [16×2] 43.1 ms; kept
+    1f1b [16×2], the one with the fewest ranks, ...``.
+    """
+    close = result.within_noise
+    if not close or result.noise is None:
+        return None
+    unit, scale = time_unit(close[0].iteration_s)
+    layouts = {tuple(s.label for s in c.plan.stages) for c in close}
+
+    def name(plan: Plan) -> str:
+        layout = f" {'/'.join(s.label for s in plan.stages)}" if len(layouts) > 1 else ""
+        return f"{plan.method.value} {sizes_text(plan.stages[0].forward_sizes)}{layout}"
+
+    shown = ", ".join(f"{name(c.plan)} {_num(c.iteration_s * scale)} {unit}" for c in close[:listed])
+    more = f", … ({len(close) - listed} more)" if len(close) > listed else ""
+    return (f"{len(close)} plans are within the measurement noise (±{result.noise:.0%}) of the fastest: "
+            f"{shown}{more}; kept {name(result.plan)}, the one with the fewest ranks, then the simplest method, "
+            "the fewest micro-batches and the least activation memory: the fastest may differ on another run")
 
 
 def result_tables(result: PlanningResult, *, top: int = 8) -> list[str]:

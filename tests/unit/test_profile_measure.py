@@ -169,7 +169,7 @@ def test_the_heap_is_grown_once_per_layer_at_its_largest_size() -> None:
     backwards' B and as many W (each needing a forward, W also its B); the untimed heap-growing pass
     runs once, at the largest size only."""
     module = CountingLinear()
-    timer = _Timer(torch.device("cpu"), warmup=1, repeats=2)
+    timer = _Timer(torch.device("cpu"), warmup=1, repeats=2, extra_rounds=0)  # noisy or not, one round
     profile, _ = _measure_layer("counting", module, torch.randn(4, 8), (1, 2, 4), timer, torch.Generator(),
                                 lambda _: None)
     runs = 4 * (1 + 2)  # timed forwards, then the forwards behind the timed whole backwards, Bs and Ws
