@@ -9,7 +9,7 @@ from rich.markup import escape
 from pipetrain import api
 from pipetrain.cli.common import graph_of, save_text
 from pipetrain.cli.consoles import console, out
-from pipetrain.errors import UserError
+from pipetrain.cli.validate import check_probe_args, check_profile_args
 from pipetrain.graph.batch_norm import batch_norms
 
 __all__ = ["cmd_probe", "cmd_profile"]
@@ -17,6 +17,7 @@ __all__ = ["cmd_probe", "cmd_profile"]
 
 def cmd_profile(args: argparse.Namespace) -> None:
     graph = graph_of(args)
+    check_profile_args(args, graph)
     profile = api.profile_model(graph, args.batch, estimate=args.estimate, progress=True, repeats=args.repeats,
                                 loss=args.loss, device=args.device, precision=args.precision)
     save_text(args.out, profile.to_json(), "profile")
@@ -30,9 +31,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
 def cmd_probe(args: argparse.Namespace) -> None:
     from pipetrain.calibrate.overhead import probe_local_cluster
 
-    if args.calibrate and args.model is None:
-        raise UserError("--calibrate fits the terms to runs of your model: add --model (and --batch)")
     graph = None if args.model is None else graph_of(args)
+    check_probe_args(args, graph)
     # the contention probe trains the model's halves on a quarter batch: never fewer samples than its BatchNorms take
     model = None if graph is None else (graph, max(batch_norms(graph).smallest_microbatch, args.batch // 4))
     cluster = probe_local_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead, model=model)

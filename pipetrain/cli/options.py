@@ -53,8 +53,6 @@ def _batch_size(text: str) -> int:
     return value
 
 
-
-
 def _ranks(text: str) -> int:
     """An argparse type: a number of ranks, 1 to MAX_DEVICES."""
     value = _count(text)
@@ -153,19 +151,31 @@ def _out_dir(p: argparse.ArgumentParser, default: str, what: str) -> None:
     p.add_argument("--out", action=_OutIsAFile, help=argparse.SUPPRESS)
 
 
-def _precision_arg(p: argparse.ArgumentParser) -> None:
-    """``--precision``: the numeric precision to profile (and plan) at (:mod:`pipetrain.profile.precision`)."""
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="fp32, or mixed precision bf16/fp16: layers measured under torch.autocast, or estimated at "
-                        "the device's tensor-core peak; activations and messages in the compute dtype, weights and "
-                        "optimizer state float32 (default: fp32)")
+_PRECISION_USES: dict[str, tuple[str, str | None]] = {
+    "profile": ("fp32, or mixed precision bf16/fp16: layers measured under torch.autocast, or estimated at the "
+                "device's tensor-core peak; activations and messages in the compute dtype, weights and optimizer "
+                "state float32", "fp32"),
+    "plan": ("precision the plan trains at, written to the plan: bf16 and fp16 run each stage under autocast with "
+             "float32 master weights and send activations and gradients in 16 bits; fp16 scales the loss", "fp32"),
+    "train": ("train at this precision instead of the plan's: bf16 and fp16 autocast each stage's forward (float32 "
+              "master weights and optimizer state) and send activations and gradients in 16 bits; fp16 scales the "
+              "loss and skips the steps whose gradients overflow, on every stage", None),
+}
+"""``--precision``'s help and default per command (None: the plan's; fp32 with --model)."""
+
+
+def _precision_arg(p: argparse.ArgumentParser, command: str) -> None:
+    """``--precision`` of ``command`` (profile, plan or train; :mod:`pipetrain.profile.precision`)."""
+    what, default = _PRECISION_USES[command]
+    shown = default or "the plan's; fp32 with --model"
+    p.add_argument("--precision", choices=PRECISIONS, default=default, help=f"{what} (default: {shown})")
 
 
 def profile_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     p.add_argument("--estimate", metavar="DEVICE", help="estimate for a device model (cpu, v100, a100, h100, "
                    "fpga) instead of measuring (default: measure here)")
-    _precision_arg(p)
+    _precision_arg(p, "profile")
     p.add_argument("--repeats", type=_count, default=5, help="timed repeats per point, the median kept (default: "
                    "5); a point whose repeats spread by more than ±10%% is timed up to twice more")
     _device_args(p, backend=False)
@@ -194,7 +204,9 @@ def probe_args(p: argparse.ArgumentParser) -> None:
 def plan_args(p: argparse.ArgumentParser) -> None:
     _model_args(p)
     _cost_args(p)
-    p.add_argument("--method", default="auto", choices=["auto", *method_names()], help=_plan_method_help())
+    names = method_names()
+    p.add_argument("--method", choices=[*names, _OLD_ANY_METHOD], metavar=f"{{{','.join(names)}}}",
+                   action=_MethodOrOldAuto, help=_plan_method_help())
     _local_args(p)
     _vertical_sync_arg(p)
     p.add_argument("--planner", choices=list(PLANNERS), help=_planner_help())
@@ -223,10 +235,7 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
                    help="optimizer whose state counts against device memory (default: sgd)")
-    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="precision the plan trains at, written to the plan: bf16 and fp16 run each stage under "
-                        "autocast with float32 master weights and send activations and gradients in 16 bits; "
-                        "fp16 scales the loss (default: fp32)")
+    _precision_arg(p, "plan")
     p.add_argument("--top", type=_count, default=8, help="candidates to list (default: 8)")
     _out_file(p, "out/plan.json", "plan JSON to write (and PLAN.cluster.json beside it for a sub-cluster)")
 
@@ -239,13 +248,30 @@ def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) 
                    "e.g. simulate's schedule.csv, edited); validated against the plan (default: the plan's own)")
 
 
+_OLD_ANY_METHOD = "auto"
+"""`plan --method auto`, the old spelling of leaving ``--method`` out; ``auto`` is ``--planner``'s (every planner)."""
+
+
+class _MethodOrOldAuto(argparse.Action):
+    """`plan --method M`; the old ``--method auto`` is taken as no ``--method``, with a one-line note."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        if values == _OLD_ANY_METHOD:
+            from pipetrain.cli.consoles import console
+
+            console.print("[dim]note: --method auto is deprecated: leave --method out to let the planner choose "
+                          "(--planner auto tries every planner)[/dim]")
+            values = None
+        setattr(namespace, self.dest, values)
+
+
 def _plan_method_help() -> str:
     """`plan --method`'s help: every method's record (:data:`~pipetrain.plan.methods.METHODS`) and how it
     is planned (:func:`~pipetrain.cli.routing.how_planned`)."""
     balanced = listed(PLANNERS[DEFAULT_PLANNER].methods, "and")
     methods = [f"{m.value}: {spec.summary} ({spec.paper}; {how_planned(m)})" for m, spec in METHODS.items()]
-    return f"auto: the --planner's choice ({DEFAULT_PLANNER}: the fastest of {balanced}); {'; '.join(methods)} " \
-        "(default: auto)"
+    return f"{'; '.join(methods)} (default: the --planner's choice; {DEFAULT_PLANNER}'s: the fastest of {balanced})"
 
 
 def _planner_help() -> str:
@@ -332,11 +358,7 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-grad-norm", type=float, metavar="X",
                    help="clip the gradient's global norm over all stages to X; under pipedream, each update's "
                         "own norm over its stage (default: no clipping)")
-    p.add_argument("--precision", choices=PRECISIONS,
-                   help="train at this precision instead of the plan's: bf16 and fp16 autocast each stage's forward "
-                        "(float32 master weights and optimizer state) and send activations and gradients in 16 "
-                        "bits; fp16 scales the loss and skips the steps whose gradients overflow, on every stage "
-                        "(default: the plan's; fp32 with --model)")
+    _precision_arg(p, "train")
     p.add_argument("--eval-every", type=_non_negative, default=0, metavar="K",
                    help="evaluate on the eval set every K steps (default: only after the last step)")
     p.add_argument("--seed", type=_non_negative, default=0, help="data and weight-initialisation seed (default: 0)")

@@ -12,6 +12,7 @@ from pipetrain import api
 from pipetrain.cli.common import cluster_and_profiles, graph_of, save_text
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.routing import PlanRoute, plan_route
+from pipetrain.cli.validate import check_plan_args
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
 from pipetrain.plan.batch_norm import warn_batch_norm
@@ -31,7 +32,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     route = plan_route(args)
     constraints = _plan_constraints(args, route)
     graph = graph_of(args)
-    api.check_stage_count(graph, args.stages or args.ranks or 2)
+    check_plan_args(args, graph)
     if route.spec.method_params() is LocalParams:  # the heads, checked against the model before any profiling
         constraints = dataclasses.replace(constraints, params=api.local_params(
             graph, args.aux, args.queue_depth or DEFAULT_QUEUE_DEPTH))

@@ -9,6 +9,7 @@ from pipetrain import api
 from pipetrain.cli.common import cluster_and_profiles, load_plan, load_schedule, save_text
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.rerun import rechunked, rerun
+from pipetrain.cli.validate import check_simulate_args
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
@@ -45,6 +46,7 @@ def _drained(args: argparse.Namespace, plan: Plan) -> Schedule | None:
 
 def cmd_simulate(args: argparse.Namespace) -> None:
     plan = load_plan(args.plan)
+    check_simulate_args(args, plan.method)
     graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
     plan = rerun(rechunked(plan, args, graph), args, graph)
     cost, predicted = _predict(args, plan, graph)
@@ -90,7 +92,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
                             "of this plan (`pipetrain simulate` and `train` with --plan)")
         if timeline.kind != kind:
             raise UserError(f"{flag} is a {timeline.kind} timeline; pass the {kind} one (`pipetrain "
-                            f"{'simulate' if kind == 'predicted' else 'train'} --out` writes {kind}.json)")
+                            f"{'simulate' if kind == 'predicted' else 'train'} --out-dir` writes {kind}.json)")
     picture = args.out if args.out.suffix else args.out.with_suffix(".png")
     if picture.suffix.lower() != ".png":
         raise UserError(f"--out {args.out}: compare writes a PNG picture; give a name ending in .png "

@@ -26,7 +26,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan, v_placed
 
-__all__ = ["rechunked", "rerun", "rerun_methods"]
+__all__ = ["check_rerun_flags", "rechunked", "rerun", "rerun_methods"]
 
 
 def _reruns(spec: MethodSpec) -> bool:
@@ -45,10 +45,8 @@ def rerun(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
     when those are given; else as it is."""
     method = None if args.method is None else Method(args.method)
     target = method or plan.method
-    named = args.method or f"{plan.method.value} (the plan's)"
     local = METHODS[target].params is LocalParams
-    check_local_flags(args, local, named)
-    check_vertical_sync(args, method, f"--method {named}")
+    check_rerun_flags(args, plan.method)
     if local and (method is not None or args.aux is not None or args.queue_depth is not None):
         own = plan.params if isinstance(plan.params, LocalParams) else None
         heads = api.local_params(graph, args.aux or (own.aux if own else None),
@@ -57,6 +55,35 @@ def rerun(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
     if method is None or (method is plan.method and not args.vertical_sync):
         return plan  # as planned (e.g. --planner pipedream|2bw for its method): keep the prediction
     return plan.run_by(method, args.vertical_sync)
+
+
+def check_rerun_flags(args: argparse.Namespace, planned: Method | None) -> None:
+    """``--aux``, ``--queue-depth``, ``--vertical-sync`` and ``--virtual-stages`` against the method the
+    run uses: ``--method``, else the plan's (``planned``; None: a plan `train` makes, by the default
+    planner: synchronous, no heads). Needs no profile, so commands call it first.
+
+    Raises:
+        UserError: a flag the method does not take, naming the fix.
+    """
+    method = None if args.method is None else Method(args.method)
+    target = method or planned
+    named = args.method or (f"{planned.value} (the plan's)" if planned else "the planner's choice")
+    check_local_flags(args, target is not None and METHODS[target].params is LocalParams, f"--method is {named}")
+    check_vertical_sync(args, method, f"--method {named}")
+    if args.virtual_stages is not None:
+        _chunking(None if method is None else METHODS[method])
+
+
+def _chunking(spec: MethodSpec | None) -> MethodSpec:
+    """The method ``--virtual-stages`` re-cuts a plan for (``--method``'s, None: not given).
+
+    Raises:
+        UserError: no method, or one with a stage per rank.
+    """
+    if spec is None or not spec.multi_stage:
+        chunked = [m for m, s in METHODS.items() if s.multi_stage]
+        raise UserError(f"--virtual-stages is for --method {listed(chunked)}; add one or drop --virtual-stages")
+    return spec
 
 
 def rechunked(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
@@ -71,9 +98,7 @@ def rechunked(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
         args = argparse.Namespace(**{**vars(args), "virtual_stages": args.virtual_stages or 2})
     if args.virtual_stages is None:
         return plan
-    if spec is None or not spec.multi_stage:
-        chunked = [m for m, s in METHODS.items() if s.multi_stage]
-        raise UserError(f"--virtual-stages is for --method {listed(chunked)}; add one or drop --virtual-stages")
+    spec = _chunking(spec)
     if plan.edges or plan.replicated:
         raise UserError("--virtual-stages re-cuts a chain plan with one rank per stage; drop it for this plan")
     cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, plan.n_ranks, plan.precision)

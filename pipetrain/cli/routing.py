@@ -62,15 +62,20 @@ def unequal(method: Method | None) -> bool:
 
 
 def _named(args: argparse.Namespace) -> Method | None:
-    return None if args.method in (None, "auto") else Method(args.method)
+    return None if args.method is None else Method(args.method)
+
+
+def _method_given(args: argparse.Namespace) -> str:
+    """``--method M``, or that none was given, for messages."""
+    return "no --method given" if args.method is None else f"--method is {args.method}"
 
 
 def check_local_flags(args: argparse.Namespace, takes_heads: bool, method: str) -> None:
-    """``--aux`` and ``--queue-depth`` go with local learning only (``method``: the method named, for
-    the message)."""
+    """``--aux`` and ``--queue-depth`` go with local learning only (``method``: which method runs, for
+    the message: ``--method is M``)."""
     if not takes_heads and (args.aux is not None or args.queue_depth is not None):
         local = listed([m for m, s in METHODS.items() if s.params is LocalParams])
-        raise UserError(f"--aux and --queue-depth are for local learning (--method is {method}): "
+        raise UserError(f"--aux and --queue-depth are for local learning ({method}): "
                         f"add --method {local} or drop them")
 
 
@@ -88,8 +93,9 @@ def plan_route(args: argparse.Namespace) -> PlanRoute:
     docstring); a UserError for combinations that do not go together."""
     method = _named(args)
     route = _unequal_route(args) if unequal(method) else _route(args, method)
-    check_local_flags(args, route.spec.method_params() is LocalParams, args.method)
-    check_vertical_sync(args, route.run_by or route.method, f"--method {args.method}")
+    check_local_flags(args, route.spec.method_params() is LocalParams, _method_given(args))
+    check_vertical_sync(args, route.run_by or route.method,
+                        "a plan without --method" if args.method is None else f"--method {args.method}")
     return route
 
 
@@ -122,7 +128,7 @@ def _route(args: argparse.Namespace, method: Method | None) -> PlanRoute:
     if given and (args.planner is None or PLANNERS[args.planner].kind == "microbatch"):
         uedp = listed([m for m in METHODS if unequal(m)])
         raise UserError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for UMPIPE's unequal "
-                        f"micro-batches: add --method {uedp} (--method is {args.method})")
+                        f"micro-batches: add --method {uedp} ({_method_given(args)})")
     if args.virtual_stages is not None and (method is None or not METHODS[method].multi_stage):
         chunked = [*(m for m, s in METHODS.items() if s.multi_stage), *(m for m in METHODS if unequal(m))]
         raise UserError(f"--virtual-stages is for --method {listed(chunked)}; add one or drop --virtual-stages")

@@ -17,6 +17,7 @@ from pipetrain.cli.consoles import console, out
 from pipetrain.cli.predict import write_timeline
 from pipetrain.cli.rerun import rechunked, rerun
 from pipetrain.cli.run_folder import claim_folder
+from pipetrain.cli.validate import check_train_args
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
@@ -37,16 +38,20 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.schedule is not None and args.plan is None:
         raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
     planned_with: Profile | None = None  # the profile this command planned with (no --plan)
-    if args.plan is not None:
-        plan = load_plan(args.plan)
-        if args.model is not None and args.model != plan.model:
-            raise UserError(f"--model {args.model} but {args.plan} was made for {plan.model}; drop --model to train "
+    given = None if args.plan is None else load_plan(args.plan)
+    if given is not None:
+        if args.model is not None and args.model != given.model:
+            raise UserError(f"--model {args.model} but {args.plan} was made for {given.model}; drop --model to train "
                             f"the plan's model, or plan anew with --model {args.model}")
-        graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
-        _claim(args, graph, under_torchrun)
+        graph = api.graph_for_plan(given, data=args.data, leaf_modules=args.leaf or ())
     else:
         graph = graph_of(args)
-        _claim(args, graph, under_torchrun)
+    config = _train_config(args, graph)
+    check_train_args(args, graph, config, None if given is None else given.method)
+    _claim(args, graph, under_torchrun)
+    if given is not None:
+        plan = given
+    else:
         cluster = api.local_cluster(args.ranks or 2, args.cluster)
         planned_with = load_profile(args, graph, args.batch)
         plan = api.plan(graph, planned_with, cluster, batch_size=args.batch,
@@ -56,16 +61,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         save_text(args.out_dir / "profile.json", planned_with.to_json(), "the profile it planned with")
         save_text(args.out_dir / "plan.json", plan.to_json(), "the plan it trains (`pipetrain simulate --plan` it)")
     schedule = load_schedule(args)
-    from pipetrain.runtime import TrainConfig, run_worker_from_env, train
+    from pipetrain.runtime import run_worker_from_env, train
 
-    config = TrainConfig(steps=20 if args.steps is None else args.steps, epochs=args.epochs, optimizer=args.optimizer,
-                         lr=args.lr, data=args.data or default_source(graph), loss=args.loss,
-                         eval_every=args.eval_every, seed=args.seed, timeout_s=args.timeout,
-                         threads_per_rank=args.threads, out=args.out_dir, momentum=args.momentum,
-                         weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
-                         lr_warmup_steps=args.warmup_steps, lr_rule=args.lr_rule, clip_grad_norm=args.clip_grad_norm,
-                         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, keep=args.keep,
-                         resume=args.resume, device=args.device, backend=args.backend)
     rates = config.stage_rates(plan)
     if (rates.changed or plan.asynchronous) and os.environ.get("RANK", "0") == "0":  # once under torchrun
         out.print(escape(rates.describe(config.lr)))
@@ -79,6 +76,20 @@ def cmd_train(args: argparse.Namespace) -> None:
     _summarise_training(plan, result)
     _summarise_memory(args, graph, plan, config, result, planned_with)
     _plot_losses(args.out_dir, result, f"{plan.model} on {config.data}")
+
+
+def _train_config(args: argparse.Namespace, graph: LayerGraph) -> TrainConfig:
+    """`train`'s settings (checked as they are made: ranges, the optimizer's, the schedule's)."""
+    from pipetrain.runtime import TrainConfig
+
+    return TrainConfig(steps=20 if args.steps is None else args.steps, epochs=args.epochs, optimizer=args.optimizer,
+                       lr=args.lr, data=args.data or default_source(graph), loss=args.loss,
+                       eval_every=args.eval_every, seed=args.seed, timeout_s=args.timeout,
+                       threads_per_rank=args.threads, out=args.out_dir, momentum=args.momentum,
+                       weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
+                       lr_warmup_steps=args.warmup_steps, lr_rule=args.lr_rule, clip_grad_norm=args.clip_grad_norm,
+                       checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, keep=args.keep,
+                       resume=args.resume, device=args.device, backend=args.backend)
 
 
 def _at_precision(plan: Plan, args: argparse.Namespace) -> Plan:

@@ -9,6 +9,7 @@ Sits above ``planners`` and below ``runtime``. Public surface::
     EvalTally().add(loss, output, target); .result() -> EvalResult   # eval loss, accuracy, perplexity
     load_callable("module.path:callable", what)                      # pipetrain.callables: user code, cwd first
     check_source_name(source)                                        # form only; loads nothing
+    check_fits(source, graph)                                        # the data against the model, early
     data_specs(source, model) -> (input, target) TensorSpecs         # for a user's nn.Module
 
 Sources: ``digits``, ``text``, ``synthetic`` (:data:`SOURCE_NAMES`) or ``module.path:callable``.
@@ -22,6 +23,7 @@ from pipetrain.data.loss import LOSS_NAMES, Loss, default_loss_name, model_loss,
 from pipetrain.data.pair import DatasetPair, Sample, check_pair, sample_spec
 from pipetrain.data.sources import (
     SOURCE_NAMES,
+    check_fits,
     check_source_name,
     data_specs,
     default_source,
@@ -42,6 +44,7 @@ __all__ = [
     "Sample",
     "StepLoader",
     "SyntheticBatches",
+    "check_fits",
     "check_pair",
     "check_source_name",
     "data_specs",

@@ -30,7 +30,8 @@ from pipetrain.data.text_file import is_text_file, text_file_pair
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
 
-__all__ = ["SOURCE_NAMES", "check_source_name", "data_specs", "default_source", "load_datasets", "train_batches"]
+__all__ = ["SOURCE_NAMES", "check_fits", "check_source_name", "data_specs", "default_source", "load_datasets",
+           "train_batches"]
 
 SOURCE_NAMES = ("digits", "text", "synthetic")
 
@@ -55,6 +56,23 @@ def default_source(graph: LayerGraph) -> str:
             continue
         return name
     return "synthetic"
+
+
+def check_fits(source: str, graph: LayerGraph) -> None:
+    """Check that ``source`` can feed ``graph``, loading no built-in data: its name, the digits' or the
+    text's shapes against the model's, and a text file's or a factory's datasets (read once per
+    process, so the run later reuses them).
+
+    Raises:
+        UserError: as :func:`load_datasets`.
+    """
+    check_source_name(source)
+    if source == "digits":
+        _check_digits_model(graph)
+    elif source == "text":
+        _check_text_model(graph)
+    elif source != "synthetic":
+        load_datasets(source, graph)
 
 
 def load_datasets(source: str, graph: LayerGraph) -> DatasetPair:

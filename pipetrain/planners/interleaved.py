@@ -134,6 +134,11 @@ def plan_interleaved(problem: PlanningProblem) -> PlanningResult:
                     candidates += [memory_checked(score(as_chosen(plan.run_by(method), c.recompute), cost), cost,
                                                   problem.optimizer, check=c.memory_cap)
                                    for method in kinds]
+    if not candidates:  # every method asked for needs a micro-batch per stage (DualPipeV), more than given
+        fewest = min(chunks for chunks in chunk_options) * n_ranks
+        raise UserError(f"method {', '.join(m.value for m in methods)} needs a micro-batch per stage, at least "
+                        f"{fewest} on {n_ranks} ranks, not {max(counts)}; give --micro {fewest} or more "
+                        "(n_micro), or a larger batch")
     if c.memory_cap and c.recompute == "auto":
         candidates = with_recompute_options(candidates, cost, problem.optimizer)
     candidates.sort(key=rank_key)

@@ -75,7 +75,7 @@ def test_plan_local_defaults(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--aux", "dgl"], "--aux and --queue-depth are for local learning (--method is auto): add --method local"),
+    (["--aux", "dgl"], "--aux and --queue-depth are for local learning (no --method given): add --method local"),
     (["--method", "gpipe", "--queue-depth", "3"], "add --method local or drop them"),
     (["--method", "pipedream", "--aux", "linear"], "add --method local or drop them"),
     (["--method", "local", "--planner", "pipedream"], "does not take --planner; drop it"),

@@ -49,7 +49,7 @@ def test_a_run_of_an_earlier_pipetrain_counts_as_another(tmp_path: Path) -> None
 
 def test_train_refuses_before_profiling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _old_run(tmp_path / "run", "mlp-digits", "a" * 64)
-    code = main(["train", "--model", "gpt-tiny", "--steps", "1", "--out-dir", str(tmp_path / "run")])
+    code = main(["train", "--model", "gpt-tiny", "--steps", "2", "--out-dir", str(tmp_path / "run")])
     assert code == 2
     captured = capsys.readouterr()
     said = " ".join((captured.out + captured.err).split())

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pipetrain.errors import UserError
-from pipetrain.graph.layer_graph import Layer
+from pipetrain.graph.layer_graph import Layer, LayerGraph
 from pipetrain.graph.ties import saved_name
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import RankContext
@@ -45,7 +45,8 @@ from pipetrain.runtime.job.config import TrainJob
 from pipetrain.runtime.job.loss_scale import LossScaler
 from pipetrain.schedule.segments import drain_points
 
-__all__ = ["LOSS_SCALE", "checkpoint_due", "drains", "find_resume", "manifest_fields", "resume", "resume_step", "save"]
+__all__ = ["LOSS_SCALE", "checkpoint_due", "drains", "find_resume", "manifest_fields", "resume", "resume_checkpoint",
+           "resume_step", "save"]
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +77,24 @@ def find_resume(job: TrainJob) -> Checkpoint | None:
         UserError: no whole checkpoint there, one of another model, or one already at ``steps``.
     """
     folder = job.config.resume
-    if folder is None:
-        return None
+    return None if folder is None else resume_checkpoint(folder, job.graph, job.config.steps)
+
+
+def resume_checkpoint(folder: Path, graph: LayerGraph, steps: int | None) -> Checkpoint:
+    """The newest whole checkpoint in ``folder`` to resume ``graph``'s training from, before ``steps``
+    (None: not known yet, the run counts epochs); the CLI calls it before any profiling too.
+
+    Raises:
+        UserError: no whole checkpoint there, one of another model, or one already at ``steps``.
+    """
     checkpoint = newest_checkpoint(folder)
     if checkpoint is None:
         raise UserError(f"--resume {folder}: no whole checkpoint there (a folder with {folder}/step-*/manifest.json); "
                         "check the path, or train without --resume")
-    checkpoint.check_model(job.graph)
-    if checkpoint.step >= job.config.steps:
+    checkpoint.check_model(graph)
+    if steps is not None and checkpoint.step >= steps:
         raise UserError(f"--resume {folder}: its newest checkpoint is at step {checkpoint.step}, not before the "
-                        f"{job.config.steps} steps asked for; ask for more steps (or epochs)")
+                        f"{steps} steps asked for; ask for more steps (or epochs)")
     return checkpoint
 
 
