@@ -26,7 +26,7 @@ knows whether training clips the gradient norm (:attr:`CostModel.clip_grad_norm`
 costs each layer's step of that optimizer, measured by the profile or else memory-bound
 (:mod:`pipetrain.profile.optimizer_step`: passes × parameter bytes / bandwidth), plus, when
 clipping, each layer's share of the norm and scaling (measured, else 3 passes over the gradients);
-a rank's first STEP then also waits for the norm's all-reduce of one float64 over the plan's ranks
+a rank's first STEP then also pays the norm's all-reduce of one float64 over the plan's ranks
 (:meth:`CostModel.clip_allreduce_s`, latency-bound). A plan is priced with its own optimizer
 (:attr:`~pipetrain.plan.plan.Plan.optimizer`; :func:`pipetrain.api.cost_of`).
 
