@@ -115,6 +115,8 @@ _NO_CLIP: Final = 1e30
 
 
 def _clip_once(grads: list[torch.Tensor]) -> None:
+    """What :func:`pipetrain.runtime.job.optim.start_clip_grad_norm` and its ``finish`` do to one rank's
+    gradients (the all-reduce apart), with :data:`_NO_CLIP` as the largest norm allowed."""
     squared = torch.zeros((), dtype=torch.float64, device=grads[0].device)
     for g in grads:
         squared += torch.linalg.vector_norm(g, 2.0).to(torch.float64).square()
