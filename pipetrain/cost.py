@@ -21,6 +21,15 @@ micro-batch keeps from F to B adds the compute-dtype casts of the stage's weight
 saves (:meth:`CostModel.saved_bytes`). A plan is priced only by a cost model at its precision
 (:func:`pipetrain.api.cost_of` checks it).
 
+A cost model prices one optimizer's step (:attr:`CostModel.optimizer`; ``sgd`` by default) and
+knows whether training clips the gradient norm (:attr:`CostModel.clip_grad_norm`): a stage's STEP
+costs each layer's step of that optimizer, measured by the profile or else memory-bound
+(:mod:`pipetrain.profile.optimizer_step`: passes × parameter bytes / bandwidth), plus, when
+clipping, each layer's share of the norm and scaling (measured, else 3 passes over the gradients);
+a rank's first STEP then also pays the norm's all-reduce of one float64 over the plan's ranks
+(:meth:`CostModel.clip_allreduce_s`, latency-bound). A plan is priced with its own optimizer
+(:attr:`~pipetrain.plan.plan.Plan.optimizer`; :func:`pipetrain.api.cost_of`).
+
 For method ``local`` a cost model can also hold the auxiliary heads' profiles
 (:meth:`CostModel.with_heads`, from :func:`~pipetrain.profile.heads.head_profiles`): a stage ending at
 layer ``l`` then adds the head after ``l`` to its forward (:meth:`CostModel.head_forward_s`), backward
@@ -36,6 +45,7 @@ import numpy as np
 
 from pipetrain.cluster import Cluster, device_model
 from pipetrain.errors import UserError
+from pipetrain.profile.optimizer_step import CLIP_PASSES, STEP_PASSES, OptimizerName, memory_bound_s
 from pipetrain.profile.precision import Precision
 from pipetrain.profile.table import LayerProfile, Profile, TiedBytes
 
@@ -50,6 +60,8 @@ class CostModel:
         cluster: the devices (one per rank) and links.
         action_overhead_s: fixed seconds added to every forward or backward action; defaults to
             the cluster's ``action_overhead_s``.
+        optimizer: the optimizer whose step STEP costs (module docstring).
+        clip_grad_norm: whether training clips the gradient norm (module docstring).
     """
 
     def __init__(
@@ -57,6 +69,9 @@ class CostModel:
         profile: Profile | Mapping[str, Profile],
         cluster: Cluster,
         action_overhead_s: float | None = None,
+        *,
+        optimizer: OptimizerName = "sgd",
+        clip_grad_norm: bool = False,
     ) -> None:
         self.profiles: dict[str, Profile] = (
             {d.kind: profile for d in cluster.devices} if isinstance(profile, Profile) else dict(profile)
@@ -66,6 +81,10 @@ class CostModel:
             raise UserError(f"no profile for device kind(s) {sorted(missing)}; profile or estimate them")
         self.cluster = cluster
         self.action_overhead_s = cluster.action_overhead_s if action_overhead_s is None else action_overhead_s
+        self.optimizer: OptimizerName = optimizer
+        """The optimizer whose step STEP costs."""
+        self.clip_grad_norm = clip_grad_norm
+        """Whether STEP clips the gradient norm (its computation, and the all-reduce of :meth:`clip_allreduce_s`)."""
         self.profile = next(iter(self.profiles.values()))
         precisions = {p.precision for p in self.profiles.values()}
         if len(precisions) > 1:
@@ -84,7 +103,8 @@ class CostModel:
         the devices a plan uses); ``self`` when it is this model's cluster."""
         if cluster is self.cluster:
             return self
-        return CostModel(self.profiles, cluster, self.action_overhead_s).with_heads(self.heads)
+        return CostModel(self.profiles, cluster, self.action_overhead_s, optimizer=self.optimizer,
+                         clip_grad_norm=self.clip_grad_norm).with_heads(self.heads)
 
     def with_heads(self, heads: Mapping[str, Mapping[str, LayerProfile]]) -> CostModel:
         """A copy that counts auxiliary heads (method ``local``): per device kind, the head's profile
@@ -96,7 +116,8 @@ class CostModel:
         missing = {d.kind for d in self.cluster.devices} - set(heads)
         if heads and missing:
             raise UserError(f"no auxiliary head profiles for device kind(s) {sorted(missing)}; profile them too")
-        copy = CostModel(self.profiles, self.cluster, self.action_overhead_s)
+        copy = CostModel(self.profiles, self.cluster, self.action_overhead_s, optimizer=self.optimizer,
+                         clip_grad_norm=self.clip_grad_norm)
         copy.heads = {kind: dict(by_layer) for kind, by_layer in heads.items()}
         return copy
 
@@ -236,20 +257,33 @@ class CostModel:
         return self.parameter_bytes(stages[k][0]) - tied
 
     def step_s(self, layers: Sequence[str], rank: int) -> float:
-        """Seconds for the optimizer step of the stage's parameters.
+        """Seconds for the optimizer step of the stage's parameters, with its share of clipping the
+        gradient norm when :attr:`clip_grad_norm` (the all-reduce apart: :meth:`clip_allreduce_s`).
 
-        Uses the profile's measured per-layer step time where present, else a memory-bound
-        estimate: an SGD step reads parameters and gradients and writes parameters (3 passes).
+        Per layer, the profile's measured seconds for :attr:`optimizer` (divided by the device's
+        speed), else a memory-bound estimate (module docstring).
         """
         return self._step_of(self._layers(rank, layers), rank)
 
     def _step_of(self, lps: Sequence[LayerProfile], rank: int) -> float:
-        """The optimizer step of ``lps``' parameters on ``rank`` (measured, else memory-bound)."""
-        measured = [lp.step_s for lp in lps]
-        if all(s is not None for s in measured):
-            return sum(s for s in measured if s is not None) / self.cluster.devices[rank].speed
-        bandwidth = device_model(self.cluster.devices[rank].kind).memory_bandwidth_bytes_per_s
-        return 3 * sum(lp.parameter_bytes for lp in lps) / bandwidth
+        """The optimizer step (and clipping's norm) of ``lps``' parameters on ``rank`` (:meth:`step_s`)."""
+        device = self.cluster.devices[rank]
+        bandwidth = device_model(device.kind).memory_bandwidth_bytes_per_s
+        total = 0.0
+        for lp in lps:
+            measured = lp.step_for(self.optimizer)
+            total += (measured / device.speed if measured is not None
+                      else memory_bound_s(STEP_PASSES[self.optimizer], lp.parameter_bytes, bandwidth))
+            if self.clip_grad_norm:
+                clip = lp.clip_for()
+                total += (clip / device.speed if clip is not None
+                          else memory_bound_s(CLIP_PASSES, lp.parameter_bytes, bandwidth))
+        return total
+
+    def clip_allreduce_s(self, ranks: Sequence[int]) -> float:
+        """Seconds of clipping's all-reduce of the squared norm (one float64) over ``ranks``, the plan's:
+        latency-bound (:meth:`allreduce_s` of 8 bytes); 0 without :attr:`clip_grad_norm` or for one rank."""
+        return self.allreduce_s(8, ranks) if self.clip_grad_norm else 0.0
 
     def forward_table(self, layers: Sequence[str], batch: int, rank: int) -> np.ndarray:
         """Forward seconds for every size ``0..batch`` as an array ``[batch + 1]`` (entry 0 is 0)."""

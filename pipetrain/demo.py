@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from rich.console import Console
 
@@ -23,11 +24,17 @@ from pipetrain.cluster import Cluster
 from pipetrain.data import default_source
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime.job.config import TrainConfig, TrainResult
 from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["DemoSettings", "run_demo"]
+
+_OPTIMIZER: Final[OptimizerName] = "adamw"
+"""What the demo trains with, and so what its plan prices (with clipping at :data:`_CLIP_NORM`)."""
+
+_CLIP_NORM: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ def _plan(graph: LayerGraph, settings: DemoSettings, out: Console, console: Cons
     cluster = _probe(graph, settings, console)
     write_atomic(folder / "cluster.json", cluster.to_json())
     console.print("[bold]3/7[/bold] planning: every method × micro-batch count, simulated")
-    result = api.plan(graph, profile, cluster, batch_size=batch,
+    result = api.plan(graph, profile, cluster, batch_size=batch, optimizer=_OPTIMIZER, clip_grad_norm=True,
                       constraints=api.Constraints(n_stages=cluster.n_devices))  # one stage per rank
     plan = result.plan
     write_atomic(folder / "plan.json", plan.to_json())
@@ -98,8 +105,8 @@ def _plan(graph: LayerGraph, settings: DemoSettings, out: Console, console: Cons
 
 def _config(settings: DemoSettings, data: str, steps: int, *, evaluate: bool) -> TrainConfig:
     """AdamW with a warm-up and cosine decay: what makes gpt-tiny learn in a few hundred steps."""
-    return TrainConfig(steps=steps, warmup_steps=2, data=data, optimizer="adamw", lr=3e-3,
-                       lr_schedule="warmup-cosine", lr_warmup_steps=max(1, steps // 20), clip_grad_norm=1.0,
+    return TrainConfig(steps=steps, warmup_steps=2, data=data, optimizer=_OPTIMIZER, lr=3e-3,
+                       lr_schedule="warmup-cosine", lr_warmup_steps=max(1, steps // 20), clip_grad_norm=_CLIP_NORM,
                        eval_every=max(1, steps // 4) if evaluate else 0, out=settings.folder if evaluate else None,
                        checkpoint_dir=settings.folder / "checkpoints" if evaluate else None, keep=1)
 

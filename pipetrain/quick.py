@@ -51,6 +51,7 @@ def plan(
     optimizer: OptimizerName = "sgd",
     leaf_modules: Sequence[type[nn.Module] | str] = (),
     progress: bool = True,
+    clip_grad_norm: bool = False,
 ) -> Plan:
     """The fastest plan ``planner`` finds for ``model`` on ``ranks`` local ranks, profiled here.
 
@@ -62,22 +63,23 @@ def plan(
         ranks: local ranks (stages, or replicas of them).
         loss: the training loss (default: cross-entropy for class targets, mse for float ones).
         planner: any name of :data:`pipetrain.api.PLANNERS` (``"auto"`` tries them all).
-        optimizer: whose state counts against memory.
+        optimizer: what training will run: its state counts against memory, its step is priced.
         leaf_modules: module classes to keep whole inside one layer when tracing.
         progress: progress bars while profiling and planning.
+        clip_grad_norm: whether training will clip the gradient norm (its cost is priced).
     """
     graph = api.resolve_model(model, data=data, loss=loss, leaf_modules=leaf_modules)
-    chosen = _plan(graph, batch_size, ranks, loss, planner, optimizer, progress)
+    chosen = _plan(graph, batch_size, ranks, loss, planner, optimizer, progress, clip_grad_norm)
     warn_batch_norm(chosen, graph)  # train says it when it runs the plan
     return chosen
 
 
 def _plan(graph: LayerGraph, batch_size: int, ranks: int, loss: str | None, planner: str,
-          optimizer: OptimizerName, progress: bool) -> Plan:
+          optimizer: OptimizerName, progress: bool, clip_grad_norm: bool) -> Plan:
     profile = api.profile_model(graph, batch_size, progress=progress, loss=loss)
     cluster = api.local_cluster(ranks)
     result = api.plan(graph, profile, cluster, batch_size=batch_size, planner=planner,
-                      optimizer=optimizer, progress=progress)
+                      optimizer=optimizer, progress=progress, clip_grad_norm=clip_grad_norm)
     return result.plan
 
 
@@ -115,7 +117,7 @@ def train(
     refuse_rerun_of_main()  # before capturing and profiling: a script without the __main__ guard
     graph = api.resolve_model(model, data=data, loss=loss, leaf_modules=leaf_modules)
     chosen = plan or _plan(graph, batch_size, ranks, loss, "balanced", settings.get("optimizer", "sgd"),
-                           settings.get("progress", True))
+                           settings.get("progress", True), settings.get("clip_grad_norm") is not None)
     graph = api.graph_for_plan(chosen, graph)
     config = TrainConfig(data=data or default_source(graph), loss=loss, out=Path(out) if out is not None else None,
                          **settings)

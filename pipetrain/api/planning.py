@@ -27,7 +27,7 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import check_aux, default_aux
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.memory import OptimizerName
+from pipetrain.plan.memory import OptimizerName, check_optimizer
 from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams
 from pipetrain.planners import (
     MICROBATCH_PLANNERS,
@@ -59,6 +59,7 @@ def plan(
     constraints: Constraints | None = None,
     progress: bool = False,
     precision: Precision = "fp32",
+    clip_grad_norm: bool = False,
 ) -> PlanningResult:
     """Plan with any registered planner (:data:`~pipetrain.planners.registry.PLANNERS`).
 
@@ -74,12 +75,16 @@ def plan(
             the planner of ``constraints.method``
             (:func:`~pipetrain.planners.registry.planner_for`), the default micro-batch planner
             (``tidgap``) on a given base plan, else ``balanced``.
-        optimizer: whose state counts against device memory (``sgd``, ``sgd-momentum``, ``adam``, ``adamw``).
+        optimizer: the optimizer training will run (``sgd``, ``sgd-momentum``, ``adam``, ``adamw``): its
+            state counts against device memory and its step is priced (:mod:`pipetrain.profile.optimizer_step`);
+            the plan records it (:attr:`~pipetrain.plan.plan.Plan.optimizer`).
         constraints: what to fix (method, stages, micro-batches, base plan, seed, GA budget, the method's
             params: local learning's heads and queue depth); a planner refuses the ones it does not use.
         progress: show progress on stderr.
         precision: ``fp32``, ``bf16`` or ``fp16``, the plan's :attr:`~pipetrain.plan.plan.Plan.precision`:
             the runtime trains it so (:mod:`pipetrain.runtime.interp.precision`).
+        clip_grad_norm: whether training will clip the gradient norm (``--clip-grad-norm``): each STEP
+            is priced with the norm and its all-reduce over the ranks, and the plan records it.
 
     Returns:
         ``result.plan``, ``result.cluster`` (the cluster the plan's ranks index, a sub-cluster when
@@ -92,8 +97,8 @@ def plan(
 
     Raises:
         UserError: an unknown planner, constraints it does not take, a model with fewer layers than
-            stages, a profile of another model, local learning on a model it cannot train, or what the
-            planner itself refuses.
+            stages, a profile of another model, local learning on a model it cannot train or with
+            clipping, or what the planner itself refuses.
     """
     constraints = constraints or Constraints()
     spec = _planner(planner, constraints)
@@ -104,11 +109,18 @@ def plan(
     for p in each_profile(profile):
         check_profile_of(model, p, "the profile")
     params = constraints.params
-    cost = local_cost(model, profile, cluster, params.aux) if isinstance(params, LocalParams) and \
-        isinstance(model, LayerGraph) else CostModel(profile, cluster)
+    optimizer = check_optimizer(optimizer)
+    if clip_grad_norm and isinstance(params, LocalParams):
+        raise UserError("--clip-grad-norm clips the whole model's gradient, which local learning never forms; "
+                        "drop it to plan method local")
+    if isinstance(params, LocalParams) and isinstance(model, LayerGraph):
+        cost = local_cost(model, profile, cluster, params.aux, optimizer=optimizer)
+    else:
+        cost = CostModel(profile, cluster, optimizer=optimizer, clip_grad_norm=clip_grad_norm)
     problem = PlanningProblem(ref, cost, _batch_size(batch_size, constraints), optimizer, constraints, progress)
     result = within_noise(spec.run(problem), _noise(profile))
-    return replace(result, plan=replace(result.plan, precision=parse_precision(precision)))
+    return replace(result, plan=replace(result.plan, precision=parse_precision(precision), optimizer=optimizer,
+                                        clip_grad_norm=clip_grad_norm))
 
 
 def _noise(profile: Profiles) -> float | None:

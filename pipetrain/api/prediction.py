@@ -15,6 +15,7 @@ from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.aux_heads import check_aux, default_aux
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.methods import LocalParams, Method
 from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.profile.heads import head_profiles
@@ -54,13 +55,16 @@ def single_process(plan: Plan, profile: Profiles, cluster: Cluster) -> Timeline:
     layers = tuple(layer.name for layer in each_profile(profile)[0].layers)  # graph order, a DAG's too
     one = Plan(model=plan.model, model_fingerprint=plan.model_fingerprint, batch_size=plan.batch_size,
                method=Method.GPIPE, stages=(StagePlan(layers, (0,), (plan.batch_size,), (plan.batch_size,)),),
-               precision=plan.precision)
+               precision=plan.precision, optimizer=plan.optimizer, clip_grad_norm=plan.clip_grad_norm)
     first = replace(cluster, devices=cluster.devices[:1], name=f"{cluster.name}[:1]")
-    return simulate(build_schedule(one), one, CostModel(profile, first))
+    return simulate(build_schedule(one), one,
+                    CostModel(profile, first, optimizer=one.optimizer, clip_grad_norm=one.clip_grad_norm))
 
 
 def cost_of(plan: Plan, profile: Profiles, cluster: Cluster, graph: LayerGraph | None = None) -> CostModel:
-    """The cost model that predicts ``plan``: with its auxiliary heads for method local (:func:`local_cost`).
+    """The cost model that predicts ``plan``: pricing its optimizer's step and clipping
+    (:attr:`~pipetrain.plan.plan.Plan.optimizer`, :attr:`~pipetrain.plan.plan.Plan.clip_grad_norm`), with
+    its auxiliary heads for method local (:func:`local_cost`).
 
     Raises:
         UserError: a local plan without its ``graph``; a profile at another precision than the plan's
@@ -70,19 +74,21 @@ def cost_of(plan: Plan, profile: Profiles, cluster: Cluster, graph: LayerGraph |
         p.check_precision(plan.precision)
     params = plan.params
     if not isinstance(params, LocalParams):
-        return CostModel(profile, cluster)
+        return CostModel(profile, cluster, optimizer=plan.optimizer, clip_grad_norm=plan.clip_grad_norm)
     if graph is None:
         raise UserError("a local plan's prediction counts its auxiliary heads: pass graph= "
                         "(api.graph_for_plan(plan))")
-    return local_cost(graph, profile, cluster, params.aux, after=[s.layers[-1] for s in plan.stages])
+    return local_cost(graph, profile, cluster, params.aux, after=[s.layers[-1] for s in plan.stages],
+                      optimizer=plan.optimizer)
 
 
 def local_cost(graph: LayerGraph, profile: Profiles, cluster: Cluster, aux: str | None = None,
-               after: Sequence[str] | None = None) -> CostModel:
+               after: Sequence[str] | None = None, optimizer: OptimizerName = "sgd") -> CostModel:
     """``profile`` on ``cluster`` with the auxiliary heads ``aux`` (None: the model's default) after
     every layer but the last (or those in ``after``), estimated or measured as the profile was
-    (:func:`~pipetrain.profile.heads.head_profiles`): method local's cost model."""
+    (:func:`~pipetrain.profile.heads.head_profiles`): method local's cost model, stepping with
+    ``optimizer`` (local learning clips no global norm)."""
     kind = check_aux(graph, aux if aux is not None else default_aux(graph))
-    cost = CostModel(profile, cluster)
+    cost = CostModel(profile, cluster, optimizer=optimizer)
     heads = {id(p): head_profiles(graph, p, kind, after=after) for p in cost.profiles.values()}
     return cost.with_heads({k: heads[id(p)] for k, p in cost.profiles.items()})

@@ -234,7 +234,11 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                         "stage of an interleaved plan with V chunks per rank (the interleaved-ga planner)")
     p.add_argument("--micro", type=_count, help="fix the number of micro-batches (default: search)")
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
-                   help="optimizer whose state counts against device memory (default: sgd)")
+                   help="optimizer training will run, written to the plan: its state counts against device "
+                        "memory and its step is priced (default: sgd)")
+    p.add_argument("--clip-grad-norm", type=float, metavar="X",
+                   help="training will clip the gradient norm (train --clip-grad-norm X): written to the plan, "
+                        "each step priced with the norm and its all-reduce over the ranks (default: no clipping)")
     _precision_arg(p, "plan")
     p.add_argument("--top", type=_count, default=8, help="candidates to list (default: 8)")
     _out_file(p, "out/plan.json", "plan JSON to write (and PLAN.cluster.json beside it for a sub-cluster)")
@@ -325,8 +329,9 @@ def simulate_args(p: argparse.ArgumentParser) -> None:
     _cost_args(p)
     _data_args(p)
     _out_dir(p, "out/sim", "predicted.json, the Chrome trace, the Gantt PNG and schedule.csv")
-    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZER_NAMES,
-                   help="optimizer whose state the memory table counts (default: sgd)")
+    p.add_argument("--optimizer", choices=OPTIMIZER_NAMES,
+                   help="optimizer whose step the prediction prices and whose state the memory table counts "
+                        "(default: the plan's)")
     p.add_argument("--checkpoint-every", type=_non_negative, default=0, metavar="K",
                    help="pipedream and 2bw: price a checkpoint every K steps, each draining the pipeline (the "
                         "samples/s line and the predicted timeline show the drains) (default: none)")

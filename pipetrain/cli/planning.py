@@ -38,7 +38,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
             graph, args.aux, args.queue_depth or DEFAULT_QUEUE_DEPTH))
     cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=route.spec.name,
-                      optimizer=args.optimizer, constraints=constraints, progress=True, precision=args.precision)
+                      optimizer=args.optimizer, constraints=constraints, progress=True, precision=args.precision,
+                      clip_grad_norm=args.clip_grad_norm is not None)
     if route.run_by is not None:
         result = _run_by(result, route.run_by, args.vertical_sync)
     warn_batch_norm(result.plan, graph)

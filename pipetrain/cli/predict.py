@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from pipetrain import api
@@ -13,6 +14,7 @@ from pipetrain.cli.validate import check_simulate_args
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import Plan
 from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
@@ -48,7 +50,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     plan = load_plan(args.plan)
     check_simulate_args(args, plan.method)
     graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
-    plan = rerun(rechunked(plan, args, graph), args, graph)
+    plan = _with_optimizer(rerun(rechunked(plan, args, graph), args, graph), args.optimizer)
     cost, predicted = _predict(args, plan, graph)
     write_timeline(args.out_dir, "predicted", predicted, plan)
     from pipetrain.simulate.memory import device_memory, stage_memory
@@ -71,8 +73,16 @@ def cmd_simulate(args: argparse.Namespace) -> None:
             drained = steady.drained_samples_per_s(args.checkpoint_every)
             out.print(f"a checkpoint every {args.checkpoint_every} steps drains the pipeline each time: "
                       f"{drained:.1f} samples/s ({1 - drained / steady.samples_per_s:.1%} below the steady state)")
-    memories = stage_memory(plan, cost, optimizer=args.optimizer)
-    out.print(memory_table(memories, device_memory(plan, cost), optimizer=args.optimizer, recompute=recomputes))
+    memories = stage_memory(plan, cost, optimizer=plan.optimizer)
+    out.print(memory_table(memories, device_memory(plan, cost), optimizer=plan.optimizer, recompute=recomputes))
+
+
+def _with_optimizer(plan: Plan, optimizer: OptimizerName | None) -> Plan:
+    """``plan`` priced with ``--optimizer`` (None: the plan's own); one line when it is not the plan's."""
+    if optimizer is None or optimizer == plan.optimizer:
+        return plan
+    out.print(f"pricing the step and memory of {optimizer} (--optimizer), not the plan's {plan.optimizer}")
+    return dataclasses.replace(plan, optimizer=optimizer)
 
 
 def write_timeline(folder: Path, name: str, timeline: Timeline, plan: Plan) -> None:

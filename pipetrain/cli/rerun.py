@@ -102,6 +102,9 @@ def rechunked(plan: Plan, args: argparse.Namespace, graph: LayerGraph) -> Plan:
     if plan.edges or plan.replicated:
         raise UserError("--virtual-stages re-cuts a chain plan with one rank per stage; drop it for this plan")
     cluster, profile = cluster_and_profiles(args, graph, plan.batch_size, plan.n_ranks, plan.precision)
-    return build_interleaved_plan(ModelRef.of(graph), CostModel(profile, cluster), n_ranks=plan.n_ranks,
-                                  chunks=args.virtual_stages, batch_size=plan.batch_size,
-                                  n_micro=len(plan.stages[0].forward_sizes), method=spec.method)
+    cost = CostModel(profile, cluster, optimizer=plan.optimizer, clip_grad_norm=plan.clip_grad_norm)
+    cut = build_interleaved_plan(ModelRef.of(graph), cost, n_ranks=plan.n_ranks, chunks=args.virtual_stages,
+                                 batch_size=plan.batch_size, n_micro=len(plan.stages[0].forward_sizes),
+                                 method=spec.method)
+    return dataclasses.replace(cut, precision=plan.precision, optimizer=plan.optimizer,
+                               clip_grad_norm=plan.clip_grad_norm)

@@ -54,9 +54,11 @@ def cmd_train(args: argparse.Namespace) -> None:
     else:
         cluster = api.local_cluster(args.ranks or 2, args.cluster)
         planned_with = load_profile(args, graph, args.batch)
-        plan = api.plan(graph, planned_with, cluster, batch_size=args.batch,
+        plan = api.plan(graph, planned_with, cluster, batch_size=args.batch, optimizer=args.optimizer,
+                        clip_grad_norm=args.clip_grad_norm is not None,
                         constraints=api.Constraints(n_stages=cluster.n_devices)).plan  # one stage per rank
     plan = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
+    _note_optimizer(plan, args)
     if planned_with is not None:  # the run says what it planned with (torchrun needs --plan: never here)
         save_text(args.out_dir / "profile.json", planned_with.to_json(), "the profile it planned with")
         save_text(args.out_dir / "plan.json", plan.to_json(), "the plan it trains (`pipetrain simulate --plan` it)")
@@ -99,6 +101,19 @@ def _at_precision(plan: Plan, args: argparse.Namespace) -> Plan:
     if args.plan is not None and os.environ.get("RANK", "0") == "0":
         out.print(f"training at {args.precision}, not the plan's {plan.precision} (--precision)")
     return dataclasses.replace(plan, precision=args.precision)
+
+
+def _note_optimizer(plan: Plan, args: argparse.Namespace) -> None:
+    """One line when the run's optimizer or clipping is not what the plan's prediction priced (its STEP)."""
+    clips = args.clip_grad_norm is not None
+    if (args.optimizer, clips) == (plan.optimizer, plan.clip_grad_norm) or os.environ.get("RANK", "0") != "0":
+        return
+    out.print(f"training with {_stepping(args.optimizer, clips)}, but the plan's prediction priced the step of "
+              f"{_stepping(plan.optimizer, plan.clip_grad_norm)} (`pipetrain plan --optimizer`, --clip-grad-norm)")
+
+
+def _stepping(optimizer: str, clips: bool) -> str:
+    return f"{optimizer}{' with clipping' if clips else ''}"
 
 
 def _claim(args: argparse.Namespace, graph: LayerGraph, under_torchrun: bool) -> None:

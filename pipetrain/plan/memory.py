@@ -10,19 +10,16 @@ the runtime measures the same fields (:mod:`pipetrain.runtime.interp.memory`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final
 
 from pipetrain.errors import UserError
+from pipetrain.profile.optimizer_step import OPTIMIZER_NAMES, OptimizerName
 
 __all__ = ["OPTIMIZER_NAMES", "OPTIMIZER_STATE_COPIES", "OptimizerName", "StageMemory", "check_optimizer",
            "parameter_copies"]
 
-OptimizerName = Literal["sgd", "sgd-momentum", "adam", "adamw"]
-
 OPTIMIZER_STATE_COPIES: Final[dict[OptimizerName, int]] = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}
 """Optimizer state per parameter byte: SGD none, SGD with momentum its buffer, Adam and AdamW two moments."""
-
-OPTIMIZER_NAMES: Final[tuple[OptimizerName, ...]] = get_args(OptimizerName)
 
 
 def check_optimizer(optimizer: str) -> OptimizerName:

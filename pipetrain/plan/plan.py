@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from pipetrain.errors import UserError
+from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.methods import METHODS, Method, MethodParams, MethodSpec, WeightPolicy
 from pipetrain.plan.placement import Placement, local_edges
 from pipetrain.profile.precision import Precision
@@ -120,6 +121,10 @@ class Plan:
             heads and queue depth, :class:`~pipetrain.plan.methods.LocalParams`). Left at the empty
             default (or another method's defaults, as after ``replace(plan, method=...)``), a method whose
             parameters all have defaults gets those.
+        optimizer: the optimizer the plan was priced for (its STEP's time and state's memory,
+            :mod:`pipetrain.profile.optimizer_step`); ``sgd`` by default.
+        clip_grad_norm: whether the plan was priced for clipping the gradient norm (each STEP's norm,
+            and its all-reduce over the ranks; :meth:`~pipetrain.cost.CostModel.clip_allreduce_s`).
     """
 
     model: str
@@ -132,6 +137,8 @@ class Plan:
     prediction: Prediction | None = None
     params: MethodParams = field(default_factory=MethodParams)
     precision: Precision = "fp32"
+    optimizer: OptimizerName = "sgd"
+    clip_grad_norm: bool = False
 
     def __post_init__(self) -> None:
         spec = METHODS[self.method]

@@ -10,8 +10,10 @@ their enum values; ``params``, the method's own parameters as an object (``{"aux
 first policy and ``params`` to the method's defaults. A stage's ``recompute`` appears only when set;
 plans written when recompute was one flag for the whole plan keep loading: their top-level
 ``"recompute": true`` sets it on every stage. Plans written before ``params`` existed keep
-loading: their top-level ``aux`` and ``queue_depth`` (method ``local``) become its ``params``. The two
-functions are exact inverses on every plan (a round-trip test checks it).
+loading: their top-level ``aux`` and ``queue_depth`` (method ``local``) become its ``params``.
+``precision``, ``optimizer`` and ``clip_grad_norm`` appear only when not their defaults (``fp32``,
+``sgd``, ``false``), so plans written before them read as before. The two functions are exact
+inverses on every plan (a round-trip test checks it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from pipetrain.errors import UserError
+from pipetrain.plan.memory import check_optimizer
 from pipetrain.plan.methods import METHODS, Method, MethodParams, WeightPolicy
 from pipetrain.plan.plan import Plan, Prediction, StagePlan
 from pipetrain.profile.precision import parse_precision
@@ -36,8 +39,9 @@ def plan_to_json(plan: Plan) -> str:
     for stage in data["stages"]:
         if not stage["recompute"]:
             del stage["recompute"]  # the default: plans without recompute read as before
-    if plan.precision == "fp32":
-        del data["precision"]  # the default: plans without mixed precision read as before
+    for name, default in (("precision", "fp32"), ("optimizer", "sgd"), ("clip_grad_norm", False)):
+        if data[name] == default:
+            del data[name]  # the default: plans without the field read as before
     params = plan.params.to_json()
     if params:
         data["params"] = params
@@ -81,6 +85,13 @@ def _params(method: Method, data: dict[str, Any]) -> MethodParams:
     return METHODS[method].params_from_json(given)
 
 
+def _flag(value: object, name: str) -> bool:
+    """A JSON boolean field; a UserError naming it otherwise (``"false"`` is not false)."""
+    if not isinstance(value, bool):
+        raise UserError(f"plan JSON's {name!r} is {value!r}; give true or false")
+    return value
+
+
 def plan_from_json(text: str) -> Plan:
     """Parse a plan; any malformation raises :class:`UserError` naming the field."""
     try:
@@ -102,6 +113,8 @@ def plan_from_json(text: str) -> Plan:
             prediction=_prediction(data.get("prediction")),
             params=_params(method, data),
             precision=parse_precision(str(data.get("precision", "fp32"))),
+            optimizer=check_optimizer(str(data.get("optimizer", "sgd"))),
+            clip_grad_norm=_flag(data.get("clip_grad_norm", False), "clip_grad_norm"),
         )
     except KeyError as e:
         raise UserError(f"plan JSON lacks the field {e.args[0]!r}; add it or re-create the plan") from None

@@ -29,6 +29,11 @@ share (one extra trace per layer, which keeps estimation fast). A layer whose in
 gradient (an embedding's indices) puts its whole backward in ``W``. Where the restricted trace fails
 the layer keeps the profile's default split (:data:`~pipetrain.profile.table.DEFAULT_WEIGHT_GRAD_SHARE`).
 
+The optimizer's step is not traced: an estimated profile leaves ``step_s`` and ``optimizer_step_s``
+empty, and the cost model prices each optimizer as its memory passes over the layer's parameter
+bytes at ``W`` (:mod:`pipetrain.profile.optimizer_step`), with no per-tensor overhead ``o``: on a GPU,
+torch's ``foreach`` optimizers step a stage's tensors in a few launches.
+
 Attention (``scaled_dot_product_attention`` without a mask) is traced as torch's fused
 memory-efficient kernel, as GPUs run it, instead of the unfused math path the meta device would
 take, which would charge the ``[b, heads, T, T]`` score matrix to memory traffic.

@@ -16,8 +16,8 @@ the same precision (under autocast, or traced in the compute dtype; :mod:`pipetr
   and its loss are traced on the meta device and costed with the per-kernel roofline of
   :mod:`pipetrain.profile.estimate` on the profile's device model;
 * a *measured* profile gets measured heads: timed on ``profile.device`` as
-  :mod:`pipetrain.profile.measure` times a layer (one thread, median of ``repeats``), with a
-  measured SGD step over the head's parameters.
+  :mod:`pipetrain.profile.measure` times a layer (one thread, median of ``repeats``), with each
+  optimizer's step over the head's parameters measured (:mod:`pipetrain.profile.optimizer_step`).
 
 No entry is made for the last layer: the last stage uses the model's own loss, already in the profile.
 """
@@ -37,9 +37,10 @@ from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_s
 from pipetrain.profile.autocast import autocast_region
 from pipetrain.profile.estimate import kernel_seconds, trace_kernels
 from pipetrain.profile.inputs import sample_input
+from pipetrain.profile.optimizer_step import time_steps
 from pipetrain.profile.precision import compute_dtype
 from pipetrain.profile.table import LayerProfile, Profile
-from pipetrain.profile.timing import _time_layer, _time_step, _Timer, _torch_threads
+from pipetrain.profile.timing import _time_layer, _Timer, _torch_threads
 
 __all__ = ["head_profiles"]
 
@@ -102,9 +103,9 @@ def _measured(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profi
     with _torch_threads(1), torch.enable_grad(), autocast_region(timer.device, profile.precision):
         for b in grid:
             times.append(_time_layer(timer, module, h[:b], torch.ones((), device=timer.device), split=False))
-        step_s = _time_step(timer, module)
+        steps = time_steps(timer, module)
     return LayerProfile(name, grid, tuple(t[0] for t in times), tuple(t[1] for t in times), 0, 0,
-                        _parameter_bytes(module), 0.0, step_s)
+                        _parameter_bytes(module), 0.0, steps.pop("sgd"), optimizer_step_s=steps)
 
 
 def head_profiles(graph: LayerGraph, profile: Profile, kind: str, *, repeats: int = 5,

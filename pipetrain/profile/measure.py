@@ -14,7 +14,9 @@ PipeDream's:
   that keeps the graph, and W, the weight gradients from B's activation gradients. B + W is the
   backward plus what splitting costs on this device (about 1.1x the backward on gpt-tiny's blocks
   here), which the planners then weigh against the bubbles it fills;
-* once per layer, the seconds of a plain SGD step over its parameters (``step_s``);
+* once per layer, the seconds of each optimizer's step over its parameters (``step_s``, SGD's, and
+  ``optimizer_step_s``) and of its share of clipping the gradient norm (``clip_s``), with the
+  optimizers the runtime builds (:mod:`.optimizer_step`);
 * once per size, the whole model's forward and backward (with the loss): every layer's times at
   that size are scaled by its ratio to the sum of the layers' (layers timed alone find the caches
   as a training step, running them in sequence, does not leave them);

@@ -29,9 +29,10 @@ from torch import nn
 from pipetrain.graph.dataflow import layer_input, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.profile.inputs import LossFn, _scaled_loss, filled_below, loss_saved_bytes, sample_input
+from pipetrain.profile.optimizer_step import time_clip, time_steps
 from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import LayerProfile
-from pipetrain.profile.timing import _time_layer, _time_step, _Timer
+from pipetrain.profile.timing import _time_layer, _Timer
 
 __all__: list[str] = []
 
@@ -66,6 +67,7 @@ def _measure_layer(
         if b >= smallest:
             times.append(_time_layer(timer, module, x[:b], grad if has_backward else None))
         on_size(f"{name} b={b}")
+    steps = time_steps(timer, module)
     forward_s, backward_s, input_grad_s, weight_grad_s = (filled_below(grid, tuple(column))
                                                           for column in zip(*times, strict=True))
     profile = LayerProfile(
@@ -79,11 +81,13 @@ def _measure_layer(
         saved_bytes_per_sample=stats.saved_bytes_per_sample,
         parameter_bytes=stats.parameter_bytes,
         flops_per_sample=stats.flops_per_sample,
-        step_s=_time_step(timer, module),
+        step_s=steps["sgd"],
         saved_input_bytes_per_sample=stats.saved_input_bytes_per_sample,
         saved_output_bytes_per_sample=stats.saved_output_bytes_per_sample,
         held_grad_bytes_per_sample=stats.held_grad_bytes_per_sample,
         cast_weight_bytes=stats.cast_weight_bytes,
+        optimizer_step_s={opt: s for opt, s in steps.items() if opt != "sgd"},
+        clip_s=time_clip(timer, module),
     )
     return profile, out
 

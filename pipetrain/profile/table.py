@@ -31,11 +31,19 @@ own precision (:meth:`Profile.check_precision`).
 A measured profile says how steady its timings were and how loaded the machine was
 (``noise``, :class:`~pipetrain.profile.noise.ProfileNoise`); estimated profiles, and files written
 before the field existed, have none.
+
+A layer's optimizer step is its own per optimizer (:mod:`pipetrain.profile.optimizer_step`):
+``step_s`` is SGD's (the field predates the others), ``optimizer_step_s`` the other optimizers' by
+name, and ``clip_s`` its share of clipping the gradient norm; a measured profile holds all of them.
+One written before the others were measured (``step_s`` alone) prices them as SGD's scaled by their
+memory passes (:meth:`LayerProfile.step_for`), and an estimated one holds none: the cost model prices
+them from the parameter bytes (:meth:`pipetrain.cost.CostModel.step_s`).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -47,6 +55,7 @@ from typing import Any
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.profile.noise import ProfileNoise
+from pipetrain.profile.optimizer_step import CLIP_PASSES, OPTIMIZER_NAMES, STEP_PASSES, OptimizerName, scaled_from_sgd
 from pipetrain.profile.precision import Precision, parse_precision
 
 __all__ = ["DEFAULT_WEIGHT_GRAD_SHARE", "LayerProfile", "Profile", "TiedBytes", "interpolate"]
@@ -87,12 +96,22 @@ def _check_layer(i: int, layer: LayerProfile) -> None:
                   "cast_weight_bytes"):
         if getattr(layer, field) < 0:
             raise UserError(f"profile JSON {where}: {field} is {getattr(layer, field)}; give 0 or more bytes")
-    if not 0 <= layer.flops_per_sample < math.inf or (layer.step_s is not None and not 0 <= layer.step_s < math.inf):
-        raise UserError(f"profile JSON {where}: flops_per_sample and step_s must be finite and >= 0")
+    steps = [layer.step_s, layer.clip_s, *layer.optimizer_step_s.values()]
+    if not 0 <= layer.flops_per_sample < math.inf or not all(s is None or 0 <= s < math.inf for s in steps):
+        raise UserError(f"profile JSON {where}: flops_per_sample, step_s, clip_s and optimizer_step_s must be "
+                        "finite and >= 0; re-create it with `pipetrain profile`")
+    others = [name for name in OPTIMIZER_NAMES if name != "sgd"]
+    if not set(layer.optimizer_step_s) <= set(others):
+        raise UserError(f"profile JSON {where}: optimizer_step_s names {sorted(layer.optimizer_step_s)}; it holds "
+                        f"the steps of {', '.join(others)} (SGD's is step_s)")
 
 
 def _optional_times(layer: dict[str, Any], field: str) -> tuple[float, ...] | None:
     return None if layer.get(field) is None else tuple(float(v) for v in layer[field])
+
+
+def _optional_seconds(layer: dict[str, Any], field: str) -> float | None:
+    return None if layer.get(field) is None else float(layer[field])
 
 
 @dataclass(frozen=True)
@@ -108,7 +127,7 @@ class LayerProfile:
         saved_bytes_per_sample: bytes autograd keeps per sample between forward and backward.
         parameter_bytes: bytes of the layer's parameters.
         flops_per_sample: forward FLOPs per sample.
-        step_s: seconds for an SGD step of the layer's parameters, if measured.
+        step_s: seconds of an SGD step over the layer's parameters, if measured.
         saved_input_bytes_per_sample: of the saved bytes, those of the layer's input (0: not saved).
         saved_output_bytes_per_sample: of the saved bytes, those of the layer's output (0: not saved).
         weight_grad_s: seconds of the weight gradients (the split backward's W) at each grid size;
@@ -120,6 +139,10 @@ class LayerProfile:
         cast_weight_bytes: under mixed precision, bytes of the compute-dtype casts of the layer's
             parameters that autograd keeps from a micro-batch's forward to its backward, whatever
             its size (module docstring; 0 at fp32).
+        optimizer_step_s: seconds of the other optimizers' steps over the layer's parameters, by
+            name (``sgd-momentum``, ``adam``, ``adamw``), as measured; empty: not measured.
+        clip_s: seconds of the layer's share of clipping the gradient norm (the norm of its gradients
+            and their scaling), if measured.
     """
 
     name: str
@@ -137,6 +160,25 @@ class LayerProfile:
     input_grad_s: tuple[float, ...] | None = None
     held_grad_bytes_per_sample: int = 0
     cast_weight_bytes: int = 0
+    optimizer_step_s: dict[OptimizerName, float] = dataclasses.field(default_factory=dict, hash=False)
+    clip_s: float | None = None
+
+    def step_for(self, optimizer: OptimizerName) -> float | None:
+        """Seconds of ``optimizer``'s step over the layer's parameters: as measured, else (a profile
+        with SGD's alone) SGD's scaled by the optimizers' memory passes; None when nothing was measured."""
+        if optimizer == "sgd":
+            return self.step_s
+        measured = self.optimizer_step_s.get(optimizer)
+        if measured is not None or self.step_s is None:
+            return measured
+        return scaled_from_sgd(self.step_s, STEP_PASSES[optimizer])
+
+    def clip_for(self) -> float | None:
+        """Seconds of the layer's share of clipping the gradient norm: as measured, else from SGD's
+        step scaled by the passes (None when nothing was measured; module docstring)."""
+        if self.clip_s is not None or self.step_s is None:
+            return self.clip_s
+        return scaled_from_sgd(self.step_s, CLIP_PASSES)
 
     def forward_at(self, b: float) -> float:
         return interpolate(self.sizes, self.forward_s, b)
@@ -303,13 +345,16 @@ class Profile:
                     saved_bytes_per_sample=int(x["saved_bytes_per_sample"]),
                     parameter_bytes=int(x["parameter_bytes"]),
                     flops_per_sample=float(x["flops_per_sample"]),
-                    step_s=None if x.get("step_s") is None else float(x["step_s"]),
+                    step_s=_optional_seconds(x, "step_s"),
                     saved_input_bytes_per_sample=int(x.get("saved_input_bytes_per_sample", 0)),
                     saved_output_bytes_per_sample=int(x.get("saved_output_bytes_per_sample", 0)),
                     weight_grad_s=_optional_times(x, "weight_grad_s"),
                     input_grad_s=_optional_times(x, "input_grad_s"),
                     held_grad_bytes_per_sample=int(x.get("held_grad_bytes_per_sample", 0)),
                     cast_weight_bytes=int(x.get("cast_weight_bytes", 0)),
+                    optimizer_step_s={str(k): float(v)  # type: ignore[misc]  # names checked by _check_layer
+                                      for k, v in dict(x.get("optimizer_step_s") or {}).items()},
+                    clip_s=_optional_seconds(x, "clip_s"),
                 )
                 for x in data["layers"]
             )

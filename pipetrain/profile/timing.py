@@ -1,11 +1,11 @@
-"""How the profilers time a layer: median seconds of its forward, backward, B, W and step.
+"""How the profilers time a layer: median seconds of its forward, backward, B and W.
 
 For one layer on one micro-batch ``x`` (``[b, ...]``) :func:`_time_layer` times, as docs/algorithms.md
 §2.6 asks of UMPIPE's profiler and §3.2 of PipeDream's, the forward ``module(x)`` with autograd
 recording, the backward of that layer alone for a given output gradient, and the two parts of a
 split backward (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024) as the runtime runs them
-(:mod:`pipetrain.graph.split_backward`); :func:`_time_step` times a plain SGD step over its
-parameters. Each is the median of ``repeats`` runs after ``warmup`` untimed ones (:class:`_Timer`,
+(:mod:`pipetrain.graph.split_backward`); :mod:`.optimizer_step` times the optimizers' steps over
+its parameters. Each is the median of ``repeats`` runs after ``warmup`` untimed ones (:class:`_Timer`,
 which times by the device's clock, CUDA events on a GPU, and keeps every run's result alive until
 all are done, as training keeps activations); an unstable one is timed again and every one's spread
 logged (:mod:`.noise`). :func:`_torch_threads` fixes torch's intra-op threads
@@ -124,19 +124,6 @@ def _time_layer(
     if not split:
         return forward_s, whole, 0.0, 0.0
     return forward_s, whole, run(prepare_input_grad) or 0.0, run(prepare_weight_grad) or 0.0
-
-
-def _time_step(timer: _Timer, module: nn.Module) -> float:
-    """Seconds of a plain SGD step over ``module``'s parameters (0 without parameters).
-
-    Called after ``_time_layer``, so every parameter has a gradient; the step changes weights
-    that are no longer needed (the next layer's input was computed before any timing).
-    """
-    params = [p for p in module.parameters() if p.grad is not None]
-    if not params:
-        return 0.0
-    optimizer = torch.optim.SGD(params, lr=1e-6)
-    return timer.median_s(lambda: optimizer.step)
 
 
 @contextmanager

@@ -34,7 +34,12 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   optimizer step;
 * a rank holding a tied parameter that other stages hold too adds, to its first STEP, the all-reduce of its
   gradient over the owners (:meth:`~pipetrain.cost.CostModel.tied_allreduce_s`; the owners' wait for one another
-  is not modelled: in a flushed schedule the first stage, holding the embedding, finishes last anyway).
+  is not modelled: in a flushed schedule the first stage, holding the embedding, finishes last anyway);
+* the STEP prices the cost model's optimizer (:attr:`~pipetrain.cost.CostModel.optimizer`), with the
+  norm's share of clipping when it clips; every rank's first STEP then adds the all-reduce of the norm over
+  the plan's ranks (:meth:`~pipetrain.cost.CostModel.clip_allreduce_s`; not under method pipedream, whose
+  updates each clip their own stage's gradients; the ranks' wait for one another is not modelled, as for
+  the tied copies).
 
 The simulation advances in time order from event to event (an action ends, a message arrives);
 between events every busy rank's remaining work shrinks at its current rate. Cost:
@@ -93,6 +98,7 @@ class _Simulator:
         self.events: list[Event] = []
         self.stages = [(s.layers, s.ranks) for s in plan.stages]
         self.tied_s = [cost.tied_allreduce_s(self.stages, r) for r in range(n)]
+        self.clip_s = 0.0 if plan.spec.loss_per_microbatch else cost.clip_allreduce_s(range(plan.n_ranks))
 
     # ---- costs --------------------------------------------------------------------------------
 
@@ -111,8 +117,8 @@ class _Simulator:
         if a.kind in (ActionKind.B, ActionKind.W):
             return self.split_s(rank, a)
         sync = self.cost.allreduce_s(self.cost.replica_bytes(self.stages, a.stage), self.plan.stages[a.stage].ranks)
-        if self.steps_before[rank][self.pos[rank]] == 0:  # the rank's first STEP sums the tied copies
-            sync += self.tied_s[rank]
+        if self.steps_before[rank][self.pos[rank]] == 0:  # the rank's first STEP sums the tied copies, the norm
+            sync += self.tied_s[rank] + self.clip_s
         return sync + self.cost.step_s(layers, rank) + self.head_s(rank, a)
 
     def split_s(self, rank: int, a: Action) -> float:

@@ -152,7 +152,8 @@ class StageTables:
         backward's ``B`` and ``W`` included.
 
         The step seconds include the all-reduce of tied parameters' gradients on each rank's first
-        stage (:meth:`~pipetrain.cost.CostModel.tied_allreduce_s`).
+        stage (:meth:`~pipetrain.cost.CostModel.tied_allreduce_s`), and the clipping norm's over ``ranks``
+        when the cost model clips (:meth:`~pipetrain.cost.CostModel.clip_allreduce_s`).
 
         Args:
             cost: the cost model (its per-action overhead is part of ``f`` and ``g``).
@@ -183,8 +184,9 @@ class StageTables:
                 c_b[k, 1:] = [cost.transfer_s(cost.input_bytes(layers, b), rank, ranks[k - 1]) for b in sizes[1:]]
         step = np.array([cost.step_s(layers, rank) for layers, rank in zip(stages, ranks, strict=True)])
         held = [(layers, (rank,)) for layers, rank in zip(stages, ranks, strict=True)]
-        for rank in set(ranks):  # the tied copies' all-reduce, at the rank's first STEP (as the event simulator)
-            step[list(ranks).index(rank)] += cost.tied_allreduce_s(held, rank)
+        clip = cost.clip_allreduce_s(sorted(set(ranks)))
+        for rank in set(ranks):  # the tied copies' and the norm's all-reduces, at the rank's first STEP (as events)
+            step[list(ranks).index(rank)] += cost.tied_allreduce_s(held, rank) + clip
         return cls(f, g, c_f, c_b, step, g_rc, b_in, w)
 
     @classmethod

@@ -98,6 +98,7 @@ def test_measured_profile_is_positive_and_grows_with_size() -> None:
         assert layer.backward_s[1] > layer.backward_s[0]
         assert layer.saved_bytes_per_sample > 0
         assert layer.step_s is not None and layer.step_s > 0
+        assert set(layer.optimizer_step_s) == {"sgd-momentum", "adam", "adamw"} and layer.clip_s is not None
     assert [lp.output_bytes_per_sample for lp in profile.layers] == [256 * 4, 10 * 4]
     assert profile.layers[0].parameter_bytes == (256 * 1024 * 2 + 1024 + 256) * 4
 

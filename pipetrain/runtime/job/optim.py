@@ -27,6 +27,7 @@ from torch import nn
 
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import OPTIMIZER_NAMES, OptimizerName
+from pipetrain.profile.optimizer_step import ADAMW_WEIGHT_DECAY, SGD_MOMENTUM, torch_optimizer
 
 __all__ = [
     "ADAMW_WEIGHT_DECAY",
@@ -42,12 +43,6 @@ __all__ = [
     "set_lr",
     "start_clip_grad_norm",
 ]
-
-SGD_MOMENTUM: Final = 0.9
-"""``"sgd-momentum"``'s momentum when none is given."""
-
-ADAMW_WEIGHT_DECAY: Final = 0.01
-"""``"adamw"``'s weight decay when none is given (``torch.optim.AdamW``'s own default)."""
 
 CLIP_EPS: Final = 1e-6
 """Added to the total norm before dividing, as ``torch.nn.utils.clip_grad_norm_`` does."""
@@ -118,14 +113,11 @@ def build_optimizer(settings: OptimizerSettings, params: Iterable[nn.Parameter])
     """The optimizer ``settings`` names, over ``params`` (one stage's parameters).
 
     ``sgd`` / ``sgd-momentum``: ``torch.optim.SGD``; ``adam``: ``torch.optim.Adam`` (weight decay as an
-    L2 term in the gradient); ``adamw``: ``torch.optim.AdamW`` (decoupled weight decay).
+    L2 term in the gradient); ``adamw``: ``torch.optim.AdamW`` (decoupled weight decay): the optimizers
+    the profiler times (:func:`~pipetrain.profile.optimizer_step.torch_optimizer`).
     """
-    lr, decay = settings.lr, settings.resolved_weight_decay
-    if settings.name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=decay)
-    if settings.name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=decay)
-    return torch.optim.SGD(params, lr=lr, momentum=settings.resolved_momentum, weight_decay=decay)
+    return torch_optimizer(settings.name, params, lr=settings.lr, momentum=settings.resolved_momentum,
+                           weight_decay=settings.resolved_weight_decay)
 
 
 def check_lr_schedule(schedule: str, warmup_steps: int, total_steps: int) -> LRSchedule:
