@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from pipetrain import api
-from pipetrain.cli.common import cluster_and_profiles, load_plan, load_schedule, save_text
+from pipetrain.cli.common import cluster_and_profiles, load_plan, load_schedule, save_text, use_plan_measurements
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.rerun import rechunked, rerun
 from pipetrain.cost import CostModel
@@ -45,8 +45,11 @@ def _drained(args: argparse.Namespace, plan: Plan) -> Schedule | None:
 
 def cmd_simulate(args: argparse.Namespace) -> None:
     plan = load_plan(args.plan)
+    notes = use_plan_measurements(args, plan, args.plan)
     graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
     plan = rerun(rechunked(plan, args, graph), args, graph)
+    for note in notes:
+        console.print(note)
     cost, predicted = _predict(args, plan, graph)
     write_timeline(args.out_dir, "predicted", predicted, plan)
     from pipetrain.simulate.memory import device_memory, stage_memory

@@ -31,6 +31,7 @@ from pipetrain.profile.precision import Precision
 __all__ = [
     "MAX_BATCH_SIZE",
     "Plan",
+    "PlanSources",
     "Prediction",
     "StagePlan",
     "equal_sizes",
@@ -100,6 +101,21 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class PlanSources:
+    """The measurements a plan was made with, saved beside it: file names relative to the plan
+    file's folder (a plan moved with its folder still finds them), or absolute.
+
+    Attributes:
+        profile: the profile JSON (``plan.profile.json``); None: none saved (profiles per device kind,
+            estimated again from the cluster).
+        cluster: the cluster JSON (``plan.cluster.json``) or the cluster spec YAML it was planned on.
+    """
+
+    profile: str | None
+    cluster: str | None
+
+
+@dataclass(frozen=True)
 class Plan:
     """A complete pipeline plan.
 
@@ -120,6 +136,8 @@ class Plan:
             heads and queue depth, :class:`~pipetrain.plan.methods.LocalParams`). Left at the empty
             default (or another method's defaults, as after ``replace(plan, method=...)``), a method whose
             parameters all have defaults gets those.
+        measurements: the profile and cluster the plan was made with (``pipetrain plan`` saves them
+            beside it; ``simulate`` and ``train`` reuse them); None: not recorded.
     """
 
     model: str
@@ -132,6 +150,8 @@ class Plan:
     prediction: Prediction | None = None
     params: MethodParams = field(default_factory=MethodParams)
     precision: Precision = "fp32"
+
+    measurements: PlanSources | None = None
 
     def __post_init__(self) -> None:
         spec = METHODS[self.method]

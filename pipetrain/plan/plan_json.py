@@ -10,8 +10,10 @@ their enum values; ``params``, the method's own parameters as an object (``{"aux
 first policy and ``params`` to the method's defaults. A stage's ``recompute`` appears only when set;
 plans written when recompute was one flag for the whole plan keep loading: their top-level
 ``"recompute": true`` sets it on every stage. Plans written before ``params`` existed keep
-loading: their top-level ``aux`` and ``queue_depth`` (method ``local``) become its ``params``. The two
-functions are exact inverses on every plan (a round-trip test checks it).
+loading: their top-level ``aux`` and ``queue_depth`` (method ``local``) become its ``params``.
+``measurements`` (the profile and cluster files saved beside the plan) appears only when recorded,
+without its unset entries. The two functions are exact inverses on every plan (a round-trip test
+checks it).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import METHODS, Method, MethodParams, WeightPolicy
-from pipetrain.plan.plan import Plan, Prediction, StagePlan
+from pipetrain.plan.plan import Plan, PlanSources, Prediction, StagePlan
 from pipetrain.profile.precision import parse_precision
 
 __all__ = ["plan_from_json", "plan_to_json"]
@@ -38,6 +40,10 @@ def plan_to_json(plan: Plan) -> str:
             del stage["recompute"]  # the default: plans without recompute read as before
     if plan.precision == "fp32":
         del data["precision"]  # the default: plans without mixed precision read as before
+    if plan.measurements is None:
+        del data["measurements"]  # unrecorded: plans read as before
+    else:
+        data["measurements"] = {k: v for k, v in data["measurements"].items() if v is not None}
     params = plan.params.to_json()
     if params:
         data["params"] = params
@@ -62,6 +68,17 @@ def _prediction(pred: dict[str, Any] | None) -> Prediction | None:
         return None
     return Prediction(float(pred["iteration_s"]), float(pred["bubble_fraction"]),
                       tuple(int(x) for x in pred["peak_memory_bytes"]), str(pred["basis"]))
+
+
+def _measurements(given: Any) -> PlanSources | None:
+    """``measurements``: an object of file names (``profile``, ``cluster``), each optional."""
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise UserError('plan JSON\'s "measurements" must be an object, e.g. {"profile": "plan.profile.json", '
+                        '"cluster": "plan.cluster.json"}; fix it or drop it to measure anew')
+    profile, cluster = given.get("profile"), given.get("cluster")
+    return PlanSources(None if profile is None else str(profile), None if cluster is None else str(cluster))
 
 
 _LEGACY_PARAMS = ("aux", "queue_depth")
@@ -102,6 +119,7 @@ def plan_from_json(text: str) -> Plan:
             prediction=_prediction(data.get("prediction")),
             params=_params(method, data),
             precision=parse_precision(str(data.get("precision", "fp32"))),
+            measurements=_measurements(data.get("measurements")),
         )
     except KeyError as e:
         raise UserError(f"plan JSON lacks the field {e.args[0]!r}; add it or re-create the plan") from None
