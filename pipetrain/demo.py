@@ -13,6 +13,7 @@ the CLI.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -25,7 +26,7 @@ from pipetrain.data import default_source
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OptimizerName
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Plan, PlanSources
 from pipetrain.runtime.job.config import TrainConfig, TrainResult
 from pipetrain.simulate.timeline import Timeline
 
@@ -57,11 +58,18 @@ class DemoSettings:
 
 
 def _probe(graph: LayerGraph, settings: DemoSettings, console: Console) -> Cluster:
-    from pipetrain.calibrate.overhead import probe_local_cluster
+    """This machine as ``pipetrain plan`` sees it: probed on the model's work, or that probe cached."""
+    from pipetrain.calibrate.machine import probed_cluster
 
-    console.print("[bold]2/7[/bold] probing the link, the contention between two local ranks on "
-                  f"{graph.name}'s work, and the runtime's cost per action")
-    return probe_local_cluster(settings.ranks, model=(graph, max(1, settings.batch // 4)))
+    def announce() -> None:
+        console.print(f"[bold]2/7[/bold] probing the link, the contention between {settings.ranks} local ranks on "
+                      f"{graph.name}'s work, and the runtime's cost per action")
+
+    found = probed_cluster(graph, settings.batch, settings.ranks, on_probe=announce)
+    if found.probed_s is None:
+        console.print(f"[bold]2/7[/bold] this machine as probed before on {graph.name}'s work: {found.path} "
+                      "(`pipetrain plan --reprobe` probes it again)")
+    return found.cluster
 
 
 def run_demo(settings: DemoSettings, out: Console, console: Console) -> None:
@@ -90,7 +98,7 @@ def _plan(graph: LayerGraph, settings: DemoSettings, out: Console, console: Cons
     console.print("[bold]3/7[/bold] planning: every method × micro-batch count, simulated")
     result = api.plan(graph, profile, cluster, batch_size=batch, optimizer=_OPTIMIZER, clip_grad_norm=True,
                       constraints=api.Constraints(n_stages=cluster.n_devices))  # one stage per rank
-    plan = result.plan
+    plan = dataclasses.replace(result.plan, measurements=PlanSources("profile.json", "cluster.json"))
     write_atomic(folder / "plan.json", plan.to_json())
     out.print(plan_table(plan))
     out.print(candidates_table(list(result.candidates), top=6))

@@ -34,6 +34,19 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _unprobed_machine(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``pipetrain plan`` for this machine probes it (~15 s) and caches the result under the user's
+    home: here it gets the unprobed defaults at once, cached in a folder of the test's own."""
+    from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
+
+    def unprobed(n_ranks: int, **_: object) -> Cluster:
+        return Cluster.local(n_ranks, action_overhead_s=CPU_ACTION_OVERHEAD_S)
+
+    monkeypatch.setenv("PIPETRAIN_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setattr("pipetrain.calibrate.machine.probe_local_cluster", unprobed)
+
+
 def flat_profile(
     n_layers: int,
     forward_s: float | Sequence[float] = 1.0,

@@ -4,6 +4,8 @@ plan-file and schedule-file loading every command does the same way."""
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.markup import escape
@@ -20,7 +22,7 @@ from pipetrain.profile.table import Profile
 from pipetrain.schedule.schedule import Schedule
 
 __all__ = ["DEFAULT_MODEL", "cluster_and_profiles", "graph_of", "load_plan", "load_profile",
-           "load_schedule", "read_text", "save_text"]
+           "load_schedule", "read_text", "save_text", "use_plan_measurements"]
 
 DEFAULT_MODEL = "gpt-tiny"
 
@@ -50,12 +52,14 @@ def _precision(args: argparse.Namespace) -> Precision:
 
 
 def cluster_and_profiles(
-    args: argparse.Namespace, graph: LayerGraph, batch: int, n_ranks: int, precision: Precision | None = None
+    args: argparse.Namespace, graph: LayerGraph, batch: int, n_ranks: int, precision: Precision | None = None,
+    *, machine: Callable[[], Cluster | None] | None = None,
 ) -> tuple[Cluster, api.Profiles]:
     """The cluster (``--cluster``: a YAML spec, a probe or plan-cluster JSON; default: this machine
-    with ``n_ranks`` ranks) and its profiles (one per device kind for mixed clusters), at the plan's
-    ``precision`` (None: the command's, :func:`_precision`; :func:`load_profile`,
-    :func:`pipetrain.api.cluster_profiles`)."""
+    with ``n_ranks`` ranks: ``machine()`` when it gives one (``plan``'s probe, asked once the profile
+    is in hand, so a bad ``--profile`` fails before a probe), else its defaults) and its profiles (one
+    per device kind for mixed clusters), at the plan's ``precision`` (None: the command's,
+    :func:`_precision`; :func:`load_profile`, :func:`pipetrain.api.cluster_profiles`)."""
     precision = precision or _precision(args)
     if args.cluster is not None and args.cluster.suffix in (".yaml", ".yml"):
         if args.estimate is not None:
@@ -69,8 +73,43 @@ def cluster_and_profiles(
         return cluster, load_profile(args, graph, batch, precision)
     cluster = api.local_cluster(n_ranks, args.cluster)
     if {d.kind for d in cluster.devices} == {"cpu"} or args.profile is not None or args.estimate is not None:
-        return cluster, load_profile(args, graph, batch, precision)
+        profile = load_profile(args, graph, batch, precision)
+        return (machine() if machine is not None else None) or cluster, profile
     return cluster, api.cluster_profiles(graph, cluster, batch, precision=precision)
+
+
+def use_plan_measurements(args: argparse.Namespace, plan: Plan, plan_path: Path) -> list[str]:
+    """Point ``args.profile`` and ``args.cluster`` at the profile and cluster ``plan`` was made with
+    (:attr:`~pipetrain.plan.plan.Plan.measurements`, beside ``plan_path``), so a command prices the
+    plan on the very numbers it was chosen with. A flag given (``--profile``, ``--cluster``;
+    ``--estimate`` for both) wins; a recorded file that is missing is left out, and the command
+    measures (or takes this machine's defaults) as without a plan.
+
+    Returns:
+        one line for each of those (dim, but for a missing file) and one for what is reused, for the
+        console once the command's options are checked (a mistake's error stays the only line).
+    """
+    sources = plan.measurements
+    if sources is None:
+        return []
+    notes, reused = [], []
+    for flag, recorded in (("profile", sources.profile), ("cluster", sources.cluster)):
+        if recorded is None:
+            continue
+        path = Path(os.path.normpath(plan_path.parent / recorded))  # a spec's ../ resolved, for the notes
+        given = getattr(args, flag)
+        if given is not None or args.estimate is not None:
+            instead = f"--{flag} {given}" if given is not None else f"--estimate {args.estimate}"
+            notes.append(f"[dim]{escape(instead)} instead of the plan's {flag} {escape(str(path))}[/dim]")
+        elif not path.exists():
+            fallback = "measuring the model here" if flag == "profile" else "taking this machine's defaults"
+            notes.append(f"the plan's {flag} {escape(str(path))} is missing: {fallback} (pass --{flag} to give one)")
+        else:
+            setattr(args, flag, path)
+            reused.append(f"{flag} {escape(str(path))}")
+    if reused:
+        notes.append(f"[dim]costs: the plan's {' and '.join(reused)}[/dim]")
+    return notes
 
 
 def save_text(path: Path, text: str, what: str) -> None:

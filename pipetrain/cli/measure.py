@@ -10,7 +10,6 @@ from pipetrain import api
 from pipetrain.cli.common import graph_of, save_text
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.validate import check_probe_args, check_profile_args
-from pipetrain.graph.batch_norm import batch_norms
 
 __all__ = ["cmd_probe", "cmd_profile"]
 
@@ -29,12 +28,12 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> None:
+    from pipetrain.calibrate.machine import probe_workload
     from pipetrain.calibrate.overhead import probe_local_cluster
 
     graph = None if args.model is None else graph_of(args)
     check_probe_args(args, graph)
-    # the contention probe trains the model's halves on a quarter batch: never fewer samples than its BatchNorms take
-    model = None if graph is None else (graph, max(batch_norms(graph).smallest_microbatch, args.batch // 4))
+    model = None if graph is None else probe_workload(graph, args.batch)
     cluster = probe_local_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead, model=model)
     calibration = None
     if model is not None and args.calibrate:
@@ -45,6 +44,12 @@ def cmd_probe(args: argparse.Namespace) -> None:
         calibration = calibrate_cluster(model[0], profile, cluster, args.batch)
         cluster = calibration.apply(cluster)
     save_text(args.out, cluster.to_json(), "cluster")
+    if graph is not None:
+        from pipetrain.calibrate.machine import keep_probe
+
+        kept = keep_probe(graph, args.batch, cluster)
+        console.print(f"[dim]kept for `pipetrain plan --model {escape(str(args.model))} --batch {args.batch} --ranks "
+                      f"{args.ranks}` and the demo to reuse: {escape(str(kept))}[/dim]")
     link = cluster.intra_node
     how = "measured" if args.overhead is None else "given"
     out.print(

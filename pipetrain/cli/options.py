@@ -110,12 +110,12 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cost_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", type=Path, help="profile JSON (default: measure the model now)")
+    p.add_argument("--profile", type=Path, help="profile JSON (default: a --plan's own, else measure the model now)")
     p.add_argument("--estimate", metavar="DEVICE",
                    help="estimate the profile for a device model (cpu, v100, a100, h100, fpga) instead of "
                         "measuring it (default: measure, or read --profile)")
     p.add_argument("--cluster", type=Path, help="cluster spec YAML (see examples/clusters/) or JSON from `pipetrain "
-                   "probe` (default: this machine)")
+                   "probe` (default: a --plan's own, else this machine: plan probes it once per model and ranks)")
     p.add_argument("--ranks", type=_ranks, help="number of ranks (default: the plan's, a spec's devices, or 2)")
 
 
@@ -190,7 +190,8 @@ def probe_args(p: argparse.ArgumentParser) -> None:
                         f"2-rank runs of a tiny model, ~15 s; {CPU_ACTION_OVERHEAD_S} was typical on a 2-core CPU)")
     p.add_argument("--model", help="measure the contention on this model's own work (zoo name or "
                    "module.path:callable; its two halves of layers, one per rank, on a quarter of --batch) instead "
-                   "of a generic block: models that stream their weights slow each other more (default: the block)")
+                   "of a generic block: models that stream their weights slow each other more; the result is also "
+                   "kept for `pipetrain plan` of this model, batch and ranks to reuse (default: the block)")
     p.add_argument("--batch", type=_batch_size, default=32, help="with --model: samples per mini-batch (default: 32)")
     p.add_argument("--calibrate", action="store_true",
                    help="with --model: also profile it and fit its compute speed in a pipeline and the runtime's "
@@ -241,13 +242,28 @@ def plan_args(p: argparse.ArgumentParser) -> None:
                         "each step priced with the norm and its all-reduce over the ranks (default: no clipping)")
     _precision_arg(p, "plan")
     p.add_argument("--top", type=_count, default=8, help="candidates to list (default: 8)")
-    _out_file(p, "out/plan.json", "plan JSON to write (and PLAN.cluster.json beside it for a sub-cluster)")
+    _probe_args(p)
+    _out_file(p, "out/plan.json", "plan JSON to write, with the profile and cluster it was made with beside it "
+              "(PLAN.profile.json, PLAN.cluster.json), which simulate and train --plan reuse")
+
+
+def _probe_args(p: argparse.ArgumentParser) -> None:
+    """``plan``'s probe of this machine (local CPU ranks, no --cluster or --estimate): cached, refreshed, skipped."""
+    probe = p.add_mutually_exclusive_group()
+    probe.add_argument("--reprobe", action="store_true",
+                       help="probe this machine again (link, contention on the model's work, cost per action; "
+                            "~15 s) instead of reusing the probe cached for this machine, model and ranks "
+                            "(in $PIPETRAIN_CACHE_DIR, default ~/.cache/pipetrain) (default: reuse)")
+    probe.add_argument("--no-probe", action="store_true",
+                       help="plan for this machine's unprobed defaults (loopback link, no contention) instead of "
+                            "probing it or reusing a cached probe (default: probe once, then reuse)")
 
 
 def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) -> None:
     p.add_argument("--plan", type=Path, required=plan_required,
-                   help="plan JSON from `pipetrain plan`" + ("" if plan_required else
-                                                            " (default: plan here for --model and --ranks)"))
+                   help="plan JSON from `pipetrain plan`, priced on the profile and cluster it records (saved "
+                        "beside it) unless --profile, --cluster or --estimate is given" +
+                        ("" if plan_required else " (default: plan here for --model and --ranks)"))
     p.add_argument("--schedule", type=Path, help="schedule CSV to run instead of the plan's own (one row per rank, "
                    "e.g. simulate's schedule.csv, edited); validated against the plan (default: the plan's own)")
 

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 
 from rich.markup import escape
 
 from pipetrain import api
+from pipetrain.api.clusters import each_profile
 from pipetrain.cli.common import cluster_and_profiles, graph_of, save_text
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.routing import PlanRoute, plan_route
 from pipetrain.cli.validate import check_plan_args
 from pipetrain.cluster import Cluster
+from pipetrain.device_select import resolve_device
 from pipetrain.errors import UserError
+from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams, Method
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Plan, PlanSources
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 
 __all__ = ["cmd_plan"]
@@ -36,14 +40,15 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if route.spec.method_params() is LocalParams:  # the heads, checked against the model before any profiling
         constraints = dataclasses.replace(constraints, params=api.local_params(
             graph, args.aux, args.queue_depth or DEFAULT_QUEUE_DEPTH))
-    cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2)
+    cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2,
+                                            machine=lambda: _this_machine(args, graph, args.ranks or 2))
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=route.spec.name,
                       optimizer=args.optimizer, constraints=constraints, progress=True, precision=args.precision,
                       clip_grad_norm=args.clip_grad_norm is not None)
     if route.run_by is not None:
         result = _run_by(result, route.run_by, args.vertical_sync)
     warn_batch_norm(result.plan, graph)
-    _save_plan(args, result, cluster)
+    _save_plan(args, result, profile)
     _when_pipelining_does_not_pay(result, profile, cluster)
     _note_within_noise(result)
 
@@ -127,17 +132,62 @@ def _note_within_noise(result: api.PlanningResult) -> None:
         console.print(escape(line))
 
 
-def _save_plan(args: argparse.Namespace, result: api.PlanningResult, cluster: Cluster) -> None:
-    """Write the plan (and the sub-cluster it uses) and print the planner's tables."""
-    save_text(args.out, result.plan.to_json(), "plan")
-    n, planned = result.plan.n_ranks, result.cluster
-    if n < planned.n_devices:  # the plan's ranks are the first n devices of the planner's cluster
-        planned = dataclasses.replace(planned, devices=planned.devices[:n], name=f"{planned.name}[:{n}]")
-    if planned.n_devices != cluster.n_devices:
-        used = args.out.with_suffix(".cluster.json")
-        save_text(used, planned.to_json(), f"the {planned.n_devices} devices the plan uses")
-        console.print(f"[dim]the plan leaves devices idle; pass --cluster {used} to simulate it[/dim]")
+def _this_machine(args: argparse.Namespace, graph: LayerGraph, n_ranks: int) -> Cluster | None:
+    """This machine probed on ``graph``'s work, or its probe cached for this machine, model and ranks
+    (:func:`~pipetrain.calibrate.machine.probed_cluster`, as the demo plans), when the plan is for
+    local CPU ranks: no ``--cluster``, no ``--estimate``, no GPU. None: the default cluster applies
+    (then, or with ``--no-probe``, silently: the plan's cluster JSON shows it)."""
+    if args.cluster is not None or args.estimate is not None or resolve_device("auto") != "cpu":
+        return None
+    if args.no_probe:
+        return None
+    from pipetrain.calibrate.machine import probed_cluster
+
+    def announce() -> None:
+        console.print(f"[dim]probing this machine: the link, the contention between {n_ranks} ranks on "
+                      f"{escape(graph.name)}'s work and the cost per action (~15 s, kept for the next plans)[/dim]")
+
+    found = probed_cluster(graph, args.batch, n_ranks, refresh=args.reprobe, on_probe=announce)
+    path = escape(str(found.path))
+    if found.probed_s is None:
+        console.print(f"[dim]cluster: this machine as probed before on {escape(graph.name)}, {path} (--reprobe to "
+                      "probe again, --no-probe for the unprobed defaults)[/dim]")
+    else:
+        console.print(f"[dim]cluster: probed this machine in {found.probed_s:.0f} s, kept in {path} (--reprobe "
+                      "to probe again, --no-probe for the unprobed defaults)[/dim]")
+    return found.cluster
+
+
+def _save_plan(args: argparse.Namespace, result: api.PlanningResult, profile: api.Profiles) -> None:
+    """Write the plan, with the profile and the cluster it was made with beside it (which it records,
+    :func:`_save_measurements`), and print the planner's tables."""
+    plan = dataclasses.replace(result.plan, measurements=_save_measurements(args, result, profile))
+    save_text(args.out, plan.to_json(), "plan")
     from pipetrain.viz.plan_tables import result_tables
 
     for table in result_tables(result, top=args.top):
         out.print(table)
+
+
+def _save_measurements(args: argparse.Namespace, result: api.PlanningResult, profile: api.Profiles) -> PlanSources:
+    """Save what the plan was made with beside ``--out`` (``PLAN.profile.json``, ``PLAN.cluster.json``)
+    for ``simulate`` and ``train`` to reuse. Copies, even of a given ``--profile`` or probe JSON: a
+    later ``pipetrain profile`` or ``probe`` over those files leaves the plan's numbers as they were.
+    Not copied: a cluster spec YAML (its groups' ``profile:`` files are relative to it), recorded by
+    its path relative to the plan's folder; and profiles that differ by device kind (no one file holds
+    them; the spec or the cluster's device models give them again)."""
+    folder = args.out.parent
+    distinct = {id(p): p for p in each_profile(profile)}
+    profile_name = None
+    if len(distinct) == 1:
+        saved = args.out.with_suffix(".profile.json")
+        save_text(saved, next(iter(distinct.values())).to_json(), "the profile it was planned with")
+        profile_name = saved.name
+    if args.cluster is not None and args.cluster.suffix in (".yaml", ".yml"):
+        return PlanSources(profile_name, os.path.relpath(args.cluster.resolve(), folder.resolve()))
+    n, planned = result.plan.n_ranks, result.cluster
+    if n < planned.n_devices:  # the plan's ranks are the first n devices of the planner's cluster
+        planned = dataclasses.replace(planned, devices=planned.devices[:n], name=f"{planned.name}[:{n}]")
+    saved = args.out.with_suffix(".cluster.json")
+    save_text(saved, planned.to_json(), f"the {planned.n_devices} devices it was planned on")
+    return PlanSources(profile_name, saved.name)

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from pipetrain import api
-from pipetrain.cli.common import cluster_and_profiles, load_plan, load_schedule, save_text
+from pipetrain.cli.common import cluster_and_profiles, load_plan, load_schedule, save_text, use_plan_measurements
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.rerun import rechunked, rerun
 from pipetrain.cli.validate import check_simulate_args
@@ -49,8 +49,11 @@ def _drained(args: argparse.Namespace, plan: Plan) -> Schedule | None:
 def cmd_simulate(args: argparse.Namespace) -> None:
     plan = load_plan(args.plan)
     check_simulate_args(args, plan.method)
+    notes = use_plan_measurements(args, plan, args.plan)
     graph = api.graph_for_plan(plan, data=args.data, leaf_modules=args.leaf or ())
     plan = _with_optimizer(rerun(rechunked(plan, args, graph), args, graph), args.optimizer)
+    for note in notes:
+        console.print(note)
     cost, predicted = _predict(args, plan, graph)
     write_timeline(args.out_dir, "predicted", predicted, plan)
     from pipetrain.simulate.memory import device_memory, stage_memory

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from pipetrain import api
-from pipetrain.cli.common import graph_of, load_plan, load_profile, load_schedule, save_text
+from pipetrain.cli.common import graph_of, load_plan, load_profile, load_schedule, save_text, use_plan_measurements
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.predict import write_timeline
 from pipetrain.cli.rerun import rechunked, rerun
@@ -21,7 +21,7 @@ from pipetrain.cli.validate import check_train_args
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Plan
+from pipetrain.plan.plan import Plan, PlanSources
 
 if TYPE_CHECKING:
     from pipetrain.profile.table import Profile
@@ -38,11 +38,14 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.schedule is not None and args.plan is None:
         raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
     planned_with: Profile | None = None  # the profile this command planned with (no --plan)
+    notes: list[str] = []  # about the plan's measurements, once the options are checked
     given = None if args.plan is None else load_plan(args.plan)
     if given is not None:
         if args.model is not None and args.model != given.model:
             raise UserError(f"--model {args.model} but {args.plan} was made for {given.model}; drop --model to train "
                             f"the plan's model, or plan anew with --model {args.model}")
+        if args.precision in (None, given.precision):  # at another precision its measurements do not apply
+            notes = use_plan_measurements(args, given, args.plan)
         graph = api.graph_for_plan(given, data=args.data, leaf_modules=args.leaf or ())
     else:
         graph = graph_of(args)
@@ -57,11 +60,15 @@ def cmd_train(args: argparse.Namespace) -> None:
         plan = api.plan(graph, planned_with, cluster, batch_size=args.batch, optimizer=args.optimizer,
                         clip_grad_norm=args.clip_grad_norm is not None,
                         constraints=api.Constraints(n_stages=cluster.n_devices)).plan  # one stage per rank
+        save_text(args.out_dir / "cluster.json", cluster.to_json(), "the cluster it planned on")
     plan = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
     _note_optimizer(plan, args)
+    for note in notes:
+        console.print(note)
     if planned_with is not None:  # the run says what it planned with (torchrun needs --plan: never here)
         save_text(args.out_dir / "profile.json", planned_with.to_json(), "the profile it planned with")
-        save_text(args.out_dir / "plan.json", plan.to_json(), "the plan it trains (`pipetrain simulate --plan` it)")
+        recorded = dataclasses.replace(plan, measurements=PlanSources("profile.json", "cluster.json"))
+        save_text(args.out_dir / "plan.json", recorded.to_json(), "the plan it trains (`pipetrain simulate --plan` it)")
     schedule = load_schedule(args)
     from pipetrain.runtime import run_worker_from_env, train
 

@@ -32,6 +32,7 @@ from pipetrain.profile.precision import Precision
 __all__ = [
     "MAX_BATCH_SIZE",
     "Plan",
+    "PlanSources",
     "Prediction",
     "StagePlan",
     "equal_sizes",
@@ -101,6 +102,21 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class PlanSources:
+    """The measurements a plan was made with, saved beside it: file names relative to the plan
+    file's folder (a plan moved with its folder still finds them), or absolute.
+
+    Attributes:
+        profile: the profile JSON (``plan.profile.json``); None: none saved (profiles per device kind,
+            estimated again from the cluster).
+        cluster: the cluster JSON (``plan.cluster.json``) or the cluster spec YAML it was planned on.
+    """
+
+    profile: str | None
+    cluster: str | None
+
+
+@dataclass(frozen=True)
 class Plan:
     """A complete pipeline plan.
 
@@ -125,6 +141,8 @@ class Plan:
             :mod:`pipetrain.profile.optimizer_step`); ``sgd`` by default.
         clip_grad_norm: whether the plan was priced for clipping the gradient norm (each STEP's norm,
             and its all-reduce over the ranks; :meth:`~pipetrain.cost.CostModel.clip_allreduce_s`).
+        measurements: the profile and cluster the plan was made with (``pipetrain plan`` saves them
+            beside it; ``simulate`` and ``train`` reuse them); None: not recorded.
     """
 
     model: str
@@ -139,6 +157,7 @@ class Plan:
     precision: Precision = "fp32"
     optimizer: OptimizerName = "sgd"
     clip_grad_norm: bool = False
+    measurements: PlanSources | None = None
 
     def __post_init__(self) -> None:
         spec = METHODS[self.method]

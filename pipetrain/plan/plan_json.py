@@ -12,8 +12,9 @@ plans written when recompute was one flag for the whole plan keep loading: their
 ``"recompute": true`` sets it on every stage. Plans written before ``params`` existed keep
 loading: their top-level ``aux`` and ``queue_depth`` (method ``local``) become its ``params``.
 ``precision``, ``optimizer`` and ``clip_grad_norm`` appear only when not their defaults (``fp32``,
-``sgd``, ``false``), so plans written before them read as before. The two functions are exact
-inverses on every plan (a round-trip test checks it).
+``sgd``, ``false``), so plans written before them read as before; ``measurements`` (the profile and
+cluster files saved beside the plan) appears only when recorded, without its unset entries. The two
+functions are exact inverses on every plan (a round-trip test checks it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from pipetrain.errors import UserError
 from pipetrain.plan.memory import check_optimizer
 from pipetrain.plan.methods import METHODS, Method, MethodParams, WeightPolicy
-from pipetrain.plan.plan import Plan, Prediction, StagePlan
+from pipetrain.plan.plan import Plan, PlanSources, Prediction, StagePlan
 from pipetrain.profile.precision import parse_precision
 
 __all__ = ["plan_from_json", "plan_to_json"]
@@ -42,6 +43,10 @@ def plan_to_json(plan: Plan) -> str:
     for name, default in (("precision", "fp32"), ("optimizer", "sgd"), ("clip_grad_norm", False)):
         if data[name] == default:
             del data[name]  # the default: plans without the field read as before
+    if plan.measurements is None:
+        del data["measurements"]  # unrecorded: plans read as before
+    else:
+        data["measurements"] = {k: v for k, v in data["measurements"].items() if v is not None}
     params = plan.params.to_json()
     if params:
         data["params"] = params
@@ -66,6 +71,17 @@ def _prediction(pred: dict[str, Any] | None) -> Prediction | None:
         return None
     return Prediction(float(pred["iteration_s"]), float(pred["bubble_fraction"]),
                       tuple(int(x) for x in pred["peak_memory_bytes"]), str(pred["basis"]))
+
+
+def _measurements(given: Any) -> PlanSources | None:
+    """``measurements``: an object of file names (``profile``, ``cluster``), each optional."""
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise UserError('plan JSON\'s "measurements" must be an object, e.g. {"profile": "plan.profile.json", '
+                        '"cluster": "plan.cluster.json"}; fix it or drop it to measure anew')
+    profile, cluster = given.get("profile"), given.get("cluster")
+    return PlanSources(None if profile is None else str(profile), None if cluster is None else str(cluster))
 
 
 _LEGACY_PARAMS = ("aux", "queue_depth")
@@ -115,6 +131,7 @@ def plan_from_json(text: str) -> Plan:
             precision=parse_precision(str(data.get("precision", "fp32"))),
             optimizer=check_optimizer(str(data.get("optimizer", "sgd"))),
             clip_grad_norm=_flag(data.get("clip_grad_norm", False), "clip_grad_norm"),
+            measurements=_measurements(data.get("measurements")),
         )
     except KeyError as e:
         raise UserError(f"plan JSON lacks the field {e.args[0]!r}; add it or re-create the plan") from None

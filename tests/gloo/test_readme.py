@@ -139,7 +139,8 @@ def job_of(params: dict[str, Any]) -> Job | None:
 
 def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PIPETRAIN_CACHE_DIR": str(cwd / "out" / "cache")}  # `plan`'s probe of this machine, under out/
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
                           shell=True, executable="/bin/bash")
 

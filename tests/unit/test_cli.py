@@ -88,7 +88,7 @@ def write_plan(tmp_path: Path, **changes: object) -> Path:
     [
         (["plan", "--model", "nosuch"], "unknown model 'nosuch'"),
         (["plan", "--model", "gpt-tiny", "--ranks", "9", "--profile", "{profile}"], "use at most 6 ranks"),
-        (["plan", "--model", "gpt-tiny", "--ranks", "2", "--stages", "3", "--profile", "{profile}"],
+        (["plan", "--model", "gpt-tiny", "--ranks", "2", "--stages", "3", "--profile", "{profile}", "--no-probe"],
          "3 stages need 3 ranks"),
         (["simulate", "--plan", "{tmp}/missing.json", "--profile", "{profile}"], "no file at"),
         (["plan", "--model", "gpt-tiny", "--profile", "{tmp}/missing.json"], "no profile at"),
@@ -222,10 +222,10 @@ def test_plan_uedp_default_planner_is_deterministic(
     tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = (*UEDP, "--profile", str(tiny_profile), "--population", "12", "--generations", "6", "--seed", "3")
-    _, text = plan_file(capsys, tmp_path / "a.json", *argv)
+    _, text = plan_file(capsys, tmp_path / "a" / "plan.json", *argv)
     assert "tidgap (seed 3)" in text
-    plan_file(capsys, tmp_path / "b.json", *argv)
-    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
+    plan_file(capsys, tmp_path / "b" / "plan.json", *argv)
+    assert (tmp_path / "a" / "plan.json").read_text() == (tmp_path / "b" / "plan.json").read_text()
 
 
 def test_plan_uedp_memory_cap(tmp_path: Path, tiny_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:

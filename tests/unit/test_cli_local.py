@@ -140,6 +140,7 @@ def test_train_runs_a_plans_stages_locally(backprop_plan: Path, tmp_path: Path, 
     (jobs,), _ = launches.call_args
     plan = jobs[0].plan
     assert (plan.method, plan.params) == (Method.LOCAL, LocalParams("dgl", 3))
+    capsys.readouterr()  # the launched run's lines
     code, text = run(capsys, "train", "--plan", str(backprop_plan), "--queue-depth", "3", "--steps", "4",
                      "--out-dir", str(tmp_path / "run"))
     assert code == 2 and "add --method local or drop them" in one_error_line(text)

@@ -1,0 +1,139 @@
+"""This machine as a cluster, probed once per machine, model and rank count, then reused from a cache.
+
+    found = probed_cluster(graph, batch=32, n_ranks=2)   # ~15 s the first time, then read back
+    found.cluster, found.path, found.probed_s            # probed_s None: read from the cache
+
+``pipetrain plan`` (for local CPU ranks) and ``pipetrain demo`` both price a plan on this machine's
+probed link, contention and per-action overhead (:func:`~pipetrain.calibrate.overhead.probe_local_cluster`);
+both go through :func:`probed_cluster`, so they plan on the same cluster. The probe measures the
+contention on the model's own work (:func:`probe_workload`), so its result is kept per model: the
+cache key is the machine (:func:`machine_fingerprint`), the model's fingerprint, the rank count and
+the probe's samples per rank. The cluster JSON lands in :func:`cache_dir`, one file per key.
+``pipetrain probe --model`` keeps its result there too (:func:`keep_probe`; with ``--calibrate``, the
+cluster fitted to runs of the model), so the next ``plan`` of that model reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipetrain.calibrate.overhead import probe_local_cluster
+from pipetrain.cluster import Cluster
+from pipetrain.errors import UserError
+from pipetrain.fileio import write_atomic
+from pipetrain.graph.batch_norm import batch_norms
+from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.profile.link import Workload
+
+__all__ = ["CACHE_ENV", "MachineProbe", "cache_dir", "keep_probe", "machine_fingerprint", "probe_workload",
+           "probed_cluster"]
+
+CACHE_ENV = "PIPETRAIN_CACHE_DIR"
+"""The environment variable that moves the cache (default ``$XDG_CACHE_HOME/pipetrain``, else
+``~/.cache/pipetrain``)."""
+
+
+@dataclass(frozen=True)
+class MachineProbe:
+    """What :func:`probed_cluster` found.
+
+    Attributes:
+        cluster: this machine as a cluster of the asked ranks.
+        path: the cache file holding it.
+        probed_s: seconds the probe took; None when the cluster was read from ``path``.
+    """
+
+    cluster: Cluster
+    path: Path
+    probed_s: float | None
+
+
+def cache_dir() -> Path:
+    """Where probed clusters are kept: ``$PIPETRAIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/pipetrain``,
+    else ``~/.cache/pipetrain``."""
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return Path(given)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "pipetrain"
+
+
+def probe_workload(graph: LayerGraph, batch: int) -> Workload:
+    """The work the contention probe runs: ``graph``'s halves on a quarter of ``batch``, never fewer
+    samples than its BatchNorms need (``pipetrain probe --model``, ``plan`` and the demo alike)."""
+    return graph, max(batch_norms(graph).smallest_microbatch, batch // 4)
+
+
+def machine_fingerprint() -> dict[str, str]:
+    """What makes a probe of this machine stale when it changes: host name, CPU model and count,
+    torch version and its threads."""
+    return {"host": platform.node(), "cpu": _cpu_model(), "cpus": str(os.cpu_count()),
+            "torch": torch.__version__, "threads": str(torch.get_num_threads())}
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else the platform's processor string)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _cache_path(graph: LayerGraph, n_ranks: int, samples: int) -> Path:
+    """The cache file of this machine, model, rank count and probe size: the model's name (for a
+    reader) and a hash of the whole key."""
+    key = {"machine": machine_fingerprint(), "model": graph.fingerprint(), "ranks": n_ranks, "samples": samples}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", graph.name)
+    return cache_dir() / f"cluster-{name}-{n_ranks}r-{digest}.json"
+
+
+def probed_cluster(graph: LayerGraph, batch: int, n_ranks: int, *, refresh: bool = False,
+                   on_probe: Callable[[], None] | None = None) -> MachineProbe:
+    """This machine as ``n_ranks`` CPU ranks, probed on ``graph``'s work (:func:`probe_workload`) or
+    read from the cache (module docstring).
+
+    Args:
+        graph: the model whose work the contention is measured on.
+        batch: its mini-batch; the probe runs a quarter of it per rank.
+        n_ranks: ranks of the cluster.
+        refresh: probe even when the cache holds a result, and replace it.
+        on_probe: called just before probing (to say that it takes a while); not on a cache hit.
+
+    A cache file that cannot be read (corrupt, from another version) is probed again and replaced.
+    """
+    workload = probe_workload(graph, batch)
+    path = _cache_path(graph, n_ranks, workload[1])
+    if not refresh and path.exists():
+        try:
+            return MachineProbe(Cluster.load(path), path, None)
+        except UserError:
+            pass  # unreadable: probe again and replace it
+    if on_probe is not None:
+        on_probe()
+    start = time.perf_counter()
+    cluster = probe_local_cluster(n_ranks, model=workload)
+    probed_s = time.perf_counter() - start
+    write_atomic(path, cluster.to_json())
+    return MachineProbe(cluster, path, probed_s)
+
+
+def keep_probe(graph: LayerGraph, batch: int, cluster: Cluster) -> Path:
+    """Keep ``cluster``, a probe of this machine on ``graph``'s work (:func:`probe_workload` of
+    ``batch``), where :func:`probed_cluster` finds it for its rank count; returns the cache file."""
+    path = _cache_path(graph, cluster.n_devices, probe_workload(graph, batch)[1])
+    write_atomic(path, cluster.to_json())
+    return path
