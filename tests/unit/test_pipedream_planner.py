@@ -79,10 +79,10 @@ def test_cli_plans_on_a_cluster_spec(tmp_path: Path, capsys: pytest.CaptureFixtu
     build_schedule(plan)
     shown = capsys.readouterr().out
     assert "predicted iteration" in shown
-    if plan.n_ranks < 8:  # idle devices: the sub-cluster is saved beside the plan and simulates the plan
-        cluster_file = out.with_suffix(".cluster.json")
-        assert cli.main(["simulate", "--plan", str(out), "--cluster", str(cluster_file), "--estimate", "v100",
-                         "--out-dir", str(tmp_path / "sim")]) == 0
+    assert plan.measurements is not None and plan.measurements.cluster is not None
+    assert plan.measurements.cluster.endswith("2x4-v100.yaml")  # the spec, recorded by its path
+    # simulate reuses it (idle devices included: the plan's ranks are its first ones)
+    assert cli.main(["simulate", "--plan", str(out), "--out-dir", str(tmp_path / "sim")]) == 0
 
 
 def test_cli_refuses_a_method_with_a_cluster_planner(capsys: pytest.CaptureFixture[str]) -> None:
