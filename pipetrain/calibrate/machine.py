@@ -11,6 +11,13 @@ cache key is the machine (:func:`machine_fingerprint`), the model's fingerprint,
 the probe's samples per rank. The cluster JSON lands in :func:`cache_dir`, one file per key.
 ``pipetrain probe --model`` keeps its result there too (:func:`keep_probe`; with ``--calibrate``, the
 cluster fitted to runs of the model), so the next ``plan`` of that model reuses it.
+
+A calibrated cluster's compute speed is relative to the profile it was fitted against (``compute at
+0.33× the profile``): priced with another profile of the same model, measured at another moment of a
+noisy machine, the fit does not hold (predictions off by +30 to +80% in ``bench_cli_flow.py``). So a
+calibration keeps its profile beside its cluster file (:func:`calibration_profile_path`:
+``probe.json`` → ``probe.profile.json``, in the cache too), and the commands that take the cluster
+price with that profile unless ``--profile`` says otherwise.
 """
 
 from __future__ import annotations
@@ -34,9 +41,10 @@ from pipetrain.fileio import write_atomic
 from pipetrain.graph.batch_norm import batch_norms
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.profile.link import Workload
+from pipetrain.profile.table import Profile
 
-__all__ = ["CACHE_ENV", "MachineProbe", "cache_dir", "keep_probe", "machine_fingerprint", "probe_workload",
-           "probed_cluster"]
+__all__ = ["CACHE_ENV", "MachineProbe", "cache_dir", "calibration_profile_path", "keep_probe", "machine_fingerprint",
+           "probe_workload", "probed_cluster"]
 
 CACHE_ENV = "PIPETRAIN_CACHE_DIR"
 """The environment variable that moves the cache (default ``$XDG_CACHE_HOME/pipetrain``, else
@@ -128,12 +136,26 @@ def probed_cluster(graph: LayerGraph, batch: int, n_ranks: int, *, refresh: bool
     cluster = probe_local_cluster(n_ranks, model=workload)
     probed_s = time.perf_counter() - start
     write_atomic(path, cluster.to_json())
+    calibration_profile_path(path).unlink(missing_ok=True)  # an earlier calibration's: not for this probe
     return MachineProbe(cluster, path, probed_s)
 
 
-def keep_probe(graph: LayerGraph, batch: int, cluster: Cluster) -> Path:
+def keep_probe(graph: LayerGraph, batch: int, cluster: Cluster, calibrated_on: Profile | None = None) -> Path:
     """Keep ``cluster``, a probe of this machine on ``graph``'s work (:func:`probe_workload` of
-    ``batch``), where :func:`probed_cluster` finds it for its rank count; returns the cache file."""
+    ``batch``), where :func:`probed_cluster` finds it for its rank count; returns the cache file.
+    ``calibrated_on``: the profile a calibrated cluster was fitted against, kept beside it
+    (:func:`calibration_profile_path`); None removes an earlier calibration's."""
     path = _cache_path(graph, cluster.n_devices, probe_workload(graph, batch)[1])
     write_atomic(path, cluster.to_json())
+    companion = calibration_profile_path(path)
+    if calibrated_on is not None:
+        write_atomic(companion, calibrated_on.to_json())
+    else:
+        companion.unlink(missing_ok=True)
     return path
+
+
+def calibration_profile_path(cluster_file: Path) -> Path:
+    """Where the profile a calibrated cluster was fitted against lies: beside ``cluster_file``,
+    ``probe.json`` → ``probe.profile.json`` (module docstring)."""
+    return cluster_file.with_name(f"{cluster_file.stem}.profile.json")

@@ -21,8 +21,8 @@ from pipetrain.profile.precision import Precision, parse_precision
 from pipetrain.profile.table import Profile
 from pipetrain.schedule.schedule import Schedule
 
-__all__ = ["DEFAULT_MODEL", "cluster_and_profiles", "graph_of", "load_plan", "load_profile",
-           "load_schedule", "read_text", "save_text", "use_plan_measurements"]
+__all__ = ["DEFAULT_MODEL", "cluster_and_profiles", "graph_of", "load_plan", "load_profile", "load_schedule",
+           "read_text", "save_text", "use_calibration_profile", "use_plan_measurements"]
 
 DEFAULT_MODEL = "gpt-tiny"
 
@@ -73,9 +73,34 @@ def cluster_and_profiles(
         return cluster, load_profile(args, graph, batch, precision)
     cluster = api.local_cluster(n_ranks, args.cluster)
     if {d.kind for d in cluster.devices} == {"cpu"} or args.profile is not None or args.estimate is not None:
+        probed = None
+        if args.profile is None and args.estimate is None:  # a calibrated cluster brings its profile
+            probed = machine() if machine is not None else None
+            use_calibration_profile(args, args.cluster, precision)
         profile = load_profile(args, graph, batch, precision)
-        return (machine() if machine is not None else None) or cluster, profile
+        if probed is None and machine is not None:
+            probed = machine()
+        return probed or cluster, profile
     return cluster, api.cluster_profiles(graph, cluster, batch, precision=precision)
+
+
+def use_calibration_profile(args: argparse.Namespace, cluster_file: Path | None, precision: Precision) -> None:
+    """Point ``args.profile`` at the profile ``cluster_file`` was calibrated against, where one lies
+    beside it at ``precision`` (:func:`~pipetrain.calibrate.machine.calibration_profile_path`): the
+    calibrated speed holds for that profile, not for one measured again."""
+    from pipetrain.calibrate.machine import calibration_profile_path
+
+    if cluster_file is None or not calibration_profile_path(cluster_file).exists():
+        return
+    companion = calibration_profile_path(cluster_file)
+    try:
+        same = Profile.load(companion).precision == precision
+    except UserError:
+        same = False
+    if same:
+        args.profile = companion
+        console.print(f"[dim]profile: {escape(str(companion))}, the one {escape(str(cluster_file))} was calibrated "
+                      "against (--profile to price with another)[/dim]")
 
 
 def use_plan_measurements(args: argparse.Namespace, plan: Plan, plan_path: Path) -> list[str]:

@@ -35,19 +35,22 @@ def cmd_probe(args: argparse.Namespace) -> None:
     check_probe_args(args, graph)
     model = None if graph is None else probe_workload(graph, args.batch)
     cluster = probe_local_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead, model=model)
-    calibration = None
+    calibration, profile = None, None
     if model is not None and args.calibrate:
         from pipetrain.calibrate.fit import calibrate_cluster
+        from pipetrain.calibrate.machine import calibration_profile_path
 
         profile = api.profile_model(model[0], args.batch, progress=True)
         out.print(f"calibrating on {model[0].name}: three short runs of it on {args.ranks} ranks ...")
         calibration = calibrate_cluster(model[0], profile, cluster, args.batch)
         cluster = calibration.apply(cluster)
+        save_text(calibration_profile_path(args.out), profile.to_json(),
+                  "the profile the calibration holds for (`plan --cluster` this cluster prices with it)")
     save_text(args.out, cluster.to_json(), "cluster")
     if graph is not None:
         from pipetrain.calibrate.machine import keep_probe
 
-        kept = keep_probe(graph, args.batch, cluster)
+        kept = keep_probe(graph, args.batch, cluster, profile)
         console.print(f"[dim]kept for `pipetrain plan --model {escape(str(args.model))} --batch {args.batch} --ranks "
                       f"{args.ranks}` and the demo to reuse: {escape(str(kept))}[/dim]")
     link = cluster.intra_node

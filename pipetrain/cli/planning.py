@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from pipetrain import api
 from pipetrain.api.clusters import each_profile
-from pipetrain.cli.common import cluster_and_profiles, graph_of, save_text
+from pipetrain.cli.common import cluster_and_profiles, graph_of, save_text, use_calibration_profile
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.routing import PlanRoute, plan_route
 from pipetrain.cli.validate import check_plan_args
@@ -23,6 +23,7 @@ from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams, Method
 from pipetrain.plan.plan import Plan, PlanSources
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
+from pipetrain.profile.precision import parse_precision
 
 __all__ = ["cmd_plan"]
 
@@ -148,6 +149,8 @@ def _this_machine(args: argparse.Namespace, graph: LayerGraph, n_ranks: int) -> 
                       f"{escape(graph.name)}'s work and the cost per action (~15 s, kept for the next plans)[/dim]")
 
     found = probed_cluster(graph, args.batch, n_ranks, refresh=args.reprobe, on_probe=announce)
+    if args.profile is None:  # a calibrated probe (`pipetrain probe --calibrate`) brings its profile
+        use_calibration_profile(args, found.path, parse_precision(args.precision or "fp32"))
     path = escape(str(found.path))
     if found.probed_s is None:
         console.print(f"[dim]cluster: this machine as probed before on {escape(graph.name)}, {path} (--reprobe to "

@@ -30,3 +30,35 @@ def test_calibrated_terms_are_written(tmp_path: Path, capsys: pytest.CaptureFixt
     assert [d.speed for d in written.devices] == [pytest.approx(0.9)] * 2 and written.action_overhead_s == 2.5e-4
     assert written.shared_speed == (1.0, 0.95)
     assert "250 µs per action (calibrated)" in capsys.readouterr().out
+
+
+def test_a_calibrated_cluster_brings_the_profile_it_was_fitted_against(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibrated speed is relative to the probe's own profile: `plan --cluster` that cluster, or
+    `plan` on the cached probe of this machine, prices with that profile instead of measuring another."""
+    from pipetrain import api
+    from pipetrain.graph.zoo import build_model
+    from pipetrain.plan.plan import Plan
+    from pipetrain.profile.estimate import estimate_profile
+    from pipetrain.profile.table import Profile
+
+    fitted_against = estimate_profile(build_model("mlp-digits"), "cpu", 32)
+    out = tmp_path / "cluster.json"
+    monkeypatch.setattr(api, "profile_model", lambda *_, **__: fitted_against)
+    with (mock.patch("pipetrain.calibrate.overhead.probe_local_cluster", return_value=Cluster.local(2)),
+          mock.patch("pipetrain.calibrate.fit.calibrate_cluster", return_value=FITTED)):
+        assert main(["probe", "--model", "mlp-digits", "--batch", "32", "--calibrate", "--out", str(out)]) == 0
+    assert Profile.load(tmp_path / "cluster.profile.json") == fitted_against
+
+    def refuse(*_: object, **__: object) -> Profile:
+        raise AssertionError("profiled again: the calibration holds for its own profile")
+
+    monkeypatch.setattr(api, "profile_model", refuse)
+    capsys.readouterr()
+    for where, given in (("a", ["--cluster", str(out)]), ("b", [])):  # the file, then the cache `probe` kept
+        plan_file = tmp_path / where / "plan.json"
+        assert main(["plan", "--model", "mlp-digits", "--batch", "32", "--ranks", "2", *given,
+                     "--out", str(plan_file)]) == 0
+        assert "was calibrated against" in capsys.readouterr().err
+        assert Profile.load(plan_file.with_suffix(".profile.json")) == fitted_against
+        assert Plan.from_json(plan_file.read_text()).prediction is not None
