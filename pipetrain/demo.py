@@ -27,6 +27,7 @@ from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import Plan, PlanSources
+from pipetrain.profile.table import Profile
 from pipetrain.runtime.job.config import TrainConfig, TrainResult
 from pipetrain.simulate.timeline import Timeline
 
@@ -72,6 +73,21 @@ def _probe(graph: LayerGraph, settings: DemoSettings, console: Console) -> Clust
     return found.cluster
 
 
+def _profile(graph: LayerGraph, settings: DemoSettings, console: Console) -> Profile:
+    """The model profiled here; or, where this machine was calibrated on it (``pipetrain probe --model
+    --calibrate``, which :func:`_probe` then reads), the profile that calibration holds for."""
+    from pipetrain.calibrate.machine import cached_calibration_profile
+
+    calibrated_on = cached_calibration_profile(graph, settings.batch, settings.ranks)
+    if calibrated_on is not None:
+        console.print(f"[bold]1/7[/bold] the profile of {graph.name} this machine was calibrated against "
+                      f"(`pipetrain probe --calibrate`): {calibrated_on}")
+        return Profile.load(calibrated_on)
+    console.print(f"[bold]1/7[/bold] profiling {graph.name} ({len(graph)} layers) for micro-batches up to "
+                  f"{settings.batch}")
+    return api.profile_model(graph, settings.batch, progress=True)
+
+
 def run_demo(settings: DemoSettings, out: Console, console: Console) -> None:
     """Run the demo and print its story; artefacts go to ``settings.folder``."""
     graph = api.resolve_model(settings.model)
@@ -90,8 +106,7 @@ def _plan(graph: LayerGraph, settings: DemoSettings, out: Console, console: Cons
     from pipetrain.viz.tables import timeline_table
 
     folder, batch = settings.folder, settings.batch
-    console.print(f"[bold]1/7[/bold] profiling {graph.name} ({len(graph)} layers) for micro-batches up to {batch}")
-    profile = api.profile_model(graph, batch, progress=True)
+    profile = _profile(graph, settings, console)
     write_atomic(folder / "profile.json", profile.to_json())
     cluster = _probe(graph, settings, console)
     write_atomic(folder / "cluster.json", cluster.to_json())

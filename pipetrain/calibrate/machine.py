@@ -43,8 +43,8 @@ from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.profile.link import Workload
 from pipetrain.profile.table import Profile
 
-__all__ = ["CACHE_ENV", "MachineProbe", "cache_dir", "calibration_profile_path", "keep_probe", "machine_fingerprint",
-           "probe_workload", "probed_cluster"]
+__all__ = ["CACHE_ENV", "MachineProbe", "cache_dir", "cached_calibration_profile", "calibration_profile_path",
+           "keep_probe", "machine_fingerprint", "probe_workload", "probed_cluster"]
 
 CACHE_ENV = "PIPETRAIN_CACHE_DIR"
 """The environment variable that moves the cache (default ``$XDG_CACHE_HOME/pipetrain``, else
@@ -153,6 +153,14 @@ def keep_probe(graph: LayerGraph, batch: int, cluster: Cluster, calibrated_on: P
     else:
         companion.unlink(missing_ok=True)
     return path
+
+
+def cached_calibration_profile(graph: LayerGraph, batch: int, n_ranks: int) -> Path | None:
+    """The profile a calibration of this machine on ``graph`` (``pipetrain probe --model --calibrate``,
+    kept by :func:`keep_probe`) was fitted against, where :func:`probed_cluster` would read that
+    calibrated cluster; None without one."""
+    companion = calibration_profile_path(_cache_path(graph, n_ranks, probe_workload(graph, batch)[1]))
+    return companion if companion.exists() else None
 
 
 def calibration_profile_path(cluster_file: Path) -> Path:

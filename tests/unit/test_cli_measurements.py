@@ -172,3 +172,18 @@ def test_plans_without_measurements_still_load_and_with_them_round_trip() -> Non
     assert recorded.measurements == PlanSources(None, "../c.yaml")
     assert Plan.from_json(recorded.to_json()) == recorded
     assert json.loads(recorded.to_json())["measurements"] == {"cluster": "../c.yaml"}
+
+
+def test_the_demo_prices_with_the_profile_a_cached_calibration_holds_for(
+        probes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipetrain.demo import DemoSettings, _profile
+
+    digits = build_model("mlp-digits")
+    settings = DemoSettings(model="mlp-digits", batch=16, ranks=2)
+    fitted_against = estimate_profile(digits, "cpu", 16)
+    assert machine.cached_calibration_profile(digits, 16, 2) is None
+    machine.keep_probe(digits, 16, Cluster.local(2, action_overhead_s=3e-4), fitted_against)
+    _no_profiling(monkeypatch)
+    assert _profile(digits, settings, Console(file=None, quiet=True)) == fitted_against
+    machine.probed_cluster(digits, 16, 2, refresh=True)  # probed again: that calibration no longer holds
+    assert machine.cached_calibration_profile(digits, 16, 2) is None and probes == [2]
