@@ -19,13 +19,16 @@ signed errors ``predicted / measured − 1``. Targets (issue 32): iteration with
 calibrated; every action kind's mean within 25%.
 
 Output under ``--out``: ``<model>/<mode>/`` holds every command's files and output (``*.log``);
-``results.json`` (every figure) and ``table.md`` (the tables for BENCHMARKS.md).
+``results.json`` (every figure) and ``table.md`` (the tables for BENCHMARKS.md); ``cache/``, the
+commands' probe cache, empty at the start, so each model's first ``plan`` probes this machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +47,9 @@ MODELS: dict[str, list[str]] = {
                          "benchmarks.flow_transformer:digit_rows"],
 }
 RANKS, OPTIMIZER = "2", "adamw"
+_environment = dict(os.environ)
+"""The commands' environment: :func:`main` points ``PIPETRAIN_CACHE_DIR`` at ``--out``'s ``cache/``, so
+the first ``plan`` of each model probes this machine afresh (no probe or calibration of an earlier run)."""
 
 
 def _run(args: list[str], log: Path) -> str:
@@ -54,7 +60,7 @@ def _run(args: list[str], log: Path) -> str:
     """
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pipetrain", *args], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent.parent, check=False)
+                          cwd=Path(__file__).resolve().parent.parent, check=False, env=_environment)
     text = f"$ pipetrain {' '.join(args)}\n{done.stdout}{done.stderr}\n[{time.perf_counter() - started:.1f} s]\n"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(text)
@@ -168,6 +174,8 @@ def main() -> None:
     args = parser.parse_args()
     models, modes, steps, trains = (["mlp-digits"], ["uncalibrated"], 8, 1) if args.quick else (
         args.models, args.modes, args.steps, args.trains)
+    shutil.rmtree(args.out / "cache", ignore_errors=True)
+    _environment["PIPETRAIN_CACHE_DIR"] = str((args.out / "cache").resolve())
     rows = []
     for mode in modes:
         for name in models:
