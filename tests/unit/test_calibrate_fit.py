@@ -53,6 +53,18 @@ def test_fit_recovers_the_terms_that_produced_the_iterations(speed: float, overh
     assert got_overhead == pytest.approx(overhead, rel=0.05, abs=2e-6)
 
 
+def test_runs_that_ask_for_a_negative_overhead_get_none_and_the_speed_that_splits_the_miss() -> None:
+    """The second run faster than any overhead ≥ 0 explains: no overhead, and a speed that misses both
+    runs by relative errors of opposite signs, not one run exactly and the other by all the rest."""
+    plans = calibration_plans(GRAPH, PROFILE, CLUSTER, 64)
+    truth = _simulated(plans, PROFILE, CLUSTER, 1.0, 0.0)
+    measured = [truth[0], truth[1] * 0.7]
+    speed, overhead = fit_terms(plans, PROFILE, CLUSTER, measured)
+    fitted = _simulated(plans, PROFILE, CLUSTER, 1.0 / speed, 0.0)
+    errors = [f / m - 1 for f, m in zip(fitted, measured, strict=True)]
+    assert overhead == 0.0 and errors[0] < 0 < errors[1] and max(map(abs, errors)) < 0.3
+
+
 def test_applied_terms_scale_every_device_and_set_the_overhead() -> None:
     slow = Cluster.local(2, speed=0.5)
     applied = Calibration(0.8, 3e-4, ("1f1b m=1", "zbv m=8"), (0.1, 0.2), (0.1, 0.2)).apply(slow)
