@@ -35,6 +35,14 @@ def _seed() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _no_retiming(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profiler times an unstable median again (up to two more rounds); the suite's two workers
+    share the cores, so most medians here would be, for a third more profiling time and nothing
+    tested: the retiming's own tests give their rounds explicitly."""
+    monkeypatch.setattr("pipetrain.profile.noise.EXTRA_ROUNDS", 0)
+
+
+@pytest.fixture(autouse=True)
 def _unprobed_machine(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """``pipetrain plan`` for this machine probes it (~15 s) and caches the result under the user's
     home: here it gets the unprobed defaults at once, cached in a folder of the test's own."""

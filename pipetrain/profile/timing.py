@@ -23,8 +23,9 @@ import torch
 from torch import nn
 
 from pipetrain.graph.split_backward import input_grads, layer_outputs, weight_grads
+from pipetrain.profile import noise as noise_model
 from pipetrain.profile.clock import device_clock
-from pipetrain.profile.noise import EXTRA_ROUNDS, NoiseLog, steadiest
+from pipetrain.profile.noise import NoiseLog, steadiest
 
 __all__: list[str] = []
 
@@ -41,7 +42,8 @@ class _Timer:
     device: torch.device
     warmup: int
     repeats: int
-    extra_rounds: int = EXTRA_ROUNDS
+    extra_rounds: int | None = None
+    """More rounds for an unstable median; None: :data:`~.noise.EXTRA_ROUNDS`, read when timing."""
     noise: NoiseLog = field(default_factory=NoiseLog, compare=False)
 
     def _sync(self) -> None:
@@ -72,7 +74,8 @@ class _Timer:
         round is followed by more, without warm-up, and the steadiest one's median kept (class
         docstring)."""
         median, spread, rounds = steadiest(lambda i: self._round(prepare, self.warmup if i == 0 else 0),
-                                           extra_rounds=self.extra_rounds)
+                                           extra_rounds=noise_model.EXTRA_ROUNDS if self.extra_rounds is None
+                                           else self.extra_rounds)
         self.noise.add(median, spread, retimed=rounds > 1)
         return median
 
