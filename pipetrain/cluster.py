@@ -165,7 +165,7 @@ class Cluster:
         intra_node: the link between devices of one node.
         inter_node: the link between nodes.
         name: a label for reports.
-        action_overhead_s: the runtime's fixed cost per forward or backward action on these
+        action_overhead_s: the runtime's fixed cost per compute action (F, B, W, STEP) on these
             devices (Python dispatch, buffer bookkeeping), added by the cost model.
         shared_speed: contention between ranks of one node that share cores and memory
             bandwidth (CPU ranks on one machine): entry ``n - 1`` is each rank's speed when ``n``

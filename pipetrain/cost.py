@@ -58,7 +58,7 @@ class CostModel:
     Args:
         profile: one profile for every device, or one per device kind (heterogeneous clusters).
         cluster: the devices (one per rank) and links.
-        action_overhead_s: fixed seconds added to every forward or backward action; defaults to
+        action_overhead_s: fixed seconds added to every compute action (F, B, W, STEP); defaults to
             the cluster's ``action_overhead_s``.
         optimizer: the optimizer whose step STEP costs (module docstring).
         clip_grad_norm: whether training clips the gradient norm (module docstring).
@@ -261,9 +261,11 @@ class CostModel:
         gradient norm when :attr:`clip_grad_norm` (the all-reduce apart: :meth:`clip_allreduce_s`).
 
         Per layer, the profile's measured seconds for :attr:`optimizer` (divided by the device's
-        speed), else a memory-bound estimate (module docstring).
+        speed), else a memory-bound estimate (module docstring); plus the per-action overhead, which
+        the runtime pays at a STEP as at any other compute action (without it the flow benchmark's
+        STEPs were predicted 26-35% short, BENCHMARKS.md "The everyday CLI flow").
         """
-        return self._step_of(self._layers(rank, layers), rank)
+        return self.action_overhead_s + self._step_of(self._layers(rank, layers), rank)
 
     def _step_of(self, lps: Sequence[LayerProfile], rank: int) -> float:
         """The optimizer step (and clipping's norm) of ``lps``' parameters on ``rank`` (:meth:`step_s`)."""

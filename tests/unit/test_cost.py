@@ -40,7 +40,7 @@ def test_stage_costs_bytes_and_speed() -> None:
     assert cost.transfer_s(100, 0, 0) == pytest.approx(0.1)
     assert cost.transfer_s(100, 0, 1) == pytest.approx(2.0)  # across nodes
     assert cost.saved_bytes(("a", "b"), 2) == 60
-    assert cost.step_s(("a", "b"), 1) == pytest.approx(1.5)
+    assert cost.step_s(("a", "b"), 1) == pytest.approx(0.1 + 1.5)  # a STEP pays the per-action overhead too
     assert list(cost.forward_table(("a",), 2, 0)) == pytest.approx([0.0, 1.1, 1.43333333])
 
 
