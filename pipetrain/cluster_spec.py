@@ -23,7 +23,7 @@ heterogeneous clusters that BaPipe explores (docs/algorithms.md §4.3), each kin
     links:                         # latency_us or latency_s; bandwidth_gb_per_s or bandwidth_gbit_per_s
       intra_node: {latency_us: 5, bandwidth_gb_per_s: 150}     # NVLink
       inter_node: {latency_us: 20, bandwidth_gbit_per_s: 25}   # 25 Gb/s Ethernet
-    action_overhead_us: 0          # optional: the runtime's fixed cost per forward or backward action
+    action_overhead_us: 0          # optional: the runtime's fixed cost per compute action (F, B, W, STEP)
 
 Rules:
 
@@ -63,7 +63,7 @@ _TOP_KEYS = {
     "name": "a label (text)",
     "groups": "a non-empty list of device groups",
     "links": "a mapping with intra_node and (for several nodes) inter_node",
-    "action_overhead_us": "microseconds per forward or backward action (a number >= 0)",
+    "action_overhead_us": "microseconds per compute action (a number >= 0)",
 }
 _GROUP_KEYS = {
     "device": f"a device model ({', '.join(DEVICE_MODELS)})",

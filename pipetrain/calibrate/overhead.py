@@ -1,4 +1,4 @@
-"""Overhead probe: the runtime's fixed seconds per forward or backward action, measured on this machine.
+"""Overhead probe: the runtime's fixed seconds per compute action (F, B, W, STEP), measured on this machine.
 
     overhead = probe_action_overhead(link)           # ~15 s: three short 2-rank runs of a tiny model
     cluster = probe_local_cluster(2)                 # the link, the contention and the overhead

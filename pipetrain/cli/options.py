@@ -186,7 +186,7 @@ def probe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=_ranks, default=2, help="ranks of the local cluster (default: 2)")
     p.add_argument("--probes", type=_count, default=3, help="probes to take the median of (default: 3)")
     p.add_argument("--overhead", type=_seconds, default=None,
-                   help="the runtime's seconds per forward or backward action (default: measured by three short "
+                   help="the runtime's seconds per compute action: F, B, W, STEP (default: measured by three short "
                         f"2-rank runs of a tiny model, ~15 s; {CPU_ACTION_OVERHEAD_S} was typical on a 2-core CPU)")
     p.add_argument("--model", help="measure the contention on this model's own work (zoo name or "
                    "module.path:callable; its two halves of layers, one per rank, on a quarter of --batch) instead "
