@@ -73,12 +73,13 @@ def cluster_and_profiles(
         return cluster, load_profile(args, graph, batch, precision)
     cluster = api.local_cluster(n_ranks, args.cluster)
     if {d.kind for d in cluster.devices} == {"cpu"} or args.profile is not None or args.estimate is not None:
+        profile_given = args.profile is not None or args.estimate is not None
         probed = None
-        if args.profile is None and args.estimate is None:  # a calibrated cluster brings its profile
+        if not profile_given:  # probed before profiling: a calibrated probe (or --cluster's file) brings its profile
             probed = machine() if machine is not None else None
             use_calibration_profile(args, args.cluster, precision)
         profile = load_profile(args, graph, batch, precision)
-        if probed is None and machine is not None:
+        if profile_given and machine is not None:  # probed once the given profile loads: a bad file fails first
             probed = machine()
         return probed or cluster, profile
     return cluster, api.cluster_profiles(graph, cluster, batch, precision=precision)
