@@ -36,7 +36,7 @@ from pipetrain.planners.contract import ModelRef
 from pipetrain.profile.link import Workload, probe_cluster
 from pipetrain.profile.measure import measure_profile
 from pipetrain.profile.table import Profile
-from pipetrain.runtime import TrainConfig, train
+from pipetrain.runtime import TrainConfig, TrainJob, train_many
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 
@@ -91,11 +91,12 @@ def probe_action_overhead(link: Link, n_ranks: int = 2, *, micro: int = 16, step
         n_ranks: ranks of the probe pipeline (one stage each).
         micro: one-sample micro-batches per step (more: more actions per step, a steadier fit).
         steps: timed steps per run (after 2 warm-up steps).
-        runs: runs to take the median of.
+        runs: runs to take the median of, one after another in one launch of the ranks.
     """
     graph, plan, profile = _tiny_plan(n_ranks, micro, link)
     config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1)
-    measured = tuple(plan.batch_size / train(graph, plan, config).samples_per_s for _ in range(max(1, runs)))
+    jobs = [TrainJob(graph, plan, config)] * max(1, runs)  # one launch: the ranks start once
+    measured = tuple(plan.batch_size / result.samples_per_s for result in train_many(jobs))
     base = _simulated_s(plan, profile, link, 0.0)
     actions = (_simulated_s(plan, profile, link, _SLOPE_STEP_S) - base) / _SLOPE_STEP_S
     overhead = max(0.0, (statistics.median(measured) - base) / actions)

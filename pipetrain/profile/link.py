@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,6 +68,7 @@ __all__ = [
     "fit_link",
     "probe_cluster",
     "probe_link",
+    "probe_links",
 ]
 
 DEFAULT_SIZES_BYTES: tuple[int, ...] = tuple(64 * 4**k for k in range(10))  # 64 B … 16 MiB
@@ -230,18 +232,23 @@ def _contention_speed(rank: int, model: Workload | None) -> float:
 
 
 def _rank_main(
-    rank: int, port: int, sizes: tuple[int, ...], repeats: int, backend: str, out: str, model: Workload | None
+    rank: int, port: int, sizes: tuple[int, ...], repeats: int, backend: str, out: str, model: Workload | None,
+    rounds: int,
 ) -> None:
+    """One rank of ``rounds`` probes, one after another in one process group (ranks start once)."""
     torch.set_num_threads(1)
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
     )
     try:
-        points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]  # no sizes: the link was given
-        collective = [(n, _allreduce_s(n, repeats)) for n in sizes]
-        speed = _contention_speed(rank, model)
+        results = []
+        for _ in range(rounds):
+            points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]  # no sizes: the link was given
+            collective = [(n, _allreduce_s(n, repeats)) for n in sizes]
+            results.append({"points": points, "collective": collective,
+                            "contention_speed": _contention_speed(rank, model)})
         if rank == 0:
-            write_atomic(out, json.dumps({"points": points, "collective": collective, "contention_speed": speed}))
+            write_atomic(out, json.dumps(results))
     finally:
         dist.destroy_process_group()
 
@@ -257,9 +264,22 @@ def probe_link(
     sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, repeats: int = 20, backend: str = "gloo",
     model: Workload | None = None, link: Link | None = None, collective: Link | None = None,
 ) -> LinkProbe:
-    """Measure the link between two local ranks and their compute contention.
+    """Measure the link between two local ranks and their compute contention: one probe of
+    :func:`probe_links` (its arguments, errors and result)."""
+    return probe_links(1, sizes_bytes, repeats, backend, model=model, link=link, collective=collective)[0]
+
+
+def probe_links(
+    rounds: int, sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, repeats: int = 20, backend: str = "gloo",
+    *, model: Workload | None = None, link: Link | None = None, collective: Link | None = None,
+) -> list[LinkProbe]:
+    """Measure the link between two local ranks and their compute contention, ``rounds`` times in a row.
+
+    The ranks start once for all rounds: starting two processes that import torch costs seconds,
+    more than a round's work on a loaded machine.
 
     Args:
+        rounds: probes to take, one after another (at least 1).
         sizes_bytes: message sizes to ping-pong; at least two different ones.
         repeats: timed round trips per size (after 3 untimed ones).
         backend: ``torch.distributed`` backend (``"gloo"`` on CPU).
@@ -270,7 +290,7 @@ def probe_link(
         collective: with ``link``, the earlier probe's all-reduce, returned as it is.
 
     Returns:
-        The fitted link, the raw points, the fit's error and the contention speed.
+        Per round, the fitted link, the raw points, the fit's error and the contention speed.
 
     Raises:
         UserError: fewer than two distinct positive sizes, or ``repeats < 1``.
@@ -287,9 +307,14 @@ def probe_link(
         )
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "probe.json"
-        args = (_free_port(), sizes if link is None else (), repeats, backend, str(out), model)
+        args = (_free_port(), sizes if link is None else (), repeats, backend, str(out), model, max(1, rounds))
         _spawn(_rank_main, args=args, nprocs=2, join=True)
-        result = json.loads(out.read_text())
+        results = json.loads(out.read_text())
+    return [_link_probe(result, backend, link, collective) for result in results]
+
+
+def _link_probe(result: dict[str, Any], backend: str, link: Link | None, collective: Link | None) -> LinkProbe:
+    """One round's raw measurements (as rank 0 wrote them) fitted: the link and all-reduce unless given."""
     points = tuple((int(n), float(t)) for n, t in result["points"])
     collective_points = tuple((int(n), float(t)) for n, t in result["collective"])
     fitted = fit_link(points) if link is None else link
@@ -328,14 +353,14 @@ def probe_cluster(
 
     Args:
         n_ranks: ranks of the cluster (all on this machine).
-        probes: probes to take the median of (about 3 s each).
+        probes: probes to take the median of (about 3 s each on a quiet machine; the ranks start once).
         action_overhead_s: the runtime's fixed seconds per F or B action.
         model: ``(graph, micro)`` to measure contention on that model's work (:func:`probe_link`).
         link: the link of an earlier probe (e.g. ``cluster.intra_node``): kept as it is, only the
             contention is measured.
         collective: with ``link``, the earlier probe's all-reduce (``cluster.collective``), kept as it is.
     """
-    results = [probe_link(model=model, link=link, collective=collective) for _ in range(max(1, probes))]
+    results = probe_links(max(1, probes), model=model, link=link, collective=collective)
     if link is None:
         link = Link(statistics.median(r.link.latency_s for r in results),
                     statistics.median(r.link.bandwidth_bytes_per_s for r in results))

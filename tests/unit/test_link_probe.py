@@ -19,6 +19,7 @@ from pipetrain.profile.link import (
     fit_link,
     probe_cluster,
     probe_link,
+    probe_links,
 )
 
 
@@ -107,29 +108,32 @@ def test_probe_contention_on_a_models_own_work() -> None:
 @pytest.mark.slow
 def test_a_given_link_is_kept_and_only_contention_measured() -> None:
     """``link=``: no ping-pong or all-reduce (no points, so no fit), the link and all-reduce as given,
-    the contention measured."""
+    the contention measured, in each of two rounds of one launch."""
     graph = build_model("mlp", n_layers=4, inputs=64, width=64, hidden=128, classes=8)
     given, all_reduce = Link(3e-5, 2e9), Link(2e-4, 1e9)
-    probe = probe_link(sizes_bytes=[64], repeats=0, model=(graph, 8), link=given,
-                       collective=all_reduce)  # sizes unused: no error
-    assert (probe.link, probe.points, probe.max_relative_error) == (given, (), 0.0)
-    assert (probe.collective, probe.collective_points) == (all_reduce, ())
-    assert 0.0 < probe.contention_speed < 2.0  # measured, whatever the load: other tests may share the cores
+    probes = probe_links(2, sizes_bytes=[64], repeats=0, model=(graph, 8), link=given,
+                         collective=all_reduce)  # sizes unused: no error
+    assert len(probes) == 2
+    for probe in probes:
+        assert (probe.link, probe.points, probe.max_relative_error) == (given, (), 0.0)
+        assert (probe.collective, probe.collective_points) == (all_reduce, ())
+        assert 0.0 < probe.contention_speed < 2.0  # measured, whatever the load: other tests may share the cores
 
 
 def test_probe_cluster_keeps_a_given_link(monkeypatch: pytest.MonkeyPatch) -> None:
     given, all_reduce = Link(3e-5, 2e9), Link(2e-4, 1e9)
     seen: list[Link | None] = []
 
-    def fake_probe(*, model: object = None, link: Link | None = None, collective: Link | None = None) -> LinkProbe:
+    def fake_probes(rounds: int, *, model: object = None, link: Link | None = None,
+                    collective: Link | None = None) -> list[LinkProbe]:
         seen.append(link)
         measured = link is None
-        return LinkProbe(Link(1.0, 1.0) if measured else link, (), 0.0, 0.8, "gloo",
-                         Link(0.5, 0.5) if measured else collective, ())
+        return [LinkProbe(Link(1.0, 1.0) if measured else link, (), 0.0, speed, "gloo",
+                          Link(0.5, 0.5) if measured else collective, ()) for speed in (0.8, 0.6, 0.9)[:rounds]]
 
-    monkeypatch.setattr(link_module, "probe_link", fake_probe)
+    monkeypatch.setattr(link_module, "probe_links", fake_probes)
     cluster = probe_cluster(2, probes=3, link=given, collective=all_reduce)
-    assert seen == [given] * 3
+    assert seen == [given]  # one launch for the three probes, their median contention kept
     assert (cluster.intra_node, cluster.shared_speed, cluster.collective) == (given, (1.0, 0.8), all_reduce)
     fresh = probe_cluster(2, probes=1)
     assert (fresh.intra_node, fresh.collective) == (Link(1.0, 1.0), Link(0.5, 0.5))
