@@ -125,23 +125,36 @@ def _versus(iteration_s: float, label: str, baseline: Plan) -> str:
             f"{_num(base_s * scale)} {unit}: {ratio:.3f}× speedup")
 
 
+def _layout(plan: Plan) -> tuple[object, ...]:
+    """What tells candidates apart: method, stage graph, stages (layers, ranks, micro-batch sizes, recompute)."""
+    return plan.method, plan.edges, tuple((s.layers, s.ranks, s.forward_sizes, s.backward_sizes, s.recompute)
+                                          for s in plan.stages)
+
+
 def candidates_table(
-    candidates: Sequence[Candidate], *, top: int = 8, title: str = "planner candidates", width: int = 110
+    candidates: Sequence[Candidate], *, top: int = 8, title: str = "planner candidates", width: int = 110,
+    kept: Plan | None = None,
 ) -> str:
     """The ``top`` best candidates the planner simulated (in its order: fastest first, ties to three
     significant digits going to less activation memory, then fewer micro-batches), with their time
-    relative to the chosen one and their peak activation memory."""
+    relative to the fastest and their peak activation memory. ``kept``: the plan the planner returned;
+    when it is not the fastest (another within the profile's noise, :mod:`pipetrain.planners.noise`)
+    its row is marked ``kept``."""
     best = candidates[0].iteration_s
     unit, scale = time_unit(best)
-    table = Table(title=f"{title} (best {top} of {len(candidates)})", box=box.ROUNDED,
-                  caption="order: fastest first; times equal to 3 digits: less activation memory, then fewer "
-                  "micro-batches")
+    marked = None
+    if kept is not None and _layout(candidates[0].plan) != _layout(kept):
+        marked = next((i for i, c in enumerate(candidates[:top]) if _layout(c.plan) == _layout(kept)), None)
+    caption = ("order: fastest first; times equal to 3 digits: less activation memory, then fewer micro-batches"
+               + ("; kept: the plan returned, as fast as #1 within the profile's noise" if marked is not None else ""))
+    table = Table(title=f"{title} (best {top} of {len(candidates)})", box=box.ROUNDED, caption=caption)
     for name in ("#", "method", "micro-batches", "stage layers (×replicas)", f"predicted ({unit})", "vs #1",
                  "peak act. MiB"):
         table.add_column(name, justify="right" if name != "method" else "left")
     for i, c in enumerate(candidates[:top]):
         peak = max(c.plan.prediction.peak_memory_bytes, default=0) if c.plan.prediction else 0
-        table.add_row(str(i + 1), c.plan.method.value, sizes_text(c.plan.stages[0].forward_sizes),
+        table.add_row(f"{i + 1} kept" if i == marked else str(i + 1), c.plan.method.value,
+                      sizes_text(c.plan.stages[0].forward_sizes),
                       "/".join(s.label for s in c.plan.stages), f"{c.iteration_s * scale:.1f}",
                       f"{c.iteration_s / best:.3f}×", f"{peak / _MIB:.1f}")
     return _render(table, width)
@@ -251,34 +264,34 @@ def result_tables(result: PlanningResult, *, top: int = 8) -> list[str]:
     (its candidates, BaPipe's exploration, ``auto``'s planners, a micro-batch plan's baselines)."""
     spec = PLANNERS.get(result.planner)
     parts = spec.layout(result) if spec is not None else default_layout(result)
-    return [_part(part, top) for part in parts]
+    return [_part(part, top, result.plan) for part in parts]
 
 
 @singledispatch
-def _part(part: object, top: int) -> str:
+def _part(part: object, top: int, kept: Plan) -> str:
     raise TypeError(f"no table for a report part of type {type(part).__name__}")
 
 
 @_part.register
-def _(part: PlanPart, top: int) -> str:
+def _(part: PlanPart, top: int, kept: Plan) -> str:
     return plan_table(part.plan, baselines=part.baselines, caps=part.caps)
 
 
 @_part.register
-def _(part: CandidatesPart, top: int) -> str:
-    return candidates_table(list(part.candidates), top=top, title=part.title)
+def _(part: CandidatesPart, top: int, kept: Plan) -> str:
+    return candidates_table(list(part.candidates), top=top, title=part.title, kept=kept)
 
 
 @_part.register
-def _(part: NotePart, top: int) -> str:
+def _(part: NotePart, top: int, kept: Plan) -> str:
     return part.text
 
 
 @_part.register
-def _(part: BapipeResult, top: int) -> str:
+def _(part: BapipeResult, top: int, kept: Plan) -> str:
     return bapipe_table(part, top=top)
 
 
 @_part.register
-def _(part: AutoReport, top: int) -> str:
+def _(part: AutoReport, top: int, kept: Plan) -> str:
     return _auto_table(part, 120)

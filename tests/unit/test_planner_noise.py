@@ -17,7 +17,7 @@ from pipetrain.planners.contract import Candidate, PlanningResult
 from pipetrain.planners.noise import robust_key, within_noise
 from pipetrain.profile.noise import ProfileNoise
 from pipetrain.profile.table import LayerProfile, Profile
-from pipetrain.viz.plan_tables import within_noise_line
+from pipetrain.viz.plan_tables import candidates_table, result_tables, within_noise_line
 
 EPSILON = 0.1
 
@@ -99,6 +99,16 @@ def test_the_line_names_the_plans_within_the_noise(planned: PlanningResult) -> N
     assert line.startswith(f"{n} plans are within the measurement noise (±10%) of the fastest: ")
     assert f"… ({n - 2} more)" in line and " ms, " in line and "the fastest may differ on another run" in line
     assert f"kept {result.plan.method.value} [" in line
+
+
+def test_the_candidates_table_marks_the_plan_kept(planned: PlanningResult) -> None:
+    """The table stays fastest first; when the noise rule keeps another plan, its row says ``kept``."""
+    result = within_noise(planned, EPSILON)
+    rows = [c.plan for c in result.candidates]
+    assert result.plan != rows[0]  # the robust choice is not the fastest here
+    table = " ".join(result_tables(result, top=len(rows))[-1].split())
+    assert f"{rows.index(result.plan) + 1} kept " in table and "as fast as #1 within the profile's noise" in table
+    assert "kept" not in candidates_table(list(planned.candidates), kept=planned.plan)  # the fastest kept: no mark
 
 
 def test_plan_prints_the_within_noise_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
