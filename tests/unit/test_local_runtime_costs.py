@@ -3,6 +3,7 @@ the auxiliary heads' activations and width (method local)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -12,6 +13,9 @@ from pipetrain.cost import CostModel, MessageHost
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method, MethodParams, WeightPolicy
+from pipetrain.planners.contract import ModelRef
+from pipetrain.planners.local import build_local_plan, min_max_cuts
+from pipetrain.planners.partition import balanced_partition
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.profile.heads import head_profiles
 from pipetrain.profile.table import LayerProfile
@@ -89,3 +93,35 @@ def test_estimated_heads_save_activations_and_grow_with_their_width() -> None:
     assert 0 < narrow.saved_bytes_per_sample < wide.saved_bytes_per_sample
     assert narrow.parameter_bytes < wide.parameter_bytes
     assert narrow.forward_at(8) <= wide.forward_at(8)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_min_max_cuts_without_starts_are_the_balanced_partitions(seed: int) -> None:
+    rng = random.Random(seed)
+    works, ends = [rng.uniform(0, 3) for _ in range(9)], [rng.uniform(0, 1) for _ in range(9)]
+    for k in (1, 3, 9):
+        assert min_max_cuts(works, [0.0] * 9, ends, k) == balanced_partition(works, k, ends)
+
+
+def test_a_costly_receive_moves_the_cut() -> None:
+    """Four 1 s layers on two stages: 2/2 without starts; a 1.5 s receive into layer 2 makes 1/3 (the
+    earliest of the ties with 3/1: max(1, 3) = 3 < max(2, 2 + 1.5))."""
+    works, ends = [1.0] * 4, [0.0] * 4
+    assert min_max_cuts(works, [0.0] * 4, ends, 2) == (2, 2)
+    assert min_max_cuts(works, [0.0, 0.0, 1.5, 0.0], ends, 2) == (1, 3)
+    with pytest.raises(UserError, match="between 1 and 4"):
+        min_max_cuts(works, [0.0] * 4, ends, 5)
+
+
+def test_the_local_planner_weighs_the_messages_host_seconds() -> None:
+    """Four equal layers (3 s) on two stages: 2/2, until the message after layer 1 costs its sender
+    and receiver 4 s each (per byte; 0.04 s after the others): then 1/3 (max(3.04, 9.04) < 6 + 4)."""
+    profile = flat_profile(4, output_bytes=100)
+    big = replace(profile.layers[1], output_bytes_per_sample=10_000)
+    profile = replace(profile, layers=(profile.layers[0], big, *profile.layers[2:]))
+    plain = CostModel(profile, Cluster.local(4, link=FREE))
+    costly = plain.with_message_host(MessageHost(send_per_byte_s=4e-4, recv_per_byte_s=4e-4))
+    model = ModelRef.synthetic(["l0", "l1", "l2", "l3"])
+    kwargs = {"aux": "linear", "queue_depth": 2, "n_stages": 2, "batch_size": 1, "n_micro": 1}
+    assert [len(s.layers) for s in build_local_plan(model, plain, **kwargs).stages] == [2, 2]  # type: ignore[arg-type]
+    assert [len(s.layers) for s in build_local_plan(model, costly, **kwargs).stages] == [1, 3]  # type: ignore[arg-type]
