@@ -40,7 +40,9 @@ A cost model can also charge a rank for its own work on each message (:class:`Me
 :meth:`CostModel.with_message_host`): the runtime's host seconds to post a send or take a receive
 (Python dispatch, the bounded queue's hand-off) and, for messages staged through host memory, the
 copies. The event simulator then keeps a SEND's rank busy for :meth:`CostModel.send_host_s` before
-the message goes on its link, and a RECV's for :meth:`CostModel.recv_host_s` once it has arrived.
+the message goes on its link, and a RECV's for :meth:`CostModel.recv_host_s` once it has arrived;
+the local planner weighs them in its cuts. The vectorised and chain evaluators that other planners
+search with do not count them (a plan they pick is then priced with them by the event simulator).
 None by default: a message costs its ranks nothing.
 """
 

@@ -48,6 +48,19 @@ def test_a_message_keeps_its_sender_and_receiver_busy(host: MessageHost) -> None
     assert [e.action.kind for e in timeline.events].count(ActionKind.SEND_F) == 1
 
 
+def test_gradients_pay_their_messages_host_seconds_too() -> None:
+    """1F1B, one micro-batch: F [0, 1], send 0.1; stage 1 takes it [1.1, 1.3], F + B till 4.3, sends
+    its gradient [4.3, 4.4]; stage 0 takes it [4.4, 4.6] and runs B till 6.6 (free messages: 6 s)."""
+    cost = CostModel(flat_profile(2), Cluster.local(2, link=FREE))
+    plan = replace(local_chain(2, 1, 1), method=Method.ONE_F_ONE_B, weights=WeightPolicy.SYNC, params=MethodParams())
+    assert simulate(build_schedule(plan), plan, cost).iteration_s == pytest.approx(6.0)
+    timeline = simulate(build_schedule(plan), plan, cost.with_message_host(HOST))
+    assert timeline.iteration_s == pytest.approx(6.6)
+    spans = {(e.rank, e.action.kind): (e.start_s, e.end_s) for e in timeline.events}
+    assert spans[(1, ActionKind.SEND_B)] == pytest.approx((4.4, 4.4))
+    assert spans[(0, ActionKind.B)] == pytest.approx((4.6, 6.6))
+
+
 def test_steady_state_adds_each_stages_message_seconds() -> None:
     """Per micro-batch stage 1 pays F + B (3 s), a receive (0.2) and a send (0.1): the slowest."""
     cost = CostModel(flat_profile(3), Cluster.local(3, link=FREE)).with_message_host(HOST)
