@@ -33,12 +33,23 @@ a rank's first STEP then also pays the norm's all-reduce of one float64 over the
 For method ``local`` a cost model can also hold the auxiliary heads' profiles
 (:meth:`CostModel.with_heads`, from :func:`~pipetrain.profile.heads.head_profiles`): a stage ending at
 layer ``l`` then adds the head after ``l`` to its forward (:meth:`CostModel.head_forward_s`), backward
-and optimizer step. Only the simulator of a local plan and the local planner ask for these.
+and optimizer step, and its F keeps the head's saved activations till its B
+(:meth:`CostModel.head_saved_bytes`). Only the simulator of a local plan and the local planner ask for these.
+
+A cost model can also charge a rank for its own work on each message (:class:`MessageHost`,
+:meth:`CostModel.with_message_host`): the runtime's host seconds to post a send or take a receive
+(Python dispatch, the bounded queue's hand-off) and, for messages staged through host memory, the
+copies. The event simulator then keeps a SEND's rank busy for :meth:`CostModel.send_host_s` before
+the message goes on its link, and a RECV's for :meth:`CostModel.recv_host_s` once it has arrived;
+the local planner weighs them in its cuts. The vectorised and chain evaluators that other planners
+search with do not count them (a plan they pick is then priced with them by the event simulator).
+None by default: a message costs its ranks nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -49,7 +60,29 @@ from pipetrain.profile.optimizer_step import CLIP_PASSES, STEP_PASSES, Optimizer
 from pipetrain.profile.precision import Precision
 from pipetrain.profile.table import LayerProfile, Profile, TiedBytes
 
-__all__ = ["CostModel"]
+__all__ = ["CostModel", "MessageHost"]
+
+
+@dataclass(frozen=True)
+class MessageHost:
+    """Host seconds a rank spends on each message it sends or receives (module docstring):
+    ``fixed + bytes · per_byte`` on either side.
+
+    Attributes:
+        send_s: the sender's fixed seconds per message (posting it, the queue's bookkeeping).
+        recv_s: the receiver's fixed seconds per message (taking it, posting the next receive).
+        send_per_byte_s: the sender's seconds per byte (copies it makes: to host memory, into a socket).
+        recv_per_byte_s: the receiver's seconds per byte.
+    """
+
+    send_s: float = 0.0
+    recv_s: float = 0.0
+    send_per_byte_s: float = 0.0
+    recv_per_byte_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min(self.send_s, self.recv_s, self.send_per_byte_s, self.recv_per_byte_s) < 0:
+            raise UserError(f"message host costs must be >= 0, got {self}; give seconds and seconds per byte >= 0")
 
 
 class CostModel:
@@ -97,14 +130,36 @@ class CostModel:
         self.backward_input_s = lru_cache(maxsize=None)(self._backward_input_s)
         self.weight_grad_s = lru_cache(maxsize=None)(self._weight_grad_s)
         self.heads: dict[str, Mapping[str, LayerProfile]] = {}
+        self.message_host = MessageHost()
+        """The ranks' own seconds per message (:class:`MessageHost`; none by default)."""
+
+    def _copy(self, cluster: Cluster) -> CostModel:
+        """The same profiles, per-action overhead, optimizer and message costs on ``cluster``, without heads."""
+        copy = CostModel(self.profiles, cluster, self.action_overhead_s, optimizer=self.optimizer,
+                         clip_grad_norm=self.clip_grad_norm)
+        copy.message_host = self.message_host
+        return copy
+
+    def with_message_host(self, host: MessageHost) -> CostModel:
+        """A copy whose ranks spend ``host``'s seconds on each message they send or receive (module docstring)."""
+        copy = self._copy(self.cluster).with_heads(self.heads)
+        copy.message_host = host
+        return copy
+
+    def send_host_s(self, n_bytes: float) -> float:
+        """The sender's own seconds on a message of ``n_bytes`` (:class:`MessageHost`)."""
+        return self.message_host.send_s + n_bytes * self.message_host.send_per_byte_s
+
+    def recv_host_s(self, n_bytes: float) -> float:
+        """The receiver's own seconds on a message of ``n_bytes`` (:class:`MessageHost`)."""
+        return self.message_host.recv_s + n_bytes * self.message_host.recv_per_byte_s
 
     def on(self, cluster: Cluster) -> CostModel:
         """The same profiles, heads and per-action overhead on another cluster (e.g. the sub-cluster of
         the devices a plan uses); ``self`` when it is this model's cluster."""
         if cluster is self.cluster:
             return self
-        return CostModel(self.profiles, cluster, self.action_overhead_s, optimizer=self.optimizer,
-                         clip_grad_norm=self.clip_grad_norm).with_heads(self.heads)
+        return self._copy(cluster).with_heads(self.heads)
 
     def with_heads(self, heads: Mapping[str, Mapping[str, LayerProfile]]) -> CostModel:
         """A copy that counts auxiliary heads (method ``local``): per device kind, the head's profile
@@ -116,8 +171,7 @@ class CostModel:
         missing = {d.kind for d in self.cluster.devices} - set(heads)
         if heads and missing:
             raise UserError(f"no auxiliary head profiles for device kind(s) {sorted(missing)}; profile them too")
-        copy = CostModel(self.profiles, self.cluster, self.action_overhead_s, optimizer=self.optimizer,
-                         clip_grad_norm=self.clip_grad_norm)
+        copy = self._copy(self.cluster)
         copy.heads = {kind: dict(by_layer) for kind, by_layer in heads.items()}
         return copy
 
@@ -135,6 +189,17 @@ class CostModel:
         """Seconds of the backward of the head after ``layers``, down to the stage's output (0 without one)."""
         head = self._head(layers, rank)
         return 0.0 if head is None else head.backward_at(b) / self.cluster.devices[rank].speed
+
+    def head_saved_bytes(self, layers: Sequence[str], b: int) -> int:
+        """Activation bytes the head after ``layers`` keeps from its forward to its backward on ``b``
+        samples (0 without one): its saved bytes, less its input where the stage's last layer saves
+        that tensor already (:meth:`saved_bytes` counts it). Heads of every device kind save alike."""
+        by_layer = next(iter(self.heads.values()), {})
+        head = by_layer.get(layers[-1])
+        if head is None:
+            return 0
+        shared = min(self.profile.layer(layers[-1]).saved_output_bytes_per_sample, head.saved_input_bytes_per_sample)
+        return (head.saved_bytes_per_sample - shared) * b
 
     def head_step_s(self, layers: Sequence[str], rank: int) -> float:
         """Seconds of the optimizer step of the head after ``layers`` (0 without one)."""

@@ -13,7 +13,7 @@ from pipetrain.api.clusters import Profiles, each_profile
 from pipetrain.cluster import Cluster
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
-from pipetrain.graph.aux_heads import check_aux, default_aux
+from pipetrain.graph.aux_heads import AUX_WIDTH, check_aux, default_aux
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.methods import LocalParams, Method
@@ -83,12 +83,13 @@ def cost_of(plan: Plan, profile: Profiles, cluster: Cluster, graph: LayerGraph |
 
 
 def local_cost(graph: LayerGraph, profile: Profiles, cluster: Cluster, aux: str | None = None,
-               after: Sequence[str] | None = None, optimizer: OptimizerName = "sgd") -> CostModel:
-    """``profile`` on ``cluster`` with the auxiliary heads ``aux`` (None: the model's default) after
-    every layer but the last (or those in ``after``), estimated or measured as the profile was
+               after: Sequence[str] | None = None, optimizer: OptimizerName = "sgd",
+               width: int = AUX_WIDTH) -> CostModel:
+    """``profile`` on ``cluster`` with the auxiliary heads ``aux`` (None: the model's default), ``width``
+    wide, after every layer but the last (or those in ``after``), estimated or measured as the profile was
     (:func:`~pipetrain.profile.heads.head_profiles`): method local's cost model, stepping with
     ``optimizer`` (local learning clips no global norm)."""
     kind = check_aux(graph, aux if aux is not None else default_aux(graph))
     cost = CostModel(profile, cluster, optimizer=optimizer)
-    heads = {id(p): head_profiles(graph, p, kind, after=after) for p in cost.profiles.values()}
+    heads = {id(p): head_profiles(graph, p, kind, after=after, width=width) for p in cost.profiles.values()}
     return cost.with_heads({k: heads[id(p)] for k, p in cost.profiles.items()})

@@ -32,8 +32,10 @@ infopro    dgl's predictor plus, where the input is an image ``[C₀, S, S]`` an
            Conv3×3(→C₀)): λ_y·ℓ + λ_x(k)·MSE(decoder(h), x)
 =========  ================================================================================
 
-``w`` is :data:`AUX_WIDTH`. InfoPro-lite departs from InfoPro in two places: the reconstruction is
-MSE against the (standardised) input, not BCE against the de-normalised image, and the weights are
+``w`` is :data:`AUX_WIDTH` unless :func:`build_aux_head` is given another ``width`` (the simulated
+comparison with PPLL prices its authors' group's 128-wide heads, BENCHMARKS.md). InfoPro-lite
+departs from InfoPro in two places: the reconstruction is MSE against the (standardised) input, not
+BCE against the de-normalised image, and the weights are
 λ_y = 1, λ_x(k) = 1 − 0.9·r with r = k / max(K − 2, 1) over the heads k = 0 … K − 2, so early stages
 keep more of the input, as InfoPro's linear λ schedule does. Default per model
 (:func:`default_aux`): ``linear`` for vector features (MLPs), ``dgl`` for images (conv nets) and
@@ -149,25 +151,25 @@ def _check_cut(spec: TensorSpec, output: TensorSpec) -> None:
                         "vectors, tokens [N, D] or images [C, H, W]")
 
 
-def _per_position(kind: AuxKind, width: int, vocabulary: int) -> nn.Module:
-    """``[b, T, D]`` → ``[b, T, V]``, position by position."""
+def _per_position(kind: AuxKind, features: int, vocabulary: int, w: int) -> nn.Module:
+    """``[b, T, D]`` → ``[b, T, V]``, position by position, ``w`` wide."""
     if kind == "linear":
-        return nn.Linear(width, vocabulary)
-    return nn.Sequential(nn.LayerNorm(width), nn.Linear(width, AUX_WIDTH), nn.GELU(), nn.Linear(AUX_WIDTH, vocabulary))
+        return nn.Linear(features, vocabulary)
+    return nn.Sequential(nn.LayerNorm(features), nn.Linear(features, w), nn.GELU(), nn.Linear(w, vocabulary))
 
 
-def _predictor(kind: AuxKind, spec: TensorSpec, output: TensorSpec) -> nn.Module:
-    """The head's ``[b, *spec]`` → ``[b, *output]`` (module docstring)."""
+def _predictor(kind: AuxKind, spec: TensorSpec, output: TensorSpec, w: int) -> nn.Module:
+    """The head's ``[b, *spec]`` → ``[b, *output]``, ``w`` wide (module docstring)."""
     _check_cut(spec, output)
     if len(output.shape) == 2:
-        return _per_position(kind, spec.shape[1], output.shape[1])
-    pooled = _pooled(kind, spec, output.shape[0] if output.shape else 1)
+        return _per_position(kind, spec.shape[1], output.shape[1], w)
+    pooled = _pooled(kind, spec, output.shape[0] if output.shape else 1, w)
     return pooled if output.shape else nn.Sequential(pooled, nn.Flatten(0))
 
 
-def _pooled(kind: AuxKind, spec: TensorSpec, n: int) -> nn.Module:
-    """``[b, *spec]`` → ``[b, n]``: a vector per sample."""
-    shape, w = spec.shape, AUX_WIDTH
+def _pooled(kind: AuxKind, spec: TensorSpec, n: int, w: int) -> nn.Module:
+    """``[b, *spec]`` → ``[b, n]``: a vector per sample, ``w`` wide."""
+    shape = spec.shape
     if len(shape) == 3:
         if kind == "linear":
             return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(shape[0], n))
@@ -183,8 +185,8 @@ def _pooled(kind: AuxKind, spec: TensorSpec, n: int) -> nn.Module:
     return nn.Sequential(nn.Linear(shape[0], w), nn.ReLU(), nn.Linear(w, n))
 
 
-def _decoder(spec: TensorSpec, image: TensorSpec) -> nn.Module | None:
-    """InfoPro's decoder ``[b, *spec]`` → ``[b, *image]``, or None where there is nothing spatial."""
+def _decoder(spec: TensorSpec, image: TensorSpec, w: int) -> nn.Module | None:
+    """InfoPro's decoder ``[b, *spec]`` → ``[b, *image]``, ``w`` wide, or None where there is nothing spatial."""
     if len(image.shape) != 3:
         return None
     grid: list[nn.Module] = []
@@ -194,14 +196,16 @@ def _decoder(spec: TensorSpec, image: TensorSpec) -> nn.Module | None:
         channels = spec.shape[0]
     else:
         return None
-    c0, w = image.shape[0], AUX_WIDTH
+    c0 = image.shape[0]
     return nn.Sequential(*grid, nn.Upsample(size=image.shape[1:], mode="bilinear", align_corners=False),
                          nn.Conv2d(channels, w, 3, padding=1), nn.BatchNorm2d(w), nn.ReLU(),
                          nn.Conv2d(w, c0, 3, padding=1))
 
 
-def build_aux_head(kind: AuxKind, graph: LayerGraph, spec: TensorSpec, stage: int, n_stages: int) -> AuxHead:
-    """The head of ``stage`` (of ``n_stages``), on its output ``spec``, with deterministic weights.
+def build_aux_head(kind: AuxKind, graph: LayerGraph, spec: TensorSpec, stage: int, n_stages: int,
+                   width: int = AUX_WIDTH) -> AuxHead:
+    """The head of ``stage`` (of ``n_stages``), on its output ``spec``, ``width`` wide (``w`` of the
+    module docstring), with deterministic weights.
 
     Raises:
         UserError: the model's output, or the stage's output, cannot take a head (:func:`check_aux`).
@@ -209,7 +213,7 @@ def build_aux_head(kind: AuxKind, graph: LayerGraph, spec: TensorSpec, stage: in
     output = _predicted(graph)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(graph.seed * 100_003 + _HEAD_SEED + stage)
-        predictor = _predictor(kind, spec, output)
-        decoder = _decoder(spec, graph.input) if kind == "infopro" else None
+        predictor = _predictor(kind, spec, output, width)
+        decoder = _decoder(spec, graph.input, width) if kind == "infopro" else None
     ratio = stage / max(n_stages - 2, 1)
     return AuxHead(predictor, decoder, 1.0 - 0.9 * ratio)

@@ -19,6 +19,11 @@ the same precision (under autocast, or traced in the compute dtype; :mod:`pipetr
   :mod:`pipetrain.profile.measure` times a layer (one thread, median of ``repeats``), with each
   optimizer's step over the head's parameters measured (:mod:`pipetrain.profile.optimizer_step`).
 
+Either way the head's saved bytes per sample (what its forward keeps for its backward, its input
+counted where saved) are counted on the meta device (:func:`~pipetrain.profile.stats.layer_stats`),
+for the activation memory a local stage holds (:meth:`~pipetrain.cost.CostModel.head_saved_bytes`).
+``width`` sizes the heads (:func:`~pipetrain.graph.aux_heads.build_aux_head`; default the runtime's).
+
 No entry is made for the last layer: the last stage uses the model's own loss, already in the profile.
 """
 
@@ -32,13 +37,14 @@ import torch
 from torch import nn
 
 from pipetrain.cluster import device_model
-from pipetrain.graph.aux_heads import AuxHead, AuxKind, build_aux_head, check_aux
+from pipetrain.graph.aux_heads import AUX_WIDTH, AuxHead, AuxKind, build_aux_head, check_aux
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, TensorSpec, loss_sum
 from pipetrain.profile.autocast import autocast_region
 from pipetrain.profile.estimate import kernel_seconds, trace_kernels
 from pipetrain.profile.inputs import sample_input
 from pipetrain.profile.optimizer_step import time_steps
 from pipetrain.profile.precision import compute_dtype
+from pipetrain.profile.stats import layer_stats
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.profile.timing import _time_layer, _Timer, _torch_threads
 
@@ -59,9 +65,9 @@ class _HeadLoss(nn.Module):
         return value
 
 
-def _bound(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, b: int, device: torch.device) -> _HeadLoss:
-    """The head for outputs ``spec`` with ``b`` samples of targets and inputs on ``device``."""
-    head = build_aux_head(kind, graph, spec, 0, 2)
+def _bound(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, b: int, device: torch.device, width: int) -> _HeadLoss:
+    """The ``width``-wide head for outputs ``spec`` with ``b`` samples of targets and inputs on ``device``."""
+    head = build_aux_head(kind, graph, spec, 0, 2, width)
     head = head.to_empty(device=device) if device.type == "meta" else head.to(device)
     generator = torch.Generator().manual_seed(graph.seed)
     y = sample_input(graph.target, b, device, generator)
@@ -73,11 +79,22 @@ def _parameter_bytes(module: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters())
 
 
-def _estimated(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profile, name: str) -> LayerProfile:
+def _saved(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, b: int, width: int,
+           dtype: torch.dtype) -> tuple[int, int]:
+    """The head's saved bytes per sample and, of them, its input's: one forward on the meta device."""
+    module = _bound(graph, kind, spec, b, torch.device("meta"), width).to(dtype)
+    h = torch.empty((b, *spec.shape), dtype=dtype if spec.torch_dtype.is_floating_point else spec.torch_dtype,
+                    device="meta")
+    stats, _ = layer_stats(module, h)
+    return stats.saved_bytes_per_sample, stats.saved_input_bytes_per_sample
+
+
+def _estimated(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profile, name: str,
+               width: int) -> LayerProfile:
     """The head after layer ``name`` costed on the profile's device model (module docstring)."""
     device = device_model(profile.device)
     grid = profile.layers[0].sizes
-    module = _bound(graph, kind, spec, grid[-1], torch.device("meta"))
+    module = _bound(graph, kind, spec, grid[-1], torch.device("meta"), width)
     master_bytes = _parameter_bytes(module)
     dtype = compute_dtype(profile.precision)
     module.to(dtype)  # at the profile's precision, as its layers (pipetrain.profile.estimate)
@@ -88,15 +105,17 @@ def _estimated(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Prof
         forward, backward = trace_kernels(module, h)
         forward_s.append(sum(kernel_seconds(k, device, profile.precision) for k in forward))
         backward_s.append(sum(kernel_seconds(k, device, profile.precision) for k in backward))
-    return LayerProfile(name, grid, tuple(forward_s), tuple(backward_s), 0, 0, master_bytes, 0.0)
+    saved, saved_input = _saved(graph, kind, spec, grid[-1], width, dtype)
+    return LayerProfile(name, grid, tuple(forward_s), tuple(backward_s), 0, saved, master_bytes, 0.0,
+                        saved_input_bytes_per_sample=saved_input)
 
 
 def _measured(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profile, name: str,
-              repeats: int) -> LayerProfile:
+              repeats: int, width: int) -> LayerProfile:
     """The head after layer ``name`` timed on ``profile.device`` (module docstring)."""
     timer = _Timer(torch.device(profile.device), 2, repeats)
     grid = profile.layers[0].sizes
-    module = _bound(graph, kind, spec, grid[-1], timer.device)
+    module = _bound(graph, kind, spec, grid[-1], timer.device, width)
     generator = torch.Generator().manual_seed(graph.seed + 1)
     h = sample_input(spec, grid[-1], timer.device, generator)
     times = []
@@ -104,12 +123,14 @@ def _measured(graph: LayerGraph, kind: AuxKind, spec: TensorSpec, profile: Profi
         for b in grid:
             times.append(_time_layer(timer, module, h[:b], torch.ones((), device=timer.device), split=False))
         steps = time_steps(timer, module)
-    return LayerProfile(name, grid, tuple(t[0] for t in times), tuple(t[1] for t in times), 0, 0,
-                        _parameter_bytes(module), 0.0, steps.pop("sgd"), optimizer_step_s=steps)
+    saved, saved_input = _saved(graph, kind, spec, grid[-1], width, compute_dtype(profile.precision))
+    return LayerProfile(name, grid, tuple(t[0] for t in times), tuple(t[1] for t in times), 0, saved,
+                        _parameter_bytes(module), 0.0, steps.pop("sgd"), optimizer_step_s=steps,
+                        saved_input_bytes_per_sample=saved_input)
 
 
 def head_profiles(graph: LayerGraph, profile: Profile, kind: str, *, repeats: int = 5,
-                  after: Collection[str] | None = None) -> dict[str, LayerProfile]:
+                  after: Collection[str] | None = None, width: int = AUX_WIDTH) -> dict[str, LayerProfile]:
     """Per layer but the last, the cost of an auxiliary head of ``kind`` after it (module docstring).
 
     Args:
@@ -118,6 +139,7 @@ def head_profiles(graph: LayerGraph, profile: Profile, kind: str, *, repeats: in
         kind: ``linear``, ``dgl`` or ``infopro``.
         repeats: timed runs per size of a measured head (the median is kept).
         after: only the heads after these layers (a plan's stage ends); default every layer but the last.
+        width: the heads' width (:func:`~pipetrain.graph.aux_heads.build_aux_head`).
 
     Raises:
         UserError: an unknown kind, or a model output no head predicts
@@ -132,7 +154,7 @@ def head_profiles(graph: LayerGraph, profile: Profile, kind: str, *, repeats: in
         if after is not None and layer.name not in after:
             continue
         if spec not in by_spec:
-            by_spec[spec] = (_estimated(graph, aux, spec, profile, layer.name) if estimated
-                             else _measured(graph, aux, spec, profile, layer.name, repeats))
+            by_spec[spec] = (_estimated(graph, aux, spec, profile, layer.name, width) if estimated
+                             else _measured(graph, aux, spec, profile, layer.name, repeats, width))
         heads[layer.name] = replace(by_spec[spec], name=f"aux:{layer.name}")
     return heads

@@ -11,13 +11,19 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   channel per link, overlapped with compute), starting when both the data and the channel are ready
   and taking ``latency + bytes / bandwidth``;
 * a RECV blocks the rank until the matching message (the next one on that channel) has arrived;
+* a cost model that charges ranks for their messages (:class:`~pipetrain.cost.MessageHost`: the
+  runtime's host work per message, its queue hand-off, copies through host memory) keeps a SEND's
+  rank busy for :meth:`~pipetrain.cost.CostModel.send_host_s` before the message goes on its link,
+  and a RECV's for :meth:`~pipetrain.cost.CostModel.recv_host_s` once it has arrived (its event then
+  ends there); with none (the default) both cost the rank nothing, as above;
 * local learning (method ``local``) bounds every channel: a SEND waits while its channel holds the
   plan's ``queue_depth`` messages not yet received, so a fast stage is held back; F and B add the
   auxiliary head's forward (with its local loss) and backward to the stage's layers' times, and each
   micro-batch's STEP steps the stage and its head (the cost model's heads,
-  :meth:`~pipetrain.cost.CostModel.with_heads`; none counted when it has none); steady state is then
-  1 / max over stages of (F + B + head + STEP + transfer) per micro-batch
-  (:func:`~pipetrain.simulate.steady.steady_state`);
+  :meth:`~pipetrain.cost.CostModel.with_heads`; none counted when it has none); the head's saved
+  activations are held from F to B as the stage's (:class:`~pipetrain.simulate.memory.ActivationLedger`);
+  steady state is then 1 / max over stages of (F + B + head + STEP + the messages' host seconds) per
+  micro-batch, or the slowest link's transfer (:func:`~pipetrain.simulate.steady.steady_state`);
 * a split backward (method ``zb1``, Qi et al. 2024; a rank whose program has W actions): B costs
   the stage's input-gradient seconds and W its weight-gradient seconds
   (:meth:`~pipetrain.cost.CostModel.backward_input_s`, :meth:`~pipetrain.cost.CostModel.weight_grad_s`),
@@ -187,12 +193,11 @@ class _Simulator:
                 return False
             self.queued[channel] += 1
             self.wait_since.pop(rank, None)
-            link = (rank, a.peer)
-            begin = max(self.now, self.link_free[link])
-            end = begin + self.cost.transfer_s(self.message_bytes(rank, a), rank, a.peer)
-            self.link_free[link] = end
-            self.arrivals[(rank, a.peer, a.channel)].append(end)
-            self.events.append(Event(rank, a, begin, end))
+            host = self.cost.send_host_s(self.message_bytes(rank, a))
+            if host > 0:  # the rank's own work on the message first; it goes on the link after (post_send)
+                self.busy[rank] = _Busy(a, self.now, host)
+                return True
+            self.post_send(rank, a)
         elif a.peer is not None:
             queue = self.arrivals[(a.peer, rank, a.channel)]
             if not queue or queue[0] > self.now:
@@ -200,6 +205,10 @@ class _Simulator:
                 return False
             queue.popleft()
             self.queued[(a.peer, rank, a.channel)] -= 1
+            host = self.cost.recv_host_s(self.message_bytes(rank, a))
+            if host > 0:  # the rank's own work on the arrived message: the event ends after it
+                self.busy[rank] = _Busy(a, self.wait_since.pop(rank, self.now), host)
+                return True
             self.events.append(Event(rank, a, self.wait_since.pop(rank, self.now), self.now))
         elif a.kind is ActionKind.STEP and not self.replicas_at_step(rank):
             self.wait_since.setdefault(rank, self.now)
@@ -210,6 +219,16 @@ class _Simulator:
             return True
         self.pos[rank] += 1
         return True
+
+    def post_send(self, rank: int, a: Action) -> None:
+        """Put SEND ``a``'s message on its link at ``now``: it starts when the link is free."""
+        assert a.peer is not None
+        link = (rank, a.peer)
+        begin = max(self.now, self.link_free[link])
+        end = begin + self.cost.transfer_s(self.message_bytes(rank, a), rank, a.peer)
+        self.link_free[link] = end
+        self.arrivals[(rank, a.peer, a.channel)].append(end)
+        self.events.append(Event(rank, a, begin, end))
 
     def replicas_at_step(self, rank: int) -> bool:
         """Whether every replica of ``rank``'s stage has reached (or passed) the STEP ``rank`` is at:
@@ -247,7 +266,10 @@ class _Simulator:
                 b.remaining_s -= (t - start) * rates[rank]
                 continue
             del self.busy[rank]
-            self.events.append(Event(rank, b.action, b.start_s, t))
+            if b.action.is_send:  # its host work done: the message leaves (its event is the link's)
+                self.post_send(rank, b.action)
+            else:
+                self.events.append(Event(rank, b.action, b.start_s, t))
             if b.action.kind in (ActionKind.F, ActionKind.B, ActionKind.W):
                 self.track_memory(rank, b.action)
             self.pos[rank] += 1

@@ -18,6 +18,10 @@ Per action, with ``A(b)`` the stage's saved bytes and ``I(b)`` its input bytes f
 A stage recomputes (activation checkpointing) when :meth:`~pipetrain.plan.plan.Plan.recomputes` says
 so: its :attr:`~pipetrain.plan.plan.StagePlan.recompute` is set, or its two partitions differ.
 
+Method ``local`` adds the stage's auxiliary head: its F keeps the head's saved bytes ``H(b)`` too
+(:meth:`~pipetrain.cost.CostModel.head_saved_bytes`; 0 without heads in the cost model), its B
+releases them, so a local stage holds ``A(b) + H(b)`` at its peak (F and B follow each other).
+
 A split backward (``zb1``, ``zb2``, ``interleaved-zb``, ``zbv``: a program with W actions; Qi et al.
 2024) releases at W instead of B: the B keeps the graph for the W (``−A(b)`` moves from B to W), and
 adds the output gradients the W needs, ``G(b)`` (one per parameter owner's output,
@@ -102,6 +106,7 @@ class ActivationLedger:
         self._plan = plan
         self._split = split
         self._cost = cost
+        self._heads = not plan.spec.gradients_cross_stages  # local learning: the heads' activations too
         self.held_bytes = 0
         self.peak_bytes = 0
 
@@ -112,6 +117,8 @@ class ActivationLedger:
             return
         layers, recompute = self._plan.stages[action.stage].layers, self._plan.recomputes(action.stage)
         saved = self._cost.saved_bytes(layers, action.size)
+        if self._heads:
+            saved += self._cost.head_saved_bytes(layers, action.size)
         stashed = self._cost.input_bytes(layers, action.size) if recompute else 0
         grads = self._cost.held_grad_bytes(layers, action.size) if self._split else 0
         if action.kind is ActionKind.F:
