@@ -103,7 +103,9 @@ class Result:
     batch: int
     times_s: dict[str, float]
     search_s: dict[str, float]
-    sizes: dict[str, list[list[list[int]]]]  # planner -> [forward sizes per stage, backward sizes per stage]
+    # planner -> [forward sizes per stage, backward sizes per stage]; for the equal plans and
+    # tidgap-cuts, per stage [forward sizes, backward sizes]
+    sizes: dict[str, list[list[list[int]]]]
     cuts: dict[str, list[int]]  # layers per stage: "base" (the best equal plan's), "tidgap-cuts"
 
 
