@@ -39,9 +39,9 @@ on the last output as the layers are (the loss's backward joins the backward's B
 the copy of the micro-batch's targets to the device; the **first layer** pays the copy of the
 micro-batch's inputs. A copy of ``m`` bytes costs ``max(o + m / H, h)`` with ``H`` the host link's
 bandwidth (``host_bandwidth_bytes_per_s``; none on ``cpu``, whose data is already in place). The
-runtime copies a step's micro-batches when the step begins (:meth:`~pipetrain.runtime.interp.context.
-StageContext.begin_step`); charging each copy to its micro-batch's first forward keeps the stage's
-total and puts it on the stage that pays it.
+runtime copies a step's micro-batches when the step begins
+(:meth:`~pipetrain.runtime.interp.context.RankContext.begin_step`); charging each copy to its
+micro-batch's forward keeps the stage's total and puts it on the stage that pays it.
 
 The split backward of method ``zb1`` (Qi et al. 2024) needs the weight-gradient part ``W`` of each
 backward: at the grid's largest size the layer's backward is traced a second time with
