@@ -21,8 +21,8 @@ one stage per device, it plans:
   the generations), never slower than tidgap on the base's cuts;
 * the **paper-style baselines** ``gpipe@4K`` and ``1f1b@4K``: balanced GPipe and 1F1B (PipeDream's
   order) plans at a fixed ``4K`` micro-batches for ``K`` stages. UMPIPE does not publish its
-  baselines' count (PAPERS.md §1.1); ``4K`` is GPipe's own rule, "the bubble overhead is negligible
-  when M ≥ 4 × K" (Huang et al., NeurIPS 2019, §2.3). The best equal plan searches every count.
+  baselines' count (PAPERS.md §1.1); ``4K`` is GPipe's own rule, "we found the bubble overhead to be
+  negligible when M ≥ 4 × K" (Huang et al., NeurIPS 2019). The best equal plan searches every count.
 
 The synthetic networks have 8 layers (1 or 2 per stage, so stages keep their layers' different
 cost curves; with 16 layers over 4 stages every stage mixes all three kinds and the curves look
