@@ -94,12 +94,13 @@ def plan_unequal(problem: PlanningProblem, planner: PlannerName, base_rule: Base
     """Run micro-batch planner ``planner`` on the base plan's stages (see the module docstring):
     ``constraints.base``, else the one ``base_rule`` finds."""
     base, base_candidates = _base(problem, base_rule)
+    start, caps = _capped(problem, replace(base, prediction=None))  # before the progress bar: it may refuse
     c = problem.constraints
     config = c.ga or GAConfig()
     with generation_bar(planner, config.generations, problem.progress and planner in GA_PLANNERS) as on_generation:
         def run(stages: Plan, ga: GAConfig = config, progress: OnGeneration | None = on_generation) -> Plan:
-            start, caps = _capped(problem, replace(stages, prediction=None))
-            return plan_uedp(start, problem.cost, planner=planner, seed=c.seed, config=ga, caps=caps,
+            begin, limits = (start, caps) if stages is base else _capped(problem, replace(stages, prediction=None))
+            return plan_uedp(begin, problem.cost, planner=planner, seed=c.seed, config=ga, caps=limits,
                              on_generation=progress, smallest=problem.smallest_microbatch)
 
         if config.cut_rounds and planner in GA_PLANNERS and not base.spec.multi_stage:
@@ -109,7 +110,6 @@ def plan_unequal(problem: PlanningProblem, planner: PlannerName, base_rule: Base
         else:
             plan = run(base)
     _check_memory(plan, problem, _capped(problem, with_counts(base, layer_counts(plan)))[1])
-    start, caps = _capped(problem, replace(base, prediction=None))
     baselines: tuple[tuple[str, Plan], ...] = (("best equal plan", base),)
     over = overflows(base, problem.cost, optimizer=problem.optimizer) if caps is not None else []
     if over and not base.spec.multi_stage:  # chunks on every rank take no other planner
