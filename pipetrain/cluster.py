@@ -46,6 +46,11 @@ class DeviceModel:
             than this cost as much as one of this size (models poor utilisation at small batches).
         fp32_peak_flops: sustained dense float32 throughput (None: ``peak_flops``).
         bf16_peak_flops: sustained dense bfloat16 throughput (None: ``peak_flops``).
+        host_dispatch_s: host (CPU) seconds to issue one kernel: the framework's eager dispatch
+            and the launch call, paid on the CPU while the device runs earlier kernels (0: the host
+            is the device, as on ``"cpu"``, where ``kernel_overhead_s`` is that cost).
+        host_bandwidth_bytes_per_s: host-to-device copy bandwidth (the PCIe link) for a micro-batch's
+            inputs and targets (None: the data is already on the device, as on ``"cpu"``).
     """
 
     name: str
@@ -56,6 +61,8 @@ class DeviceModel:
     saturation_flops: float
     fp32_peak_flops: float | None = None
     bf16_peak_flops: float | None = None
+    host_dispatch_s: float = 0.0
+    host_bandwidth_bytes_per_s: float | None = None
 
 
 # Sustained (not datasheet) figures. For the GPUs, a fixed fraction of each datasheet's dense peaks,
@@ -80,11 +87,21 @@ class DeviceModel:
 # the U280 data sheet's 24.5 INT8 TOPS, as a low-precision systolic design sustains it; its 8 GiB of
 # HBM2 at the 4.25e11 B/s (of 460 GB/s nominal) that Shuhai measured on a U280 (Wang et al., FCCM 2020);
 # and a dataflow pipeline that is full at small work (low saturation) with little per-kernel overhead.
+# Host dispatch on the GPUs (an assumption inside a cited range): 10 µs of CPU per kernel. Meta's
+# Holistic Trace Analysis documentation puts the CPU side of a CUDA kernel launch (cudaLaunchKernel)
+# at "usually between 5-20 microseconds" (facebookresearch/HolisticTraceAnalysis, docs "CUDA kernel
+# launch stats"); PyTorch's operator micro-benchmarks show about 3 µs of eager framework overhead per
+# op on top (pytorch/pytorch#32194), and Fernandez et al., "The Framework Tax" (EMNLP 2023), find
+# eager PyTorch framework-bound at small batches on such GPUs. Host links: PCIe 3.0 x16 (V100 SXM2
+# hosts, 15.75 GB/s), 4.0 (A100, 31.5) and 5.0 (H100, 63), at about 80% of the nominal rate.
 DEVICE_MODELS: dict[str, DeviceModel] = {
     "cpu": DeviceModel("cpu", 1.0e11, 2.0e10, 5e-6, 16 * GiB, 1.0e5),
-    "v100": DeviceModel("v100", 8.0e13, 8.0e11, 6e-6, 32 * GiB, 2.0e8, fp32_peak_flops=1.0e13, bf16_peak_flops=1.0e13),
-    "a100": DeviceModel("a100", 2.0e14, 1.6e12, 5e-6, 80 * GiB, 5.0e8, fp32_peak_flops=1.25e13),
-    "h100": DeviceModel("h100", 5.0e14, 2.6e12, 4e-6, 80 * GiB, 1.2e9, fp32_peak_flops=3.4e13),
+    "v100": DeviceModel("v100", 8.0e13, 8.0e11, 6e-6, 32 * GiB, 2.0e8, fp32_peak_flops=1.0e13, bf16_peak_flops=1.0e13,
+                        host_dispatch_s=1e-5, host_bandwidth_bytes_per_s=1.25e10),
+    "a100": DeviceModel("a100", 2.0e14, 1.6e12, 5e-6, 80 * GiB, 5.0e8, fp32_peak_flops=1.25e13,
+                        host_dispatch_s=1e-5, host_bandwidth_bytes_per_s=2.5e10),
+    "h100": DeviceModel("h100", 5.0e14, 2.6e12, 4e-6, 80 * GiB, 1.2e9, fp32_peak_flops=3.4e13,
+                        host_dispatch_s=1e-5, host_bandwidth_bytes_per_s=5.0e10),
     "fpga": DeviceModel("fpga", 1.0e13, 4.25e11, 2e-6, 8 * GiB, 1.0e6),
 }
 

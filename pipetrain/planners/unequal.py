@@ -20,7 +20,9 @@ from pipetrain.errors import UserError
 from pipetrain.plan.methods import Backward
 from pipetrain.plan.plan import Plan
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult
+from pipetrain.planners.cut_search import equal_cuts, layer_counts, search_cuts, with_counts
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig, PlannerName, fits_without_recompute, microbatch_caps
+from pipetrain.planners.microbatch.ga import OnGeneration
 from pipetrain.planners.microbatch.uedp import plan_uedp
 from pipetrain.planners.progress import generation_bar
 from pipetrain.planners.recompute import as_chosen
@@ -92,15 +94,24 @@ def plan_unequal(problem: PlanningProblem, planner: PlannerName, base_rule: Base
     """Run micro-batch planner ``planner`` on the base plan's stages (see the module docstring):
     ``constraints.base``, else the one ``base_rule`` finds."""
     base, base_candidates = _base(problem, base_rule)
-    start, caps = _capped(problem, replace(base, prediction=None))
+    start, caps = _capped(problem, replace(base, prediction=None))  # before the progress bar: it may refuse
     c = problem.constraints
-    generations = (c.ga or GAConfig()).generations
-    with generation_bar(planner, generations, problem.progress and planner in GA_PLANNERS) as on_generation:
-        plan = plan_uedp(start, problem.cost, planner=planner, seed=c.seed, config=c.ga, caps=caps,
-                         on_generation=on_generation, smallest=problem.smallest_microbatch)
+    config = c.ga or GAConfig()
+    with generation_bar(planner, config.generations, problem.progress and planner in GA_PLANNERS) as on_generation:
+        def run(stages: Plan, ga: GAConfig = config, progress: OnGeneration | None = on_generation) -> Plan:
+            begin, limits = (start, caps) if stages is base else _capped(problem, replace(stages, prediction=None))
+            return plan_uedp(begin, problem.cost, planner=planner, seed=c.seed, config=ga, caps=limits,
+                             on_generation=progress, smallest=problem.smallest_microbatch)
+
+        if config.cut_rounds and planner in GA_PLANNERS and not base.spec.multi_stage:
+            screen = replace(config, generations=max(1, config.generations // 10), cut_rounds=0)
+            plan = search_cuts(base, run, lambda stages: run(stages, screen, None), rounds=config.cut_rounds,
+                               others=equal_cuts(base, (c.plan for c in base_candidates)))
+        else:
+            plan = run(base)
+    _check_memory(plan, problem, _capped(problem, with_counts(base, layer_counts(plan)))[1])
     baselines: tuple[tuple[str, Plan], ...] = (("best equal plan", base),)
     over = overflows(base, problem.cost, optimizer=problem.optimizer) if caps is not None else []
-    _check_memory(plan, problem, caps)
     if over and not base.spec.multi_stage:  # chunks on every rank take no other planner
         fitting = plan_uedp(start, problem.cost, planner="equal", caps=caps, smallest=problem.smallest_microbatch)
         baselines = ((f"best equal plan, over memory on stage {over[0][0]}", base),

@@ -13,13 +13,35 @@ costs (a per-kernel roofline, after Williams, Waterman and Patterson, "Roofline"
     t = o + max(f / P, s / P_half, m / W)  for a kernel that does FLOPs (matmul, conv, attention)
     t = o + m / W                          for any other kernel (element-wise, norms, copies)
 
-and a layer's forward (backward) time is the sum over its forward (backward) kernels. ``P`` is the
+and a layer's forward (backward) device time is the sum over its forward (backward) kernels. ``P`` is the
 peak of the profile's precision and ``P_half`` the device's half-precision peak (``peak_flops``), so
 the floor ``s / P_half`` is a time that does not depend on the precision: it models under-use, a
 matmul too small to fill the device running no faster than one of ``s`` half-precision FLOPs, which
 gives the α + β·max(b, s) shape of docs/algorithms.md §2.2 (at fp32 ``s`` is reached at fewer
 samples). Backward kernels are traced, not guessed: their FLOPs come out near 2× the forward's
 (input and weight gradients), more for attention, which recomputes its scores.
+
+Host dispatch. Eager PyTorch issues every kernel from the CPU: ``h`` seconds of framework dispatch
+and launch call per kernel (``host_dispatch_s`` of the device model; 10 µs on the GPU models,
+:data:`~pipetrain.cluster.DEVICE_MODELS` cites the range). The CPU runs ahead of the device, so the
+two overlap; a pass (one layer's forward or backward, the loss's, a copy) of ``n`` kernels costs::
+
+    T = max(Σ t, n · h)                    (:func:`pass_seconds`)
+
+the device's time, unless the kernels are too small to hide their dispatch, when the device waits
+for the host: a fixed cost per micro-batch, which small kernels (a launch-bound layer, small
+micro-batches) pay. The CPU is not credited for running ahead across passes. ``o`` stays the
+device's own cost per kernel.
+
+Per-micro-batch costs beyond the layers, as a measured profile holds them (:mod:`.per_layer` times the
+loss on the last layer): the **last layer** also pays the loss, its forward and backward kernels traced
+on the last output as the layers are (the loss's backward joins the backward's B part, not W), and
+the copy of the micro-batch's targets to the device; the **first layer** pays the copy of the
+micro-batch's inputs. A copy of ``m`` bytes costs ``max(o + m / H, h)`` with ``H`` the host link's
+bandwidth (``host_bandwidth_bytes_per_s``; none on ``cpu``, whose data is already in place). The
+runtime copies a step's micro-batches when the step begins
+(:meth:`~pipetrain.runtime.interp.context.RankContext.begin_step`); charging each copy to its
+micro-batch's forward keeps the stage's total and puts it on the stage that pays it.
 
 The split backward of method ``zb1`` (Qi et al. 2024) needs the weight-gradient part ``W`` of each
 backward: at the grid's largest size the layer's backward is traced a second time with
@@ -59,7 +81,7 @@ one that casts their gradients back to float32 (:func:`_cast_kernel`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -73,12 +95,21 @@ from pipetrain.errors import UserError
 from pipetrain.graph.batch_norm import batch_norms
 from pipetrain.graph.dataflow import layer_port, port_spec, profiled_layer
 from pipetrain.graph.layer_graph import LayerGraph, TensorSpec
-from pipetrain.profile.inputs import extrapolated_note, filled_below, loss_saved_bytes, size_grid, trainable_grid
+from pipetrain.profile.inputs import (
+    _scaled_loss,
+    extrapolated_note,
+    filled_below,
+    loss_saved_bytes,
+    model_loss_fn,
+    size_grid,
+    trainable_grid,
+)
 from pipetrain.profile.precision import Precision, compute_dtype
 from pipetrain.profile.stats import layer_stats, tied_bytes
 from pipetrain.profile.table import LayerProfile, Profile
 
-__all__ = ["Kernel", "cast_weight_bytes", "estimate_profile", "kernel_seconds", "peak_flops", "trace_kernels"]
+__all__ = ["Kernel", "cast_weight_bytes", "estimate_profile", "kernel_seconds", "pass_seconds", "peak_flops",
+           "trace_kernels"]
 
 _aten = torch.ops.aten
 # Ops that allocate or alias without launching a kernel (views are recognised by their schema).
@@ -122,6 +153,20 @@ def kernel_seconds(kernel: Kernel, device: DeviceModel, precision: Precision = "
         compute_s = max(kernel.flops / peak_flops(device, precision), device.saturation_flops / device.peak_flops)
     memory_s = kernel.bytes_moved / device.memory_bandwidth_bytes_per_s
     return device.kernel_overhead_s + max(compute_s, memory_s)
+
+
+def pass_seconds(kernels: Sequence[Kernel], device: DeviceModel, precision: Precision = "fp32") -> float:
+    """Seconds of a pass launching ``kernels``: their roofline seconds on the device, or the host's
+    dispatch of them (``len(kernels) · host_dispatch_s``) when that is longer (module docstring)."""
+    device_s = sum(kernel_seconds(k, device, precision) for k in kernels)
+    return max(device_s, len(kernels) * device.host_dispatch_s)
+
+
+def _copy_seconds(n_bytes: float, device: DeviceModel) -> float:
+    """Seconds to copy ``n_bytes`` from the host to the device (0 where the host is the device)."""
+    if device.host_bandwidth_bytes_per_s is None:
+        return 0.0
+    return max(device.kernel_overhead_s + n_bytes / device.host_bandwidth_bytes_per_s, device.host_dispatch_s)
 
 
 def _tensor_bytes(value: object) -> int:
@@ -286,8 +331,8 @@ def _estimate_layer(
             if casts:
                 cast = _cast_kernel(casts, precision)
                 forward, backward = (*forward, cast), (*backward, cast)
-            forward_s.append(sum(kernel_seconds(k, device, precision) for k in forward))
-            backward_s.append(sum(kernel_seconds(k, device, precision) for k in backward))
+            forward_s.append(pass_seconds(forward, device, precision))
+            backward_s.append(pass_seconds(backward, device, precision))
         forward_s, backward_s = list(filled_below(grid, tuple(forward_s))), list(filled_below(grid, tuple(backward_s)))
         weight_grad_s = _weight_grad_s(module, _meta_input(spec, grid[-1], dtype), device, backward_s, precision)
         with _FusedAttention():
@@ -324,8 +369,46 @@ def _weight_grad_s(module: nn.Module, x: torch.Tensor, device: DeviceModel, back
     except (NotImplementedError, RuntimeError):
         return None
     whole = backward_s[-1]
-    share = max(0.0, whole - sum(kernel_seconds(k, device, precision) for k in kernels)) / whole if whole > 0 else 0.0
+    share = max(0.0, whole - pass_seconds(kernels, device, precision)) / whole if whole > 0 else 0.0
     return tuple(share * b for b in backward_s)
+
+
+def _loss_seconds(graph: LayerGraph, out: TensorSpec, grid: tuple[int, ...],
+                  device: DeviceModel) -> tuple[list[float], list[float]]:
+    """Per grid size, the forward and backward seconds of the model's loss on the last layer's output
+    ``[b, *out.shape]`` (float32, as autocast runs losses), with :func:`pass_seconds`."""
+    loss = model_loss_fn(graph)
+    forward, backward = [], []
+    for b in grid:
+        y = _meta_input(out, b).requires_grad_(out.torch_dtype.is_floating_point)
+        targets = _meta_input(graph.target, b)
+        values: list[torch.Tensor] = []
+        with torch.enable_grad():
+            f = _record(lambda: values.append(_scaled_loss(loss, y, targets, grid[-1])))  # noqa: B023
+            g = _record(lambda: torch.autograd.backward(values[0])) if values[0].requires_grad else ()  # noqa: B023
+        forward.append(pass_seconds(f, device))
+        backward.append(pass_seconds(g, device))
+    return forward, backward
+
+
+def _with_batch_costs(layers: list[LayerProfile], graph: LayerGraph, out: TensorSpec,
+                      device: DeviceModel) -> list[LayerProfile]:
+    """``layers`` with each micro-batch's data and loss costs (module docstring): the inputs' copy on
+    the first layer's forward; the loss and the targets' copy on the last layer's passes."""
+    grid = layers[0].sizes
+    first = [_copy_seconds(b * graph.input.bytes_per_sample, device) for b in grid]
+    loss_forward, loss_backward = _loss_seconds(graph, out, grid, device)
+    targets = (_copy_seconds(b * graph.target.bytes_per_sample, device) for b in grid)
+    last = [f + t for f, t in zip(loss_forward, targets, strict=True)]
+
+    def plus(values: tuple[float, ...], extra: Sequence[float]) -> tuple[float, ...]:
+        return tuple(v + e for v, e in zip(values, extra, strict=True))
+
+    layers = [*layers]
+    layers[0] = replace(layers[0], forward_s=plus(layers[0].forward_s, first))
+    layers[-1] = replace(layers[-1], forward_s=plus(layers[-1].forward_s, last),
+                         backward_s=plus(layers[-1].backward_s, loss_backward))
+    return layers
 
 
 def estimate_profile(
@@ -362,11 +445,14 @@ def estimate_profile(
         layers.append(layer)
         outputs.append(out)
     spec = outputs[-1]
+    layers = _with_batch_costs(layers, graph, spec, model)
     source = (
         f"estimated for {model.name} at {precision}: per-kernel roofline, peak {peak_flops(model, precision):.3g} "
         f"FLOP/s, "
         f"{model.memory_bandwidth_bytes_per_s:.3g} B/s, {model.kernel_overhead_s * 1e6:.3g} us "
-        f"per kernel, saturation {model.saturation_flops:.3g} FLOP{extrapolated_note(norms, grid)}"
+        f"per kernel, saturation {model.saturation_flops:.3g} FLOP, host dispatch "
+        f"{model.host_dispatch_s * 1e6:.3g} us per kernel; loss on the last layer"
+        f"{extrapolated_note(norms, grid)}"
     )
     return Profile(
         model=graph.name,

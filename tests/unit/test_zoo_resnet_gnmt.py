@@ -159,6 +159,7 @@ def test_resnet50_estimate_matches_the_paper_flops() -> None:
     assert sum(layer.flops_per_sample for layer in profile.layers) == pytest.approx(8.2e9, rel=0.1)
     for layer in profile.layers:
         assert all(0 < a <= b for a, b in zip(layer.forward_s, layer.forward_s[1:], strict=False))
+    for layer in profile.layers[1:]:  # the stem's forward also copies the images to the device (PCIe)
         assert layer.backward_at(8) > layer.forward_at(8)
     conv2_1 = profile.layers[1]
     assert conv2_1.forward_at(8) > 2 * conv2_1.forward_at(1)  # large activations: time grows with b

@@ -115,9 +115,10 @@ def test_forward_backward_and_training_reduce_the_loss() -> None:
     assert losses[-1] < 0.8 * losses[0]
 
 
-V100 = dataclasses.replace(DEVICE_MODELS["v100"], fp32_peak_flops=None)
+V100 = dataclasses.replace(DEVICE_MODELS["v100"], fp32_peak_flops=None, host_dispatch_s=0.0,
+                           host_bandwidth_bytes_per_s=None)
 """The roofline the variants were designed on (pipetrain.graph.zoo.synthetic): float32 bytes at the
-V100's tensor-core peak."""
+V100's tensor-core peak, without the host's dispatch and copies."""
 
 
 def test_ten_variants_have_strongly_different_cost_curves_on_v100() -> None:
@@ -126,7 +127,7 @@ def test_ten_variants_have_strongly_different_cost_curves_on_v100() -> None:
     for variant in range(10):
         graph = build_model("synthetic", variant=variant)
         profile = estimate_profile(graph, V100, batch_size=64, sizes=(1, 64))
-        growth = {layer.name: layer.forward_s[1] / layer.forward_s[0] for layer in profile.layers}
+        growth = {layer.name: layer.forward_s[1] / layer.forward_s[0] for layer in profile.layers[:-1]}  # no loss
         efficiency = [64 / g for g in growth.values()]
         assert max(efficiency) / min(efficiency) >= 4, (variant, growth)
         for name, g in growth.items():

@@ -44,6 +44,10 @@ class GAConfig:
         coupled_fraction: dual mode, the share of the generations, first, in which children keep
             backward = forward (a single-chromosome phase); the rest search both freely.
         elite: best individuals copied unchanged into the next generation.
+        cut_rounds: rounds of stage-cut moves searched together with the sizes, each cut screened
+            by a run of a tenth of the generations (:mod:`pipetrain.planners.cut_search`); 0 plans
+            the base plan's cuts only. Used where the planner plans a chain's stages
+            (:func:`~pipetrain.planners.unequal.plan_unequal`), not by the GA itself.
     """
 
     population: int = 128
@@ -55,12 +59,13 @@ class GAConfig:
     row_sync_p: float = 0.1
     coupled_fraction: float = 0.5
     elite: int = 2
+    cut_rounds: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.elite < self.population:
             raise ValueError(f"elite ({self.elite}) must be >= 0 and below the population ({self.population})")
-        if self.generations < 0 or self.tournament < 1:
-            raise ValueError("generations must be >= 0 and tournament >= 1")
+        if self.generations < 0 or self.tournament < 1 or self.cut_rounds < 0:
+            raise ValueError("generations and cut_rounds must be >= 0 and tournament >= 1")
         for name in ("pair_crossover_p", "row_swap_p", "row_mutation_p", "row_sync_p", "coupled_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1]")
