@@ -138,11 +138,12 @@ def data_parallel(problem: PlanningProblem) -> DPResult:
     return DPResult((DPStage(0, len(problem.layer_names), devices, tuple(range(devices))),), math.nan, str(devices))
 
 
-def _options(problem: PlanningProblem, dp: DPResult, n_micro: int) -> list[DPResult]:
-    """The DP's answer and, when it differs and there are enough micro-batches, plain data
-    parallelism (:func:`data_parallel`), which the DP's steady state may undersell."""
+def _options(problem: PlanningProblem, dp: DPResult, n_micro: int, straight: bool) -> list[DPResult]:
+    """The DP's answer and, when it differs, there are enough micro-batches and replication is allowed
+    (not ``straight``), plain data parallelism (:func:`data_parallel`), which the DP's steady state
+    may undersell."""
     devices = problem.cost.cluster.n_devices
-    if dp.config == str(devices) or n_micro < devices:
+    if straight or dp.config == str(devices) or n_micro < devices:
         return [dp]
     return [dp, data_parallel(problem)]
 
@@ -156,7 +157,7 @@ def _candidates_at(problem: PlanningProblem, n_micro: int, methods: Sequence[Met
         skipped.append((n_micro, str(e)))
         return []
     found = []
-    for option, method in itertools.product(_options(problem, dp, n_micro), methods):
+    for option, method in itertools.product(_options(problem, dp, n_micro, straight), methods):
         if max(s.replicas for s in option.stages) > n_micro:
             skipped.append((n_micro, f"config {option.config} replicates a stage more times than there are "
                                      "micro-batches"))

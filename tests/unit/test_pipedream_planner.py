@@ -51,6 +51,15 @@ def test_pipedream_replicates_the_compute_heavy_front() -> None:
     assert result.candidates[0].plan == result.plan
 
 
+@pytest.mark.parametrize("method", [None, Method.PIPEDREAM])
+def test_straight_never_replicates(method: Method | None) -> None:
+    """``straight``: PipeDream's straight pipeline, no stage replicated, data parallelism included."""
+    problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), vgg_like(), batch_size=16,
+                              constraints=Constraints(method=method))
+    result = plan_pipedream(problem, counts=[4, 8], straight=True)
+    assert result.candidates and all(not c.plan.replicated for c in result.candidates)
+
+
 def test_topology_follows_the_servers() -> None:
     two_servers = Cluster.homogeneous("v100", 2, 4, NVLINK, ETHERNET)
     assert [(lv.machines, lv.bandwidth_bytes_per_s) for lv in topology(two_servers)] == [(4, 1.5e11), (2, 3e9)]
