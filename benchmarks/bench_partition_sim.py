@@ -16,6 +16,8 @@ and gpt1-14 (zoo) on each cluster of ``D`` devices it plans:
   1f1b, every micro-batch count of :func:`~pipetrain.planners.counts.thinned_counts`, the fastest;
 * ``pipedream``: :func:`~pipetrain.planners.pipedream.plan_pipedream` (PAPERS.md §2.3–2.4: the
   hierarchical DP's stages and replicas, run synchronously);
+* ``pipedream straight``: the same with ``straight=True`` (no replication: PipeDream's straight
+  pipeline), the fair yardstick for BaPipe, which never replicates a stage;
 * ``bapipe``: :func:`~pipetrain.planners.bapipe.explore` with gpipe and 1f1b (PAPERS.md §4).
 
 Every time is the **event simulator's** iteration time (seconds per mini-batch of ``B`` samples).
@@ -62,7 +64,7 @@ NVLINK = Link(5e-6, 150e9)
 ETHERNET = Link(2e-5, 25e9 / 8)  # 25 Gbit/s
 GIB = 2**30
 EQUAL = (Method.GPIPE, Method.ONE_F_ONE_B)
-PLANNERS = ("data parallel", "equal split", "pipedream", "bapipe")
+PLANNERS = ("data parallel", "equal split", "pipedream", "pipedream straight", "bapipe")
 PAPER = ("PipeDream: up to 5.3× over DP (VGG-16, time-to-accuracy, real clusters); "
          "BaPipe: up to 3.2× faster, 4× less memory")
 
@@ -168,6 +170,12 @@ def run_one(graph: LayerGraph, profile: Profile, n_devices: int, batch: int) -> 
     assert isinstance(pd.report, PipeDreamReport)
     rows.append(row("pipedream", pd.plan, CostModel(profile, pd.cluster), seconds, pd.report.config))
     t0 = time.perf_counter()
+    straight = plan_pipedream(problem, straight=True)
+    seconds = time.perf_counter() - t0
+    assert isinstance(straight.report, PipeDreamReport)
+    rows.append(row("pipedream straight", straight.plan, CostModel(profile, straight.cluster), seconds,
+                    straight.report.config))
+    t0 = time.perf_counter()
     ba = explore(problem, methods=EQUAL)
     seconds = time.perf_counter() - t0
     rows.append(row("bapipe", ba.plan, CostModel(profile, ba.cluster), seconds))
@@ -207,8 +215,8 @@ def report(results: list[Result], seconds: float, args: argparse.Namespace) -> s
         "(> 1: the planner needs less).", "",
         "| model | D | " + " | ".join(f"{p} ms" for p in PLANNERS)
         + " | pipedream vs DP | bapipe vs DP | pipedream vs equal | bapipe vs equal "
-          "| DP GiB | pipedream GiB (ratio) | bapipe GiB (ratio) |",
-        "|---|---|" + "---|" * (len(PLANNERS) + 7),
+          "| bapipe vs pipedream straight | DP GiB | pipedream GiB (ratio) | bapipe GiB (ratio) |",
+        "|---|---|" + "---|" * (len(PLANNERS) + 8),
     ]
     for r in results:
         by = {x.planner: x for x in r.rows}
@@ -221,6 +229,7 @@ def report(results: list[Result], seconds: float, args: argparse.Namespace) -> s
         cells = [f"{1e3 * t[p]:.1f}" for p in PLANNERS]
         cells += [f"{t['data parallel'] / t[p]:.2f}×" for p in ("pipedream", "bapipe")]
         cells += [f"{t['equal split'] / t[p]:.2f}×" for p in ("pipedream", "bapipe")]
+        cells += [f"{t['pipedream straight'] / t['bapipe']:.2f}×"]
         cells += [mem(dp)] + [f"{mem(by[p])} ({dp.peak_memory_bytes / by[p].peak_memory_bytes:.2f}×)"
                               for p in ("pipedream", "bapipe")]
         lines.append(f"| {r.model} | {r.n_devices} | " + " | ".join(cells) + " |")

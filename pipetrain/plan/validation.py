@@ -13,7 +13,7 @@ the order they are checked:
 * replicated stages, where the method allows them: one partition, a micro-batch per replica;
 * recompute, where the method allows it; the method's ``params`` type; its weight policies;
 * asynchronous methods (no flush): one partition, the replica rules (no vertical sync, whole
-  micro-batches per replica, pipedream's unreplicated last stage);
+  micro-batches per replica);
 * a micro-batch per stage where the method needs it (2BW's delay), per replica with replicated stages;
 * ranks: one stage per rank, or the method's multi-stage placement;
 * against a model: its fingerprint, and every layer once, in order.
@@ -207,21 +207,17 @@ def _replica_depths(plan: Plan) -> list[int]:
 
 def _check_async(plan: Plan) -> None:
     """An asynchronous method needs one partition for every stage and pass (its size rule) and, with
-    replicated stages: no vertical sync, a whole number of micro-batches per replica, and, for a method
-    that steps per micro-batch (pipedream), an unreplicated last stage: the last stage sums the step's
-    loss over its replicas at every STEP, which counts it once only when they step once per batch (2bw)."""
-    sizes, name = plan.stages[0].forward_sizes, plan.method.value
+    replicated stages: no vertical sync and a whole number of micro-batches per replica. Any stage may
+    be replicated, the last one too (its replicas sum the loss they added since their previous STEP,
+    :func:`~pipetrain.runtime.interp.step.start_step`), so one stage on every rank is PipeDream's
+    data parallelism."""
+    sizes = plan.stages[0].forward_sizes
     replicas = [len(s.ranks) for s in plan.stages]
     if max(replicas) == 1:
         return
     if plan.weights is WeightPolicy.VERTICAL_SYNC:
         raise UserError("vertical sync cannot run replicated stages (their versions advance at another rate); "
                         "drop --vertical-sync or give every stage one rank")
-    if replicas[-1] > 1 and plan.spec.loss_per_microbatch:
-        steps_per_batch = ", ".join(m.value for m, s in METHODS.items()
-                                    if s.replicas and not s.flush and not s.loss_per_microbatch)
-        raise UserError(f"method {name} cannot replicate the last stage (its replicas step after every "
-                        f"micro-batch); give the last stage one rank, or use method {steps_per_batch}")
     bad = [k for k, r in enumerate(replicas) if len(sizes) % r]
     if bad:
         raise UserError(f"stage {bad[0]} runs on {replicas[bad[0]]} ranks, which do not divide the {len(sizes)} "

@@ -30,10 +30,12 @@ count, one DP (see its module for the complexity) plus four event simulations.
 
 With ``constraints.method = pipedream`` the plan is PipeDream's own, asynchronous one
 (:func:`async_candidates_at`): the DP with the paper's objective (``sync_scale = 1``, replicas
-sharing the sync, no flush), and its straight pipeline, run by ``pipedream`` (weight stashing,
-1F1B-RR) and scored by the steady state (:func:`~pipetrain.simulate.steady.steady_state`). 1F1B-RR
-cannot replicate the last stage: a DP answer that does keeps one replica there (label "last stage of
-… cut to one replica"); counts not a multiple of every replica count are skipped."""
+sharing the sync, no flush), its straight pipeline, and plain data parallelism (PipeDream's config
+``"D"``: one stage on every device, each replica's micro-batch its own mini-batch, one all-reduce per
+step), all run by ``pipedream`` (weight stashing, 1F1B-RR; any stage may be replicated, the last one
+too) and scored by the same steady state (:func:`~pipetrain.simulate.steady.steady_state`); counts
+not a multiple of every replica count are skipped. The paper's optimizer answers ``"16"`` (data
+parallelism) for ResNet-50 on 16 V100s; so does this one where data parallelism is fastest."""
 
 from __future__ import annotations
 
@@ -57,8 +59,8 @@ from pipetrain.planners.report import CandidatesPart, NotePart, PlanPart
 from pipetrain.planners.score import memory_checked, score, score_steady
 from pipetrain.planners.spec import planned_methods
 
-__all__ = ["PipeDreamReport", "async_candidates_at", "pipedream_layout", "pipedream_plans", "plan_pipedream",
-           "rr_runnable", "topology"]
+__all__ = ["PipeDreamReport", "async_candidates_at", "data_parallel", "pipedream_layout", "pipedream_plans",
+           "plan_pipedream", "topology"]
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +78,14 @@ class PipeDreamReport:
     skipped: tuple[tuple[int, str], ...]
 
 
-def topology(cluster: Cluster) -> list[Level]:
+def topology(cluster: Cluster, *, flat: bool = False) -> list[Level]:
     """The cluster as PipeDream's levels, bottom-up: devices in a server over the intra-node link,
     servers over the inter-node link (a probed ``Cluster.collective`` prices the gradient sync inside a
     server). Devices must be numbered server by server with the same count
-    in each; otherwise one flat level over the (slower) inter-node link, a conservative view."""
+    in each; otherwise, or with ``flat``, one flat level over the (slower) inter-node link, a
+    conservative view. The hierarchy's stages replicate in whole servers' worth (a top stage on ``m``
+    servers runs each server's sub-pipeline, so a flat stage has ``r·m`` replicas): on 4 servers of 4,
+    PipeDream's "15-1" (VGG-16 on cluster A) is only reachable flat."""
     nodes = [d.node for d in cluster.devices]
     per_node = Counter(nodes)
     sizes = set(per_node.values())
@@ -90,15 +95,17 @@ def topology(cluster: Cluster) -> list[Level]:
                                                     cluster.collective.bandwidth_bytes_per_s)
     if len(per_node) == 1:
         return [Level(cluster.n_devices, intra.bandwidth_bytes_per_s, intra.latency_s, sync)]
-    if len(sizes) == 1 and contiguous:
+    if len(sizes) == 1 and contiguous and not flat:
         return [Level(sizes.pop(), intra.bandwidth_bytes_per_s, intra.latency_s, sync),
                 Level(len(per_node), inter.bandwidth_bytes_per_s, inter.latency_s)]
     return [Level(cluster.n_devices, inter.bandwidth_bytes_per_s, inter.latency_s)]
 
 
-def _partition(problem: PlanningProblem, n_micro: int, straight: bool, asynchronous: bool = False) -> DPResult:
+def _partition(problem: PlanningProblem, n_micro: int, straight: bool, asynchronous: bool = False,
+               flat: bool = False) -> DPResult:
     """The DP at ``n_micro`` micro-batches: a synchronous (flush) objective, or with ``asynchronous``
-    PipeDream's own (one weight sync per item, each replica paying its share; §3.3 of the paper)."""
+    PipeDream's own (one weight sync per item, each replica paying its share; §3.3 of the paper); on
+    the cluster's hierarchy, or ``flat`` (:func:`topology`)."""
     b = max(equal_sizes(problem.batch_size, n_micro))
     cost, names = problem.cost, problem.layer_names
     cluster = cost.cluster
@@ -107,7 +114,7 @@ def _partition(problem: PlanningProblem, n_micro: int, straight: bool, asynchron
                                [cost.saved_bytes((n,), b) for n in names], parameter_copies(problem.optimizer))
     return pipedream_partition(
         [cost.layer_work_s(n, b, slowest) for n in names], [cost.output_bytes((n,), b) for n in names],
-        [cost.parameter_bytes((n,)) for n in names], topology(cluster),
+        [cost.parameter_bytes((n,)) for n in names], topology(cluster, flat=flat),
         sync_scale=1.0 if asynchronous else 1.0 / n_micro, synchronous=not asynchronous, straight=straight,
         memory=memory,
     )
@@ -125,14 +132,20 @@ def _plan(problem: PlanningProblem, n_micro: int, method: Method, dp: DPResult) 
     return Plan(model.name, model.fingerprint, problem.batch_size, method, tuple(stages)), sub
 
 
-def _options(problem: PlanningProblem, dp: DPResult, n_micro: int) -> list[DPResult]:
-    """The DP's answer and, when it differs and there are enough micro-batches, plain data
-    parallelism (one stage on every device), which the DP's steady state may undersell."""
+def data_parallel(problem: PlanningProblem) -> DPResult:
+    """Plain data parallelism as a DP answer: one stage of every layer on every device (config ``"D"``)."""
     devices = problem.cost.cluster.n_devices
-    if dp.config == str(devices) or n_micro < devices:
+    return DPResult((DPStage(0, len(problem.layer_names), devices, tuple(range(devices))),), math.nan, str(devices))
+
+
+def _options(problem: PlanningProblem, dp: DPResult, n_micro: int, straight: bool) -> list[DPResult]:
+    """The DP's answer and, when it differs, there are enough micro-batches and replication is allowed
+    (not ``straight``), plain data parallelism (:func:`data_parallel`), which the DP's steady state
+    may undersell."""
+    devices = problem.cost.cluster.n_devices
+    if straight or dp.config == str(devices) or n_micro < devices:
         return [dp]
-    everywhere = DPStage(0, len(problem.layer_names), devices, tuple(range(devices)))
-    return [dp, DPResult((everywhere,), math.nan, str(devices))]
+    return [dp, data_parallel(problem)]
 
 
 def _candidates_at(problem: PlanningProblem, n_micro: int, methods: Sequence[Method], straight: bool,
@@ -144,7 +157,7 @@ def _candidates_at(problem: PlanningProblem, n_micro: int, methods: Sequence[Met
         skipped.append((n_micro, str(e)))
         return []
     found = []
-    for option, method in itertools.product(_options(problem, dp, n_micro), methods):
+    for option, method in itertools.product(_options(problem, dp, n_micro, straight), methods):
         if max(s.replicas for s in option.stages) > n_micro:
             skipped.append((n_micro, f"config {option.config} replicates a stage more times than there are "
                                      "micro-batches"))
@@ -160,31 +173,35 @@ def _candidates_at(problem: PlanningProblem, n_micro: int, methods: Sequence[Met
     return found
 
 
-def rr_runnable(option: DPResult) -> tuple[DPResult, str]:
-    """The DP's answer as ``pipedream``'s 1F1B-RR can run it (docs/algorithms.md §3.4–3.5): a replicated
-    last stage keeps one replica (the others are left idle), and a note saying so; else unchanged."""
-    last = option.stages[-1]
-    if last.replicas == 1:
-        return option, ""
-    stages = (*option.stages[:-1], DPStage(last.first, last.end, 1, last.devices[:1]))
-    config = "-".join(str(s.replicas) for s in stages)
-    return DPResult(stages, math.nan, config), f"last stage of {option.config} cut to one replica"
+def _async_options(problem: PlanningProblem, n_micro: int, straight: bool,
+                   skipped: list[tuple[int, str]]) -> list[DPResult]:
+    """The DP's answers with PipeDream's objective: on the cluster's hierarchy and flat (where it
+    differs: :func:`topology`), with replication unless ``straight`` and without; and plain data
+    parallelism (unless ``straight``; when every device gets whole micro-batches). The DP's failures
+    go to ``skipped``."""
+    hierarchy = len(topology(problem.cost.cluster)) > 1
+    options = []
+    for no_replicas, flat in dict.fromkeys([(straight, False), (straight, True), (True, False)]):
+        if flat and not hierarchy:
+            continue
+        try:
+            options.append(_partition(problem, n_micro, no_replicas, asynchronous=True, flat=flat))
+        except UserError as e:
+            skipped.append((n_micro, str(e)))
+    everywhere = not straight and n_micro % problem.cost.cluster.n_devices == 0
+    return [*options, data_parallel(problem)] if everywhere else options
 
 
 def async_candidates_at(problem: PlanningProblem, n_micro: int, straight: bool,
                         skipped: list[tuple[int, str]]) -> list[Candidate]:
-    """``pipedream`` plans at ``n_micro`` micro-batches from the DP with PipeDream's own objective (no
-    flush: a weight sync per item), and its straight pipeline, made runnable by 1F1B-RR
-    (:func:`rr_runnable`; ``n_micro`` a multiple of every replica count), scored by their steady state
-    (:func:`~pipetrain.planners.score.score_steady`) and memory-checked with the stashed versions."""
+    """``pipedream`` plans at ``n_micro`` micro-batches: the DP's with PipeDream's own objective (no
+    flush: a weight sync per item), its straight pipeline and plain data parallelism
+    (:func:`_async_options`), run by 1F1B-RR (``n_micro`` a multiple of every replica count), scored
+    by their steady state (:func:`~pipetrain.planners.score.score_steady`) and memory-checked with the
+    stashed versions."""
     found: list[Candidate] = []
     seen: set[str] = set()
-    for flat in (straight, True):
-        try:
-            option, note = rr_runnable(_partition(problem, n_micro, flat, asynchronous=True))
-        except UserError as e:
-            skipped.append((n_micro, str(e)))
-            continue
+    for option in _async_options(problem, n_micro, straight, skipped):
         bad = [s.replicas for s in option.stages if n_micro % s.replicas]
         if option.config in seen or bad:
             if bad:
@@ -194,9 +211,8 @@ def async_candidates_at(problem: PlanningProblem, n_micro: int, straight: bool,
         seen.add(option.config)
         plan, cluster = _plan(problem, n_micro, Method.PIPEDREAM, option)
         sub_cost = problem.cost.on(cluster)
-        label = f"pipedream {option.config}{f' ({note})' if note else ''}"
-        candidate = memory_checked(score_steady(plan.run_by(Method.PIPEDREAM), sub_cost, label=label), sub_cost,
-                                   problem.optimizer)
+        candidate = memory_checked(score_steady(plan.run_by(Method.PIPEDREAM), sub_cost,
+                                                label=f"pipedream {option.config}"), sub_cost, problem.optimizer)
         if candidate.feasible:
             found.append(candidate)
         else:

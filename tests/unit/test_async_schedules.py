@@ -37,6 +37,8 @@ PLANS = {
     "2bw-4": plan((1, 1, 1, 1), 4, TWO_BW),
     "replicated-2-1-1": plan((2, 1, 1), 4),
     "replicated-1-3-1": plan((1, 3, 1), 6, batch=12),
+    "replicated-1-2": plan((1, 2), 4),
+    "data-parallel-2": plan((2,), 4),
     "2bw-replicated-2-1": plan((2, 1), 4, TWO_BW),
     "2bw-replicated-2-2": plan((2, 2), 4, TWO_BW),
     "2bw-replicated-1-1-2": plan((1, 1, 2), 4, TWO_BW),
@@ -191,8 +193,8 @@ def test_plan_checks_for_async_methods() -> None:
         plan((1, 1, 1, 1), 2, TWO_BW).validate()
     with pytest.raises(UserError, match="vertical sync cannot run replicated stages"):
         plan((2, 1), 4, VSYNC).validate()
-    with pytest.raises(UserError, match=r"cannot replicate the last stage .* use method 2bw"):
-        plan((1, 2), 4).validate()
+    plan((1, 2), 4).validate()  # a replicated last stage: its replicas sum the loss added since their last STEP
+    plan((2,), 4).validate()  # one stage on every rank: PipeDream's data parallelism
     with pytest.raises(UserError, match="stage 0 on 2 ranks keeps 3 each, so the batch needs at least 6"):
         plan((2, 2, 2), 4, TWO_BW).validate()
     with pytest.raises(UserError, match="do not divide the 10 micro-batches"):

@@ -23,6 +23,8 @@ EXPECTED = {
     "4x4-v100.yaml": (16, 4, {"v100"}),
     "2h100-2v100.yaml": (4, 2, {"h100", "v100"}),
     "v100-fpga.yaml": (4, 2, {"v100", "fpga"}),
+    "pipedream-a.yaml": (16, 4, {"v100"}),
+    "pipedream-b.yaml": (16, 2, {"v100"}),
 }
 LINKS = "links: {intra_node: {latency_us: 5, bandwidth_gb_per_s: 150}, inter_node: {latency_s: 0.001, " \
         "bandwidth_gbit_per_s: 25}}\n"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from pipetrain import cli
 from pipetrain.cluster import Cluster, Link
+from pipetrain.cluster_spec import load_cluster_spec
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import Method, WeightPolicy
@@ -17,8 +19,8 @@ from pipetrain.planners.auto import ASYNC_NOTE, INTERLEAVED_GA_MAX_BATCH, AutoRe
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch import GAConfig
-from pipetrain.planners.partition.pipedream import DPResult, DPStage
-from pipetrain.planners.pipedream import PipeDreamReport, plan_pipedream, rr_runnable, topology
+from pipetrain.planners.partition.pipedream import pipedream_partition
+from pipetrain.planners.pipedream import PipeDreamReport, plan_pipedream, topology
 from pipetrain.planners.registry import ASYNC_AUTO_PLANNERS, AUTO_PLANNERS, AUTO_RUNS, auto_planners
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.viz.plan_tables import auto_table
@@ -47,6 +49,15 @@ def test_pipedream_replicates_the_compute_heavy_front() -> None:
     assert len(result.plan.stages[-1].ranks) == 1  # the weight-heavy layers are not replicated
     assert result.plan.prediction is not None
     assert result.candidates[0].plan == result.plan
+
+
+@pytest.mark.parametrize("method", [None, Method.PIPEDREAM])
+def test_straight_never_replicates(method: Method | None) -> None:
+    """``straight``: PipeDream's straight pipeline, no stage replicated, data parallelism included."""
+    problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), vgg_like(), batch_size=16,
+                              constraints=Constraints(method=method))
+    result = plan_pipedream(problem, counts=[4, 8], straight=True)
+    assert result.candidates and all(not c.plan.replicated for c in result.candidates)
 
 
 def test_topology_follows_the_servers() -> None:
@@ -94,14 +105,13 @@ def test_cli_refuses_a_method_with_a_cluster_planner(capsys: pytest.CaptureFixtu
 
 def test_pipedream_method_plans_the_steady_state_dp_run_asynchronously() -> None:
     """``--method pipedream --planner pipedream``: the DP's own objective (no flush), run by pipedream
-    under 1F1B-RR's rules (last stage unreplicated, micro-batches a multiple of every replica count)."""
+    under 1F1B-RR's rules (micro-batches a multiple of every replica count)."""
     problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), vgg_like(), batch_size=16,
                               constraints=Constraints(method=Method.PIPEDREAM))
     result = plan_pipedream(problem)
     assert isinstance(result.report, PipeDreamReport)
     for c in result.candidates:
         assert c.plan.method is Method.PIPEDREAM and c.plan.weights is WeightPolicy.STASH
-        assert len(c.plan.stages[-1].ranks) == 1
         assert all(len(c.plan.stages[0].forward_sizes) % len(s.ranks) == 0 for s in c.plan.stages)
         assert c.plan.prediction is not None and "steady state" in c.plan.prediction.basis
     replicated = [c.plan for c in result.candidates if c.plan.replicated]
@@ -110,11 +120,45 @@ def test_pipedream_method_plans_the_steady_state_dp_run_asynchronously() -> None
     build_schedule(replicated[0], 4)  # validates the versions and chunks
 
 
-def test_rr_runnable_cuts_a_replicated_last_stage() -> None:
-    dp = DPResult((DPStage(0, 5, 2, (0, 1)), DPStage(5, 10, 2, (2, 3))), 1.0, "2-2")
-    option, note = rr_runnable(dp)
-    assert option.config == "2-1" and option.stages[-1].devices == (2,) and "cut to one replica" in note
-    assert rr_runnable(option) == (option, "")
+def test_pipedream_method_returns_data_parallelism_where_it_is_fastest() -> None:
+    """Per-sample compute, small weights and activations dear to send (ResNet-50's shape on the paper's
+    clusters): every device running every layer, one all-reduce per step, beats any pipeline, and the
+    asynchronous planner returns it as PipeDream's config "4" (one stage on all 4 ranks), runnable."""
+    profile = flat_profile(10, 1.0, 2.0, per_sample=True, output_bytes=10**8, parameter_bytes=1000)
+    cost = CostModel(profile, Cluster.local(4, link=Link(5e-6, 1e9), memory_bytes=1 << 50))
+    problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]), cost, batch_size=16,
+                              constraints=Constraints(method=Method.PIPEDREAM))
+    result = plan_pipedream(problem, counts=[4, 8, 16])
+    assert isinstance(result.report, PipeDreamReport) and result.report.config == "4"
+    assert result.plan.method is Method.PIPEDREAM and result.plan.n_stages == 1
+    assert result.plan.stages[0].ranks == (0, 1, 2, 3)
+    assert len(result.plan.stages[0].forward_sizes) % 4 == 0
+    pipelines = [c for c in result.candidates if c.plan.n_stages > 1]
+    assert pipelines and min(c.iteration_s for c in pipelines) > result.candidates[0].iteration_s
+    build_schedule(result.plan, 4)  # validates: a replicated (last) stage under 1F1B-RR
+
+
+def test_fifteen_one_is_reachable_on_cluster_a() -> None:
+    """PipeDream's VGG-16 answer on cluster A (4 servers of 4) is "15-1". The hierarchy's stages come in
+    whole servers' worth (its answer here is "12-4"), so the asynchronous planner also runs the DP flat
+    (one level over the inter-node link), reaches 15-1 and, simulated fastest, returns it."""
+    cluster_a = load_cluster_spec(EXAMPLES / "pipedream-a.yaml").cluster
+    assert [lv.machines for lv in topology(cluster_a)] == [4, 4] and [lv.machines for lv in
+                                                                     topology(cluster_a, flat=True)] == [16]
+    mb = 10**6
+    vgg = ([1.0] * 8 + [0.2] * 2, [mb] * 8 + [0.01 * mb] * 2, [mb] * 8 + [400 * mb] * 2)
+    assert pipedream_partition(*vgg, topology(cluster_a)).config == "12-4"
+    assert pipedream_partition(*vgg, topology(cluster_a, flat=True)).config == "15-1"
+    profile = flat_profile(10, [0.01] * 8 + [0.002] * 2, [0.02] * 8 + [0.004] * 2, per_sample=True,
+                           output_bytes=mb)
+    layers = tuple(lp if i < 8 else replace(lp, parameter_bytes=400 * mb) for i, lp in enumerate(profile.layers))
+    problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(10)]),
+                              CostModel(replace(profile, layers=layers), cluster_a), batch_size=60,
+                              constraints=Constraints(method=Method.PIPEDREAM))
+    result = plan_pipedream(problem, counts=[15])
+    assert isinstance(result.report, PipeDreamReport) and result.report.config == "15-1"
+    assert [len(s.ranks) for s in result.plan.stages] == [15, 1]
+    build_schedule(result.plan, 2)  # validates
 
 
 def test_pipedream_planner_refuses_other_async_methods() -> None:

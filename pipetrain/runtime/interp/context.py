@@ -176,8 +176,11 @@ class LossTally:
             kernel has local losses), or None.
         offset: the first sample of the loaded batch in the ranges the actions name (an asynchronous
             program spans the run).
-        total: the step's loss so far, a 0-d tensor (the last stage), or None.
+        total: the step's loss this replica added since its last STEP, a 0-d tensor (the last stage),
+            or None.
         count: the micro-batches in ``total``.
+        summed: ``[loss, micro-batches]`` the replicas of a replicated last stage summed at their STEPs
+            so far this step (:meth:`sum_over`), or None.
         scale: fp16's loss scale ``S`` (1 otherwise): back-propagation starts from the weighted loss
             times ``S``, so the gradients every stage computes and sends are ``S`` times the true ones
             until STEP unscales them; ``total`` keeps the unscaled loss.
@@ -190,11 +193,25 @@ class LossTally:
     offset: int = 0
     total: torch.Tensor | None = None
     count: int = 0
+    summed: torch.Tensor | None = None
     scale: float = 1.0
 
     def load(self, targets: torch.Tensor | None, offset: int) -> None:
         """A new batch: its targets (or None) at ``offset``; the total starts afresh."""
         self.targets, self.offset, self.total, self.count = targets, offset, None, 0
+        self.summed = None
+
+    def pending(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """``[total, count]`` (``dtype``, on ``device``): what this replica added since its last STEP."""
+        total = torch.zeros(1, dtype=dtype, device=device) if self.total is None else self.total.reshape(1).to(dtype)
+        return torch.cat([total, torch.full((1,), float(self.count), dtype=dtype, device=device)])
+
+    def sum_over(self, reduced: torch.Tensor) -> None:
+        """Take ``reduced``, :meth:`pending` summed over the stage's replicas, into :attr:`summed`; a
+        STEP of every replica adds each micro-batch once, however often they step per batch
+        (``pipedream`` steps after every backward)."""
+        self.summed = reduced if self.summed is None else self.summed + reduced
+        self.total, self.count = None, 0
 
     def targets_of(self, a: Action) -> torch.Tensor:
         """The targets of ``a``'s samples, ``[hi - lo, ...]``."""
@@ -217,9 +234,13 @@ class LossTally:
     def step_loss(self) -> float | None:
         """The mini-batch loss (mean over samples) after the step, or None off the last stage; per
         micro-batch, the mean of the step's micro-batch (mini-batch) losses."""
-        if self.total is None:
+        if self.total is None and self.summed is None:
             return None
-        return float(self.total) / (self.count if self.per_microbatch else 1)
+        total = float(self.total) if self.total is not None else 0.0
+        count = self.count
+        if self.summed is not None:
+            total, count = total + float(self.summed[0]), count + round(float(self.summed[1]))
+        return total / (count if self.per_microbatch else 1)
 
 
 @dataclass

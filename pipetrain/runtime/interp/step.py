@@ -100,14 +100,14 @@ def _set_lrs(optimizer: torch.optim.Optimizer, lrs: list[float]) -> None:
 
 
 def _allreduce_gradients(ctx: RankContext, replicas: dist.ProcessGroup) -> None:
-    """Sum the stage's gradients (and, on the last stage, the loss) over its replicas, in one message;
-    tied parameters are summed over all their owners instead."""
+    """Sum the stage's gradients (and, on the last stage, the loss and micro-batches each replica added
+    since its last STEP, :meth:`~.context.LossTally.sum_over`) over its replicas, in one message; tied
+    parameters are summed over all their owners instead."""
     ties = ctx.ties
     params = [p for p in ctx.module.parameters() if p.requires_grad and not (ties is not None and ties.holds(p))]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    if ctx.is_last:
-        total = ctx.tally.total
-        grads.append((total if total is not None else torch.zeros((), device=ctx.transport.device)).reshape(1))
+    if ctx.is_last:  # the loss and micro-batches added since the last STEP, as two more "gradients"
+        grads.append(ctx.tally.pending(ctx.transport.device, grads[0].dtype if grads else torch.float32))
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -117,7 +117,7 @@ def _allreduce_gradients(ctx: RankContext, replicas: dist.ProcessGroup) -> None:
         p.grad = flat[offset:offset + g.numel()].view_as(g).clone()
         offset += g.numel()
     if ctx.is_last:
-        ctx.tally.total = flat[-1].clone()
+        ctx.tally.sum_over(flat[-2:].clone())
 
 
 def _broadcast_buffers(module: torch.nn.Module, replicas: dist.ProcessGroup) -> None:
