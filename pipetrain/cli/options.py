@@ -374,7 +374,7 @@ def train_args(p: argparse.ArgumentParser) -> None:
                    help="linear warm-up steps of warmup-cosine (default: 0)")
     p.add_argument("--lr-rule", default="auto", choices=LR_RULES,
                    help="auto: scale each stage's rate for a method that steps more than once per batch (pipedream: "
-                        "--lr × r/m, m micro-batches, r replicas of the stage; printed at the start, the rate in "
+                        "--lr / m, m micro-batches, whatever the stage's replicas; printed at the start, the rate in "
                         "metrics.csv); none: every stage at --lr (default: auto)")
     p.add_argument("--clip-grad-norm", type=float, metavar="X",
                    help="clip the gradient's global norm over all stages to X; under pipedream, each update's "

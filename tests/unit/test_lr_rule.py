@@ -41,9 +41,10 @@ def test_pipedream_scales_each_step_by_its_share_of_the_batch(n_micro: int, expe
     assert rates.changed == (n_micro > 1) and rates.rule == "auto"
 
 
-def test_a_replicated_stage_steps_less_often_and_at_a_higher_rate() -> None:
-    """Stage 0 on 2 ranks steps m/2 times per batch, on two micro-batches' gradients summed."""
-    assert stage_rates(_plan(Method.PIPEDREAM, (2, 1, 1), 4), "auto").scales == pytest.approx((2 / 4, 1 / 4, 1 / 4))
+def test_a_replicated_stage_steps_less_often_on_summed_gradients_at_the_same_rate() -> None:
+    """Stage 0 on 2 ranks steps m/2 times per batch, on two micro-batches' gradients summed: at lr/m it
+    moves as far per batch as the others (at 2·lr/m, the rule before 2026-11-28, twice as far)."""
+    assert stage_rates(_plan(Method.PIPEDREAM, (2, 1, 1), 4), "auto").scales == pytest.approx((1 / 4, 1 / 4, 1 / 4))
 
 
 @pytest.mark.parametrize("method", [Method.TWO_BW, Method.ONE_F_ONE_B, Method.GPIPE])
@@ -70,7 +71,7 @@ def test_the_report_names_rule_rates_and_how_to_turn_it_off() -> None:
                            "once per micro-batch (4 per batch")
     assert text.endswith("--lr-rule none keeps 0.003")
     text = stage_rates(_plan(Method.PIPEDREAM, (2, 1, 1), 4), "auto").describe(0.1)
-    assert "stage 0 at 0.05, stage 1 at 0.025, stage 2 at 0.025" in text
+    assert "every stage at 0.1 × 0.25 = 0.025" in text
     assert "--lr-rule none" not in stage_rates(_plan(Method.TWO_BW, (1, 1), 4), "auto").describe(0.1)
 
 

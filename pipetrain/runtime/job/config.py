@@ -92,7 +92,7 @@ class TrainConfig:
             (:func:`~pipetrain.runtime.job.optim.lr_at`); ``lr`` is the peak.
         lr_warmup_steps: linear warm-up steps of ``"warmup-cosine"``.
         lr_rule: ``"auto"`` scales each stage's rate for a method that steps more than once per batch
-            (``pipedream``: by ``r/m``, ``m`` micro-batches, ``r`` replicas of the stage), ``"none"`` runs
+            (``pipedream``: by ``1/m``, ``m`` micro-batches, whatever the stage's replicas), ``"none"`` runs
             every stage at ``lr`` (:mod:`~pipetrain.runtime.job.lr_rule`; :meth:`stage_rates` has a plan's).
         clip_grad_norm: clip the gradient's global norm over all stages to this (as
             ``torch.nn.utils.clip_grad_norm_`` on the whole model; under ``2bw`` each batch's, under

@@ -7,19 +7,23 @@
 ``--lr`` is tuned for a synchronous step: one optimizer step per batch of ``B`` samples, on the mean
 gradient of the batch. ``pipedream`` (``MethodSpec.loss_per_microbatch``) steps stage ``k``, on ``r_k``
 replicas, ``s_k = m / r_k`` times per batch of ``m`` equal micro-batches, each step on ``r_k``
-micro-batch means summed (``B·r_k/m`` samples). At the same rate it moves its weights about ``s_k``
-times as far per batch, on gradients up to the ``n_k`` micro-batches in flight old (weight stashing,
-§3.5). Rule ``auto`` scales each stage's rate by the step's share of the batch::
+micro-batch means summed (``B·r_k/m`` samples; the sum is ``r_k`` times their mean). At the same
+rate it moves its weights about ``m`` times as far per batch (``s_k`` steps, each ``r_k`` times a mean
+gradient's), on gradients up to the ``n_k`` micro-batches in flight old (weight stashing, §3.5).
+Rule ``auto`` scales every stage's rate by one micro-batch's share of the batch::
 
-    lr_k = lr · r_k / m          (every optimizer)
+    lr_k = lr / m          (every optimizer, whatever the stage's replicas)
 
 For SGD, with or without momentum, the update is linear in the gradient, so ``s_k`` steps of
-``lr · r_k/m`` on micro-batch means move the weights as one step of ``lr`` on the batch mean (to
-first order; with momentum ``β``, the same holds of its steady-state step ``lr/(1−β)``): the linear
-scaling rule (Goyal et al. 2017, "Accurate, Large Minibatch SGD", arXiv:1706.02677, §2.1) read from
-batch ``B`` down to ``B·r_k/m``. PipeDream's own code (msr-fiddle/pipedream) scales a replicated
-stage's rate by ``r_k / r_0``, the same ratio between stages. For Adam and AdamW, whose step is about
-``lr`` in size whatever the gradient's scale, the square-root rule for adaptive methods (Malladi et al. 2022,
+``lr/m`` on sums of ``r_k`` micro-batch means move the weights as one step of ``lr`` on the batch
+mean (to first order; with momentum ``β``, the same holds of its steady-state step ``lr/(1−β)``):
+the linear scaling rule (Goyal et al. 2017, "Accurate, Large Minibatch SGD", arXiv:1706.02677, §2.1)
+read from batch ``B`` down to ``B·r_k/m``, on the summed (not averaged) gradient of the replicas.
+PipeDream's own code (msr-fiddle/pipedream) averages a replicated stage's gradients and scales its
+rate by ``r_k / r_0``: the same steps as here. (The rule was ``lr · r_k/m`` until 2026-11-28, which
+moved a replicated stage ``r_k`` times as far per batch as one synchronous step.)
+For Adam and AdamW, whose step is about ``lr`` in size whatever the gradient's scale, the square-root
+rule for adaptive methods (Malladi et al. 2022,
 arXiv:2205.10287) would be ``lr · √(r_k/m)``; measured at equal samples, the linear rule trained
 better (gpt-tiny: 45.3 % next-byte accuracy against 42.5 %, 1f1b 44.8 %; mlp-digits: both within a
 point of 1f1b; BENCHMARKS.md, "Asynchronous pipelines: the learning-rate rule"), so ``auto`` uses it
@@ -102,7 +106,8 @@ def stage_rates(plan: Plan, rule: str) -> StageRates:
         why = "steps once per batch" + (", one step late" if plan.asynchronous else "")
         return StageRates(checked, ones, f"{plan.method.value} {why}, as --lr assumes")
     m = len(plan.stages[0].forward_sizes)
-    scales = tuple(len(s.ranks) / m for s in plan.stages)  # r_k / m
-    reason = (f"{plan.method.value} steps once per micro-batch ({m} per batch; a stage on r ranks steps r "
-              "micro-batches at once), at --lr × r/m to move as far per batch as one synchronous step")
+    scales = (1 / m,) * plan.n_stages  # a stage on r ranks steps m/r times on r micro-batch means summed
+    reason = (f"{plan.method.value} steps once per micro-batch ({m} per batch; a stage on r ranks steps on r "
+              "micro-batches' gradients summed, m/r times), at --lr / m to move as far per batch as one "
+              "synchronous step")
     return StageRates(checked, scales, reason)
