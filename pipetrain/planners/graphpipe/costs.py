@@ -58,8 +58,11 @@ class StageEstimator:
             self.preds[c].append(a)
             self.succs[a].append(c)
         self.out_bytes = [cost.profile.layer(n).output_bytes_per_sample for n in self.names]
+        self.max_replicas = min(n_micro, cluster.n_devices)
         self.tps = lru_cache(maxsize=None)(self._tps)
         self.fits = lru_cache(maxsize=None)(self._fits)
+        self.tps_row = lru_cache(maxsize=None)(self._tps_row)
+        self.fewest_fitting = lru_cache(maxsize=None)(self._fewest_fitting)
 
     def _layer_names(self, layers: tuple[int, ...]) -> tuple[str, ...]:
         return tuple(self.names[i] for i in layers)
@@ -88,6 +91,18 @@ class StageEstimator:
         names = self._layer_names(layers)
         in_flight = math.ceil(min(depth, self.n_micro) / replicas)
         return self.copies * self.cost.parameter_bytes(names) + in_flight * self.cost.saved_bytes(names, self.b)
+
+    def _tps_row(self, layers: tuple[int, ...]) -> tuple[float, ...]:
+        """``TPS(layers, r)`` for ``r = 1 .. max_replicas`` (at most ``m`` and the cluster's devices)."""
+        return tuple(self.tps(layers, r) for r in range(1, self.max_replicas + 1))
+
+    def _fewest_fitting(self, layers: tuple[int, ...], depth: int) -> int:
+        """The fewest replicas within memory at ``depth`` in flight (fewer in flight each with more);
+        ``max_replicas + 1`` when none fits."""
+        r = 1
+        while r <= self.max_replicas and not self.fits(layers, r, depth):
+            r += 1
+        return r
 
     def _fits(self, layers: tuple[int, ...], replicas: int, depth: int) -> bool:
         return self.memory(layers, replicas, depth) <= self.memory_bytes
