@@ -20,6 +20,8 @@ from pipetrain.plan.stage_graph import induced_edges, validate_for_graph
 from pipetrain.planners.contract import ModelRef, PlanningProblem
 from pipetrain.planners.graphpipe import GraphPipeReport, plan_graphpipe
 from pipetrain.planners.graphpipe.brute import brute_force, convex, set_partitions
+from pipetrain.planners.graphpipe.costs import StageEstimator
+from pipetrain.planners.graphpipe.dp import search, twins
 from pipetrain.planners.graphpipe.planner import micro_batch_options, stage_floor_s, work_floor_s
 from pipetrain.planners.graphpipe.sp import decompose, reachability
 from pipetrain.planners.registry import run_planner
@@ -269,3 +271,16 @@ def test_the_lower_bounds_hold_and_prune() -> None:
     assert pruned.plan == full.plan
     assert isinstance(pruned.report, GraphPipeReport) and pruned.report.pruned > 0
     assert pruned.report.search_s > 0 and pruned.report.simulate_s > 0
+
+
+def test_twin_branches_are_found_and_tried_once() -> None:
+    names, edges = branches(3, 2)
+    where = {n: i for i, n in enumerate(names)}
+    pairs = [(where[a], where[b]) for a, b in edges]
+    tree = decompose(len(names), pairs)
+    same = dag_problem(names, edges, [1.0] * len(names), n_devices=3)
+    est = StageEstimator(same, pairs, b=2, n_micro=4)
+    assert twins(tree, est) == {(2, 3), (4, 5)}  # branches 1 and 2 repeat branch 0
+    odd = dag_problem(names, edges, [1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0], n_devices=3)
+    assert twins(tree, StageEstimator(odd, pairs, b=2, n_micro=4)) == {(4, 5)}  # branch 2 repeats branch 0 only
+    assert search(tree, est, 3).strategies == search(tree, est, 3, prune=False).strategies

@@ -12,29 +12,37 @@ among those **minimises the in-flight micro-batches of ``G``'s source stage(s)**
 the worst stage TPS. Series and parallel nodes are n-ary (:mod:`.sp`); a run of their first ``h``
 children is solved by peeling the last part:
 
-* **one stage** over children ``k..h-1`` on ``r`` devices (``r`` a power of two, data parallel,
-  ``r <= m`` micro-batches), with depth ``d + 1`` in a series node and ``d + 1`` beside the rest in
-  a parallel node; the first ``k`` children take the other ``n - r`` devices;
+* **one stage** over children ``k..h-1`` on ``r`` devices (any ``r <= m`` micro-batches and ``<= N``,
+  data parallel), with depth ``d + 1`` in a series node and ``d + 1`` beside the rest in a parallel
+  node; the first ``k`` children take the other ``n - r`` devices;
 * **the last child on its own**, recursively on ``n2`` devices, the first ``h - 1`` children on
   ``n - n2``: in series the rest sees the child's source depth as its ``d`` (GraphPipe solves the
-  downstream part first), in parallel both see ``d`` and the depth is the larger of the two.
+  downstream part first), in parallel both see ``d`` and the depth is the larger of the two;
+* **the merge folded into a branch** (series node, after a parallel child ``k``): children
+  ``k+1..h-1`` (MMT's ``concat`` and ``head``) share one stage with a tail of one branch ``i`` of
+  child ``k`` (its series children ``j..``; the whole branch for ``j = 0``). Such a stage is convex
+  (C1): every edge out of the branch tail and out of the merge stays inside it, so no path leaves
+  and re-enters. The rest of child ``k`` (branch ``i``'s first ``j`` children beside the other
+  branches, at depth ``d + 1``) is memoised per ``(i, j, n, d)``; without this shape the merge
+  needs a stage, a device, of its own, and 4 equal branches share ``N - 1`` devices.
 
 Smaller ``d`` never hurts (memory grows with in-flight), so minimising the source depth composes.
-Cost per target: ``O(Σ_nodes h · N · D · (h · log N + N))`` for ``N`` devices, ``D`` distinct depths.
-The search over targets halves ``[0, TPS of the min-depth plan]`` to a relative 1e-2 (the TPS model is
-itself a few per cent from the simulator, which ranks the answers).
+Per target, each memo entry tries ``h`` stages × ``N`` replica counts; the stages feasible at the
+target are tabled per ``(layers, depth)`` from the estimator's cached TPS rows. The search over targets
+halves ``[0, TPS of the min-depth plan]`` to a relative 1e-2 (the TPS model is itself a few per cent
+from the simulator, which ranks the answers).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from pipetrain.planners.graphpipe.costs import StageEstimator
 from pipetrain.planners.graphpipe.sp import SPNode
 
-__all__ = ["Searched", "Stage", "Strategy", "search", "solve"]
+__all__ = ["Searched", "Stage", "Strategy", "search", "solve", "twins"]
 
 Stage = tuple[tuple[int, ...], int]
 """A stage: its layer indices (increasing) and its replica count."""
@@ -78,11 +86,49 @@ def _better(a: Strategy | None, b: Strategy | None) -> Strategy | None:
     return b if len(b.stages) < len(a.stages) else a
 
 
+def _shape(node: SPNode, index: dict[int, int]) -> str:
+    """The node's SP tree with its layers renumbered by ``index``."""
+    if node.kind == "leaf":
+        return str(index[node.layers[0]])
+    return f"{node.kind[0]}{int(node.linearised)}({','.join(_shape(c, index) for c in node.children)})"
+
+
+def twins(tree: SPNode, est: StageEstimator) -> set[tuple[int, ...]]:
+    """The layers of every parallel branch identical to an earlier branch of the same node: the same
+    SP shape, the same layer profiles (but names), the same edges inside and to the same layers
+    outside. Folding the merge into either of two twins gives strategies of equal key, and the DP
+    keeps the first, so :meth:`_Solver._fold` tries only the first (MMT's 4 branches: 1 of 4)."""
+    found: set[tuple[int, ...]] = set()
+
+    def signature(branch: SPNode) -> object:
+        index = {layer: k for k, layer in enumerate(branch.layers)}
+        rows = tuple((replace(est.cost.profile.layer(est.names[i]), name=""),
+                      tuple(sorted(index.get(p, -1 - p) for p in est.preds[i])),
+                      tuple(sorted(index.get(c, -1 - c) for c in est.succs[i]))) for i in branch.layers)
+        return _shape(branch, index), rows
+
+    def visit(node: SPNode) -> None:
+        if node.kind == "parallel":
+            seen: list[object] = []
+            for branch in node.children:
+                sig = signature(branch)
+                if sig in seen:
+                    found.add(branch.layers)
+                seen.append(sig)
+        for child in node.children:
+            visit(child)
+
+    visit(tree)
+    return found
+
+
 class _Solver:
     """One DP run at one target TPS (the memo is valid for that target only)."""
 
-    def __init__(self, tree: SPNode, est: StageEstimator, target: float) -> None:
+    def __init__(self, tree: SPNode, est: StageEstimator, target: float,
+                 twin: set[tuple[int, ...]] | None = None) -> None:
         self.est, self.target = est, target
+        self.twin = twin or set()
         self.nodes: list[SPNode] = []
         self.children: list[tuple[int, ...]] = []
         self.root = self._index(tree)
@@ -206,6 +252,8 @@ class _Solver:
         p, merge = self.children[v][k], self._union(v, k + 1, h)
         best: Strategy | None = None
         for i, branch in enumerate(self.children[p]):
+            if self.nodes[branch].layers in self.twin:
+                continue
             kids = self.children[branch] if self.nodes[branch].kind == "series" else ()
             for j in range(max(len(kids), 1)):  # the branch's first j children stay out of the stage
                 tail = self._union(branch, j, len(kids)) if kids else self.nodes[branch].layers
@@ -236,9 +284,11 @@ class _Solver:
         return best
 
 
-def solve(tree: SPNode, est: StageEstimator, n_devices: int, target: float) -> dict[int, Strategy]:
-    """For each device count ``n <= n_devices``, DP(root, n, 0) at ``target``, where one exists."""
-    solver = _Solver(tree, est, target)
+def solve(tree: SPNode, est: StageEstimator, n_devices: int, target: float,
+          twin: set[tuple[int, ...]] | None = None) -> dict[int, Strategy]:
+    """For each device count ``n <= n_devices``, DP(root, n, 0) at ``target``, where one exists
+    (``twin``: the branches :func:`twins` finds, not tried for a fold)."""
+    solver = _Solver(tree, est, target, twin)
     found = {}
     for n in range(1, n_devices + 1):
         s = solver.full(solver.root, n, 0)
@@ -256,18 +306,21 @@ class Searched(NamedTuple):
     shallowest: Strategy | None
 
 
-def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1e-2) -> Searched:
+def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1e-2, *,
+           prune: bool = True) -> Searched:
     """Algorithm 1: the smallest target TPS with a strategy (to ``rel_tol``), and its strategies by
-    device count; empty when no strategy fits the devices' memory at any target."""
-    best = solve(tree, est, n_devices, float("inf"))
+    device count; empty when no strategy fits the devices' memory at any target. ``prune``: fold the
+    merge into only the first of :func:`twins` (the same answer)."""
+    twin = twins(tree, est) if prune else set()
+    best = solve(tree, est, n_devices, float("inf"), twin)
     if not best:
         return Searched({}, None)
     shallowest = min(best.values(), key=Strategy.key)
     lo, hi = 0.0, min(s.worst_tps for s in best.values())
-    best = solve(tree, est, n_devices, hi)
+    best = solve(tree, est, n_devices, hi, twin)
     while hi - lo > rel_tol * hi:
         mid = (lo + hi) / 2
-        found = solve(tree, est, n_devices, mid)
+        found = solve(tree, est, n_devices, mid, twin)
         if found:
             best, hi = found, min(s.worst_tps for s in found.values())
         else:

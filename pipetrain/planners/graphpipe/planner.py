@@ -9,13 +9,20 @@ For every micro-batch size ``b`` a power of two up to ``B`` (GraphPipe's default
 for every stage; ``m = ceil(B / b)`` micro-batches of the equal partition), the binary search of
 :func:`~.dp.search` finds the lowest bottleneck TPS with a strategy that fits memory, for each
 device count up to the cluster's. The best few strategies per size (lowest bottleneck, then fewest
-in flight) become plans (:func:`~.stages.to_plan`), are simulated under the DAG's 1F1B
+in flight) and the shallowest one (least depth, often one data-parallel stage) become plans
+(:func:`~.stages.to_plan`), are simulated under the DAG's 1F1B
 (:func:`~pipetrain.planners.score.score`, which also costs the fill and drain the TPS leaves out) and
 memory-checked (one over memory tries recomputing its overflowing stages,
 :mod:`pipetrain.planners.recompute`; the DP's own memory estimate keeps every activation); the
 fastest feasible candidate wins. A chain model is one series node: the result
 is then a sequential pipeline (still method ``graph``, with the chain's edges). Deterministic: no
 randomness, ties broken by the order of the candidates.
+
+Pruning (same answer, less work): the sizes are visited in the order of :func:`work_floor_s`, every
+layer's work spread over all devices, a lower bound of any plan's simulated iteration at that size;
+a size whose bound is over the best simulated iteration by more than :data:`PRUNE_MARGIN` is not
+searched, and a strategy whose busiest replica's compute (:func:`stage_floor_s`) is is not simulated.
+The report gives the seconds of the search (the planner's own work) and of the simulations apart.
 """
 
 from __future__ import annotations
@@ -145,7 +152,7 @@ def _candidates_at(problem: PlanningProblem, tree: SPNode, edges: tuple[tuple[in
     b = max(sizes)
     start = time.perf_counter()
     est = StageEstimator(problem, edges, b, len(sizes))
-    strategies = search(tree, est, problem.cost.cluster.n_devices)
+    strategies = search(tree, est, problem.cost.cluster.n_devices, prune=prune)
     found.search_s += time.perf_counter() - start
     if not strategies.strategies:
         found.skipped.append((b, "no strategy fits the devices' memory"))
