@@ -24,6 +24,7 @@ from pipetrain.planners.graphpipe.costs import StageEstimator
 from pipetrain.planners.graphpipe.dp import search, twins
 from pipetrain.planners.graphpipe.planner import micro_batch_options, stage_floor_s, work_floor_s
 from pipetrain.planners.graphpipe.sp import decompose, reachability
+from pipetrain.planners.graphpipe.stages import layer_edges, to_plan
 from pipetrain.planners.registry import run_planner
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.profile.table import LayerProfile, Profile
@@ -284,3 +285,21 @@ def test_twin_branches_are_found_and_tried_once() -> None:
     odd = dag_problem(names, edges, [1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0], n_devices=3)
     assert twins(tree, StageEstimator(odd, pairs, b=2, n_micro=4)) == {(4, 5)}  # branch 2 repeats branch 0 only
     assert search(tree, est, 3).strategies == search(tree, est, 3, prune=False).strategies
+
+
+def test_a_strategys_depth_is_its_longest_stage_path_beyond_the_micro_batch_count() -> None:
+    # 2 micro-batches, pipelines of 3-5 stages: depths past m must not share a memo entry
+    names, edges = branches(3, 3)
+    names += ["top0", "top1"]
+    edges += [("head", "top0"), ("top0", "top1")]
+    problem = dag_problem(names, edges, [1.0] * len(names), n_devices=8, batch=8, params=10**8)
+    layer_pairs = layer_edges(problem)
+    tree = decompose(len(names), layer_pairs)
+    found = search(tree, StageEstimator(problem, layer_pairs, b=4, n_micro=2), 8)
+    assert found.strategies
+    for s in found.strategies.values():
+        plan, _ = to_plan(problem, layer_pairs, s.stages, (4, 4))
+        longest = [1] * plan.n_stages
+        for a, b in sorted(plan.stage_edges, reverse=True):
+            longest[a] = max(longest[a], longest[b] + 1)
+        assert s.depth == max(longest)

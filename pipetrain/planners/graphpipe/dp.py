@@ -162,10 +162,10 @@ class _Solver:
     def stages(self, layers: tuple[int, ...], depth: int, most: int) -> list[Strategy]:
         """``layers`` as one stage on each replica count up to ``most`` that is within the target and
         memory, fewest replicas first."""
-        key = (layers, min(depth, self.est.n_micro))
+        key = (layers, depth)
         found = self.feasible.get(key)
         if found is None:
-            fewest = self.est.fewest_fitting(layers, key[1])
+            fewest = self.est.fewest_fitting(layers, min(depth, self.est.n_micro))
             row = self.est.tps_row(layers)
             options = [Strategy(depth, t, ((layers, r),), r) for r, t in enumerate(row[fewest - 1:], start=fewest)
                        if t <= self.target]
@@ -188,7 +188,7 @@ class _Solver:
             skip = -1
         if skip == h - 1:
             return self._empty(n, d) if h == 1 else self.run(v, h - 1, n, d)
-        key = (v, h, n, min(d, self.est.n_micro), skip)
+        key = (v, h, n, d, skip)
         if key not in self.memo:
             found = None
             if n >= 1:
@@ -246,7 +246,7 @@ class _Solver:
     def _fold(self, v: int, k: int, h: int, n: int, d: int) -> Strategy | None:
         """Parallel child ``k`` of ``v`` and children ``k+1..h-1`` on ``n`` devices, the latter in one
         stage with a tail of one branch: the best over branches, tails and the stage's replicas."""
-        key = (v, k, h, n, min(d, self.est.n_micro))
+        key = (v, k, h, n, d)
         if key in self.folds:
             return self.folds[key]
         p, merge = self.children[v][k], self._union(v, k + 1, h)
@@ -267,7 +267,7 @@ class _Solver:
 
     def _cut(self, p: int, i: int, j: int, n: int, d: int) -> Strategy | None:
         """Parallel node ``p`` on ``n`` devices with branch ``i`` cut to its first ``j`` children (none: ``j = 0``)."""
-        key = (p, i, j, n, min(d, self.est.n_micro))
+        key = (p, i, j, n, d)
         if key in self.cuts:
             return self.cuts[key]
         h = len(self.children[p])
