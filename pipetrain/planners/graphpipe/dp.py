@@ -29,7 +29,8 @@ children is solved by peeling the last part:
 Smaller ``d`` never hurts (memory grows with in-flight), so minimising the source depth composes.
 Per target, each memo entry tries ``h`` stages × ``N`` replica counts; the stages feasible at the
 target are tabled per ``(layers, depth)`` from the estimator's cached TPS rows. The search over targets
-halves ``[0, TPS of the min-depth plan]`` to a relative 1e-2 (the TPS model is itself a few per cent
+halves ``[every layer's work spread evenly over the devices, TPS of the min-depth plan]`` (no strategy
+has its bottleneck below the even spread) to a relative 1e-2 (the TPS model is itself a few per cent
 from the simulator, which ranks the answers).
 """
 
@@ -316,7 +317,8 @@ def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1
     if not best:
         return Searched({}, None)
     shallowest = min(best.values(), key=Strategy.key)
-    lo, hi = 0.0, min(s.worst_tps for s in best.values())
+    lo, hi = min(est.balanced_tps(n_devices), 0.99 * min(s.worst_tps for s in best.values())), \
+        min(s.worst_tps for s in best.values())
     best = solve(tree, est, n_devices, hi, twin)
     while hi - lo > rel_tol * hi:
         mid = (lo + hi) / 2
