@@ -15,8 +15,11 @@ search time, and measured here on tiny branchy models.
    DP with replication on the linearised model, gpipe or 1f1b, synchronous), and the ``balanced``
    chain planner up to ``--balanced-max`` GPUs (it gets slow and poor beyond). Throughput =
    batch / the event simulator's iteration time. Then the CANDLE-Uno branch sweep: 2, 4, 8, 16
-   branches on ``--sweep-gpus`` GPUs (default 16).
-2. ``--search``: wall time of the graphpipe planner and the PipeDream planner on the same problems,
+   branches on ``--sweep-gpus`` GPUs (default 16; 0: none). ``--models`` and ``--gpus`` pick a subset
+   (output ``sim-<models>.json``/``.md``); ``--precision`` the estimated profiles' (default fp16, the
+   V100's tensor cores); ``pipedream-1f1b`` is the paper's baseline as we model it (PipeDream, 1F1B
+   only). Every planner call records its wall and CPU seconds and the CPU seconds inside the simulator.
+2. ``--search``: CPU time of the graphpipe planner and the PipeDream planner on the same problems,
    ``--repeats`` runs each, alternating, the median, on ``--search-gpus`` (default 8; part 1 records
    one run of each planner at every GPU count too).
 3. ``--measured``: ``branchy-digits`` and ``mmt-tiny`` on 2 and 3 local ranks (gloo, one thread a
@@ -220,7 +223,8 @@ def sim_report(rows: list[SimRow], args: argparse.Namespace, seconds: float) -> 
     lines = [
         "# GraphPipe (1): GPP vs SPP, simulated on Summit-like V100 clusters (estimated profiles)", "",
         f"Command: `PYTHONPATH=. .venv/bin/python benchmarks/bench_graphpipe.py --sim{' --quick' if args.quick else ''}"
-        f"{picks} --per-gpu {args.per_gpu} --sweep-gpus {args.sweep_gpus} --precision {args.precision} "
+        f"{picks} --per-gpu {args.per_gpu} --sweep-gpus {args.sweep_gpus} --balanced-max {args.balanced_max} "
+        f"--precision {args.precision} "
         f"--out {args.out}`; took {seconds:.0f} s. "
         f"4 V100 per node on NVLink 150 GB/s, nodes on 100 Gbit/s InfiniBand; mini-batch {args.per_gpu} per GPU; "
         f"profiles estimated at {args.precision}. {RESTRICTED}: {RESTRICTED_IS}.", "",
@@ -297,7 +301,8 @@ def search_report(rows: list[SearchRow], args: argparse.Namespace, seconds: floa
         f"{' --quick' if args.quick else ''} --search-gpus {' '.join(map(str, args.search_gpus))} "
         f"--repeats {args.repeats} --per-gpu {args.per_gpu} --out {args.out}`; "
         f"took {seconds:.0f} s on {platform.processor() or platform.machine()} (shared 2-core container, noisy), "
-        f"torch {torch.__version__}. Median of {args.repeats} runs each, alternating.", "",
+        f"torch {torch.__version__}. CPU seconds of the planner call (``time.process_time``: the machine's load "
+        f"does not inflate them), median of {args.repeats} runs each, alternating.", "",
         f"Paper: {PAPER_SEARCH}.", "",
         "| model | GPUs | batch | graphpipe s | pipedream s | pipedream / graphpipe |", "|---|---|---|---|---|---|",
     ]
