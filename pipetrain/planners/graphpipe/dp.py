@@ -298,6 +298,17 @@ def solve(tree: SPNode, est: StageEstimator, n_devices: int, target: float,
     return found
 
 
+def _one_stage_everywhere(tree: SPNode, est: StageEstimator) -> Strategy | None:
+    """The whole model as one stage (data parallelism) on the replica count with the least TPS, if it
+    fits memory on any: then the DP's least-depth answer with no target, found without the DP."""
+    layers, row = tree.layers, est.tps_row(tree.layers)
+    fewest = est.fewest_fitting(layers, 1)
+    if fewest > est.max_replicas:
+        return None
+    r = min(range(fewest, est.max_replicas + 1), key=lambda k: (row[k - 1], k))
+    return Strategy(1, row[r - 1], ((layers, r),), r)
+
+
 class Searched(NamedTuple):
     """Algorithm 1's answer: ``strategies`` by device count at the smallest target found, and
     ``shallowest``, GraphPipe's preferred strategy with no target (least depth, e.g. one stage on
@@ -313,12 +324,16 @@ def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1
     device count; empty when no strategy fits the devices' memory at any target. ``prune``: fold the
     merge into only the first of :func:`twins` (the same answer)."""
     twin = twins(tree, est) if prune else set()
-    best = solve(tree, est, n_devices, float("inf"), twin)
-    if not best:
-        return Searched({}, None)
-    shallowest = min(best.values(), key=Strategy.key)
-    lo, hi = min(est.balanced_tps(n_devices), 0.99 * min(s.worst_tps for s in best.values())), \
-        min(s.worst_tps for s in best.values())
+    shallowest = _one_stage_everywhere(tree, est)
+    if shallowest is None:  # the whole model fits no replica count: ask the DP with no target
+        best = solve(tree, est, n_devices, float("inf"), twin)
+        if not best:
+            return Searched({}, None)
+        shallowest = min(best.values(), key=Strategy.key)
+        hi = min(s.worst_tps for s in best.values())
+    else:
+        hi = shallowest.worst_tps
+    lo = min(est.balanced_tps(n_devices), 0.99 * hi)
     best = solve(tree, est, n_devices, hi, twin)
     while hi - lo > rel_tol * hi:
         mid = (lo + hi) / 2
