@@ -31,7 +31,8 @@ Per target, each memo entry tries ``h`` stages × ``N`` replica counts; the stag
 target are tabled per ``(layers, depth)`` from the estimator's cached TPS rows. The search over targets
 halves ``[every layer's work spread evenly over the devices, TPS of the min-depth plan]`` (no strategy
 has its bottleneck below the even spread) to a relative 1e-2 (the TPS model is itself a few per cent
-from the simulator, which ranks the answers).
+from the simulator, which ranks the answers). The min-depth plan is the whole model as one
+data-parallel stage when that fits memory; only otherwise does a DP with no target find it.
 """
 
 from __future__ import annotations
