@@ -15,8 +15,11 @@ search time, and measured here on tiny branchy models.
    DP with replication on the linearised model, gpipe or 1f1b, synchronous), and the ``balanced``
    chain planner up to ``--balanced-max`` GPUs (it gets slow and poor beyond). Throughput =
    batch / the event simulator's iteration time. Then the CANDLE-Uno branch sweep: 2, 4, 8, 16
-   branches on ``--sweep-gpus`` GPUs (default 16).
-2. ``--search``: wall time of the graphpipe planner and the PipeDream planner on the same problems,
+   branches on ``--sweep-gpus`` GPUs (default 16; 0: none). ``--models`` and ``--gpus`` pick a subset
+   (output ``sim-<models>.json``/``.md``); ``--precision`` the estimated profiles' (default fp16, the
+   V100's tensor cores); ``pipedream-1f1b`` is the paper's baseline as we model it (PipeDream, 1F1B
+   only). Every planner call records its wall and CPU seconds and the CPU seconds inside the simulator.
+2. ``--search``: CPU time of the graphpipe planner and the PipeDream planner on the same problems,
    ``--repeats`` runs each, alternating, the median, on ``--search-gpus`` (default 8; part 1 records
    one run of each planner at every GPU count too).
 3. ``--measured``: ``branchy-digits`` and ``mmt-tiny`` on 2 and 3 local ranks (gloo, one thread a
@@ -37,8 +40,11 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -46,10 +52,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from graphpipe_measured import measured_part
 
+import pipetrain.planners.score as scoring
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
+from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem, PlanningResult
 from pipetrain.planners.registry import run_planner
@@ -67,6 +75,11 @@ INFINIBAND = Link(5e-6, 100e9 / 8)  # EDR, 100 Gbit/s
 PAPER_SIM = "GPP up to 1.61× over PipeDream/Piper, the gap growing with GPU count"
 PAPER_SWEEP = "CANDLE-Uno: the gain grows with branches, up to 2× at 16"
 PAPER_SEARCH = "GraphPipe's search 9–21× faster than the baselines', under a minute in all cases"
+RESTRICTED = "pipedream-1f1b"
+RESTRICTED_IS = ("the paper's PipeDream baseline as we model it: PipeDream's DP on the linearised model, 1F1B only "
+                 "(the pipedream planner with Constraints(method=1f1b); unrestricted, it also tries GPipe)")
+SIMULATOR = ("simulate", "build_schedule", "steady_timeline", "overflows")
+"""The functions of :mod:`pipetrain.planners.score` whose time counts as simulation."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +102,8 @@ class SimRow:
     iteration_s: float
     samples_per_s: float
     search_s: float
+    cpu_s: float
+    simulate_cpu_s: float
 
 
 def summit(n_devices: int) -> Cluster:
@@ -111,11 +126,42 @@ def problem_of(graph_name: str, profile: Profile, n_devices: int, batch: int, **
     return PlanningProblem(ModelRef.of(graph), CostModel(profile, summit(n_devices)), batch)
 
 
-def timed(planner: str, problem: PlanningProblem) -> tuple[PlanningResult, float]:
-    """The planner's result and its wall time (s)."""
-    t0 = time.perf_counter()
-    result = run_planner(planner, problem)
-    return result, time.perf_counter() - t0
+@contextmanager
+def simulation_clock() -> Iterator[list[float]]:
+    """Count the CPU seconds spent in the simulator's entry points (:data:`SIMULATOR`) while inside;
+    the planners reach them through :mod:`pipetrain.planners.score` (recompute's memory check too)."""
+    spent = [0.0]
+    saved = {name: getattr(scoring, name) for name in SIMULATOR}
+
+    def clocked(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.process_time() - t0
+        return run
+
+    for name, fn in saved.items():
+        setattr(scoring, name, clocked(fn))
+    try:
+        yield spent
+    finally:
+        for name, fn in saved.items():
+            setattr(scoring, name, fn)
+
+
+def timed(planner: str, problem: PlanningProblem) -> tuple[PlanningResult, float, float, float]:
+    """The planner's result, its wall and CPU seconds, and the CPU seconds of them in the simulator.
+    ``pipedream-1f1b`` is the :data:`RESTRICTED` baseline."""
+    if planner == RESTRICTED:
+        planner, problem = "pipedream", PlanningProblem(problem.model, problem.cost, problem.batch_size,
+                                                        constraints=Constraints(method=Method.ONE_F_ONE_B))
+    with simulation_clock() as spent:
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = run_planner(planner, problem)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return result, wall, cpu, spent[0]
 
 
 def sim_row(model: str, branches: int, sweep: bool, problem: PlanningProblem, planner: str) -> SimRow:
@@ -123,26 +169,33 @@ def sim_row(model: str, branches: int, sweep: bool, problem: PlanningProblem, pl
     if planner == "balanced":
         n = min(problem.cost.cluster.n_devices, len(problem.layer_names))
         problem = PlanningProblem(problem.model, problem.cost, problem.batch_size, constraints=Constraints(n_stages=n))
-    result, seconds = timed(planner, problem)
+    result, seconds, cpu, simulating = timed(planner, problem)
     plan, best = result.plan, result.candidates[0]
     sizes = plan.stages[0].forward_sizes
     return SimRow(model, branches, sweep, problem.cost.cluster.n_devices, problem.batch_size, planner,
                   plan.method.value, max(sizes), len(sizes), [s.label for s in plan.stages], depth(plan), plan.n_ranks,
-                  best.iteration_s, problem.batch_size / best.iteration_s, seconds)
+                  best.iteration_s, problem.batch_size / best.iteration_s, seconds, cpu, simulating)
 
 
-def speedup(rows: list[SimRow], model: str, branches: int, n: int) -> float:
-    """GPP samples/s over the best SPP's (pipedream or balanced) for one setting."""
+def speedup(rows: list[SimRow], model: str, branches: int, n: int, against: str = "") -> float:
+    """GPP samples/s over the best SPP's (pipedream or balanced; or only ``against``) for one setting."""
     mine = [r for r in rows if (r.model, r.branches, r.n_devices) == (model, branches, n)]
     gpp = next(r.samples_per_s for r in mine if r.planner == "graphpipe")
-    return gpp / max(r.samples_per_s for r in mine if r.planner != "graphpipe")
+    return gpp / max(r.samples_per_s for r in mine if r.planner == against or
+                     (not against and r.planner not in ("graphpipe", RESTRICTED)))
+
+
+def sim_name(args: argparse.Namespace) -> str:
+    """``sim``, or ``sim-<models>`` when ``--models`` picks some."""
+    return "sim" if args.quick or tuple(args.models) == MODELS else "sim-" + "-".join(args.models)
 
 
 def sim_part(args: argparse.Namespace) -> list[SimRow]:
     """Part 1: every model on every GPU count, then the CANDLE-Uno branch sweep."""
-    models, counts = (("candle-uno",), (4, 8)) if args.quick else (MODELS, DEVICE_COUNTS)
+    models, counts = (("candle-uno",), (4, 8)) if args.quick else (tuple(args.models), tuple(args.gpus))
     settings = [(m, 0, n) for m in models for n in counts]
-    settings += [("candle-uno", b, args.sweep_gpus) for b in ((2, 4) if args.quick else BRANCHES)]
+    if args.sweep_gpus and "candle-uno" in models:
+        settings += [("candle-uno", b, args.sweep_gpus) for b in ((2, 4) if args.quick else BRANCHES)]
     rows: list[SimRow] = []
     profiles: dict[tuple[str, int], Profile] = {}
     for model, branches, n in settings:
@@ -150,43 +203,56 @@ def sim_part(args: argparse.Namespace) -> list[SimRow]:
         key = (model, branches)
         if key not in profiles:  # one profile per model, its grid up to the largest batch
             biggest = args.per_gpu * max(c for m, b, c in settings if (m, b) == key)
-            profiles[key] = estimate_profile(build_model(model, **overrides), "v100", biggest)
+            profiles[key] = estimate_profile(build_model(model, **overrides), "v100", biggest, precision=args.precision)
         problem = problem_of(model, profiles[key], n, args.per_gpu * n, **overrides)
-        planners = ["graphpipe", "pipedream"] + (["balanced"] if n <= args.balanced_max and not branches else [])
+        planners = ["graphpipe", "pipedream", RESTRICTED]
+        planners += ["balanced"] if n <= args.balanced_max and not branches else []
         for planner in planners:
             rows.append(sim_row(model, branches or BRANCH_COUNT[model], bool(branches), problem, planner))
             r = rows[-1]
-            print(f"{model:10s} br={r.branches:2d} D={n:2d} B={r.batch:4d} {planner:9s} {r.samples_per_s:9.1f} "
-                  f"samples/s  {r.search_s:6.2f} s  {' '.join(r.stages)}", flush=True)
-        write_atomic(args.out / "sim.json", json.dumps([asdict(r) for r in rows], indent=1))
+            print(f"{model:10s} br={r.branches:2d} D={n:2d} B={r.batch:4d} {planner:14s} {r.samples_per_s:9.1f} "
+                  f"samples/s  {r.search_s:6.2f} s (cpu {r.cpu_s:6.2f}, simulating {r.simulate_cpu_s:6.2f})  "
+                  f"{' '.join(r.stages)}", flush=True)
+        write_atomic(args.out / f"{sim_name(args)}.json", json.dumps([asdict(r) for r in rows], indent=1))
     return rows
 
 
 def sim_report(rows: list[SimRow], args: argparse.Namespace, seconds: float) -> str:
     """Markdown: throughput table per model and GPU count, the branch sweep, and every plan."""
+    picks = "" if args.quick else f" --models {' '.join(args.models)} --gpus {' '.join(map(str, args.gpus))}"
     lines = [
         "# GraphPipe (1): GPP vs SPP, simulated on Summit-like V100 clusters (estimated profiles)", "",
         f"Command: `PYTHONPATH=. .venv/bin/python benchmarks/bench_graphpipe.py --sim{' --quick' if args.quick else ''}"
-        f" --per-gpu {args.per_gpu} --sweep-gpus {args.sweep_gpus} --out {args.out}`; took {seconds:.0f} s. "
-        f"4 V100 per node on NVLink 150 GB/s, nodes on 100 Gbit/s InfiniBand; mini-batch {args.per_gpu} per GPU.", "",
+        f"{picks} --per-gpu {args.per_gpu} --sweep-gpus {args.sweep_gpus} --balanced-max {args.balanced_max} "
+        f"--precision {args.precision} "
+        f"--out {args.out}`; took {seconds:.0f} s. "
+        f"4 V100 per node on NVLink 150 GB/s, nodes on 100 Gbit/s InfiniBand; mini-batch {args.per_gpu} per GPU; "
+        f"profiles estimated at {args.precision}. {RESTRICTED}: {RESTRICTED_IS}.", "",
         f"Paper: {PAPER_SIM}; {PAPER_SWEEP}.", "",
-        "| model | branches | GPUs | batch | GPP samples/s | pipedream samples/s | balanced samples/s | "
-        "GPP / best SPP | GPP depth | SPP depth |", "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | branches | GPUs | batch | GPP samples/s | pipedream samples/s | pipedream-1f1b samples/s | "
+        "balanced samples/s | GPP / best SPP | GPP / pipedream-1f1b | GPP depth | SPP depth |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     keys = sorted({(r.sweep, r.model, r.branches, r.n_devices) for r in rows})
     for _, model, branches, n in keys:
         by = {r.planner: r for r in rows if (r.model, r.branches, r.n_devices) == (model, branches, n)}
         bal = f"{by['balanced'].samples_per_s:,.0f}" if "balanced" in by else "—"
-        spp = max((r for p, r in by.items() if p != "graphpipe"), key=lambda r: r.samples_per_s)
+        spp = max((r for p, r in by.items() if p not in ("graphpipe", RESTRICTED)), key=lambda r: r.samples_per_s)
         lines.append(f"| {model} | {branches} | {n} | {by['graphpipe'].batch} | {by['graphpipe'].samples_per_s:,.0f} | "
-                     f"{by['pipedream'].samples_per_s:,.0f} | {bal} | {speedup(rows, model, branches, n):.2f}× | "
+                     f"{by['pipedream'].samples_per_s:,.0f} | {by[RESTRICTED].samples_per_s:,.0f} | {bal} | "
+                     f"{speedup(rows, model, branches, n):.2f}× | "
+                     f"{speedup(rows, model, branches, n, RESTRICTED):.2f}× | "
                      f"{by['graphpipe'].depth} | {spp.depth} |")
     lines += ["", "## Plans (stages as layers[×replicas]; b = micro-batch size, m = micro-batches)", "",
-              "| model | branches | GPUs | planner | method | b | m | devices used | depth | stages | search s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "Search: the planner call's wall seconds, its CPU seconds, and the CPU seconds of those in the "
+              "simulator (schedule, events, memory check); planner = CPU − simulator.", "",
+              "| model | branches | GPUs | planner | method | b | m | devices used | depth | stages | search s | "
+              "cpu s | simulator cpu s | planner cpu s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r.model} | {r.branches} | {r.n_devices} | {r.planner} | {r.method} | {r.micro_batch} | "
-                     f"{r.n_micro} | {r.devices_used} | {r.depth} | {' '.join(r.stages)} | {r.search_s:.2f} |")
+                     f"{r.n_micro} | {r.devices_used} | {r.depth} | {' '.join(r.stages)} | {r.search_s:.2f} | "
+                     f"{r.cpu_s:.2f} | {r.simulate_cpu_s:.2f} | {r.cpu_s - r.simulate_cpu_s:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -208,17 +274,17 @@ class SearchRow:
 
 def search_part(args: argparse.Namespace) -> list[SearchRow]:
     """Part 2: both planners ``--repeats`` times on each problem, alternating, on this machine."""
-    models, counts = (("candle-uno",), (4,)) if args.quick else (MODELS, tuple(args.search_gpus))
+    models, counts = (("candle-uno",), (4,)) if args.quick else (tuple(args.models), tuple(args.search_gpus))
     rows: list[SearchRow] = []
     for model in models:
-        profile = estimate_profile(build_model(model), "v100", args.per_gpu * max(counts))
+        profile = estimate_profile(build_model(model), "v100", args.per_gpu * max(counts), precision=args.precision)
         for n in counts:
             problem = problem_of(model, profile, n, args.per_gpu * n)
             times: dict[str, list[float]] = {"graphpipe": [], "pipedream": []}
             for k in range(args.repeats):
                 order = ("graphpipe", "pipedream") if k % 2 == 0 else ("pipedream", "graphpipe")
                 for planner in order:
-                    times[planner].append(timed(planner, problem)[1])
+                    times[planner].append(timed(planner, problem)[2])
             rows.append(SearchRow(model, n, problem.batch_size, times["graphpipe"], times["pipedream"]))
             print(f"{model:10s} D={n:2d} graphpipe {statistics.median(times['graphpipe']):6.2f} s  pipedream "
                   f"{statistics.median(times['pipedream']):6.2f} s  ({rows[-1].ratio:.2f}×)", flush=True)
@@ -235,7 +301,8 @@ def search_report(rows: list[SearchRow], args: argparse.Namespace, seconds: floa
         f"{' --quick' if args.quick else ''} --search-gpus {' '.join(map(str, args.search_gpus))} "
         f"--repeats {args.repeats} --per-gpu {args.per_gpu} --out {args.out}`; "
         f"took {seconds:.0f} s on {platform.processor() or platform.machine()} (shared 2-core container, noisy), "
-        f"torch {torch.__version__}. Median of {args.repeats} runs each, alternating.", "",
+        f"torch {torch.__version__}. CPU seconds of the planner call (``time.process_time``: the machine's load "
+        f"does not inflate them), median of {args.repeats} runs each, alternating.", "",
         f"Paper: {PAPER_SEARCH}.", "",
         "| model | GPUs | batch | graphpipe s | pipedream s | pipedream / graphpipe |", "|---|---|---|---|---|---|",
     ]
@@ -253,7 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured", action="store_true", help="part 3: measured on 2 and 3 local ranks")
     parser.add_argument("--quick", action="store_true", help="smoke run: small subsets of every part")
     parser.add_argument("--per-gpu", type=int, default=32, help="mini-batch samples per GPU (default 32)")
-    parser.add_argument("--sweep-gpus", type=int, default=16, help="GPUs of the branch sweep (default 16)")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="sim, search: the models")
+    parser.add_argument("--gpus", type=int, nargs="+", default=list(DEVICE_COUNTS), help="sim: GPU counts")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp16",
+                        help="estimated profiles' precision (default fp16: the V100's 80 TFLOP/s tensor cores)")
+    parser.add_argument("--sweep-gpus", type=int, default=16, help="GPUs of the branch sweep (default 16; 0: none)")
     parser.add_argument("--balanced-max", type=int, default=8, help="plan with balanced up to this many GPUs")
     parser.add_argument("--search-gpus", type=int, nargs="+", default=list(SEARCH_COUNTS),
                         help="search: GPU counts (default 8)")
@@ -267,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sim:
         start = time.perf_counter()
         sim_rows = sim_part(args)
-        write_atomic(args.out / "sim.md", sim_report(sim_rows, args, time.perf_counter() - start))
+        write_atomic(args.out / f"{sim_name(args)}.md", sim_report(sim_rows, args, time.perf_counter() - start))
     if args.search:
         start = time.perf_counter()
         search_rows = search_part(args)

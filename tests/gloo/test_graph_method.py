@@ -47,6 +47,11 @@ def _plans() -> dict[str, Plan]:
         # a replicated branch stage (data parallel inside it)
         "graph-replicated": graph_plan(GRAPH, [("stem",), ("a1", "a2"), ("b1", "merge", "head")],
                                        [(0,), (1, 2), (3,)], [EQUAL] * 3),
+        # GraphPipe's folded merge: a branch's tail (a2) shares the merge's stage; 3 replicas of a stage
+        "graph-fold-tail": graph_plan(GRAPH, [("stem", "a1"), ("b1",), ("a2", "merge", "head")], [(0,), (1,), (2,)],
+                                      [EQUAL] * 3),
+        "graph-replicated-3": graph_plan(GRAPH, [("stem",), ("a1", "a2"), ("b1", "merge", "head")],
+                                         [(0,), (1, 2, 3), (4,)], [EQUAL] * 3),
         # chain methods on the DAG model, linearised
         "1f1b-linearised": Plan(GRAPH.name, "", BATCH, Method.ONE_F_ONE_B,
                                 tuple(StagePlan(s, (k,), EQUAL, EQUAL) for k, s in enumerate(chain))),

@@ -58,8 +58,10 @@ class StageEstimator:
             self.preds[c].append(a)
             self.succs[a].append(c)
         self.out_bytes = [cost.profile.layer(n).output_bytes_per_sample for n in self.names]
-        self.tps = lru_cache(maxsize=None)(self._tps)
+        self.max_replicas = min(n_micro, cluster.n_devices)
         self.fits = lru_cache(maxsize=None)(self._fits)
+        self.tps_row = lru_cache(maxsize=None)(self._tps_row)
+        self.fewest_fitting = lru_cache(maxsize=None)(self._fewest_fitting)
 
     def _layer_names(self, layers: tuple[int, ...]) -> tuple[str, ...]:
         return tuple(self.names[i] for i in layers)
@@ -77,17 +79,38 @@ class StageEstimator:
                 total += self.link.transfer_s(n_bytes * self.b)
         return total
 
-    def _tps(self, layers: tuple[int, ...], replicas: int) -> float:
-        names, b, rank = self._layer_names(layers), self.b, self.rank
-        work = self.cost.forward_s(names, b, rank) + self.cost.backward_s(names, b, rank) + self.comm_s(layers)
-        sync = self.cost.allreduce_s(self.cost.parameter_bytes(names), tuple(range(replicas)))
-        return work / (b * replicas) + (sync + self.cost.step_s(names, rank)) / self.batch
+    def tps(self, layers: tuple[int, ...], replicas: int) -> float:
+        """Seconds per sample of ``layers`` as one stage on ``replicas`` devices (module docstring)."""
+        return self.tps_row(layers)[replicas - 1]
 
     def memory(self, layers: tuple[int, ...], replicas: int, depth: int) -> int:
         """Bytes one replica holds with ``depth`` micro-batches in flight on the stage."""
         names = self._layer_names(layers)
         in_flight = math.ceil(min(depth, self.n_micro) / replicas)
         return self.copies * self.cost.parameter_bytes(names) + in_flight * self.cost.saved_bytes(names, self.b)
+
+    def _tps_row(self, layers: tuple[int, ...]) -> tuple[float, ...]:
+        """``TPS(layers, r)`` for ``r = 1 .. max_replicas`` (at most ``m`` and the cluster's devices):
+        the work once, the all-reduce per replica count."""
+        names, b, rank = self._layer_names(layers), self.b, self.rank
+        work = self.cost.forward_s(names, b, rank) + self.cost.backward_s(names, b, rank) + self.comm_s(layers)
+        step, weights = self.cost.step_s(names, rank), self.cost.parameter_bytes(names)
+        return tuple(work / (b * r) + (self.cost.allreduce_s(weights, tuple(range(r))) + step) / self.batch
+                     for r in range(1, self.max_replicas + 1))
+
+    def balanced_tps(self, n_devices: int) -> float:
+        """A lower bound of any strategy's bottleneck TPS on ``n_devices``: every layer's forward and
+        backward spread evenly over them (a stage's TPS times its replicas is at least its layers' work)."""
+        work = sum(self.cost.layer_work_s(name, self.b, self.rank) for name in self.names)
+        return work / (self.b * n_devices)
+
+    def _fewest_fitting(self, layers: tuple[int, ...], depth: int) -> int:
+        """The fewest replicas within memory at ``depth`` in flight (fewer in flight each with more);
+        ``max_replicas + 1`` when none fits."""
+        r = 1
+        while r <= self.max_replicas and not self.fits(layers, r, depth):
+            r += 1
+        return r
 
     def _fits(self, layers: tuple[int, ...], replicas: int, depth: int) -> bool:
         return self.memory(layers, replicas, depth) <= self.memory_bytes

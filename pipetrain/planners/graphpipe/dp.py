@@ -1,7 +1,7 @@
 """GraphPipe's DP over (SP subgraph, device count) and the binary search on the target TPS
 (GraphPipe §3.3, Algorithm 1; in-flight counts §3.4).
 
-    strategies = search(tree, estimator, n_devices=8)
+    strategies, shallowest = search(tree, estimator, n_devices=8)
     best = min(strategies.values(), key=Strategy.key)
     best.stages      # ((layer indices, replicas), ...), every stage's TPS <= best.worst_tps
 
@@ -12,32 +12,45 @@ among those **minimises the in-flight micro-batches of ``G``'s source stage(s)**
 the worst stage TPS. Series and parallel nodes are n-ary (:mod:`.sp`); a run of their first ``h``
 children is solved by peeling the last part:
 
-* **one stage** over children ``k..h-1`` on ``r`` devices (``r`` a power of two, data parallel,
-  ``r <= m`` micro-batches), with depth ``d + 1`` in a series node and ``d + 1`` beside the rest in
-  a parallel node; the first ``k`` children take the other ``n - r`` devices;
+* **one stage** over children ``k..h-1`` on ``r`` devices (any ``r <= m`` micro-batches and ``<= N``,
+  data parallel), with depth ``d + 1`` in a series node and ``d + 1`` beside the rest in a parallel
+  node; the first ``k`` children take the other ``n - r`` devices;
 * **the last child on its own**, recursively on ``n2`` devices, the first ``h - 1`` children on
   ``n - n2``: in series the rest sees the child's source depth as its ``d`` (GraphPipe solves the
-  downstream part first), in parallel both see ``d`` and the depth is the larger of the two.
+  downstream part first), in parallel both see ``d`` and the depth is the larger of the two;
+* **the merge folded into a branch** (series node, after a parallel child ``k``): children
+  ``k+1..h-1`` (MMT's ``concat`` and ``head``) share one stage with a tail of one branch ``i`` of
+  child ``k`` (its series children ``j..``; the whole branch for ``j = 0``). Such a stage is convex
+  (C1): every edge out of the branch tail and out of the merge stays inside it, so no path leaves
+  and re-enters. The rest of child ``k`` (branch ``i``'s first ``j`` children beside the other
+  branches, at depth ``d + 1``) is memoised per ``(i, j, n, d)``; without this shape the merge
+  needs a stage, a device, of its own, and 4 equal branches share ``N - 1`` devices.
 
 Smaller ``d`` never hurts (memory grows with in-flight), so minimising the source depth composes.
-Cost per target: ``O(Σ_nodes h · N · D · (h · log N + N))`` for ``N`` devices, ``D`` distinct depths.
-The search over targets halves ``[0, TPS of the min-depth plan]`` to a relative 1e-3.
+Per target, each memo entry tries ``h`` stages × ``N`` replica counts; the stages feasible at the
+target are tabled per ``(layers, depth)`` from the estimator's cached TPS rows. The search over targets
+halves ``[every layer's work spread evenly over the devices, TPS of the min-depth plan]`` (no strategy
+has its bottleneck below the even spread) to a relative 1e-2 (the TPS model is itself a few per cent
+from the simulator, which ranks the answers). The min-depth plan is the whole model as one
+data-parallel stage when that fits memory; only otherwise does a DP with no target find it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_right
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from pipetrain.planners.graphpipe.costs import StageEstimator
 from pipetrain.planners.graphpipe.sp import SPNode
 
-__all__ = ["Stage", "Strategy", "search", "solve"]
+__all__ = ["Searched", "Stage", "Strategy", "search", "solve", "twins"]
 
 Stage = tuple[tuple[int, ...], int]
 """A stage: its layer indices (increasing) and its replica count."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Strategy:
     """A set of stages covering an SP subgraph.
 
@@ -45,19 +58,22 @@ class Strategy:
         depth: stages on the longest path from its source stage(s) to the model's sink.
         worst_tps: the largest stage TPS (seconds per sample).
         stages: ``(layers, replicas)`` per stage, in no particular order.
+        devices: the replicas of all stages together.
     """
 
     depth: int
     worst_tps: float
     stages: tuple[Stage, ...]
+    devices: int
 
     def key(self) -> tuple[int, float, int]:
         """GraphPipe's preference: least source in-flight, then the lowest bottleneck, then fewest stages."""
         return self.depth, self.worst_tps, len(self.stages)
 
-    @property
-    def devices(self) -> int:
-        return sum(r for _, r in self.stages)
+
+def _both(depth: int, a: Strategy, b: Strategy) -> Strategy:
+    """The stages of ``a`` and ``b`` together, with source depth ``depth``."""
+    return Strategy(depth, max(a.worst_tps, b.worst_tps), a.stages + b.stages, a.devices + b.devices)
 
 
 def _better(a: Strategy | None, b: Strategy | None) -> Strategy | None:
@@ -65,22 +81,64 @@ def _better(a: Strategy | None, b: Strategy | None) -> Strategy | None:
         return b
     if b is None:
         return a
-    return b if b.key() < a.key() else a
+    if b.depth != a.depth:
+        return b if b.depth < a.depth else a
+    if b.worst_tps != a.worst_tps:
+        return b if b.worst_tps < a.worst_tps else a
+    return b if len(b.stages) < len(a.stages) else a
+
+
+def _shape(node: SPNode, index: dict[int, int]) -> str:
+    """The node's SP tree with its layers renumbered by ``index``."""
+    if node.kind == "leaf":
+        return str(index[node.layers[0]])
+    return f"{node.kind[0]}{int(node.linearised)}({','.join(_shape(c, index) for c in node.children)})"
+
+
+def twins(tree: SPNode, est: StageEstimator) -> set[tuple[int, ...]]:
+    """The layers of every parallel branch identical to an earlier branch of the same node: the same
+    SP shape, the same layer profiles (but names), the same edges inside and to the same layers
+    outside. Folding the merge into either of two twins gives strategies of equal key, and the DP
+    keeps the first, so :meth:`_Solver._fold` tries only the first (MMT's 4 branches: 1 of 4)."""
+    found: set[tuple[int, ...]] = set()
+
+    def signature(branch: SPNode) -> object:
+        index = {layer: k for k, layer in enumerate(branch.layers)}
+        rows = tuple((replace(est.cost.profile.layer(est.names[i]), name=""),
+                      tuple(sorted(index.get(p, -1 - p) for p in est.preds[i])),
+                      tuple(sorted(index.get(c, -1 - c) for c in est.succs[i]))) for i in branch.layers)
+        return _shape(branch, index), rows
+
+    def visit(node: SPNode) -> None:
+        if node.kind == "parallel":
+            seen: list[object] = []
+            for branch in node.children:
+                sig = signature(branch)
+                if sig in seen:
+                    found.add(branch.layers)
+                seen.append(sig)
+        for child in node.children:
+            visit(child)
+
+    visit(tree)
+    return found
 
 
 class _Solver:
     """One DP run at one target TPS (the memo is valid for that target only)."""
 
-    def __init__(self, tree: SPNode, est: StageEstimator, target: float) -> None:
+    def __init__(self, tree: SPNode, est: StageEstimator, target: float,
+                 twin: set[tuple[int, ...]] | None = None) -> None:
         self.est, self.target = est, target
+        self.twin = twin or set()
         self.nodes: list[SPNode] = []
         self.children: list[tuple[int, ...]] = []
         self.root = self._index(tree)
-        self.memo: dict[tuple[int, int, int, int], Strategy | None] = {}
+        self.memo: dict[tuple[int, int, int, int, int], Strategy | None] = {}
+        self.folds: dict[tuple[int, int, int, int, int], Strategy | None] = {}
+        self.cuts: dict[tuple[int, int, int, int, int], Strategy | None] = {}
         self.unions: dict[tuple[int, int, int], tuple[int, ...]] = {}
-        self.max_r = 1
-        while self.max_r * 2 <= est.n_micro:
-            self.max_r *= 2
+        self.feasible: dict[tuple[tuple[int, ...], int], tuple[list[Strategy], list[int]]] = {}
 
     def _index(self, node: SPNode) -> int:
         at = len(self.nodes)
@@ -101,57 +159,138 @@ class _Solver:
         tps = self.est.tps(layers, r)
         if tps > self.target or not self.est.fits(layers, r, min(depth, self.est.n_micro)):
             return None
-        return Strategy(depth, tps, ((layers, r),))
+        return Strategy(depth, tps, ((layers, r),), r)
+
+    def stages(self, layers: tuple[int, ...], depth: int, most: int) -> list[Strategy]:
+        """``layers`` as one stage on each replica count up to ``most`` that is within the target and
+        memory, fewest replicas first."""
+        key = (layers, depth)
+        found = self.feasible.get(key)
+        if found is None:
+            fewest = self.est.fewest_fitting(layers, min(depth, self.est.n_micro))
+            row = self.est.tps_row(layers)
+            options = [Strategy(depth, t, ((layers, r),), r) for r, t in enumerate(row[fewest - 1:], start=fewest)
+                       if t <= self.target]
+            found = options, [s.devices for s in options]
+            self.feasible[key] = found
+        options, counts = found
+        if not counts or counts[-1] <= most:
+            return options
+        return options[:bisect_right(counts, most)]
 
     def full(self, v: int, n: int, d: int) -> Strategy | None:
         """DP(G_v, n, d) (module docstring)."""
         if not self.children[v]:
-            return self.stage(self.nodes[v].layers, n, d + 1) if n & (n - 1) == 0 and n <= self.max_r else None
+            return self.stage(self.nodes[v].layers, n, d + 1) if n <= self.est.max_replicas else None
         return self.run(v, len(self.children[v]), n, d)
 
-    def run(self, v: int, h: int, n: int, d: int) -> Strategy | None:
-        """DP over the first ``h`` children of node ``v`` on exactly ``n`` devices."""
-        key = (v, h, n, min(d, self.est.n_micro))
+    def run(self, v: int, h: int, n: int, d: int, skip: int = -1) -> Strategy | None:
+        """DP over the first ``h`` children of node ``v`` but child ``skip`` on exactly ``n`` devices."""
+        if skip >= h:
+            skip = -1
+        if skip == h - 1:
+            return self._empty(n, d) if h == 1 else self.run(v, h - 1, n, d)
+        key = (v, h, n, d, skip)
         if key not in self.memo:
-            self.memo[key] = None if n < 1 else _better(self._one_stage(v, h, n, d), self._last_child(v, h, n, d))
+            found = None
+            if n >= 1:
+                found = _better(self._one_stage(v, h, n, d, skip), self._last_child(v, h, n, d, skip))
+                found = _better(found, self._folded(v, h, n, d))
+            self.memo[key] = found
         return self.memo[key]
 
-    def _join(self, v: int, head: int, n: int, d: int, tail: Strategy | None) -> Strategy | None:
-        """``tail`` after (series) or beside (parallel) the first ``head`` children on ``n`` devices."""
+    @staticmethod
+    def _empty(n: int, d: int) -> Strategy | None:
+        """No layers: a strategy on no devices."""
+        return Strategy(d, 0.0, (), 0) if n == 0 else None
+
+    def _join(self, v: int, head: int, n: int, d: int, tail: Strategy | None, skip: int = -1) -> Strategy | None:
+        """``tail`` after (series) or beside (parallel) the first ``head`` children but ``skip`` on ``n`` devices."""
         if tail is None:
             return None
-        if head == 0:
+        if head == 0 or (head == 1 and skip == 0):
             return tail if n == 0 else None
         series = self.nodes[v].kind == "series"
-        rest = self.run(v, head, n, tail.depth if series else d)
+        rest = self.run(v, head, n, tail.depth if series else d, skip)
         if rest is None:
             return None
-        depth = rest.depth if series else max(rest.depth, tail.depth)
-        return Strategy(depth, max(rest.worst_tps, tail.worst_tps), rest.stages + tail.stages)
+        return _both(rest.depth if series else max(rest.depth, tail.depth), rest, tail)
 
-    def _one_stage(self, v: int, h: int, n: int, d: int) -> Strategy | None:
+    def _one_stage(self, v: int, h: int, n: int, d: int, skip: int) -> Strategy | None:
         best: Strategy | None = None
-        r = 1
-        while r <= min(n, self.max_r):
-            for k in range(h - 1, -1, -1):
-                tail = self.stage(self._union(v, k, h), r, d + 1)
-                best = _better(best, self._join(v, k, n - r, d, tail))
-            r *= 2
+        for k in range(h - 1, skip, -1):
+            for tail in self.stages(self._union(v, k, h), d + 1, n):
+                best = _better(best, self._join(v, k, n - tail.devices, d, tail, skip))
         return best
 
-    def _last_child(self, v: int, h: int, n: int, d: int) -> Strategy | None:
+    def _last_child(self, v: int, h: int, n: int, d: int, skip: int) -> Strategy | None:
         last = self.children[v][h - 1]
         if not self.children[last]:
             return None  # a leaf on its own is a one-stage run
         best: Strategy | None = None
         for n2 in range(1, n + 1):
-            best = _better(best, self._join(v, h - 1, n - n2, d, self.full(last, n2, d)))
+            best = _better(best, self._join(v, h - 1, n - n2, d, self.full(last, n2, d), skip))
+        return best
+
+    def _folded(self, v: int, h: int, n: int, d: int) -> Strategy | None:
+        """Series node: the last children ``k+1..h-1`` after a parallel child ``k`` share a stage with a
+        tail of one of its branches (module docstring); the first ``k`` children before it."""
+        if self.nodes[v].kind != "series":
+            return None
+        best: Strategy | None = None
+        for k in range(h - 2, -1, -1):
+            if self.nodes[self.children[v][k]].kind != "parallel":
+                continue
+            for n2 in range(2, n + 1):
+                best = _better(best, self._join(v, k, n - n2, d, self._fold(v, k, h, n2, d)))
+        return best
+
+    def _fold(self, v: int, k: int, h: int, n: int, d: int) -> Strategy | None:
+        """Parallel child ``k`` of ``v`` and children ``k+1..h-1`` on ``n`` devices, the latter in one
+        stage with a tail of one branch: the best over branches, tails and the stage's replicas."""
+        key = (v, k, h, n, d)
+        if key in self.folds:
+            return self.folds[key]
+        p, merge = self.children[v][k], self._union(v, k + 1, h)
+        best: Strategy | None = None
+        for i, branch in enumerate(self.children[p]):
+            if self.nodes[branch].layers in self.twin:
+                continue
+            kids = self.children[branch] if self.nodes[branch].kind == "series" else ()
+            for j in range(max(len(kids), 1)):  # the branch's first j children stay out of the stage
+                tail = self._union(branch, j, len(kids)) if kids else self.nodes[branch].layers
+                layers = tuple(sorted(merge + tail))
+                for stage in self.stages(layers, d + 1, n - 1):
+                    rest = self._cut(p, i, j, n - stage.devices, d + 1)
+                    if rest is not None:
+                        best = _better(best, _both(rest.depth, rest, stage))
+        self.folds[key] = best
+        return best
+
+    def _cut(self, p: int, i: int, j: int, n: int, d: int) -> Strategy | None:
+        """Parallel node ``p`` on ``n`` devices with branch ``i`` cut to its first ``j`` children (none: ``j = 0``)."""
+        key = (p, i, j, n, d)
+        if key in self.cuts:
+            return self.cuts[key]
+        h = len(self.children[p])
+        if j == 0:
+            best = self.run(p, h, n, d, skip=i)
+        else:
+            best = None
+            for n1 in range(1, n):
+                head = self.run(self.children[p][i], j, n1, d)
+                others = self.run(p, h, n - n1, d, skip=i) if head is not None else None
+                if head is not None and others is not None:
+                    best = _better(best, _both(max(head.depth, others.depth), others, head))
+        self.cuts[key] = best
         return best
 
 
-def solve(tree: SPNode, est: StageEstimator, n_devices: int, target: float) -> dict[int, Strategy]:
-    """For each device count ``n <= n_devices``, DP(root, n, 0) at ``target``, where one exists."""
-    solver = _Solver(tree, est, target)
+def solve(tree: SPNode, est: StageEstimator, n_devices: int, target: float,
+          twin: set[tuple[int, ...]] | None = None) -> dict[int, Strategy]:
+    """For each device count ``n <= n_devices``, DP(root, n, 0) at ``target``, where one exists
+    (``twin``: the branches :func:`twins` finds, not tried for a fold)."""
+    solver = _Solver(tree, est, target, twin)
     found = {}
     for n in range(1, n_devices + 1):
         s = solver.full(solver.root, n, 0)
@@ -160,19 +299,48 @@ def solve(tree: SPNode, est: StageEstimator, n_devices: int, target: float) -> d
     return found
 
 
-def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1e-3) -> dict[int, Strategy]:
+def _one_stage_everywhere(tree: SPNode, est: StageEstimator) -> Strategy | None:
+    """The whole model as one stage (data parallelism) on the replica count with the least TPS, if it
+    fits memory on any: then the DP's least-depth answer with no target, found without the DP."""
+    layers, row = tree.layers, est.tps_row(tree.layers)
+    fewest = est.fewest_fitting(layers, 1)
+    if fewest > est.max_replicas:
+        return None
+    r = min(range(fewest, est.max_replicas + 1), key=lambda k: (row[k - 1], k))
+    return Strategy(1, row[r - 1], ((layers, r),), r)
+
+
+class Searched(NamedTuple):
+    """Algorithm 1's answer: ``strategies`` by device count at the smallest target found, and
+    ``shallowest``, GraphPipe's preferred strategy with no target (least depth, e.g. one stage on
+    every device): the TPS leaves out the fill and drain that depth costs, so it is worth simulating."""
+
+    strategies: dict[int, Strategy]
+    shallowest: Strategy | None
+
+
+def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1e-2, *,
+           prune: bool = True) -> Searched:
     """Algorithm 1: the smallest target TPS with a strategy (to ``rel_tol``), and its strategies by
-    device count; empty when no strategy fits the devices' memory at any target."""
-    best = solve(tree, est, n_devices, float("inf"))
-    if not best:
-        return {}
-    lo, hi = 0.0, min(s.worst_tps for s in best.values())
-    best = solve(tree, est, n_devices, hi)
+    device count; empty when no strategy fits the devices' memory at any target. ``prune``: fold the
+    merge into only the first of :func:`twins` (the same answer)."""
+    twin = twins(tree, est) if prune else set()
+    shallowest = _one_stage_everywhere(tree, est)
+    if shallowest is None:  # the whole model fits no replica count: ask the DP with no target
+        best = solve(tree, est, n_devices, float("inf"), twin)
+        if not best:
+            return Searched({}, None)
+        shallowest = min(best.values(), key=Strategy.key)
+        hi = min(s.worst_tps for s in best.values())
+    else:
+        hi = shallowest.worst_tps
+    lo = min(est.balanced_tps(n_devices), 0.99 * hi)
+    best = solve(tree, est, n_devices, hi, twin)
     while hi - lo > rel_tol * hi:
         mid = (lo + hi) / 2
-        found = solve(tree, est, n_devices, mid)
+        found = solve(tree, est, n_devices, mid, twin)
         if found:
             best, hi = found, min(s.worst_tps for s in found.values())
         else:
             lo = mid
-    return best
+    return Searched(best, shallowest)

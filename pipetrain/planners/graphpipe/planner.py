@@ -9,27 +9,36 @@ For every micro-batch size ``b`` a power of two up to ``B`` (GraphPipe's default
 for every stage; ``m = ceil(B / b)`` micro-batches of the equal partition), the binary search of
 :func:`~.dp.search` finds the lowest bottleneck TPS with a strategy that fits memory, for each
 device count up to the cluster's. The best few strategies per size (lowest bottleneck, then fewest
-in flight) become plans (:func:`~.stages.to_plan`), are simulated under the DAG's 1F1B
+in flight) and the shallowest one (least depth, often one data-parallel stage) become plans
+(:func:`~.stages.to_plan`), are simulated under the DAG's 1F1B
 (:func:`~pipetrain.planners.score.score`, which also costs the fill and drain the TPS leaves out) and
 memory-checked (one over memory tries recomputing its overflowing stages,
 :mod:`pipetrain.planners.recompute`; the DP's own memory estimate keeps every activation); the
 fastest feasible candidate wins. A chain model is one series node: the result
 is then a sequential pipeline (still method ``graph``, with the chain's edges). Deterministic: no
 randomness, ties broken by the order of the candidates.
+
+Pruning (same answer, less work): the sizes are visited in the order of :func:`work_floor_s`, every
+layer's work spread over all devices, a lower bound of any plan's simulated iteration at that size;
+a size whose bound is over the best simulated iteration by more than :data:`PRUNE_MARGIN` is not
+searched, and a strategy whose busiest replica's compute (:func:`stage_floor_s`) is is not simulated.
+The report gives the seconds of the search (the planner's own work) and of the simulations apart.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
+from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import MethodSpec, StageGraph
-from pipetrain.plan.plan import equal_sizes
+from pipetrain.plan.plan import Plan, equal_sizes
 from pipetrain.planners.contract import Candidate, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.graphpipe.costs import StageEstimator
-from pipetrain.planners.graphpipe.dp import Strategy, search
+from pipetrain.planners.graphpipe.dp import Searched, Strategy, search
 from pipetrain.planners.graphpipe.sp import SPNode, decompose
 from pipetrain.planners.graphpipe.stages import layer_edges, to_plan
 from pipetrain.planners.recompute import as_chosen, recomputing
@@ -40,7 +49,12 @@ __all__ = ["GraphPipeReport", "graphpipe_plans", "micro_batch_options", "plan_gr
 log = logging.getLogger(__name__)
 
 KEEP_PER_SIZE = 3
-"""Strategies simulated per micro-batch size (of one per device count)."""
+"""Strategies simulated per micro-batch size (of one per device count), besides the shallowest."""
+
+PRUNE_MARGIN = 1.02
+"""A lower bound must exceed the best simulated iteration by this factor to prune: the ranking
+compares iterations to 3 significant digits (:func:`~pipetrain.planners.contract.rank_key`), which
+rounds by at most 0.5 %."""
 
 
 @dataclass(frozen=True)
@@ -52,12 +66,19 @@ class GraphPipeReport:
         micro_batch: the chosen micro-batch size.
         target_tps: the chosen strategy's bottleneck seconds per sample (the DP's estimate).
         skipped: ``(micro-batch size, why)`` for sizes with no runnable plan.
+        pruned: micro-batch sizes and strategies not searched or simulated: their lower bound was
+            slower than a plan already simulated.
+        search_s: wall seconds of the DP and target search (the planner's own work).
+        simulate_s: wall seconds of simulating and memory-checking candidates.
     """
 
     tree: str
     micro_batch: int
     target_tps: float
     skipped: tuple[tuple[int, str], ...]
+    pruned: int = 0
+    search_s: float = 0.0
+    simulate_s: float = 0.0
 
 
 def micro_batch_options(batch: int, smallest: int = 1) -> list[tuple[int, ...]]:
@@ -73,39 +94,86 @@ def micro_batch_options(batch: int, smallest: int = 1) -> list[tuple[int, ...]]:
     return found
 
 
-def _chosen(strategies: dict[int, Strategy]) -> list[Strategy]:
-    """The strategies to simulate: lowest bottleneck first (then fewest in flight), distinct."""
-    ranked = sorted(strategies.values(), key=lambda s: (round(s.worst_tps, 12), s.depth, s.devices))
+def _chosen(found: Searched) -> list[Strategy]:
+    """The strategies to simulate: lowest bottleneck first (then fewest in flight), distinct, and the
+    shallowest strategy."""
+    ranked = sorted(found.strategies.values(), key=lambda s: (round(s.worst_tps, 12), s.depth, s.devices))
     kept: list[Strategy] = []
     for s in ranked:
         if all(sorted(s.stages) != sorted(k.stages) for k in kept):
             kept.append(s)
-    return kept[:KEEP_PER_SIZE]
+    kept = kept[:KEEP_PER_SIZE]
+    if found.shallowest is not None and all(sorted(found.shallowest.stages) != sorted(k.stages) for k in kept):
+        kept.append(found.shallowest)
+    return kept
+
+
+def work_floor_s(problem: PlanningProblem, sizes: tuple[int, ...]) -> float:
+    """A lower bound of any plan's simulated iteration at these micro-batch sizes: the forward and
+    backward of every layer on every micro-batch, spread evenly over all devices at the fastest's speed."""
+    cost = problem.cost
+    fastest = max(range(cost.cluster.n_devices), key=lambda r: (cost.cluster.devices[r].speed, -r))
+    work = sum(cost.layer_work_s(name, b, fastest) for name in problem.layer_names for b in sizes)
+    return work / cost.cluster.n_devices
+
+
+def stage_floor_s(plan: Plan, cost: CostModel) -> float:
+    """A lower bound of the plan's simulated iteration: its busiest replica's forwards and backwards
+    (replicas take whole micro-batches round-robin, so one of ``r`` gets ``ceil(m / r)`` of them)."""
+    floor = 0.0
+    for stage in plan.stages:
+        r, sizes = len(stage.ranks), stage.forward_sizes
+        per = max(cost.forward_s(stage.layers, b, rank) + cost.backward_s(stage.layers, b, rank)
+                  for b in set(sizes) for rank in stage.ranks)
+        floor = max(floor, math.ceil(len(sizes) / r) * per)
+    return floor
+
+
+@dataclass
+class _Search:
+    """What one planner call has found so far, and where its time went."""
+
+    scored: list[tuple[Candidate, float, int]] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    pruned: int = 0
+    search_s: float = 0.0
+    simulate_s: float = 0.0
+
+    def beaten(self, floor: float, prune: bool) -> bool:
+        """Whether a plan that cannot be faster than ``floor`` seconds surely ranks below the best found
+        (by more than :data:`PRUNE_MARGIN`, beyond the 3 significant digits of the ranking)."""
+        best = min((c.iteration_s for c, _, _ in self.scored if c.feasible), default=math.inf)
+        return prune and floor > PRUNE_MARGIN * best
 
 
 def _candidates_at(problem: PlanningProblem, tree: SPNode, edges: tuple[tuple[int, int], ...],
-                   sizes: tuple[int, ...], skipped: list[tuple[int, str]]) -> list[tuple[Candidate, float]]:
-    """The scored, memory-checked plans at one equal partition, with their DP bottleneck TPS."""
+                   sizes: tuple[int, ...], found: _Search, order: int, prune: bool) -> None:
+    """Score and memory-check the plans at one equal partition; add them, with their DP bottleneck TPS."""
     b = max(sizes)
+    start = time.perf_counter()
     est = StageEstimator(problem, edges, b, len(sizes))
-    strategies = search(tree, est, problem.cost.cluster.n_devices)
-    if not strategies:
-        skipped.append((b, "no strategy fits the devices' memory"))
-        return []
-    found = []
-    for s in _chosen(strategies):
+    strategies = search(tree, est, problem.cost.cluster.n_devices, prune=prune)
+    found.search_s += time.perf_counter() - start
+    if not strategies.strategies:
+        found.skipped.append((b, "no strategy fits the devices' memory"))
+        return
+    for k, s in enumerate(_chosen(strategies)):
         plan, cluster = to_plan(problem, edges, s.stages, sizes)
         sub_cost = problem.cost.on(cluster)
+        if found.beaten(stage_floor_s(plan, sub_cost), prune):
+            found.pruned += 1
+            continue
+        start = time.perf_counter()
         label = f"graphpipe b={b} {'-'.join(st.label for st in plan.stages)}"
         choice = problem.constraints.recompute
         candidate = memory_checked(score(as_chosen(plan, choice), sub_cost, label=label), sub_cost, problem.optimizer)
         if not candidate.feasible and choice == "auto":
             candidate = recomputing(candidate, sub_cost, problem.optimizer) or candidate
+        found.simulate_s += time.perf_counter() - start
         if candidate.feasible:
-            found.append((candidate, s.worst_tps))
+            found.scored.append((candidate, s.worst_tps, order * (KEEP_PER_SIZE + 1) + k))
         else:
-            skipped.append((b, candidate.infeasible))
-    return found
+            found.skipped.append((b, candidate.infeasible))
 
 
 def graphpipe_plans(spec: MethodSpec) -> bool:
@@ -113,11 +181,13 @@ def graphpipe_plans(spec: MethodSpec) -> bool:
     return spec.graph is StageGraph.DAG
 
 
-def plan_graphpipe(problem: PlanningProblem) -> PlanningResult:
+def plan_graphpipe(problem: PlanningProblem, *, prune: bool = True) -> PlanningResult:
     """The fastest feasible GraphPipe plan over micro-batch sizes (module docstring).
 
     Args:
         problem: the model (``ModelRef.of(graph)``: its edges for a DAG), the cost model, batch and optimizer.
+        prune: skip the sizes and strategies whose lower bounds (:func:`work_floor_s`,
+            :func:`stage_floor_s`) are slower than a plan already simulated; the answer is the same.
 
     Returns:
         The plan (method ``graph``), its (sub-)cluster, every feasible candidate fastest first, and a
@@ -128,18 +198,23 @@ def plan_graphpipe(problem: PlanningProblem) -> PlanningResult:
     """
     edges = layer_edges(problem)
     tree = decompose(len(problem.layer_names), edges)
-    scored: list[tuple[Candidate, float]] = []
-    skipped: list[tuple[int, str]] = []
-    for sizes in micro_batch_options(problem.batch_size, problem.smallest_microbatch):
-        scored += _candidates_at(problem, tree, edges, sizes, skipped)
-    if not scored:
-        reasons = "; ".join(f"b={b}: {why}" for b, why in skipped[:3])
+    options = micro_batch_options(problem.batch_size, problem.smallest_microbatch)
+    floors = [work_floor_s(problem, sizes) for sizes in options]
+    found = _Search()
+    for k in sorted(range(len(options)), key=floors.__getitem__) if prune else range(len(options)):
+        if found.beaten(floors[k], prune):
+            found.pruned += 1
+            continue
+        _candidates_at(problem, tree, edges, options[k], found, k, prune)
+    if not found.scored:
+        reasons = "; ".join(f"b={b}: {why}" for b, why in found.skipped[:3])
         raise UserError(f"the graphpipe planner found no plan that fits ({reasons}); use a smaller batch, more "
                         "devices or devices with more memory")
-    scored.sort(key=lambda ct: rank_key(ct[0]))
-    best, tps = scored[0]
+    found.scored.sort(key=lambda ct: (rank_key(ct[0]), ct[2]))
+    best, tps, _ = found.scored[0]
     assert best.cluster is not None
     b = max(best.plan.stages[0].forward_sizes)
     log.info("graphpipe: chose %s: %.6f s", best.label, best.iteration_s)
-    report = GraphPipeReport(tree.describe(), b, tps, tuple(skipped))
-    return PlanningResult("graphpipe", best.plan, best.cluster, tuple(c for c, _ in scored), report)
+    report = GraphPipeReport(tree.describe(), b, tps, tuple(found.skipped), found.pruned, found.search_s,
+                             found.simulate_s)
+    return PlanningResult("graphpipe", best.plan, best.cluster, tuple(c for c, _, _ in found.scored), report)
