@@ -43,7 +43,8 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
 
 The simulation advances in time order from event to event (an action ends, a message arrives);
 between events every busy rank's remaining work shrinks at its current rate. Cost:
-O(actions × ranks). A schedule that cannot finish raises :class:`ScheduleError`.
+O(actions × (busy + waiting ranks)), at most O(actions × ranks): at each event only the ranks that
+finished an action and those waiting are tried again. A schedule that cannot finish raises :class:`ScheduleError`.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class _Simulator:
         self.stages = [(s.layers, s.ranks) for s in plan.stages]
         self.tied_s = [cost.tied_allreduce_s(self.stages, r) for r in range(n)]
         self.clip_s = 0.0 if plan.spec.loss_per_microbatch else cost.clip_allreduce_s(range(plan.n_ranks))
+        self.bytes_of: dict[tuple[int, int, bool, int], int] = {}
 
     # ---- costs --------------------------------------------------------------------------------
 
@@ -141,16 +143,21 @@ class _Simulator:
 
     def message_bytes(self, rank: int, a: Action) -> int:
         """The bytes of a communication action's message: what crosses the stage's output boundary
-        (SEND_F, RECV_B) or its input boundary (RECV_F, SEND_B)."""
-        layers = self.layers(a)
+        (SEND_F, RECV_B) or its input boundary (RECV_F, SEND_B); computed once per stage, peer
+        stage, direction and size."""
         outgoing = a.kind in (ActionKind.SEND_F, ActionKind.RECV_B)
-        if self.plan.spec.graph is StageGraph.DAG:  # the values this stage edge carries
-            assert a.peer is not None
-            peer = self.plan.stages[self.stage_of[a.peer]].layers
-            return self.cost.edge_bytes(*((layers, peer) if outgoing else (peer, layers)), a.size)
-        if outgoing:
-            return self.cost.output_bytes(layers, a.size)
-        return self.cost.input_bytes(layers, a.size)
+        dag = self.plan.spec.graph is StageGraph.DAG
+        peer_stage = self.stage_of[a.peer] if dag and a.peer is not None else -1
+        key = (a.stage, peer_stage, outgoing, a.size)
+        if key not in self.bytes_of:
+            layers = self.layers(a)
+            if dag:  # the values this stage edge carries
+                peer = self.plan.stages[peer_stage].layers
+                found = self.cost.edge_bytes(*((layers, peer) if outgoing else (peer, layers)), a.size)
+            else:
+                found = self.cost.output_bytes(layers, a.size) if outgoing else self.cost.input_bytes(layers, a.size)
+            self.bytes_of[key] = found
+        return self.bytes_of[key]
 
     def prepost_bytes(self) -> tuple[int, ...]:
         """Per rank, the receive buffers it posts at a step's start, at most (the schedule pass
@@ -237,9 +244,10 @@ class _Simulator:
                 arrivals.append(queue[0])
         return min(ends + arrivals, default=math.inf)
 
-    def finish_until(self, t: float, rates: dict[int, float]) -> None:
-        """Move the clock to ``t``: busy ranks progress, and those whose work is done finish."""
+    def finish_until(self, t: float, rates: dict[int, float]) -> list[int]:
+        """Move the clock to ``t``: busy ranks progress, and those whose work is done finish; returns those."""
         start, self.now = self.now, t
+        finished = []
         for rank, b in list(self.busy.items()):
             # the very expression next_event_s took the minimum of, so the action that set ``t``
             # always ends here, even where ``t`` is so large that ``t + remaining`` rounds to ``t``
@@ -251,17 +259,30 @@ class _Simulator:
             if b.action.kind in (ActionKind.F, ActionKind.B, ActionKind.W):
                 self.track_memory(rank, b.action)
             self.pos[rank] += 1
+            finished.append(rank)
+        return finished
+
+    def settle(self, ranks: set[int]) -> None:
+        """Advance ranks at ``now`` until none can, in passes over the ranks in increasing order, as
+        one pass over every rank would: a pass visits only ``ranks`` (those that finished an action),
+        the ranks that advanced in the pass before and the waiting ones, since any other rank is
+        busy or done and could not advance."""
+        while True:
+            advanced = [r for r in sorted(ranks) if self.advance_rank(r)]
+            if not advanced:
+                return
+            ranks = set(advanced) | self.wait_since.keys()
 
     def run(self, label: str) -> Timeline:
         n = self.schedule.n_ranks
+        ready = set(range(n))
         while True:
-            while any([self.advance_rank(r) for r in range(n)]):
-                pass
+            self.settle(ready)
             rates = self.rates()
             t = self.next_event_s(rates)
             if t == math.inf:
                 break
-            self.finish_until(t, rates)
+            ready = set(self.finish_until(t, rates)) | self.wait_since.keys()
         stuck = [r for r, p in enumerate(self.schedule.ranks) if self.pos[r] < len(p)]
         if stuck:
             raise ScheduleError(f"simulation deadlocked at rank {stuck[0]}, step {self.pos[stuck[0]]}; "
