@@ -101,6 +101,9 @@ class _Simulator:
         self.tied_s = [cost.tied_allreduce_s(self.stages, r) for r in range(n)]
         self.clip_s = 0.0 if plan.spec.loss_per_microbatch else cost.clip_allreduce_s(range(plan.n_ranks))
         self.bytes_of: dict[tuple[int, int, bool, int], int] = {}
+        self.reached: dict[tuple[int, int], int] = defaultdict(int)  # (stage, i): replicas at or past their i-th STEP
+        for r in range(n):
+            self.arrive(r)
 
     # ---- costs --------------------------------------------------------------------------------
 
@@ -215,21 +218,26 @@ class _Simulator:
             self.wait_since.pop(rank, None)
             self.busy[rank] = _Busy(a, self.now, self.compute_s(rank, a))
             return True
-        self.pos[rank] += 1
+        self.move_on(rank)
         return True
 
     def replicas_at_step(self, rank: int) -> bool:
         """Whether every replica of ``rank``'s stage has reached (or passed) the STEP ``rank`` is at:
         its ``i``-th, counting STEPs, as an asynchronous program steps many times."""
-        ranks = self.plan.stages[self.stage_of[rank]].ranks
-        if len(ranks) == 1:
-            return True
-        i = self.steps_before[rank][self.pos[rank]]
-        return all(self.steps_before[r][self.pos[r]] + self._at_step(r) > i for r in ranks)
+        stage = self.stage_of[rank]
+        n_replicas = len(self.plan.stages[stage].ranks)
+        return n_replicas == 1 or self.reached[(stage, self.steps_before[rank][self.pos[rank]])] == n_replicas
 
-    def _at_step(self, rank: int) -> bool:
-        program = self.schedule.ranks[rank]
-        return self.pos[rank] < len(program) and program[self.pos[rank]].kind is ActionKind.STEP
+    def move_on(self, rank: int) -> None:
+        """``rank`` is done with its current action: to its next one."""
+        self.pos[rank] += 1
+        self.arrive(rank)
+
+    def arrive(self, rank: int) -> None:
+        """Count ``rank`` among its stage's replicas at their ``i``-th STEP when its next action is that STEP."""
+        program, at = self.schedule.ranks[rank], self.pos[rank]
+        if at < len(program) and program[at].kind is ActionKind.STEP:
+            self.reached[(self.stage_of[rank], self.steps_before[rank][at])] += 1
 
     def next_event_s(self, rates: dict[int, float]) -> float:
         """The earliest moment something changes: a compute action ends or a message arrives."""
@@ -258,7 +266,7 @@ class _Simulator:
             self.events.append(Event(rank, b.action, b.start_s, t))
             if b.action.kind in (ActionKind.F, ActionKind.B, ActionKind.W):
                 self.track_memory(rank, b.action)
-            self.pos[rank] += 1
+            self.move_on(rank)
             finished.append(rank)
         return finished
 
