@@ -6,7 +6,10 @@
 For each method it plans (:func:`balanced_plans`) and candidate micro-batch count ``m`` the planner
 cuts the layers into stages by an exact min–max partition of per-layer forward + backward time *at
 that micro-batch size* (a stage's cost curve depends on the size, docs/algorithms.md §2.2), builds the
-schedule, simulates it (:func:`~pipetrain.planners.score.score`) and keeps the fastest. Candidates: every ``m`` up to 64
+schedule, simulates it (:func:`~pipetrain.planners.score.score`) and keeps the fastest; counts whose
+lower bound (:func:`~pipetrain.simulate.bounds.chain_lower_bound_s`) already exceeds the fastest
+fitting time are not simulated (:func:`~pipetrain.planners.score.best_first`; issue 30).
+Candidates: every ``m`` up to 64
 plus powers of two up to the batch (:func:`~pipetrain.planners.counts.candidate_counts`). Ties go
 to less activation memory, then fewer micro-batches (:func:`~pipetrain.planners.contract.rank_key`).
 A candidate over memory gets a variant that recomputes its overflowing stages
@@ -28,7 +31,7 @@ from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, Pl
 from pipetrain.planners.counts import candidate_counts
 from pipetrain.planners.partition import balanced_partition
 from pipetrain.planners.recompute import as_chosen, with_recompute_options
-from pipetrain.planners.score import fitting_best, memory_checked, over_memory, score
+from pipetrain.planners.score import best_first, fitting_best, memory_checked, over_memory
 from pipetrain.planners.spec import planned_methods
 
 __all__ = ["balanced_candidates", "balanced_plans", "build_balanced_plan", "fastest_fitting", "plan_balanced"]
@@ -63,18 +66,17 @@ def build_balanced_plan(model: ModelRef, cost: CostModel, *, method: Method, n_s
 
 
 def balanced_candidates(problem: PlanningProblem, method: Method) -> list[Candidate]:
-    """Every simulated balanced plan of ``method`` (one per micro-batch count), fastest first."""
+    """The simulated balanced plans of ``method`` (one per micro-batch count), fastest first: those
+    :func:`~pipetrain.planners.score.best_first` scores, in increasing order of their lower bound, up
+    to the first that cannot beat (or tie) the fastest that fits."""
     c = problem.constraints
     n_stages = c.n_stages or min(problem.cost.cluster.n_devices, len(problem.layer_names))
     smallest = problem.smallest_microbatch
     options = [c.n_micro] if c.n_micro is not None else candidate_counts(problem.batch_size, smallest=smallest)
-    candidates = []
-    for m in options:
-        plan = build_balanced_plan(problem.model, problem.cost, method=method, n_stages=n_stages,
-                                   batch_size=problem.batch_size, n_micro=m)
-        candidates.append(memory_checked(score(as_chosen(plan, c.recompute), problem.cost), problem.cost,
-                                         problem.optimizer, check=c.memory_cap))
-        log.debug("%s m=%d predicted %.6f s", method.value, m, candidates[-1].iteration_s)
+    plans = [as_chosen(build_balanced_plan(problem.model, problem.cost, method=method, n_stages=n_stages,
+                                           batch_size=problem.batch_size, n_micro=m), c.recompute) for m in options]
+    candidates = best_first(plans, problem.cost, problem.optimizer, check=c.memory_cap)
+    log.debug("%s: simulated %d of %d micro-batch counts", method.value, len(candidates), len(plans))
     if c.memory_cap and c.recompute == "auto":
         candidates = with_recompute_options(candidates, problem.cost, problem.optimizer)
     return sorted(candidates, key=rank_key)

@@ -49,6 +49,7 @@ finished an action and those waiting are tried again. A schedule that cannot fin
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -102,6 +103,8 @@ class _Simulator:
         self.clip_s = 0.0 if plan.spec.loss_per_microbatch else cost.clip_allreduce_s(range(plan.n_ranks))
         self.bytes_of: dict[tuple[int, int, bool, int], int] = {}
         self.reached: dict[tuple[int, int], int] = defaultdict(int)  # (stage, i): replicas at or past their i-th STEP
+        self.woken: set[int] = set()  # ranks an advance may have unblocked (settle)
+        self.due: list[tuple[float, int]] = []  # (arrival, rank) of each waiting receive's next message
         for r in range(n):
             self.arrive(r)
 
@@ -203,6 +206,7 @@ class _Simulator:
             self.link_free[link] = end
             self.arrivals[(rank, a.peer, a.channel)].append(end)
             self.events.append(Event(rank, a, begin, end))
+            self.woken.add(a.peer)
         elif a.peer is not None:
             queue = self.arrivals[(a.peer, rank, a.channel)]
             if not queue or queue[0] > self.now:
@@ -210,6 +214,7 @@ class _Simulator:
                 return False
             queue.popleft()
             self.queued[(a.peer, rank, a.channel)] -= 1
+            self.woken.add(a.peer)  # a send held by a full queue
             self.events.append(Event(rank, a, self.wait_since.pop(rank, self.now), self.now))
         elif a.kind is ActionKind.STEP and not self.replicas_at_step(rank):
             self.wait_since.setdefault(rank, self.now)
@@ -237,20 +242,25 @@ class _Simulator:
         """Count ``rank`` among its stage's replicas at their ``i``-th STEP when its next action is that STEP."""
         program, at = self.schedule.ranks[rank], self.pos[rank]
         if at < len(program) and program[at].kind is ActionKind.STEP:
-            self.reached[(self.stage_of[rank], self.steps_before[rank][at])] += 1
+            stage = self.stage_of[rank]
+            key = (stage, self.steps_before[rank][at])
+            self.reached[key] += 1
+            ranks = self.plan.stages[stage].ranks
+            if len(ranks) > 1 and self.reached[key] == len(ranks):
+                self.woken.update(ranks)
 
     def next_event_s(self, rates: dict[int, float]) -> float:
         """The earliest moment something changes: a compute action ends or a message arrives."""
         ends = [self.now + b.remaining_s / rates[r] for r, b in self.busy.items()]
-        arrivals = []
+        self.due = []
         for rank in self.wait_since:
             a = self.schedule.ranks[rank][self.pos[rank]]
             if a.peer is None or a.is_send:  # a replica at STEP, a send on a full queue: released by others
                 continue
             queue = self.arrivals[(a.peer, rank, a.channel)]
             if queue:
-                arrivals.append(queue[0])
-        return min(ends + arrivals, default=math.inf)
+                self.due.append((queue[0], rank))
+        return min(ends + [t for t, _ in self.due], default=math.inf)
 
     def finish_until(self, t: float, rates: dict[int, float]) -> list[int]:
         """Move the clock to ``t``: busy ranks progress, and those whose work is done finish; returns those."""
@@ -271,26 +281,41 @@ class _Simulator:
         return finished
 
     def settle(self, ranks: set[int]) -> None:
-        """Advance ranks at ``now`` until none can, in passes over the ranks in increasing order, as
-        one pass over every rank would: a pass visits only ``ranks`` (those that finished an action),
-        the ranks that advanced in the pass before and the waiting ones, since any other rank is
-        busy or done and could not advance."""
-        while True:
-            advanced = [r for r in sorted(ranks) if self.advance_rank(r)]
-            if not advanced:
-                return
-            ranks = set(advanced) | self.wait_since.keys()
+        """Advance ranks at ``now`` until none can, with the outcome and event order of passes over
+        every rank in increasing order: a pass visits ``ranks`` and, after a rank advances, the
+        higher ranks it may have unblocked (:attr:`woken`: its message's receiver, the sender its
+        receive makes room for, the replicas it completes at a STEP); the next pass, those that
+        advanced and the lower ranks they unblocked. A rank no advance touched since it last
+        failed (busy, done, or still blocked) fails again, so skipping it changes nothing."""
+        pending = sorted(ranks)
+        while pending:
+            queued, after = set(pending), set()
+            while pending:
+                rank = heapq.heappop(pending)
+                self.woken.clear()
+                if self.advance_rank(rank):
+                    after.add(rank)
+                for other in self.woken:
+                    if other <= rank:
+                        after.add(other)
+                    elif other not in queued:
+                        queued.add(other)
+                        heapq.heappush(pending, other)
+            pending = sorted(after)
 
     def run(self, label: str) -> Timeline:
         n = self.schedule.n_ranks
         ready = set(range(n))
         while True:
+            self.woken.clear()
             self.settle(ready)
             rates = self.rates()
             t = self.next_event_s(rates)
             if t == math.inf:
                 break
-            ready = set(self.finish_until(t, rates)) | self.wait_since.keys()
+            self.woken.clear()
+            finished = self.finish_until(t, rates)
+            ready = {*finished, *self.woken, *(rank for arrival, rank in self.due if arrival <= t)}
         stuck = [r for r, p in enumerate(self.schedule.ranks) if self.pos[r] < len(p)]
         if stuck:
             raise ScheduleError(f"simulation deadlocked at rank {stuck[0]}, step {self.pos[stuck[0]]}; "
