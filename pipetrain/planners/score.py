@@ -28,13 +28,10 @@ from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import overflows
 from pipetrain.simulate.steady import steady_timeline
 
-__all__ = ["BOUND_MARGIN", "best_first", "fitting_best", "memory_checked", "over_memory", "profile_sources", "score",
+__all__ = ["best_first", "fitting_best", "memory_checked", "over_memory", "profile_sources", "score",
            "score_steady"]
 
 _MIB = 2**20
-BOUND_MARGIN = 0.02
-"""How far above the fastest fitting time a plan's lower bound must be for :func:`best_first` to skip
-it: wider than :func:`~pipetrain.planners.contract.rank_key`'s 3-digit ties (under 1%)."""
 
 
 def profile_sources(cost: CostModel) -> str:
@@ -99,27 +96,36 @@ def memory_checked(
     return replace(candidate, infeasible=f"over memory: {why}") if why else candidate
 
 
+def _tie_limit(fastest: float, noise: float) -> float:
+    """The slowest time that can still tie with ``fastest`` (:func:`~pipetrain.planners.contract.rank_key`
+    rounds to 3 significant digits) or fall within the profile's noise ``noise`` of it (:mod:`~.noise`)."""
+    if not math.isfinite(fastest) or fastest <= 0:
+        return math.inf
+    unit = 10.0 ** (math.floor(math.log10(fastest)) - 2)
+    return max(fastest + unit, fastest * (1 + noise)) * (1 + 1e-9)
+
+
 def best_first(plans: Sequence[Plan], cost: CostModel, optimizer: OptimizerName = "sgd", *,
                check: bool = True) -> list[Candidate]:
     """The plans worth simulating, scored (:func:`score`) and memory-checked (:func:`memory_checked`,
     ``check``), in increasing order of their lower bound (:func:`~pipetrain.simulate.bounds.chain_lower_bound_s`):
-    it stops at the first plan whose bound exceeds ``1 +`` :data:`BOUND_MARGIN` ``+ ε`` times the fastest
-    time found yet among plans that fit the devices' memory (whether or not ``check`` marks the others),
-    ``ε`` the profiles' measured noise (:mod:`~pipetrain.planners.noise`). A plan skipped so is
-    slower than that fitting plan by more than a 3-digit tie or the noise, so the fastest plan, the
-    fastest that fits, the ones within the noise of it and their ranking (:func:`~.contract.rank_key`)
-    are those of scoring every plan; only slower candidates are missing. A plan the bound does not
-    cover (bound 0) is always scored. Returned in the order scored."""
+    it stops at the first plan whose bound exceeds the fastest time found yet among plans that fit the
+    devices' memory (whether or not ``check`` marks the others) by more than a 3-digit tie
+    (:func:`~pipetrain.planners.contract.rank_key`) or the profiles' measured noise ``ε``
+    (:mod:`~pipetrain.planners.noise`). So the fastest plan, the fastest that fits, those that tie
+    with it or lie within the noise of it, and their ranking are those of scoring every plan; only
+    slower candidates are missing. A plan the bound does not cover (bound 0) is always scored.
+    Returned in the order scored; the plans' own order breaks ties of the bound."""
     noise = max((p.noise.spread for p in cost.profiles.values() if p.noise is not None), default=0.0)
     bounds = [chain_lower_bound_s(plan, cost) for plan in plans]
-    fastest_fitting = math.inf
+    limit = math.inf
     found = []
     for i in sorted(range(len(plans)), key=bounds.__getitem__):
-        if bounds[i] > (1 + BOUND_MARGIN + noise) * fastest_fitting:
+        if bounds[i] > limit:
             break
         candidate = score(plans[i], cost)
         if memory_checked(candidate, cost, optimizer).feasible:
-            fastest_fitting = min(fastest_fitting, candidate.iteration_s)
+            limit = min(limit, _tie_limit(candidate.iteration_s, noise))
         found.append(memory_checked(candidate, cost, optimizer, check=check))
     return found
 
