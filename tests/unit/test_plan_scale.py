@@ -10,7 +10,7 @@ from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
 from pipetrain.plan.methods import Method
 from pipetrain.planners.balanced import build_balanced_plan, plan_balanced
-from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem, rank_key
+from pipetrain.planners.contract import Candidate, Constraints, ModelRef, PlanningProblem, rank_key
 from pipetrain.planners.counts import candidate_counts
 from pipetrain.planners.score import best_first, memory_checked, score
 from pipetrain.profile.table import LayerProfile, Profile
@@ -52,7 +52,7 @@ def test_the_chain_bound_never_exceeds_the_simulated_time(shared: tuple[float, .
                     assert 0.5 * simulated < bound <= simulated, (seed, method, m)
 
 
-def exhaustive(problem: PlanningProblem) -> list:
+def exhaustive(problem: PlanningProblem) -> list[Candidate]:
     """Every balanced plan scored, ranked as the planner ranks them."""
     plans = [build_balanced_plan(problem.model, problem.cost, method=method, n_stages=problem.cost.cluster.n_devices,
                                  batch_size=BATCH, n_micro=m) for method in METHODS for m in candidate_counts(BATCH)]
