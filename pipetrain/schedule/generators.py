@@ -28,6 +28,9 @@ Two stages, two micro-batches of 2 samples, ``gpipe``; step 2 gives ``0F0[0:2] 0
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
 from pipetrain.plan.plan import Plan
 from pipetrain.schedule.action import ActionKind
 from pipetrain.schedule.asynchronous import add_steps_and_versions
@@ -97,6 +100,14 @@ def build_schedule(plan: Plan, batches: int | None = None) -> Schedule:
     Raises:
         UserError: an invalid plan, naming the stage and the fix.
     """
+    return _built(plan if plan.prediction is None else replace(plan, prediction=None), batches)
+
+
+@lru_cache(maxsize=4)
+def _built(plan: Plan, batches: int | None) -> Schedule:
+    """:func:`build_schedule`, its last few answers kept (a Schedule is immutable): a planner that
+    simulates a plan and then replays its memory (:func:`~pipetrain.simulate.memory.memory_need`)
+    builds it once (issue 30)."""
     plan.validate()
     n = _batches(plan, batches)
     run = _run(plan, n)
