@@ -32,7 +32,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from pipetrain.plan.plan import Plan
-from pipetrain.schedule.action import ActionKind
+from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.asynchronous import add_steps_and_versions
 from pipetrain.schedule.orders import Orders
 from pipetrain.schedule.passes import add_communication
@@ -68,9 +68,14 @@ def _split_replicas(orders: Orders, run: Plan) -> Schedule:
     its own micro-batches' actions and every STEP."""
     programs = {}
     for order in orders:
-        for rank in run.stages[order[0].stage].ranks:
-            programs[rank] = [a for a in order
-                              if a.kind is ActionKind.STEP or run.replica_rank(a.stage, a.microbatch) == rank]
+        own: dict[int, list[Action]] = {rank: [] for rank in run.stages[order[0].stage].ranks}
+        for a in order:  # one pass, not one per replica
+            if a.kind is ActionKind.STEP:
+                for program in own.values():
+                    program.append(a)
+            elif (keeper := own.get(run.replica_rank(a.stage, a.microbatch))) is not None:
+                keeper.append(a)
+        programs.update(own)
     return Schedule.from_mapping(programs)
 
 
