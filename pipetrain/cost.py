@@ -129,6 +129,7 @@ class CostModel:
         self.backward_s = lru_cache(maxsize=None)(self._backward_s)
         self.backward_input_s = lru_cache(maxsize=None)(self._backward_input_s)
         self.weight_grad_s = lru_cache(maxsize=None)(self._weight_grad_s)
+        self._saved: dict[tuple[str, ...], tuple[int, int]] = {}  # per stage: saved bytes per sample, weight casts
         self.heads: dict[str, Mapping[str, LayerProfile]] = {}
         self.message_host = MessageHost()
         """The ranks' own seconds per message (:class:`MessageHost`; none by default)."""
@@ -283,7 +284,11 @@ class CostModel:
         (:meth:`~pipetrain.profile.table.Profile.saved_bytes_per_sample`), plus under mixed precision
         the casts of its weights that the micro-batch's autograd graph keeps
         (:meth:`~pipetrain.profile.table.Profile.cast_weight_bytes`; 0 at fp32)."""
-        return self.profile.saved_bytes_per_sample(layers) * b + self.profile.cast_weight_bytes(layers)
+        key = tuple(layers)
+        if key not in self._saved:
+            self._saved[key] = (self.profile.saved_bytes_per_sample(layers), self.profile.cast_weight_bytes(layers))
+        per_sample, casts = self._saved[key]
+        return per_sample * b + casts
 
     def held_grad_bytes(self, layers: Sequence[str], b: int) -> int:
         """Bytes a stage keeps from a split backward's B of ``b`` samples to its W: the output gradients

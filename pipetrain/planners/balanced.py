@@ -6,7 +6,10 @@
 For each method it plans (:func:`balanced_plans`) and candidate micro-batch count ``m`` the planner
 cuts the layers into stages by an exact min–max partition of per-layer forward + backward time *at
 that micro-batch size* (a stage's cost curve depends on the size, docs/algorithms.md §2.2), builds the
-schedule, simulates it (:func:`~pipetrain.planners.score.score`) and keeps the fastest. Candidates: every ``m`` up to 64
+schedule, simulates it (:func:`~pipetrain.planners.score.score`) and keeps the fastest; counts whose
+lower bound (:func:`~pipetrain.simulate.bounds.chain_lower_bound_s`) already exceeds the fastest
+fitting time are not simulated (:func:`~pipetrain.planners.score.best_first`; issue 30).
+Candidates: every ``m`` up to 64
 plus powers of two up to the batch (:func:`~pipetrain.planners.counts.candidate_counts`). Ties go
 to less activation memory, then fewer micro-batches (:func:`~pipetrain.planners.contract.rank_key`).
 A candidate over memory gets a variant that recomputes its overflowing stages
@@ -17,6 +20,7 @@ fit as they are.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 
 from pipetrain.cost import CostModel
@@ -28,7 +32,7 @@ from pipetrain.planners.contract import Candidate, ModelRef, PlanningProblem, Pl
 from pipetrain.planners.counts import candidate_counts
 from pipetrain.planners.partition import balanced_partition
 from pipetrain.planners.recompute import as_chosen, with_recompute_options
-from pipetrain.planners.score import fitting_best, memory_checked, over_memory, score
+from pipetrain.planners.score import best_first, fitting_best, memory_checked, over_memory
 from pipetrain.planners.spec import planned_methods
 
 __all__ = ["balanced_candidates", "balanced_plans", "build_balanced_plan", "fastest_fitting", "plan_balanced"]
@@ -62,19 +66,20 @@ def build_balanced_plan(model: ModelRef, cost: CostModel, *, method: Method, n_s
     return Plan(model.name, model.fingerprint, batch_size, method, tuple(stages))
 
 
-def balanced_candidates(problem: PlanningProblem, method: Method) -> list[Candidate]:
-    """Every simulated balanced plan of ``method`` (one per micro-batch count), fastest first."""
+def balanced_candidates(problem: PlanningProblem, methods: Sequence[Method]) -> list[Candidate]:
+    """The simulated balanced plans of ``methods`` (one per method and micro-batch count), fastest
+    first: those :func:`~pipetrain.planners.score.best_first` scores, in increasing order of their
+    lower bound, up to the first that cannot beat (or tie) the fastest that fits, so the fastest plan
+    and the fastest that fits are those of simulating every one."""
     c = problem.constraints
     n_stages = c.n_stages or min(problem.cost.cluster.n_devices, len(problem.layer_names))
     smallest = problem.smallest_microbatch
     options = [c.n_micro] if c.n_micro is not None else candidate_counts(problem.batch_size, smallest=smallest)
-    candidates = []
-    for m in options:
-        plan = build_balanced_plan(problem.model, problem.cost, method=method, n_stages=n_stages,
-                                   batch_size=problem.batch_size, n_micro=m)
-        candidates.append(memory_checked(score(as_chosen(plan, c.recompute), problem.cost), problem.cost,
-                                         problem.optimizer, check=c.memory_cap))
-        log.debug("%s m=%d predicted %.6f s", method.value, m, candidates[-1].iteration_s)
+    plans = [as_chosen(build_balanced_plan(problem.model, problem.cost, method=method, n_stages=n_stages,
+                                           batch_size=problem.batch_size, n_micro=m), c.recompute)
+             for method in methods for m in options]
+    candidates = best_first(plans, problem.cost, problem.optimizer, check=c.memory_cap)
+    log.debug("balanced: simulated %d of %d plans", len(candidates), len(plans))
     if c.memory_cap and c.recompute == "auto":
         candidates = with_recompute_options(candidates, problem.cost, problem.optimizer)
     return sorted(candidates, key=rank_key)
@@ -82,16 +87,13 @@ def balanced_candidates(problem: PlanningProblem, method: Method) -> list[Candid
 
 def plan_balanced(problem: PlanningProblem) -> PlanningResult:
     """The fastest balanced plan over the methods (``constraints.method``, default every one of
-    :func:`balanced_plans`) and micro-batch counts (``constraints.n_micro``, default: search), with every
-    candidate."""
+    :func:`balanced_plans`) and micro-batch counts (``constraints.n_micro``, default: search), with the
+    candidates simulated (:func:`balanced_candidates`)."""
     method = problem.constraints.method
     if method is not None and not balanced_plans(METHODS[method]):
         raise UserError(f"the balanced planner plans {', '.join(m.value for m in planned_methods(balanced_plans))}, "
                         f"not method={method.value}; use a micro-batch planner (e.g. 'tidgap') for uedp")
-    candidates: list[Candidate] = []
-    for m in [method] if method is not None else planned_methods(balanced_plans):
-        candidates += balanced_candidates(problem, m)
-    candidates.sort(key=rank_key)
+    candidates = balanced_candidates(problem, [method] if method is not None else planned_methods(balanced_plans))
     best = fitting_best(candidates, "balanced")
     return PlanningResult("balanced", best.plan, problem.cost.cluster, tuple(candidates))
 

@@ -3,6 +3,7 @@
     candidate = score(plan, cost, label="pipedream 15-1")
     candidate.iteration_s, candidate.plan.prediction.bubble_fraction
     candidate = memory_checked(candidate, cost, optimizer="adam")   # infeasible when over memory
+    found = best_first(plans, cost, optimizer="adam")                # the fastest of many, fewer simulated
 
 Every planner ranks its options with these, so a prediction means the same thing whichever planner
 made it: the event simulator's iteration time (:func:`pipetrain.simulate.events.simulate`) of the
@@ -12,6 +13,7 @@ runtime then executes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -21,11 +23,13 @@ from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.plan import Plan, Prediction
 from pipetrain.planners.contract import Candidate
 from pipetrain.schedule.generators import build_schedule
+from pipetrain.simulate.bounds import chain_lower_bound_s
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import overflows
 from pipetrain.simulate.steady import steady_timeline
 
-__all__ = ["fitting_best", "memory_checked", "over_memory", "profile_sources", "score", "score_steady"]
+__all__ = ["best_first", "fitting_best", "memory_checked", "over_memory", "profile_sources", "score",
+           "score_steady"]
 
 _MIB = 2**20
 
@@ -90,6 +94,40 @@ def memory_checked(
         peaks = None
     why = over_memory(candidate.plan, cost, optimizer, peaks)
     return replace(candidate, infeasible=f"over memory: {why}") if why else candidate
+
+
+def _tie_limit(fastest: float, noise: float) -> float:
+    """The slowest time that can still tie with ``fastest`` (:func:`~pipetrain.planners.contract.rank_key`
+    rounds to 3 significant digits) or fall within the profile's noise ``noise`` of it (:mod:`~.noise`)."""
+    if not math.isfinite(fastest) or fastest <= 0:
+        return math.inf
+    unit = 10.0 ** (math.floor(math.log10(fastest)) - 2)
+    return max(fastest + unit, fastest * (1 + noise)) * (1 + 1e-9)
+
+
+def best_first(plans: Sequence[Plan], cost: CostModel, optimizer: OptimizerName = "sgd", *,
+               check: bool = True) -> list[Candidate]:
+    """The plans worth simulating, scored (:func:`score`) and memory-checked (:func:`memory_checked`,
+    ``check``), in increasing order of their lower bound (:func:`~pipetrain.simulate.bounds.chain_lower_bound_s`):
+    it stops at the first plan whose bound exceeds the fastest time found yet among plans that fit the
+    devices' memory (whether or not ``check`` marks the others) by more than a 3-digit tie
+    (:func:`~pipetrain.planners.contract.rank_key`) or the profiles' measured noise ``ε``
+    (:mod:`~pipetrain.planners.noise`). So the fastest plan, the fastest that fits, those that tie
+    with it or lie within the noise of it, and their ranking are those of scoring every plan; only
+    slower candidates are missing. A plan the bound does not cover (bound 0) is always scored.
+    Returned in the order scored; the plans' own order breaks ties of the bound."""
+    noise = max((p.noise.spread for p in cost.profiles.values() if p.noise is not None), default=0.0)
+    bounds = [chain_lower_bound_s(plan, cost) for plan in plans]
+    limit = math.inf
+    found = []
+    for i in sorted(range(len(plans)), key=bounds.__getitem__):
+        if bounds[i] > limit:
+            break
+        candidate = score(plans[i], cost)
+        if memory_checked(candidate, cost, optimizer).feasible:
+            limit = min(limit, _tie_limit(candidate.iteration_s, noise))
+        found.append(memory_checked(candidate, cost, optimizer, check=check))
+    return found
 
 
 def fitting_best(candidates: Sequence[Candidate], planner: str) -> Candidate:

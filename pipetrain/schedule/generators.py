@@ -28,8 +28,11 @@ Two stages, two micro-batches of 2 samples, ``gpipe``; step 2 gives ``0F0[0:2] 0
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
 from pipetrain.plan.plan import Plan
-from pipetrain.schedule.action import ActionKind
+from pipetrain.schedule.action import Action, ActionKind
 from pipetrain.schedule.asynchronous import add_steps_and_versions
 from pipetrain.schedule.orders import Orders
 from pipetrain.schedule.passes import add_communication
@@ -65,9 +68,14 @@ def _split_replicas(orders: Orders, run: Plan) -> Schedule:
     its own micro-batches' actions and every STEP."""
     programs = {}
     for order in orders:
-        for rank in run.stages[order[0].stage].ranks:
-            programs[rank] = [a for a in order
-                              if a.kind is ActionKind.STEP or run.replica_rank(a.stage, a.microbatch) == rank]
+        own: dict[int, list[Action]] = {rank: [] for rank in run.stages[order[0].stage].ranks}
+        for a in order:  # one pass, not one per replica
+            if a.kind is ActionKind.STEP:
+                for program in own.values():
+                    program.append(a)
+            elif (keeper := own.get(run.replica_rank(a.stage, a.microbatch))) is not None:
+                keeper.append(a)
+        programs.update(own)
     return Schedule.from_mapping(programs)
 
 
@@ -97,6 +105,14 @@ def build_schedule(plan: Plan, batches: int | None = None) -> Schedule:
     Raises:
         UserError: an invalid plan, naming the stage and the fix.
     """
+    return _built(plan if plan.prediction is None else replace(plan, prediction=None), batches)
+
+
+@lru_cache(maxsize=4)
+def _built(plan: Plan, batches: int | None) -> Schedule:
+    """:func:`build_schedule`, its last few answers kept (a Schedule is immutable): a planner that
+    simulates a plan and then replays its memory (:func:`~pipetrain.simulate.memory.memory_need`)
+    builds it once (issue 30)."""
     plan.validate()
     n = _batches(plan, batches)
     run = _run(plan, n)

@@ -62,12 +62,17 @@ def _receives(
 
 def add_communication(schedule: Schedule, plan: Plan) -> Schedule:
     """Insert SEND/RECV actions along the plan's stage edges (see module docstring); a rank that runs
-    several stages (method ``interleaved``) gets each stage's messages around that stage's actions."""
+    several stages (method ``interleaved``) gets each stage's messages around that stage's actions.
+
+    Cost: O(actions + ranks · stages), each stage's message targets read once (:class:`_Targets`)
+    and every rank's incoming links indexed in one pass over the schedule (:func:`_incoming`)."""
     gradients = plan.spec.gradients_cross_stages
+    targets = _Targets(plan, gradients)
+    incoming = _incoming(schedule, plan, targets)
     programs: list[list[Action]] = []
     for rank, program in schedule:
         pending = {k: _pending(plan, rank, k, gradients) for k in plan.stages_of_rank(rank)}
-        in_order = _InOrder(schedule, plan, rank, gradients)
+        in_order = _InOrder(incoming[rank])
         out: list[Action] = []
         for a in program:
             fwd_in, bwd_in = pending[a.stage]
@@ -78,7 +83,7 @@ def add_communication(schedule: Schedule, plan: Plan) -> Schedule:
                 for t, queue in bwd_in.items():
                     out += in_order.take(_receives(ActionKind.RECV_B, plan, t, a.stage, a.hi, queue))
             out.append(a)
-            out += _sends(plan, a, gradients)
+            out += _sends(plan, a, targets)
         programs.append(out)
     return Schedule.from_lists(programs)
 
@@ -97,35 +102,54 @@ def _pending(plan: Plan, rank: int, k: int, gradients: bool) -> tuple[Pending, P
     return fwd_in, bwd_in if gradients else {}
 
 
-def _targets(plan: Plan, a: Action, gradients: bool) -> list[int]:
-    """The stages ``a``'s output goes to by message: every successor (F), every predecessor (B, its input
-    gradients), but a neighbour on the same rank (module docstring)."""
-    local = plan.local_edges
-    if a.kind is ActionKind.F:
-        return [t for t in plan.stage_successors(a.stage) if (a.stage, t) not in local]
-    if a.kind is ActionKind.B and gradients:
-        return [p for p in plan.stage_predecessors(a.stage) if (p, a.stage) not in local]
-    return []
+class _Targets:
+    """Per stage, the stages its output goes to by message: every successor (F), every predecessor
+    (B, its input gradients; none without ``gradients``), but a neighbour on the same rank (module
+    docstring); read from the plan once, not per action."""
+
+    def __init__(self, plan: Plan, gradients: bool) -> None:
+        local = plan.local_edges
+        stages = range(plan.n_stages)
+        self.forward = [[t for t in plan.stage_successors(k) if (k, t) not in local] for k in stages]
+        self.backward = [[p for p in plan.stage_predecessors(k) if (p, k) not in local] if gradients else []
+                         for k in stages]
+
+    def of(self, a: Action) -> list[int]:
+        """The stages ``a``'s output goes to (none for W and STEP)."""
+        if a.kind is ActionKind.F:
+            return self.forward[a.stage]
+        if a.kind is ActionKind.B:
+            return self.backward[a.stage]
+        return []
 
 
-def _sends(plan: Plan, a: Action, gradients: bool) -> list[Action]:
+def _sends(plan: Plan, a: Action, targets: _Targets) -> list[Action]:
     """The sends after ``a``: its activations to every successor (F), its input gradients to every predecessor (B)."""
     kind = ActionKind.SEND_F if a.kind is ActionKind.F else ActionKind.SEND_B
     return [Action(kind, a.stage, a.microbatch, a.lo, a.hi, peer=plan.replica_rank(t, a.microbatch))
-            for t in _targets(plan, a, gradients)]
+            for t in targets.of(a)]
+
+
+Links = dict[tuple[int | None, ActionKind], deque[Action]]
+
+
+def _incoming(schedule: Schedule, plan: Plan, targets: _Targets) -> list[Links]:
+    """Per rank, the receives it has to make, per (sender rank, direction), in the order the sender sends them."""
+    links: list[Links] = [defaultdict(deque) for _ in range(schedule.n_ranks)]
+    for peer, program in schedule:
+        for a in program:
+            kind = ActionKind.RECV_F if a.kind is ActionKind.F else ActionKind.RECV_B
+            for t in targets.of(a):
+                dst = plan.replica_rank(t, a.microbatch)
+                links[dst][(peer, kind)].append(Action(kind, t, a.microbatch, a.lo, a.hi, peer=peer))
+    return links
 
 
 class _InOrder:
     """One rank's receives in the order their senders send them, per directed link and direction."""
 
-    def __init__(self, schedule: Schedule, plan: Plan, rank: int, gradients: bool) -> None:
-        self.links: dict[tuple[int | None, ActionKind], deque[Action]] = defaultdict(deque)
-        for peer, program in schedule:
-            for a in program:
-                kind = ActionKind.RECV_F if a.kind is ActionKind.F else ActionKind.RECV_B
-                for t in _targets(plan, a, gradients):
-                    if plan.replica_rank(t, a.microbatch) == rank:
-                        self.links[(peer, kind)].append(Action(kind, t, a.microbatch, a.lo, a.hi, peer=peer))
+    def __init__(self, links: Links) -> None:
+        self.links = links
         self.taken: set[Action] = set()
 
     def take(self, receives: list[Action]) -> list[Action]:

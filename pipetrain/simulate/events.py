@@ -49,11 +49,13 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
 
 The simulation advances in time order from event to event (an action ends, a message arrives);
 between events every busy rank's remaining work shrinks at its current rate. Cost:
-O(actions × ranks). A schedule that cannot finish raises :class:`ScheduleError`.
+O(actions × (busy + waiting ranks)), at most O(actions × ranks): at each event only the ranks that
+finished an action and those waiting are tried again. A schedule that cannot finish raises :class:`ScheduleError`.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -105,6 +107,12 @@ class _Simulator:
         self.stages = [(s.layers, s.ranks) for s in plan.stages]
         self.tied_s = [cost.tied_allreduce_s(self.stages, r) for r in range(n)]
         self.clip_s = 0.0 if plan.spec.loss_per_microbatch else cost.clip_allreduce_s(range(plan.n_ranks))
+        self.bytes_of: dict[tuple[int, int, bool, int], int] = {}
+        self.reached: dict[tuple[int, int], int] = defaultdict(int)  # (stage, i): replicas at or past their i-th STEP
+        self.woken: set[int] = set()  # ranks an advance may have unblocked (settle)
+        self.due: list[tuple[float, int]] = []  # (arrival, rank) of each waiting receive's next message
+        for r in range(n):
+            self.arrive(r)
 
     # ---- costs --------------------------------------------------------------------------------
 
@@ -147,16 +155,21 @@ class _Simulator:
 
     def message_bytes(self, rank: int, a: Action) -> int:
         """The bytes of a communication action's message: what crosses the stage's output boundary
-        (SEND_F, RECV_B) or its input boundary (RECV_F, SEND_B)."""
-        layers = self.layers(a)
+        (SEND_F, RECV_B) or its input boundary (RECV_F, SEND_B); computed once per stage, peer
+        stage, direction and size."""
         outgoing = a.kind in (ActionKind.SEND_F, ActionKind.RECV_B)
-        if self.plan.spec.graph is StageGraph.DAG:  # the values this stage edge carries
-            assert a.peer is not None
-            peer = self.plan.stages[self.stage_of[a.peer]].layers
-            return self.cost.edge_bytes(*((layers, peer) if outgoing else (peer, layers)), a.size)
-        if outgoing:
-            return self.cost.output_bytes(layers, a.size)
-        return self.cost.input_bytes(layers, a.size)
+        dag = self.plan.spec.graph is StageGraph.DAG
+        peer_stage = self.stage_of[a.peer] if dag and a.peer is not None else -1
+        key = (a.stage, peer_stage, outgoing, a.size)
+        if key not in self.bytes_of:
+            layers = self.layers(a)
+            if dag:  # the values this stage edge carries
+                peer = self.plan.stages[peer_stage].layers
+                found = self.cost.edge_bytes(*((layers, peer) if outgoing else (peer, layers)), a.size)
+            else:
+                found = self.cost.output_bytes(layers, a.size) if outgoing else self.cost.input_bytes(layers, a.size)
+            self.bytes_of[key] = found
+        return self.bytes_of[key]
 
     def prepost_bytes(self) -> tuple[int, ...]:
         """Per rank, the receive buffers it posts at a step's start, at most (the schedule pass
@@ -205,6 +218,7 @@ class _Simulator:
                 return False
             queue.popleft()
             self.queued[(a.peer, rank, a.channel)] -= 1
+            self.woken.add(a.peer)  # a send held by a full queue
             host = self.cost.recv_host_s(self.message_bytes(rank, a))
             if host > 0:  # the rank's own work on the arrived message: the event ends after it
                 self.busy[rank] = _Busy(a, self.wait_since.pop(rank, self.now), host)
@@ -217,7 +231,7 @@ class _Simulator:
             self.wait_since.pop(rank, None)
             self.busy[rank] = _Busy(a, self.now, self.compute_s(rank, a))
             return True
-        self.pos[rank] += 1
+        self.move_on(rank)
         return True
 
     def post_send(self, rank: int, a: Action) -> None:
@@ -229,36 +243,48 @@ class _Simulator:
         self.link_free[link] = end
         self.arrivals[(rank, a.peer, a.channel)].append(end)
         self.events.append(Event(rank, a, begin, end))
+        self.woken.add(a.peer)  # its receiver may be waiting
 
     def replicas_at_step(self, rank: int) -> bool:
         """Whether every replica of ``rank``'s stage has reached (or passed) the STEP ``rank`` is at:
         its ``i``-th, counting STEPs, as an asynchronous program steps many times."""
-        ranks = self.plan.stages[self.stage_of[rank]].ranks
-        if len(ranks) == 1:
-            return True
-        i = self.steps_before[rank][self.pos[rank]]
-        return all(self.steps_before[r][self.pos[r]] + self._at_step(r) > i for r in ranks)
+        stage = self.stage_of[rank]
+        n_replicas = len(self.plan.stages[stage].ranks)
+        return n_replicas == 1 or self.reached[(stage, self.steps_before[rank][self.pos[rank]])] == n_replicas
 
-    def _at_step(self, rank: int) -> bool:
-        program = self.schedule.ranks[rank]
-        return self.pos[rank] < len(program) and program[self.pos[rank]].kind is ActionKind.STEP
+    def move_on(self, rank: int) -> None:
+        """``rank`` is done with its current action: to its next one."""
+        self.pos[rank] += 1
+        self.arrive(rank)
+
+    def arrive(self, rank: int) -> None:
+        """Count ``rank`` among its stage's replicas at their ``i``-th STEP when its next action is that STEP."""
+        program, at = self.schedule.ranks[rank], self.pos[rank]
+        if at < len(program) and program[at].kind is ActionKind.STEP:
+            stage = self.stage_of[rank]
+            key = (stage, self.steps_before[rank][at])
+            self.reached[key] += 1
+            ranks = self.plan.stages[stage].ranks
+            if len(ranks) > 1 and self.reached[key] == len(ranks):
+                self.woken.update(ranks)
 
     def next_event_s(self, rates: dict[int, float]) -> float:
         """The earliest moment something changes: a compute action ends or a message arrives."""
         ends = [self.now + b.remaining_s / rates[r] for r, b in self.busy.items()]
-        arrivals = []
+        self.due = []
         for rank in self.wait_since:
             a = self.schedule.ranks[rank][self.pos[rank]]
             if a.peer is None or a.is_send:  # a replica at STEP, a send on a full queue: released by others
                 continue
             queue = self.arrivals[(a.peer, rank, a.channel)]
             if queue:
-                arrivals.append(queue[0])
-        return min(ends + arrivals, default=math.inf)
+                self.due.append((queue[0], rank))
+        return min(ends + [t for t, _ in self.due], default=math.inf)
 
-    def finish_until(self, t: float, rates: dict[int, float]) -> None:
-        """Move the clock to ``t``: busy ranks progress, and those whose work is done finish."""
+    def finish_until(self, t: float, rates: dict[int, float]) -> list[int]:
+        """Move the clock to ``t``: busy ranks progress, and those whose work is done finish; returns those."""
         start, self.now = self.now, t
+        finished = []
         for rank, b in list(self.busy.items()):
             # the very expression next_event_s took the minimum of, so the action that set ``t``
             # always ends here, even where ``t`` is so large that ``t + remaining`` rounds to ``t``
@@ -272,18 +298,46 @@ class _Simulator:
                 self.events.append(Event(rank, b.action, b.start_s, t))
             if b.action.kind in (ActionKind.F, ActionKind.B, ActionKind.W):
                 self.track_memory(rank, b.action)
-            self.pos[rank] += 1
+            self.move_on(rank)
+            finished.append(rank)
+        return finished
+
+    def settle(self, ranks: set[int]) -> None:
+        """Advance ranks at ``now`` until none can, with the outcome and event order of passes over
+        every rank in increasing order: a pass visits ``ranks`` and, after a rank advances, the
+        higher ranks it may have unblocked (:attr:`woken`: its message's receiver, the sender its
+        receive makes room for, the replicas it completes at a STEP); the next pass, those that
+        advanced and the lower ranks they unblocked. A rank no advance touched since it last
+        failed (busy, done, or still blocked) fails again, so skipping it changes nothing."""
+        pending = sorted(ranks)
+        while pending:
+            queued, after = set(pending), set()
+            while pending:
+                rank = heapq.heappop(pending)
+                self.woken.clear()
+                if self.advance_rank(rank):
+                    after.add(rank)
+                for other in self.woken:
+                    if other <= rank:
+                        after.add(other)
+                    elif other not in queued:
+                        queued.add(other)
+                        heapq.heappush(pending, other)
+            pending = sorted(after)
 
     def run(self, label: str) -> Timeline:
         n = self.schedule.n_ranks
+        ready = set(range(n))
         while True:
-            while any([self.advance_rank(r) for r in range(n)]):
-                pass
+            self.woken.clear()
+            self.settle(ready)
             rates = self.rates()
             t = self.next_event_s(rates)
             if t == math.inf:
                 break
-            self.finish_until(t, rates)
+            self.woken.clear()
+            finished = self.finish_until(t, rates)
+            ready = {*finished, *self.woken, *(rank for arrival, rank in self.due if arrival <= t)}
         stuck = [r for r, p in enumerate(self.schedule.ranks) if self.pos[r] < len(p)]
         if stuck:
             raise ScheduleError(f"simulation deadlocked at rank {stuck[0]}, step {self.pos[stuck[0]]}; "

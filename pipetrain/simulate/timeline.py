@@ -86,19 +86,24 @@ class Timeline:
 
     def busy_s(self, rank: int) -> float:
         """Seconds the rank spent computing (F, B, W and STEP)."""
-        return sum(
-            e.duration_s for e in self.events
-            if e.rank == rank and (e.action.kind in COMPUTE_KINDS or e.action.kind is ActionKind.STEP)
-        )
+        return self.busy_by_rank()[rank]
+
+    def busy_by_rank(self) -> list[float]:
+        """:meth:`busy_s` of every rank, in one pass over the events (each rank's sum in event order)."""
+        busy = [0.0] * self.n_ranks
+        for e in self.events:
+            if e.rank < self.n_ranks and (e.action.kind in COMPUTE_KINDS or e.action.kind is ActionKind.STEP):
+                busy[e.rank] += e.duration_s
+        return busy
 
     def summary(self, stage_of_rank: Sequence[int] | None = None) -> list[StageSummary]:
         """One row per stage (a replicated stage: the mean over its ranks; memory: the max)."""
         mapping = list(stage_of_rank) if stage_of_rank is not None else list(range(self.n_ranks))
         span = self.iteration_s or 1.0
-        rows = []
+        rows, busy_s = [], self.busy_by_rank()
         for stage in sorted(set(mapping)):
             ranks = [r for r, s in enumerate(mapping) if s == stage]
-            busy = statistics.fmean(self.busy_s(r) for r in ranks)
+            busy = statistics.fmean(busy_s[r] for r in ranks)
             peak = max((self.peak_activation_bytes[r] for r in ranks if r < len(self.peak_activation_bytes)), default=0)
             rows.append(StageSummary(stage, busy, max(0.0, 1.0 - busy / span), peak))
         return rows
@@ -106,7 +111,7 @@ class Timeline:
     def bubble_fraction(self) -> float:
         """Mean idle fraction over ranks."""
         span = self.iteration_s or 1.0
-        return statistics.fmean(max(0.0, 1.0 - self.busy_s(r) / span) for r in range(self.n_ranks))
+        return statistics.fmean(max(0.0, 1.0 - busy / span) for busy in self.busy_by_rank())
 
     # ---- JSON -------------------------------------------------------------------------------
 
