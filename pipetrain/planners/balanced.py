@@ -70,7 +70,10 @@ def balanced_candidates(problem: PlanningProblem, methods: Sequence[Method]) -> 
     """The simulated balanced plans of ``methods`` (one per method and micro-batch count), fastest
     first: those :func:`~pipetrain.planners.score.best_first` scores, in increasing order of their
     lower bound, up to the first that cannot beat (or tie) the fastest that fits, so the fastest plan
-    and the fastest that fits are those of simulating every one."""
+    and the fastest that fits are those of simulating every one. When none of them runs a micro-batch
+    per stage, also the fastest plans that do (best first among those): a method that needs as many
+    micro-batches as stages (``2bw``, run on a ``1f1b`` plan's stages,
+    :attr:`~pipetrain.plan.methods.MethodSpec.microbatches_per_stage`) takes the fastest of them."""
     c = problem.constraints
     n_stages = c.n_stages or min(problem.cost.cluster.n_devices, len(problem.layer_names))
     smallest = problem.smallest_microbatch
@@ -79,6 +82,9 @@ def balanced_candidates(problem: PlanningProblem, methods: Sequence[Method]) -> 
                                            batch_size=problem.batch_size, n_micro=m), c.recompute)
              for method in methods for m in options]
     candidates = best_first(plans, problem.cost, problem.optimizer, check=c.memory_cap)
+    filled = [p for p in plans if len(p.stages[0].forward_sizes) >= n_stages]
+    if not any(len(cand.plan.stages[0].forward_sizes) >= n_stages for cand in candidates):
+        candidates += best_first(filled, problem.cost, problem.optimizer, check=c.memory_cap)
     log.debug("balanced: simulated %d of %d plans", len(candidates), len(plans))
     if c.memory_cap and c.recompute == "auto":
         candidates = with_recompute_options(candidates, problem.cost, problem.optimizer)

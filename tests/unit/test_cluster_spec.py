@@ -25,6 +25,8 @@ EXPECTED = {
     "v100-fpga.yaml": (4, 2, {"v100", "fpga"}),
     "pipedream-a.yaml": (16, 4, {"v100"}),
     "pipedream-b.yaml": (16, 2, {"v100"}),
+    "8x8-a100.yaml": (64, 8, {"a100"}),
+    "64x8-a100.yaml": (512, 64, {"a100"}),
 }
 LINKS = "links: {intra_node: {latency_us: 5, bandwidth_gb_per_s: 150}, inter_node: {latency_s: 0.001, " \
         "bandwidth_gbit_per_s: 25}}\n"
