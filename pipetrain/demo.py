@@ -116,7 +116,7 @@ def _plan(graph: LayerGraph, settings: DemoSettings, out: Console, console: Cons
     plan = dataclasses.replace(result.plan, measurements=PlanSources("profile.json", "cluster.json"))
     write_atomic(folder / "plan.json", plan.to_json())
     out.print(plan_table(plan))
-    out.print(candidates_table(list(result.candidates), top=6))
+    out.print(candidates_table(list(result.candidates), top=6, kept=result.plan))
     console.print("[bold]4/7[/bold] predicted timeline")
     schedule, predicted = api.predict(plan, profile, cluster)
     write_atomic(folder / "schedule.csv", schedule.to_csv())
