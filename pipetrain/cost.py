@@ -143,7 +143,7 @@ class CostModel:
 
     def with_message_host(self, host: MessageHost) -> CostModel:
         """A copy whose ranks spend ``host``'s seconds on each message they send or receive (module docstring)."""
-        copy = self._copy(self.cluster).with_heads(self.heads)
+        copy = self.with_heads(self.heads)  # a copy, its heads and message costs as here
         copy.message_host = host
         return copy
 

@@ -82,8 +82,8 @@ def balanced_candidates(problem: PlanningProblem, methods: Sequence[Method]) -> 
                                            batch_size=problem.batch_size, n_micro=m), c.recompute)
              for method in methods for m in options]
     candidates = best_first(plans, problem.cost, problem.optimizer, check=c.memory_cap)
-    filled = [p for p in plans if len(p.stages[0].forward_sizes) >= n_stages]
     if not any(len(cand.plan.stages[0].forward_sizes) >= n_stages for cand in candidates):
+        filled = [p for p in plans if len(p.stages[0].forward_sizes) >= n_stages]
         candidates += best_first(filled, problem.cost, problem.optimizer, check=c.memory_cap)
     log.debug("balanced: simulated %d of %d plans", len(candidates), len(plans))
     if c.memory_cap and c.recompute == "auto":

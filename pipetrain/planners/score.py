@@ -124,9 +124,10 @@ def best_first(plans: Sequence[Plan], cost: CostModel, optimizer: OptimizerName 
         if bounds[i] > limit:
             break
         candidate = score(plans[i], cost)
-        if memory_checked(candidate, cost, optimizer).feasible:
+        checked = memory_checked(candidate, cost, optimizer)  # the limit counts fitting plans, whatever ``check``
+        if checked.feasible:
             limit = min(limit, _tie_limit(candidate.iteration_s, noise))
-        found.append(memory_checked(candidate, cost, optimizer, check=check))
+        found.append(checked if check else candidate)
     return found
 
 
