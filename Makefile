@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check clean
+.PHONY: demo test benchmarks-quick lint typecheck check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ test: $(STAMP)
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+benchmarks-quick: $(STAMP)
+	$(PY) benchmarks/run_all.py --quick
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipetrain tests benchmarks

@@ -34,8 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import WARMUP_STEPS, _bounded, probe_cluster, profile_logged
+from common.measured import WARMUP_STEPS, probe_cluster, profile_logged
 from core_report import ratio
+from harness import bounded
 
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cost import CostModel
@@ -86,7 +87,7 @@ def setup(model: str, batch: int, cluster: Cluster) -> Setup:
 def run_one(s: Setup, method: str, round_: int, steps: int) -> Measured:
     config = TrainConfig(steps=steps, warmup_steps=WARMUP_STEPS, progress=False, threads_per_rank=1, timeout_s=60.0)
     graph = build_model(s.model)
-    out, status = _bounded(lambda: train(graph, s.plans[method], config), 180.0)
+    out, status = bounded(lambda: train(graph, s.plans[method], config), 180.0)
     run = Measured(s.model, method, round_, status, predicted_samples_per_s=s.predicted[method])
     if out is not None:
         run.samples_per_s = out.samples_per_s

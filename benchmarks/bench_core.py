@@ -32,7 +32,6 @@ each model's predictions were made from).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing as mp
 import platform
@@ -40,7 +39,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -50,9 +49,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common.measured import WARMUP_STEPS, probe_cluster, profile_logged
+from common.torch_baseline import Schedule, run_torch_pipelining, stage_layers
+from common.torch_schedules import SCHEDULES as TORCH_SCHEDULES
 from core_report import describe, save_gantts, write_report
-from torch_baseline import Schedule, run_torch_pipelining, stage_layers
-from torch_schedules import SCHEDULES as TORCH_SCHEDULES
+from harness import bounded
 
 import pipetrain
 from pipetrain import api
@@ -66,7 +67,6 @@ from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
-from pipetrain.profile.link import Workload
 from pipetrain.profile.table import Profile
 from pipetrain.runtime.job.config import TrainConfig as TrainConfigT
 from pipetrain.runtime.job.config import TrainResult as TrainResultT
@@ -75,7 +75,6 @@ from pipetrain.simulate.timeline import Timeline
 Kind = Literal["single", "single+alloc", "torch", "pipetrain", "planned", "planned-noalloc"]
 T = TypeVar("T")
 
-WARMUP_STEPS = 2
 SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b", "zb1", "interleaved", "zbv")
 METHOD_OF: dict[str, Method] = {"gpipe": Method.GPIPE, "1f1b": Method.ONE_F_ONE_B, "zb1": Method.ZB1,
                                 "interleaved": Method.INTERLEAVED, "zbv": Method.ZBV}
@@ -143,37 +142,6 @@ def configs(micro: Sequence[int]) -> list[Config]:
 
 
 # ---- setup ------------------------------------------------------------------------------------
-
-
-def probe_cluster(overhead_s: float | None, n_probes: int, model: Workload | None = None,
-                  known: Cluster | None = None) -> tuple[Cluster, dict[str, object]]:
-    """This machine as a 2-rank cluster (:func:`pipetrain.calibrate.overhead.probe_local_cluster`;
-    ``overhead_s`` None: the per-action overhead measured too; ``model``: contention on its work;
-    ``known``: an earlier probe's cluster, whose link and all-reduce are kept: only the contention is measured)."""
-    from pipetrain.calibrate.overhead import probe_local_cluster
-
-    cluster = probe_local_cluster(2, probes=n_probes, action_overhead_s=overhead_s, model=model,
-                                  link=None if known is None else known.intra_node,
-                                  collective=None if known is None else known.collective)
-    info: dict[str, object] = {
-        "latency_s": cluster.intra_node.latency_s,
-        "bandwidth_bytes_per_s": cluster.intra_node.bandwidth_bytes_per_s,
-        "shared_speed": list(cluster.shared_speed),
-        "action_overhead_s": cluster.action_overhead_s,
-        "overhead_measured": overhead_s is None,
-        "allreduce": None if cluster.collective is None else asdict(cluster.collective),
-        "link_measured": known is None,
-        "probes": n_probes,
-    }
-    return cluster, info
-
-
-def profile_logged(graph: LayerGraph, batch: int) -> Profile:
-    """The measured profile of ``graph`` at ``batch``, printing how long profiling took."""
-    t0 = time.perf_counter()
-    profile = api.profile_model(graph, batch)
-    print(f"[{graph.name}] profiled in {time.perf_counter() - t0:.1f} s", flush=True)
-    return profile
 
 
 def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequence[int],
@@ -244,36 +212,6 @@ def _partition_note(graph: LayerGraph, plans: dict[str, Plan]) -> str:
 # ---- one run ----------------------------------------------------------------------------------
 
 
-class RunTimeout(Exception):
-    """A run went past its wall-clock bound."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise :class:`RunTimeout` in this (main) thread after ``seconds``."""
-
-    def _fire(signum: int, frame: FrameType | None) -> None:
-        raise RunTimeout(f"over {seconds:.0f} s")
-
-    previous = signal.signal(signal.SIGALRM, _fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _bounded(fn: Callable[[], T], timeout_s: float) -> tuple[T | None, str]:
-    try:
-        with time_limit(timeout_s):
-            return fn(), "ok"
-    except RunTimeout as e:
-        return None, f"timeout: {e}"
-    except Exception as e:  # a failed configuration is a result, not the end of the benchmark
-        return None, f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-
-
 def run_config(setup: ModelSetup, config: Config, round_: int, timeout_s: float) -> tuple[Run, Timeline | None]:
     """Run one configuration once; returns the run and, for pipetrain, its measured timeline."""
     from pipetrain.runtime import TrainConfig, train
@@ -291,12 +229,12 @@ def run_config(setup: ModelSetup, config: Config, round_: int, timeout_s: float)
                                    threads_per_rank=1, timeout_s=min(60.0, timeout_s))
         if config.kind in ("single", "single+alloc"):
             keep = config.kind == "single+alloc"
-            out, run.status = _bounded(lambda: _fresh_reference(setup, replace(train_config, keep_freed_memory=keep)),
+            out, run.status = bounded(lambda: _fresh_reference(setup, replace(train_config, keep_freed_memory=keep)),
                                        timeout_s)
         else:
             plan = setup.plans["planned" if config.kind == "planned-noalloc" else config.label]
             keep = config.kind != "planned-noalloc"
-            out, run.status = _bounded(lambda: train(setup.graph, plan, replace(train_config, keep_freed_memory=keep)),
+            out, run.status = bounded(lambda: train(setup.graph, plan, replace(train_config, keep_freed_memory=keep)),
                                        timeout_s)
         if out is not None:
             run.samples_per_s, run.iteration_s = out.samples_per_s, out.timeline.iteration_s

@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from torch_baseline import layer_weights, run_torch_pipelining
-from torch_schedules import chunk_layers, schedule_of
+from common.torch_baseline import layer_weights, run_torch_pipelining
+from common.torch_schedules import chunk_layers, schedule_of
 
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method

@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import WARMUP_STEPS, probe_cluster, profile_logged
+from common.measured import WARMUP_STEPS, probe_cluster, profile_logged
 
 from pipetrain import api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster

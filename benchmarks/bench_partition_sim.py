@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from pipetrain.cluster import Cluster, Link
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common.clusters import PER_NODE, v100_servers
+
 from pipetrain.cost import CostModel
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
@@ -59,9 +62,6 @@ from pipetrain.simulate.memory import stage_memory
 
 MODELS = ("vgg16", "resnet50", "gnmt", "gpt1-14")
 DEVICE_COUNTS = (4, 8, 16)
-PER_NODE = 4
-NVLINK = Link(5e-6, 150e9)
-ETHERNET = Link(2e-5, 25e9 / 8)  # 25 Gbit/s
 GIB = 2**30
 EQUAL = (Method.GPIPE, Method.ONE_F_ONE_B)
 PLANNERS = ("data parallel", "equal split", "pipedream", "pipedream straight", "bapipe")
@@ -97,10 +97,6 @@ class Result:
     n_devices: int
     batch: int
     rows: list[Row]
-
-
-def cluster_of(n_devices: int) -> Cluster:
-    return Cluster.homogeneous("v100", n_devices // PER_NODE, PER_NODE, NVLINK, ETHERNET)
 
 
 def simulated(plan: Plan, cost: CostModel) -> tuple[float, float]:
@@ -157,7 +153,7 @@ def row(planner: str, plan: Plan, cost: CostModel, search_s: float, config: str 
 
 
 def run_one(graph: LayerGraph, profile: Profile, n_devices: int, batch: int) -> Result:
-    cost = CostModel(profile, cluster_of(n_devices))
+    cost = CostModel(profile, v100_servers(n_devices))
     problem = PlanningProblem(ModelRef.of(graph), cost, batch)
     rows = []
     t0 = time.perf_counter()

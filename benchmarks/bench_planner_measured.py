@@ -40,7 +40,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import WARMUP_STEPS, _bounded, probe_cluster, profile_logged
+from common.measured import WARMUP_STEPS, probe_cluster, profile_logged
+from harness import bounded
 from ranking import kendall_tau_b
 
 from pipetrain import api
@@ -192,7 +193,7 @@ def launch(s: ModelSetup, index: int, timeout_s: float) -> list[Measurement]:
     config = TrainConfig(steps=s.steps, warmup_steps=WARMUP_STEPS, progress=False, threads_per_rank=1,
                          timeout_s=60.0)
     jobs = [TrainJob(s.graph, o.plan, config) for o in order]
-    results, status = _bounded(lambda: train_many(jobs), timeout_s)
+    results, status = bounded(lambda: train_many(jobs), timeout_s)
     if results is None:
         return [Measurement(s.model, o.label, index, status) for o in order]
     return [Measurement(s.model, o.label, index, "ok", s.batch / r.samples_per_s, r.timeline.iteration_s,

@@ -65,8 +65,8 @@ from torch.utils.data import Dataset, TensorDataset
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.vision_models
 
-from torch_baseline import N_RANKS, WARMUP_STEPS, TorchRun, launch_timed
-from torch_schedules import SCHEDULES, schedule_of
+from common.torch_baseline import N_RANKS, WARMUP_STEPS, TorchRun, launch_timed
+from common.torch_schedules import SCHEDULES, schedule_of
 
 from pipetrain.data import StepLoader
 from pipetrain.graph.layer_graph import LayerGraph, LossKind, loss_sum

@@ -31,9 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import WARMUP_STEPS, Run, _bounded, probe_cluster, profile_logged
+from bench_core import Run
+from common.measured import WARMUP_STEPS, probe_cluster, profile_logged
+from common.torch_baseline import run_torch_pipelining
 from core_report import ratio
-from torch_baseline import run_torch_pipelining
+from harness import bounded
 
 from pipetrain import api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
@@ -108,7 +110,7 @@ def run_one(s: Setup, label: str, round_: int, steps: int, timeout_s: float) -> 
     config = TrainConfig(steps=steps, warmup_steps=WARMUP_STEPS, progress=False, threads_per_rank=1,
                          timeout_s=min(60.0, timeout_s))
     graph = build_model(s.model)
-    out, run.status = _bounded(lambda: train(graph, s.plans[label], config), timeout_s)
+    out, run.status = bounded(lambda: train(graph, s.plans[label], config), timeout_s)
     run.predicted_s = s.predicted_s[label]
     if out is None:
         return run, None

@@ -37,8 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import WARMUP_STEPS, _bounded, probe_cluster, profile_logged
-from bench_partition_sim import cluster_of
+from common.clusters import v100_servers
+from common.measured import WARMUP_STEPS, probe_cluster, profile_logged
+from harness import bounded
 
 from pipetrain import api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S
@@ -88,7 +89,7 @@ def simulated(batch: int, devices: tuple[int, ...], counts: tuple[int, ...]) -> 
     print(f"[gpt1-14] estimated in {time.perf_counter() - t0:.1f} s", flush=True)
     rows = []
     for d in devices:
-        cost = CostModel(profile, cluster_of(d))
+        cost = CostModel(profile, v100_servers(d))
         for m in counts:
             for label in (*(m.value for m in METHODS), Method.ZB2.value, STRICT):
                 method = Method.ZB1 if label == STRICT else Method(label)
@@ -128,7 +129,7 @@ def measured(repeats: int, steps: int, models: dict[str, int], n_probes: int) ->
         for r in range(repeats):
             order = list(plans) if r % 2 == 0 else list(reversed(plans))
             for label in order:
-                out, status = _bounded(functools.partial(train, graph, plans[label], config), 240.0)
+                out, status = bounded(functools.partial(train, graph, plans[label], config), 240.0)
                 rate = None if out is None else out.samples_per_s
                 rows.append(MeasuredRow(model, label, r, status, rate, predicted[label]))
                 print(f"round {r + 1} {model:9s} {label:5s} {status:6s} {rate or 0:8.1f} samples/s", flush=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from torch_schedules import SCHEDULES
+from common.torch_schedules import SCHEDULES
 
 __all__ = ["micro_of", "torch_schedule_lines"]
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import probe_cluster, profile_logged
+from common.measured import probe_cluster, profile_logged
 
 from pipetrain import api
 from pipetrain.cluster import Cluster

@@ -21,8 +21,8 @@ from pipetrain.runtime.job.data import make_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from torch_baseline import one_step_grads
-from torch_schedules import SCHEDULES
+from common.torch_baseline import one_step_grads
+from common.torch_schedules import SCHEDULES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

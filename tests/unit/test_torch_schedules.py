@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from torch_schedules import SCHEDULES, chunk_layers, schedule_of
+from common.torch_schedules import SCHEDULES, chunk_layers, schedule_of
 
 
 def test_every_torch_schedule_is_covered() -> None:

@@ -41,10 +41,10 @@ import torch.multiprocessing as mp
 
 from pipetrain.graph.layer_graph import LayerGraph
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torch_schedules import SCHEDULES, TorchSchedule, chunk_layers, schedule_of
-from torch_schedules import stage_layers as _stage_layers
+from common.torch_schedules import SCHEDULES, TorchSchedule, chunk_layers, schedule_of
+from common.torch_schedules import stage_layers as _stage_layers
 
 Schedule = str  # a key of torch_schedules.SCHEDULES
 
