@@ -1,7 +1,8 @@
 """Interleaved 1F1B against 1F1B: simulated at V100 scale, and measured on two local ranks.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_interleaved.py --out benchmarks/results/interleaved
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_interleaved.py --skip-measured --out /tmp/int   # simulation only
+    .venv/bin/python benchmarks/bench_interleaved.py                    # ~5 min on a quiet 2-core machine
+    .venv/bin/python benchmarks/bench_interleaved.py --skip-measured    # the simulated part alone (~1 min)
+    .venv/bin/python benchmarks/bench_interleaved.py --quick            # 4 ranks at m = 8; mlp-digits measured
 
 **Simulated.** A GPT-1-sized model (zoo ``gpt1-14`` with ``--blocks`` transformer blocks, default 30,
 so that 8 ranks × 4 chunks still get whole blocks), estimated V100 profiles and links
@@ -13,148 +14,126 @@ schedule up to 10 % faster than 1F1B at scale; its bubble shrinks by v.
 
 **Measured.** On two local CPU ranks (gloo, one thread each), ``mlp`` (batch 128) and ``gpt-tiny``
 (batch 64): the interleaved planner's plan (:func:`~pipetrain.planners.interleaved.plan_interleaved`,
-v and m searched on a measured profile) and the balanced 1F1B plan, trained ``--steps`` steps each,
-alternately (A B A B …) ``--repeats`` times in one launch; the median samples/s of each, and each
-plan's prediction beside it.
-
-Output under ``--out``: ``interleaved.json`` and ``interleaved.md``.
+method interleaved, v and m searched on a measured profile) and the balanced 1F1B plan, trained
+``--steps`` steps each in one launch per round, the order reversed every other round, ``--repeats``
+rounds; the median samples/s of each and the paired ratio, each plan's prediction beside it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-from dataclasses import asdict, dataclass
+import sys
 from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common.measured import profile_logged
+from common.zb_grid import plan_for, simulated
+from common.zb_measured import Case, train_cases
+from common.zb_report import error_headline, measured_table
+from harness import Chart, Context, Experiment, Headline, Report, Row, RunInfo, main
 
 from pipetrain import api
 from pipetrain.cost import CostModel
-from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
-from pipetrain.plan.plan import Plan
-from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
-from pipetrain.planners.interleaved import build_interleaved_plan, plan_interleaved
+from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.registry import run_planner
 from pipetrain.profile.estimate import estimate_profile
-from pipetrain.profile.measure import measure_profile
-from pipetrain.runtime import TrainConfig, TrainJob, train_many
-from pipetrain.schedule.generators import build_schedule
-from pipetrain.simulate.events import simulate
+
+MEASURED = {"mlp": 128, "gpt-tiny": 64}
+Setting = tuple[str, int] | tuple[Case, ...]  # ("simulated", ranks) or one model's measured cases
 
 
-@dataclass(frozen=True)
-class SimRow:
-    """One simulated configuration."""
-
-    ranks: int
-    micro: int
-    chunks: int  # 1: plain 1F1B
-    iteration_ms: float
-    bubble: float
-    speedup: float  # 1F1B's time / this one's
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--blocks", type=int, default=30, help="gpt1-14's transformer blocks when simulated (default 30)")
+    p.add_argument("--batch", type=int, default=64, help="batch when simulated (default 64)")
+    p.add_argument("--steps", type=int, default=8, help="steps per measured run, 2 untimed (default 8)")
+    p.add_argument("--skip-measured", action="store_true", help="the simulated part only")
 
 
-@dataclass(frozen=True)
-class MeasuredRow:
-    """One measured plan: its label, median samples/s, runs, and prediction."""
-
-    model: str
-    label: str
-    samples_per_s: float
-    runs: list[float]
-    predicted_samples_per_s: float
-
-
-def _simulated(plan: Plan, cost: CostModel) -> tuple[float, float]:
-    timeline = simulate(build_schedule(plan), plan, cost)
-    return timeline.iteration_s, timeline.bubble_fraction()
-
-
-def simulate_grid(args: argparse.Namespace) -> list[SimRow]:
-    """1F1B and interleaved 1F1B on the grid of the module docstring."""
-    graph = build_model("gpt1-14", blocks=args.blocks)
-    profile = estimate_profile(graph, "v100", args.batch)
-    model, rows = ModelRef.of(graph), []
-    for ranks in (4, 8):
-        cost = CostModel(profile, api.estimated_cluster("v100", ranks)[0])
-        for m in (8, 16, 32):
-            base = build_balanced_plan(model, cost, method=Method.ONE_F_ONE_B, n_stages=ranks,
-                                       batch_size=args.batch, n_micro=m)
-            t1, bubble = _simulated(base, cost)
-            rows.append(SimRow(ranks, m, 1, t1 * 1e3, bubble, 1.0))
-            for chunks in (2, 3, 4):
-                plan = build_interleaved_plan(model, cost, n_ranks=ranks, chunks=chunks, batch_size=args.batch,
-                                              n_micro=m)
-                t, bubble = _simulated(plan, cost)
-                rows.append(SimRow(ranks, m, chunks, t * 1e3, bubble, t1 / t))
-    return rows
-
-
-def _plans(name: str, batch: int) -> tuple[list[tuple[str, Plan]], object]:
-    """The interleaved planner's plan and the balanced 1F1B plan for ``name`` on 2 local ranks."""
+def _cases(name: str, batch: int) -> tuple[Case, ...]:
+    """The balanced 1F1B plan and the interleaved planner's on 2 local ranks, with their predictions."""
     graph = build_model(name)
-    cost = CostModel(measure_profile(graph, batch), api.local_cluster(2))
-    problem = PlanningProblem(ModelRef.of(graph), cost, batch, constraints=Constraints(method=Method.ONE_F_ONE_B))
-    interleaved = plan_interleaved(PlanningProblem(problem.model, cost, batch)).plan
-    one_f_one_b = run_planner("balanced", problem).plan
-    return [("1f1b", one_f_one_b), (f"interleaved v={interleaved.virtual_stages}", interleaved)], graph
+    cost = CostModel(profile_logged(graph, batch), api.local_cluster(2))
+    one = run_planner("balanced", PlanningProblem(ModelRef.of(graph), cost, batch,
+                                                  constraints=Constraints(method=Method.ONE_F_ONE_B))).plan
+    inter = plan_interleaved(PlanningProblem(ModelRef.of(graph), cost, batch,
+                                             constraints=Constraints(method=Method.INTERLEAVED))).plan
+    return tuple(Case(name, f"{label} m={len(plan.stages[0].forward_sizes)}", plan,
+                      plan.prediction.iteration_s if plan.prediction else simulated(plan, cost).iteration_s)
+                 for label, plan in (("1f1b", one), (f"interleaved v={inter.virtual_stages}", inter)))
 
 
-def measure_pair(name: str, batch: int, args: argparse.Namespace) -> list[MeasuredRow]:
-    """Both plans trained alternately in one launch; median samples/s each."""
-    plans, graph = _plans(name, batch)
-    config = TrainConfig(steps=args.steps, warmup_steps=2, progress=False, timeout_s=120)
-    jobs = [TrainJob(graph, plan, config) for _ in range(args.repeats) for _, plan in plans]  # type: ignore[arg-type]
-    results = train_many(jobs)
-    rows = []
-    for i, (label, plan) in enumerate(plans):
-        runs = [r.samples_per_s for r in results[i::len(plans)]]
-        predicted = plan.batch_size / plan.prediction.iteration_s if plan.prediction else float("nan")
-        rows.append(MeasuredRow(name, f"{label} m={len(plan.stages[0].forward_sizes)}", statistics.median(runs),
-                                runs, predicted))
+def settings(ctx: Context) -> list[Setting]:
+    out: list[Setting] = [("simulated", r) for r in ((4,) if ctx.quick else (4, 8))]
+    if not ctx.args.skip_measured:
+        out += [_cases(m, b) for m, b in ({"mlp-digits": 32} if ctx.quick else MEASURED).items()]
+    return out
+
+
+def run(setting: Setting, ctx: Context) -> list[Row]:
+    if isinstance(setting[0], Case):
+        cases = [c for c in setting if isinstance(c, Case)][::1 if ctx.round % 2 == 0 else -1]
+        return [{"part": "measured", **row} for row in train_cases(cases, 4 if ctx.quick else ctx.args.steps, 120.0)]
+    if ctx.round > 0:  # deterministic: once
+        return []
+    ranks, batch = int(setting[1]), ctx.args.batch
+    graph = build_model("gpt1-14", blocks=ctx.args.blocks)
+    model, rows = ModelRef.of(graph), []
+    cost = CostModel(estimate_profile(graph, "v100", batch), api.estimated_cluster("v100", ranks)[0])
+    for m in (8,) if ctx.quick else (8, 16, 32):
+        base = simulated(plan_for(model, cost, Method.ONE_F_ONE_B, ranks, 1, batch, m), cost)
+        rows.append({"part": "simulated", "ranks": ranks, "micro": m, "chunks": 1,
+                     "iteration_ms": 1e3 * base.iteration_s, "bubble": base.bubble_fraction(), "speedup": 1.0})
+        for v in (2, 3, 4):
+            t = simulated(plan_for(model, cost, Method.INTERLEAVED, ranks, v, batch, m), cost)
+            rows.append({"part": "simulated", "ranks": ranks, "micro": m, "chunks": v,
+                         "iteration_ms": 1e3 * t.iteration_s,
+                         "bubble": t.bubble_fraction(), "speedup": base.iteration_s / t.iteration_s})
     return rows
 
 
-def report(sim: list[SimRow], measured: list[MeasuredRow], args: argparse.Namespace) -> str:
-    lines = [f"Simulated: gpt1-14 with {args.blocks} blocks, batch {args.batch}, estimated V100s.", "",
+def report(rows: list[Row], info: RunInfo) -> Report:
+    sim, measured = [r for r in rows if r["part"] == "simulated"], [r for r in rows if r["part"] == "measured"]
+    o = info.options
+    config = f"simulated, gpt1-14 with {o['blocks']} blocks, batch {o['batch']}, estimated V100s"
+    lines = [f"Simulated: gpt1-14 with {o['blocks']} blocks, batch {o['batch']}, estimated V100s.", "",
              "| ranks | m | chunks v | iteration ms | bubble | vs 1F1B |", "|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r.ranks} | {r.micro} | {'1 (1F1B)' if r.chunks == 1 else r.chunks} | {r.iteration_ms:.1f} | "
-              f"{r.bubble:.1%} | {r.speedup:.3f}× |" for r in sim]
+    lines += [f"| {r['ranks']} | {r['micro']} | {'1 (1F1B)' if r['chunks'] == 1 else r['chunks']} | "
+              f"{r['iteration_ms']:.1f} | {r['bubble']:.1%} | {r['speedup']:.3f}× |" for r in sim]
+    headlines: list[Headline] = []
+    charts = []
+    if sim:
+        best = max(sim, key=lambda r: r["speedup"])
+        headlines.append(Headline("papers", f"interleaved 1F1B over 1F1B, simulated, the most (R = {best['ranks']}, "
+                                            f"m = {best['micro']}, v = {best['chunks']})", best["speedup"],
+                                  paper="up to 10% faster than 1F1B at scale (Megatron-LM)", paper_value=1.10,
+                                  config=config))
+        grid = sorted({(r["ranks"], r["micro"]) for r in sim})
+        charts.append(Chart("methods", "simulated", "Interleaved 1F1B over 1F1B, simulated (gpt1-14, V100s)", "bars",
+                            "× 1F1B", categories=tuple(f"R={r} m={m}" for r, m in grid),
+                            series=tuple((f"v = {v}", tuple(next((x["speedup"] for x in sim if (
+                                x["ranks"], x["micro"], x["chunks"]) == (r, m, v)), None) for r, m in grid))
+                                for v in (2, 3, 4))))
     if measured:
-        lines += ["", f"Measured: 2 local CPU ranks, {args.steps} steps per run, {args.repeats} runs each, "
-                  "alternating.", "", "| model | plan | samples/s (median) | runs | predicted samples/s |",
-                  "|---|---|---:|---|---:|"]
-        lines += [f"| {r.model} | {r.label} | {r.samples_per_s:.1f} | {', '.join(f'{x:.0f}' for x in r.runs)} | "
-                  f"{r.predicted_samples_per_s:.1f} |" for r in measured]
-    return "\n".join(lines) + "\n"
+        batches = {"mlp-digits": 32} if info.quick else MEASURED
+        table, ratios, errors = measured_table(measured, batches, lambda model, label: next(
+            r["label"] for r in measured if r["model"] == model and r["label"].startswith("1f1b")))
+        lines += ["", f"Measured: 2 local CPU ranks, {4 if info.quick else o['steps']} steps per run, {info.repeats} "
+                      "rounds, order reversed every other round.", "", *table]
+        headlines += [Headline("methods", f"interleaved over 1F1B, measured, {model} ({label}, paired)", ratio,
+                               config=f"2 local CPU ranks, batch {batches.get(model, '?')}, planner's v and m")
+                      for (model, label), ratio in ratios.items() if label.startswith("interleaved")]
+        headlines += error_headline(errors, "interleaved and 1f1b, 2 local CPU ranks, measured profile")
+    return Report("\n".join(lines), tuple(headlines), tuple(charts))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--blocks", type=int, default=30)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip-measured", action="store_true")
-    args = parser.parse_args(argv)
-    sim = simulate_grid(args)
-    measured = [] if args.skip_measured else [*measure_pair("mlp", 128, args), *measure_pair("gpt-tiny", 64, args)]
-    text = report(sim, measured, args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    machine = {"machine": platform.platform(), "processor": platform.processor(), "torch": torch.__version__}
-    write_atomic(args.out / "interleaved.json", json.dumps(
-        {**machine, "simulated": [asdict(r) for r in sim], "measured": [asdict(r) for r in measured]}, indent=1))
-    write_atomic(args.out / "interleaved.md", text)
-    print(text)
-    return 0
-
+EXPERIMENT = Experiment(name="interleaved",
+                        title="Interleaved 1F1B against 1F1B: simulated at V100 scale, measured here",
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=3,
+                        description=__doc__ or "")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(EXPERIMENT))

@@ -1,37 +1,35 @@
 """interleaved-ga (per-virtual-stage micro-batches) against the best equal interleaved plan, simulated.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_interleaved_ga_sim.py --out benchmarks/results/interleaved-ga-sim
+    .venv/bin/python benchmarks/bench_interleaved_ga_sim.py             # ~1.5 min on the shared 2-core machine
+    .venv/bin/python benchmarks/bench_interleaved_ga_sim.py --quick     # 2 networks, 4 V100s, a tiny GA
 
-The networks, clusters and estimated V100 profiles of :mod:`bench_zb1_ga_sim` (BENCHMARKS.md "UMPIPE
-(a)"). For each network and cluster, the ``interleaved`` planner's plan (Megatron's interleaved 1F1B,
-Narayanan et al. SC'21: chunk and micro-batch counts searched, equal micro-batches), then
-``interleaved-ga`` on its stages: each virtual stage its own partition (UMPIPE's per-stage sizes,
-Zhou et al. TPDS 2025), ordered by :mod:`pipetrain.schedule.interleaved_unequal`. Times are the
-event simulator's; memory is not capped. The GA is seeded with every equal count, so part of a gain
-can be an equal count the interleaved planner's thinned search skipped: the last column says
-whether the stages' partitions really differ.
-
-Output under ``--out``: ``interleaved_ga_sim.json`` and ``interleaved_ga_sim.md``.
+The networks, clusters and estimated V100 profiles of ``bench_zb1_ga_sim.py`` (BENCHMARKS.md
+"UMPIPE (a)", :mod:`common.umpipe_networks`). For each network and cluster, the ``interleaved``
+planner's plan (Megatron's interleaved 1F1B, Narayanan et al. SC'21: chunk and micro-batch counts
+searched, equal micro-batches), then ``interleaved-ga`` on its stages: each virtual stage its own
+partition (UMPIPE's per-stage sizes, Zhou et al. TPDS 2025), ordered by
+:mod:`pipetrain.schedule.interleaved_unequal`. Times are the event simulator's; memory is not
+capped. The GA is seeded with every equal count, so part of a gain can be an equal count the
+interleaved planner's thinned search skipped: the last column says whether the stages' partitions
+really differ.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_umpipe_sim import BATCH, build, cluster_of, networks
-from bench_zb1_ga_sim import CLUSTER_NAMES
+from common.umpipe_networks import BATCH, V100_CLUSTERS, build, cluster_of, networks
+from harness import Chart, Context, Experiment, Headline, Report, Row, RunInfo, main
 
 from pipetrain.cost import CostModel
-from pipetrain.fileio import write_atomic
-from pipetrain.planners.contract import ModelRef, PlanningProblem
+from pipetrain.plan.methods import Method
+from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.microbatch.ga import GAConfig, interleaved_ga
 from pipetrain.planners.microbatch.uedp import with_sizes
@@ -41,79 +39,69 @@ from pipetrain.simulate.events import simulate
 from pipetrain.simulate.vectorised import StageTables
 
 
-@dataclass(frozen=True)
-class Result:
-    """One network on one cluster: the equal interleaved plan against interleaved-ga's."""
-
-    network: str
-    cluster: str
-    ranks: int
-    chunks: int
-    equal_s: float
-    ga_s: float
-    search_s: float
-    equal_micro: int
-    ga_micro: list[int]
-    unequal: bool
-
-    @property
-    def gain(self) -> float:
-        return self.equal_s / self.ga_s
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--population", type=int, default=32, help="GA population (default 32; 8 with --quick)")
+    p.add_argument("--generations", type=int, default=40, help="GA generations (default 40; 4 with --quick)")
 
 
-def run_one(network: str, cluster_name: str, config: GAConfig, seed: int) -> Result:
+def settings(ctx: Context) -> list[tuple[str, str]]:
+    return [(c, n) for c in (V100_CLUSTERS[:1] if ctx.quick else V100_CLUSTERS) for n in networks(ctx.quick)]
+
+
+def run(setting: tuple[str, str], ctx: Context) -> list[Row]:
     """The equal interleaved plan and interleaved-ga's, event-simulated."""
+    cluster_name, network = setting
+    o = ctx.args
+    config = GAConfig(population=8, generations=4) if ctx.quick else GAConfig(o.population, o.generations)
     graph = build(network)
     cost = CostModel(estimate_profile(graph, "v100", BATCH), cluster_of(cluster_name))
-    planned = plan_interleaved(PlanningProblem(ModelRef.of(graph), cost, BATCH))
+    # method interleaved only: the planner also weighs interleaved-zb, zbv and dualpipev, not interleaved-ga's order
+    problem = PlanningProblem(ModelRef.of(graph), cost, BATCH, constraints=Constraints(method=Method.INTERLEAVED))
+    planned = plan_interleaved(problem)
     base, cost = planned.plan, cost.on(planned.cluster)
     t0 = time.perf_counter()
-    result = interleaved_ga(StageTables.from_plan(base, cost), base.n_ranks, seed=seed, config=config)
+    result = interleaved_ga(StageTables.from_plan(base, cost), base.n_ranks, seed=ctx.seed, config=config)
     search_s = time.perf_counter() - t0
     plan = with_sizes(base, result)
     equal_s, ga_s = (simulate(build_schedule(p), p, cost).iteration_s for p in (base, plan))
-    return Result(network, cluster_name, base.n_ranks, base.virtual_stages, equal_s, ga_s, search_s,
-                  len(base.stages[0].forward_sizes), [len(s.forward_sizes) for s in plan.stages],
-                  len({s.forward_sizes for s in plan.stages}) > 1)
+    return [{"network": network, "cluster": cluster_name, "ranks": base.n_ranks, "chunks": base.virtual_stages,
+             "equal_s": equal_s, "ga_s": ga_s, "search_s": search_s, "equal_micro": len(base.stages[0].forward_sizes),
+             "ga_micro": [len(s.forward_sizes) for s in plan.stages],
+             "unequal": len({s.forward_sizes for s in plan.stages}) > 1}]
 
 
-def report(rows: list[Result], seconds: float, argv: str) -> str:
+def report(rows: list[Row], info: RunInfo) -> Report:
     lines = ["| network | cluster | ranks × chunks | equal interleaved ms (m) | interleaved-ga ms | speed-up | "
              "interleaved-ga micro-batches per stage | stages differ |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        counts, differ = "/".join(map(str, r.ga_micro)), "yes" if r.unequal else "no"
-        lines.append(f"| {r.network} | {r.cluster} | {r.ranks} × {r.chunks} | {1e3 * r.equal_s:.2f} ({r.equal_micro}) "
-                     f"| {1e3 * r.ga_s:.2f} | {r.gain:.3f}× | {counts} | {differ} |")
-    for cluster in sorted({r.cluster for r in rows}):
-        gains = [r.gain for r in rows if r.cluster == cluster]
+        counts, differ = "/".join(map(str, r["ga_micro"])), "yes" if r["unequal"] else "no"
+        lines.append(f"| {r['network']} | {r['cluster']} | {r['ranks']} × {r['chunks']} | {1e3 * r['equal_s']:.2f} "
+                     f"({r['equal_micro']}) | {1e3 * r['ga_s']:.2f} | {r['equal_s'] / r['ga_s']:.3f}× | {counts} | "
+                     f"{differ} |")
+    clusters = list(dict.fromkeys(r["cluster"] for r in rows))
+    for cluster in clusters:
+        gains = [r["equal_s"] / r["ga_s"] for r in rows if r["cluster"] == cluster]
         lines.append(f"\n- {cluster}: median {statistics.median(gains):.3f}×, max {max(gains):.3f}×")
-    lines.append(f"\nCommand: `PYTHONPATH=. .venv/bin/python benchmarks/bench_interleaved_ga_sim.py {argv}`; "
-                 f"{seconds:.0f} s in all.")
-    return "\n".join(lines) + "\n"
+    config = f"simulated, estimated V100 profiles, {' and '.join(clusters)}, batch {BATCH}, {len(rows)} cases"
+    best = max(rows, key=lambda r: r["equal_s"] / r["ga_s"])
+    headlines = (
+        Headline("methods", "interleaved-ga over the best equal interleaved plan, median",
+                 statistics.median(r["equal_s"] / r["ga_s"] for r in rows), config=config),
+        Headline("methods", f"interleaved-ga over the best equal interleaved plan, the most ({best['network']}, "
+                            f"{best['cluster']}, stages differ: {'yes' if best['unequal'] else 'no'})",
+                 best["equal_s"] / best["ga_s"], config=config))
+    nets = list(dict.fromkeys(r["network"] for r in rows))
+    chart = Chart("methods", "speedups", "interleaved-ga over the equal interleaved plan, per network", "bars",
+                  "speed-up (×)", categories=tuple(nets), series=tuple((c, tuple(next((
+                      r["equal_s"] / r["ga_s"] for r in rows if (r["network"], r["cluster"]) == (n, c)), None)
+                      for n in nets)) for c in clusters))
+    return Report("\n".join(lines), headlines, (chart,))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/interleaved-ga-sim"))
-    parser.add_argument("--quick", action="store_true", help="2 networks, 4 V100s, a tiny GA")
-    parser.add_argument("--population", type=int, default=32)
-    parser.add_argument("--generations", type=int, default=40)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    config = GAConfig(population=8, generations=4) if args.quick else GAConfig(args.population, args.generations)
-    start, rows = time.perf_counter(), list[Result]()
-    for cluster in CLUSTER_NAMES[:1] if args.quick else CLUSTER_NAMES:
-        for network in networks(args.quick):
-            rows.append(run_one(network, cluster, config, args.seed))
-            print(f"{network} {cluster}: {rows[-1].gain:.3f}×", flush=True)
-    seconds = time.perf_counter() - start
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.out / "interleaved_ga_sim.json", json.dumps([asdict(r) for r in rows], indent=1))
-    text = report(rows, seconds, " ".join(sys.argv[1:] if argv is None else argv))
-    write_atomic(args.out / "interleaved_ga_sim.md", text)
-    print(text)
-    return 0
-
+EXPERIMENT = Experiment(name="interleaved-ga-sim",
+                        title="Unequal micro-batches under interleaved 1F1B (interleaved-ga), simulated",
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=1,
+                        description=__doc__ or "")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(EXPERIMENT))
