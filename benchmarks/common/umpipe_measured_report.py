@@ -47,7 +47,7 @@ def umpipe_measured_report(rows: list[Row], batches: dict[str, int]) -> Report:
     for model in dict.fromkeys(r["model"] for r in rows):
         by = {label: [r for r in rows if r["model"] == model and r["label"] == label] for label in labels}
         sps = {label: median_rate(rs) for label, rs in by.items()}
-        equal = max((sps[k] or 0.0, k) for k in EQUAL if by[k])
+        equal = max((sps[k] or 0.0, k) for k in EQUAL if by.get(k))
         torch = max(((sps[k] or 0.0, k) for k in labels if k.startswith("torch") and by[k]), default=(None, "none run"))
         lines += [f"## {model}, batch {batches.get(model, '?')}", "",
                   f"Best equal plan: **{equal[1]}** ({_sizes(by[equal[1]][0])}); best torch: **{torch[1]}**.", "",
@@ -70,13 +70,13 @@ def umpipe_measured_report(rows: list[Row], batches: dict[str, int]) -> Report:
                          f"{'' if error is None else f'{error:+.1f}%'} | {len(ok)} |")
         lines.append("")
         for planner in ("tidgap", "1f1b-ga"):
-            if by[planner]:
+            if by.get(planner):
                 gain = by[equal[1]][0]["predicted_s"] / by[planner][0]["predicted_s"]
                 lines.append(f"- {planner}: {_sizes(by[planner][0])}; predicted gain over best equal {gain:.3f}×, "
                              f"measured {ratio(sps[planner], equal[0])}")
         lines.append("")
         config = f"2 local CPU ranks, {model}, batch {batches.get(model, '?')}"
-        tidgap = sps["tidgap"] / equal[0] if sps.get("tidgap") and equal[0] else None
+        tidgap = sps["tidgap"] / equal[0] if sps.get("tidgap") and equal[0] else None  # None: not run
         headlines.append(Headline("methods", f"UMPIPE measured, {model}: tidgap over the best equal plan ({equal[1]})",
                                   tidgap, target=Target(">=", 1.10), config=config))
         if torch[0]:
