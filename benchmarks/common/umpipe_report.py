@@ -73,12 +73,11 @@ def _charts(rows: list[Row], clusters: list[str], nets: list[str], gp: str) -> t
     def median(name: str, baseline: str) -> float:
         return statistics.median(_gain(r, baseline) for r in rows if family(r["network"]) == name)
 
-    paper = Chart("papers", "paper", "UMPIPE: the paper's speed-ups over GPipe beside pipetrain's (simulated)", "bars",
+    paper = Chart("papers", "paper", "UMPIPE over GPipe: paper and pipetrain (simulated, medians)", "bars",
                   "speed-up (×)", categories=tuple(families),
-                  series=(("paper, over GPipe", tuple(PAPER[f][2] for f in families)),
-                          (f"tidgap-cuts over {gp}, median", tuple(median(f, gp) for f in families)),
-                          ("tidgap-cuts over the best equal plan, median",
-                           tuple(median(f, "best equal") for f in families))))
+                  series=(("paper", tuple(PAPER[f][2] for f in families)),
+                          (f"over {gp}", tuple(median(f, gp) for f in families)),
+                          ("over best equal", tuple(median(f, "best equal") for f in families))))
     speedups = Chart("methods", "speedups", "tidgap-cuts over the best equal plan, per network and cluster", "bars",
                      "speed-up (×)", categories=tuple(nets),
                      series=tuple((c, tuple(next((_gain(r, "best equal") for r in rows
