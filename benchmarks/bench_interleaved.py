@@ -43,11 +43,13 @@ from pipetrain.planners.registry import run_planner
 from pipetrain.profile.estimate import estimate_profile
 
 MEASURED = {"mlp": 128, "gpt-tiny": 64}
+QUICK_BLOCKS = 14  # --quick: 16 layers, whole blocks for 4 ranks × 4 chunks
 Setting = tuple[str, int] | tuple[Case, ...]  # ("simulated", ranks) or one model's measured cases
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--blocks", type=int, default=30, help="gpt1-14's transformer blocks when simulated (default 30)")
+    p.add_argument("--blocks", type=int, default=30,
+                   help="gpt1-14's transformer blocks when simulated (default 30; 14 with --quick)")
     p.add_argument("--batch", type=int, default=64, help="batch when simulated (default 64)")
     p.add_argument("--steps", type=int, default=8, help="steps per measured run, 2 untimed (default 8)")
     p.add_argument("--skip-measured", action="store_true", help="the simulated part only")
@@ -80,16 +82,17 @@ def run(setting: Setting, ctx: Context) -> list[Row]:
     if ctx.round > 0:  # deterministic: once
         return []
     ranks, batch = int(setting[1]), ctx.args.batch
-    graph = build_model("gpt1-14", blocks=ctx.args.blocks)
+    blocks = QUICK_BLOCKS if ctx.quick else ctx.args.blocks
+    graph = build_model("gpt1-14", blocks=blocks)
     model, rows = ModelRef.of(graph), []
     cost = CostModel(estimate_profile(graph, "v100", batch), api.estimated_cluster("v100", ranks)[0])
     for m in (8,) if ctx.quick else (8, 16, 32):
         base = simulated(plan_for(model, cost, Method.ONE_F_ONE_B, ranks, 1, batch, m), cost)
-        rows.append({"part": "simulated", "ranks": ranks, "micro": m, "chunks": 1,
+        rows.append({"part": "simulated", "blocks": blocks, "ranks": ranks, "micro": m, "chunks": 1,
                      "iteration_ms": 1e3 * base.iteration_s, "bubble": base.bubble_fraction(), "speedup": 1.0})
         for v in (2, 3, 4):
             t = simulated(plan_for(model, cost, Method.INTERLEAVED, ranks, v, batch, m), cost)
-            rows.append({"part": "simulated", "ranks": ranks, "micro": m, "chunks": v,
+            rows.append({"part": "simulated", "blocks": blocks, "ranks": ranks, "micro": m, "chunks": v,
                          "iteration_ms": 1e3 * t.iteration_s,
                          "bubble": t.bubble_fraction(), "speedup": base.iteration_s / t.iteration_s})
     return rows
@@ -98,8 +101,9 @@ def run(setting: Setting, ctx: Context) -> list[Row]:
 def report(rows: list[Row], info: RunInfo) -> Report:
     sim, measured = [r for r in rows if r["part"] == "simulated"], [r for r in rows if r["part"] == "measured"]
     o = info.options
-    config = f"simulated, gpt1-14 with {o['blocks']} blocks, batch {o['batch']}, estimated V100s"
-    lines = [f"Simulated: gpt1-14 with {o['blocks']} blocks, batch {o['batch']}, estimated V100s.", "",
+    blocks = sim[0].get("blocks", o["blocks"]) if sim else o["blocks"]  # rows from before the harness lack it
+    config = f"simulated, gpt1-14 with {blocks} blocks, batch {o['batch']}, estimated V100s"
+    lines = [f"Setting: {config}.", "",
              "| ranks | m | chunks v | iteration ms | bubble | vs 1F1B |", "|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['ranks']} | {r['micro']} | {'1 (1F1B)' if r['chunks'] == 1 else r['chunks']} | "
               f"{r['iteration_ms']:.1f} | {r['bubble']:.1%} | {r['speedup']:.3f}× |" for r in sim]

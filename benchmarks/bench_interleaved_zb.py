@@ -51,11 +51,13 @@ from pipetrain.profile.estimate import estimate_profile
 METHODS = (Method.ONE_F_ONE_B, Method.ZB1, Method.INTERLEAVED, Method.INTERLEAVED_ZB)
 STRICT = "interleaved-zb-strict"  # simulated only: interleaved-zb with ZeroBubbleParams(strict_memory=True)
 MEASURED = {"mlp": 128, "gpt-tiny": 64}
+QUICK_BLOCKS = 14  # --quick: 16 layers, whole blocks for 4 ranks × 4 chunks
 Setting = tuple[str, int] | tuple[Case, ...]  # ("simulated", ranks) or one model's measured cases
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--blocks", type=int, default=30, help="gpt1-14's transformer blocks when simulated (default 30)")
+    p.add_argument("--blocks", type=int, default=30,
+                   help="gpt1-14's transformer blocks when simulated (default 30; 14 with --quick)")
     p.add_argument("--batch", type=int, default=64, help="batch when simulated (default 64)")
     p.add_argument("--steps", type=int, default=8, help="steps per measured run, 2 untimed (default 8)")
     p.add_argument("--micro", type=int, nargs="+", default=[2, 4], help="measured micro-batch counts (default 2 4)")
@@ -92,7 +94,8 @@ def run(setting: Setting, ctx: Context) -> list[Row]:
     if ctx.round > 0:  # deterministic: once
         return []
     ranks, batch = int(setting[1]), ctx.args.batch
-    graph = build_model("gpt1-14", blocks=ctx.args.blocks)
+    blocks = QUICK_BLOCKS if ctx.quick else ctx.args.blocks
+    graph = build_model("gpt1-14", blocks=blocks)
     model, rows = ModelRef.of(graph), []
     cost = CostModel(estimate_profile(graph, "v100", batch), api.estimated_cluster("v100", ranks)[0])
     for m in (8,) if ctx.quick else (8, 16, 32):
@@ -105,7 +108,8 @@ def run(setting: Setting, ctx: Context) -> list[Row]:
                     plan = replace(plan, params=ZeroBubbleParams(strict_memory=True))
                 timeline = simulated(plan, cost)
                 base = base or timeline.iteration_s
-                rows.append({"part": "simulated", "ranks": ranks, "micro": m, "method": label, "chunks": chunks,
+                rows.append({"part": "simulated", "blocks": blocks, "ranks": ranks, "micro": m, "method": label,
+                             "chunks": chunks,
                              "iteration_ms": timeline.iteration_s * 1e3, "bubble": timeline.bubble_fraction(),
                              "peak_activation_mib": max(timeline.peak_activation_bytes) / 2**20,
                              "speedup": base / timeline.iteration_s})
@@ -116,7 +120,8 @@ def report(rows: list[Row], info: RunInfo) -> Report:
     sim, measured = [r for r in rows if r["part"] == "simulated"], [r for r in rows if r["part"] == "measured"]
     o, lines, headlines, charts = info.options, [], [], []
     if sim:
-        config = f"simulated, gpt1-14 with {o['blocks']} blocks, batch {o['batch']}, estimated V100s"
+        blocks = sim[0].get("blocks", o["blocks"])  # rows from before the harness lack it
+        config = f"simulated, gpt1-14 with {blocks} blocks, batch {o['batch']}, estimated V100s"
         table, headline, chart = interleaved_zb_simulated(sim, config)
         lines += [f"Setting: {config}.", "", *table]
         headlines.append(headline)
