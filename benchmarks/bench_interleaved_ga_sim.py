@@ -1,7 +1,7 @@
 """interleaved-ga (per-virtual-stage micro-batches) against the best equal interleaved plan, simulated.
 
     .venv/bin/python benchmarks/bench_interleaved_ga_sim.py             # ~1.5 min on the shared 2-core machine
-    .venv/bin/python benchmarks/bench_interleaved_ga_sim.py --quick     # 2 networks, 4 V100s, a tiny GA
+    .venv/bin/python benchmarks/bench_interleaved_ga_sim.py --quick     # synthetic-0 on 4 V100s, a tiny GA
 
 The networks, clusters and estimated V100 profiles of ``bench_zb1_ga_sim.py`` (BENCHMARKS.md
 "UMPIPE (a)", :mod:`common.umpipe_networks`). For each network and cluster, the ``interleaved``
@@ -45,7 +45,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings(ctx: Context) -> list[tuple[str, str]]:
-    return [(c, n) for c in (V100_CLUSTERS[:1] if ctx.quick else V100_CLUSTERS) for n in networks(ctx.quick)]
+    if ctx.quick:
+        return [(V100_CLUSTERS[0], "synthetic-0")]
+    return [(c, n) for c in V100_CLUSTERS for n in networks(quick=False)]
 
 
 def run(setting: tuple[str, str], ctx: Context) -> list[Row]:

@@ -1,7 +1,7 @@
 """UMPIPE's gain on gpt1-14 against a fixed cost per micro-batch on its head (a sensitivity check).
 
     .venv/bin/python benchmarks/bench_umpipe_fixed.py             # ~20 min on the shared 2-core machine
-    .venv/bin/python benchmarks/bench_umpipe_fixed.py --quick     # 4 V100s, x = 0 and 1 ms, a tiny GA
+    .venv/bin/python benchmarks/bench_umpipe_fixed.py --quick     # 4 V100s, x = 1 ms, a tiny GA
 
 The estimated gpt1-14 profile (:mod:`pipetrain.profile.estimate`, loss and host dispatch included)
 gets ``x`` more seconds on its last layer's forward and ``2x`` on its backward at every micro-batch
@@ -59,7 +59,7 @@ def _ga(info: RunInfo) -> GAConfig:
 
 def settings(ctx: Context) -> list[tuple[str, float]]:
     if ctx.quick:
-        return [("4xV100", 0.0), ("4xV100", 1.0)]
+        return [("4xV100", 1.0)]
     return [(cluster, extra) for cluster in V100_CLUSTERS for extra in EXTRA_MS]
 
 

@@ -1,7 +1,7 @@
 """zb1-ga (unequal micro-batches under ZB-H1) against the best equal zb1 plan, simulated on V100s.
 
     .venv/bin/python benchmarks/bench_zb1_ga_sim.py             # ~6 min on the shared 2-core machine
-    .venv/bin/python benchmarks/bench_zb1_ga_sim.py --quick     # 2 networks, 4 V100s, a tiny GA
+    .venv/bin/python benchmarks/bench_zb1_ga_sim.py --quick     # synthetic-0 on 4 V100s, a tiny GA
 
 The networks and clusters of BENCHMARKS.md "UMPIPE (a)" (:mod:`common.umpipe_networks`: gpt1-14,
 vgg16, synthetic 0-9 at 8 layers and width 8; batch 64; one stage per device; profiles *estimated*
@@ -53,7 +53,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings(ctx: Context) -> list[tuple[str, str]]:
-    return [(c, n) for c in (V100_CLUSTERS[:1] if ctx.quick else V100_CLUSTERS) for n in networks(ctx.quick)]
+    if ctx.quick:
+        return [(V100_CLUSTERS[0], "synthetic-0")]
+    return [(c, n) for c in V100_CLUSTERS for n in networks(quick=False)]
 
 
 def run(setting: tuple[str, str], ctx: Context) -> list[Row]:
