@@ -118,6 +118,14 @@ def test_the_page_shows_the_newest_full_run_with_its_targets(tmp_path: Path) -> 
     assert "**0 targets met, 1 not met.**" in page and "Earlier runs:" in page
 
 
+def test_the_page_skips_results_from_before_the_harness(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    main(TOY, ["--out", str(results / "toy"), "--quick"])
+    (results / "toy" / "legacy.json").write_text(json.dumps([{"rows": "a list, as old scripts wrote"}]))
+    (results / "toy" / "legacy-table.json").write_text(json.dumps({"simulated": []}))
+    assert latest_records(results)["toy"].record.run.quick
+
+
 def test_a_record_of_another_experiment_is_not_rereported(tmp_path: Path) -> None:
     main(TOY, ["--out", str(tmp_path), "--quick"])
     other = Experiment(name="other", title="x", settings=_settings, run=_run, report=_report, arguments=_arguments)
