@@ -33,7 +33,7 @@ AREAS: dict[str, str] = {  # the results page's summary sections, in order
     "methods": "Methods and runtime, measured here",
 }
 
-_OP_TEXT = {">=": "≥", "<=": "≤", "abs<=": "|x| ≤"}
+_OP_TEXT = {">=": "≥", "<=": "≤", "abs<=": "within ±"}  # no "|": the text sits in markdown tables
 
 
 @dataclass(frozen=True)

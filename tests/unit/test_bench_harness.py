@@ -19,7 +19,7 @@ def test_targets_compare_and_bound() -> None:
     assert Target(">=", 1.25).met(1.3) and not Target(">=", 1.25).met(1.2)
     assert Target("<=", 60).met(59) and not Target("<=", 60).met(61)
     assert Target("abs<=", 15).met(-14.9) and not Target("abs<=", 15).met(-15.1)
-    assert Target(">=", 1.25).text("×") == "≥ 1.25×" and Target("abs<=", 15).text("%") == "|x| ≤ 15.0%"
+    assert Target(">=", 1.25).text("×") == "≥ 1.25×" and Target("abs<=", 15).text("%") == "within ± 15.0%"
 
 
 def test_a_headline_without_a_value_or_target_is_neither_met_nor_missed() -> None:
