@@ -130,7 +130,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
         headlines += [Headline("methods", f"interleaved over 1F1B, measured, {model} ({label}, paired)", ratio,
                                config=f"2 local CPU ranks, batch {batches.get(model, '?')}, planner's v and m")
                       for (model, label), ratio in ratios.items() if label.startswith("interleaved")]
-        headlines += error_headline(errors, "interleaved and 1f1b, 2 local CPU ranks, measured profile")
+        headlines += error_headline(errors, "interleaved and 1f1b", "2 local CPU ranks, measured profile")
     return Report("\n".join(lines), tuple(headlines), tuple(charts))
 
 

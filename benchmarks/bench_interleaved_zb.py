@@ -138,7 +138,8 @@ def report(rows: list[Row], info: RunInfo) -> Report:
             headlines.append(Headline("methods", f"interleaved-zb (v = 2) over 1f1b, measured, {model}, median over m",
                                       statistics.median(mine) if mine else None,
                                       config=f"2 local CPU ranks, batch {batches.get(model, '?')}, paired"))
-        headlines += error_headline(errors, "1f1b, zb1, interleaved, interleaved-zb, 2 local CPU ranks")
+        headlines += error_headline(errors, "interleaved-zb, interleaved, zb1 and 1f1b",
+                                    "2 local CPU ranks, measured profile, probed cluster")
     return Report("\n".join(lines), tuple(headlines), tuple(charts))
 
 

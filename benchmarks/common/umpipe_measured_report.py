@@ -85,7 +85,7 @@ def umpipe_measured_report(rows: list[Row], batches: dict[str, int]) -> Report:
                                       best[0] / torch[0], config=config))
         normalised[model] = [None if not sps[k] or not equal[0] else sps[k] / equal[0] for k in labels]  # type: ignore[operator]
     if errors:
-        headlines.append(Headline("fidelity", "UMPIPE measured: prediction error of the iteration time, median |error|",
+        headlines.append(Headline("fidelity", "UMPIPE measured: prediction error of iteration time, median absolute",
                                   statistics.median(abs(e) for e in errors), unit="%", target=Target("abs<=", 10),
                                   config="2 local CPU ranks, measured profile"))
     area = "torch" if any(k.startswith("torch") for k in labels) else "methods"

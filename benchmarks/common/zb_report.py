@@ -67,11 +67,12 @@ def measured_table(rows: list[Row], batches: dict[str, int],
     return lines, ratios, errors
 
 
-def error_headline(errors: list[float], config: str) -> tuple[Headline, ...]:
-    """The median |prediction error| of measured configurations, a fidelity headline (none without runs)."""
+def error_headline(errors: list[float], what: str, config: str) -> tuple[Headline, ...]:
+    """The median absolute prediction error of the measured configurations ``what`` names, a fidelity
+    headline (none without runs)."""
     if not errors:
         return ()
-    return (Headline("fidelity", "measured samples/s: prediction error, median |error|",
+    return (Headline("fidelity", f"{what} measured: prediction error of samples/s, median absolute",
                      statistics.median(abs(e) for e in errors), unit="%", config=config),)
 
 
@@ -101,7 +102,7 @@ def zb_report(rows: list[Row], batch: int, batches: dict[str, int]) -> Report:
         headlines += [Headline("methods", f"zb1 over 1f1b, measured, {model} (paired)", ratio,
                                config=f"2 local CPU ranks, batch {batches.get(model, '?')}, same stages")
                       for (model, label), ratio in ratios.items() if label == "zb1"]
-        headlines += error_headline(errors, "zb1 and 1f1b, 2 local CPU ranks, measured profile, probed cluster")
+        headlines += error_headline(errors, "zb1 and 1f1b", "2 local CPU ranks, measured profile, probed cluster")
     return Report("\n".join(text), tuple(headlines), tuple(charts))
 
 
