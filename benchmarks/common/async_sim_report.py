@@ -41,7 +41,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
     headlines = [Headline("papers", f"PipeDream over data parallelism, {r['model']} on cluster {r['cluster']}",
                           r["speedup"], paper=PAPER[(r["model"], r["cluster"])][0],
                           paper_value=PAPER[(r["model"], r["cluster"])][1],
-                          config=f"simulated, {r['cluster'].split()[1]} V100, batch {r['batch']}") for r in pd]
+                          config=f"simulated, {r['batch'] // 64} V100, batch {r['batch']}") for r in pd]
     if tb:
         best = max(tb, key=lambda t: t["speedup_gpipe"])
         headlines.append(Headline("papers", "2BW over GPipe, best of the GPT sizes", best["speedup_gpipe"],
