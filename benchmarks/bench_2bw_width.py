@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_2bw_width.py                        # results in benchmarks/results/2bw-width
     .venv/bin/python benchmarks/bench_2bw_width.py --models gpt-1.3b --devices 8
-    .venv/bin/python benchmarks/bench_2bw_width.py --quick                # a small GPT on 8 devices
+    .venv/bin/python benchmarks/bench_2bw_width.py --quick                # a small GPT on 4 devices
 
 The 2BW paper (Narayanan et al., ICML'21, §5) trains GPT models of 1.3B, 2.2B and 3.8B parameters
 on V100-16GB servers (p3.16xlarge) and reports up to 3.2× over GPipe, most of it from running ``w``
@@ -45,7 +45,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 def settings(ctx: Context) -> list[tuple[str, int]]:
     if ctx.quick:
-        return [(next(iter(QUICK_GPT)), 8)]
+        return [(next(iter(QUICK_GPT)), 4)]
     return [(m, d) for d in ctx.args.devices for m in ctx.args.models]
 
 

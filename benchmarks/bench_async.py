@@ -86,7 +86,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
                          f"{r['wall_s']:.1f} |")
             if r["method"] != "1f1b":
                 headlines.append(Headline("methods", f"{model}: {r['method']}'s eval accuracy against 1f1b's (points)",
-                                          gap, unit="", target=Target(">=", -1.0),
+                                          round(gap, 1), unit="", target=Target(">=", -1.0),
                                           config=f"measured, 2 CPU ranks, {data}, batch {batch}, "
                                                  f"{r['steps']} batches"))
     return Report("\n".join(lines), tuple(headlines), loss_charts(rows, "method"))

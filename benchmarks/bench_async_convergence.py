@@ -99,7 +99,7 @@ def _headlines(rows: list[Row]) -> list[Headline]:
         r = runs[label]
         config = f"measured, 2 CPU ranks, {model} on {data}, batch {batch}, {r['steps']} batches"
         out.append(Headline("methods", f"{model}: {label}, eval accuracy against 1f1b's (points)",
-                            100 * (r["eval_accuracy"] - sync["eval_accuracy"]), unit="",
+                            round(100 * (r["eval_accuracy"] - sync["eval_accuracy"]), 1), unit="",
                             target=Target(">=", -2.0 if model == "gpt-tiny" else -1.0), config=config))
         if model == "gpt-tiny":
             out.append(Headline("methods", f"{model}: {label}, eval loss against 1f1b's",

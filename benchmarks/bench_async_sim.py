@@ -1,7 +1,7 @@
 """Asynchronous pipelines against the papers, simulated: PipeDream vs data parallelism, 2BW vs GPipe.
 
     .venv/bin/python benchmarks/bench_async_sim.py            # results in benchmarks/results/async-sim
-    .venv/bin/python benchmarks/bench_async_sim.py --quick    # vgg16 on cluster A, a small GPT on 8 devices
+    .venv/bin/python benchmarks/bench_async_sim.py --quick    # vgg16 on cluster A, a small GPT on 4 devices
 
 Profiles are *estimated* for a V100 (:mod:`pipetrain.profile.estimate`); every time is the event
 simulator's. Devices are V100-16GB, as in both papers (docs/algorithms.md §3.1).
@@ -47,7 +47,7 @@ from harness import Context, Experiment, Row, main
 def settings(ctx: Context) -> list[tuple[str, str, object]]:
     """``("pipedream", model, cluster)`` and ``("2bw", gpt size, devices)`` cases."""
     if ctx.quick:
-        return [("pipedream", "vgg16", "A 4x4"), ("2bw", next(iter(QUICK_GPT)), 8)]
+        return [("pipedream", "vgg16", "A 4x4"), ("2bw", next(iter(QUICK_GPT)), 4)]
     return ([("pipedream", m, c) for m in ("vgg16", "gnmt") for c in CLUSTERS]
             + [("2bw", name, devices) for name in GPT_SIZES for devices in (8, 16)])
 

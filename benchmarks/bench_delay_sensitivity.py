@@ -81,16 +81,14 @@ def report(rows: list[Row], info: RunInfo) -> Report:
     if NO_DELAY in accuracy:
         config = (f"gpt-tiny, one process, AdamW, batch {BATCH}, {rows[0]['steps']} batches, "
                   f"median of {len(seeds)} seed(s)")
-        delayed = {k: v for k, v in accuracy.items() if k.startswith("d=1")}
-        if DELAY in delayed:
+        gaps = {k: round(100 * (v - accuracy[NO_DELAY]), 1) for k, v in accuracy.items() if k.startswith("d=1")}
+        if DELAY in gaps:
             headlines.append(Headline("methods", "a one-step gradient delay (2BW's semantics): eval accuracy "
-                                      "against no delay (points)", 100 * (delayed[DELAY] - accuracy[NO_DELAY]),
-                                      unit="", config=config))
-        if len(delayed) > 1:
-            best = max(delayed, key=lambda k: delayed[k])
+                                      "against no delay (points)", gaps[DELAY], unit="", config=config))
+        if len(gaps) > 1:
+            best = max(gaps, key=lambda k: gaps[k])
             headlines.append(Headline("methods", f"the best mitigation of the delay ({best}): eval accuracy against "
-                                      "no delay (points)", 100 * (delayed[best] - accuracy[NO_DELAY]), unit="",
-                                      config=config))
+                                      "no delay (points)", gaps[best], unit="", config=config))
     chart = Chart("methods", "accuracy", "gpt-tiny with a gradient delay: eval accuracy per variant (median of seeds)",
                   "bars", "eval accuracy (%)", categories=tuple(accuracy),
                   series=(("eval accuracy", tuple(100 * a for a in accuracy.values())),))

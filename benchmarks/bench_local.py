@@ -101,7 +101,8 @@ def report(rows: list[Row], info: RunInfo) -> Report:
                      f"{ratio(local, r['sequential_samples_per_s'])} | {_s(r['e2e_time_to_s'])}, "
                      f"{_s(r['local_time_to_s'])} (acc {r['target_accuracy']:.3f}) |")
         headlines.append(Headline("methods", f"{r['model']}: local learning's eval accuracy against 1f1b's (points)",
-                                  gap, unit="", config=f"measured, 2 CPU ranks, {r['aux']} heads, {r['steps']} steps"))
+                                  round(gap, 1), unit="",
+                                  config=f"measured, 2 CPU ranks, {r['aux']} heads, {r['steps']} steps"))
     chart = Chart("methods", "samples", "Local learning against backprop on the digits: samples/s", "bars",
                   "samples/s", categories=tuple(r["model"] for r in rows),
                   series=tuple((name, tuple(r[key] for r in rows)) for name, key in (

@@ -65,9 +65,9 @@ def report(rows: list[Row], info: RunInfo) -> Report:
              "|---|---:|---:|---:|---:|---:|"]
     (a_s, b_s), (a_r, b_r) = lines["sender"], lines["receiver"]
     headlines = [Headline("methods", f"gloo: the sender's CPU per {sizes[0]['bytes'] // 1024} KiB message (µs)",
-                          sizes[0]["send_cpu_s"] * 1e6, unit="", config="measured, 2 CPU ranks, loopback"),
+                          round(sizes[0]["send_cpu_s"] * 1e6, 1), unit="", config="measured, 2 CPU ranks, loopback"),
                  Headline("methods", f"gloo: the receiver's CPU per {sizes[0]['bytes'] // 1024} KiB message (µs)",
-                          sizes[0]["recv_cpu_s"] * 1e6, unit="", config="measured, 2 CPU ranks, loopback")]
+                          round(sizes[0]["recv_cpu_s"] * 1e6, 1), unit="", config="measured, 2 CPU ranks, loopback")]
     for s in (r for r in rows if r["kind"] == "setting"):
         cpu = s["messages"] * (a_s + a_r) + (b_s + b_r) * s["bytes"]
         text.append(f"| {s['setting']} | {s['messages']} | {s['bytes'] / 2**20:.1f} | {cpu * 1e3:.2f} | "

@@ -47,7 +47,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
     headlines = []
     for r in picked:
         pct, times = PAPER[r["model"]]
-        headlines += [Headline("papers", f"PPLL {r['model']}: local learning over sequential local learning",
+        headlines += [Headline("papers", f"PPLL {r['model']}: local learning's gain over sequential local learning",
                                r["vs_sequential_pct"], unit="%", paper=f"+{pct:.0f} %", config=config),
                       Headline("papers", f"PPLL {r['model']}: local learning over the backprop pipeline (1F1B)",
                                r["vs_backprop"], paper=f"{times:.2f}×", paper_value=times, config=config)]
