@@ -1,7 +1,7 @@
 """Steady-state speed of the asynchronous methods, measured on 2 local ranks, predicted beside it.
 
     .venv/bin/python benchmarks/bench_async_speed.py                 # results in benchmarks/results/async-speed
-    .venv/bin/python benchmarks/bench_async_speed.py --quick         # the mlp, one round of 4 steps
+    .venv/bin/python benchmarks/bench_async_speed.py --quick         # gpt-tiny, profiled once, one round of 4 steps
 
 Two local ranks (gloo, one thread each), the MLP (batch 64) and gpt-tiny (batch 32) of the Core
 benchmark. Per model, from one measured profile and a probed 2-rank cluster, one plan: the
@@ -35,6 +35,7 @@ from common.async_speed_report import report
 from common.measured import WARMUP_STEPS, probe_cluster, profile_logged
 from harness import Context, Experiment, Row, bounded, main
 
+from pipetrain import api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 from pipetrain.cost import CostModel
 from pipetrain.graph.zoo import build_model
@@ -64,10 +65,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=6, help=f"steps per run, {WARMUP_STEPS} of them warm-up (default 6)")
 
 
-def _plans(model: str, batch: int, cluster: Cluster) -> list[Setting]:
-    """The model's 2-stage plan under every method, and each one's predicted steady state."""
+def _plans(model: str, batch: int, cluster: Cluster, quick: bool) -> list[Setting]:
+    """The model's 2-stage plan under every method, and each one's predicted steady state (``quick``: from a
+    profile of one repeat per layer and size, not five)."""
     graph = build_model(model)
-    cost = CostModel(profile_logged(graph, batch), cluster)
+    cost = CostModel(api.profile_model(graph, batch, repeats=1) if quick else profile_logged(graph, batch), cluster)
     base = build_balanced_plan(ModelRef.of(graph), cost, method=Method.ONE_F_ONE_B, n_stages=2, batch_size=batch,
                                n_micro=MICRO)
     plans = {m.value: base if m is Method.ONE_F_ONE_B else base.run_by(m) for m in METHODS}
@@ -77,8 +79,8 @@ def _plans(model: str, batch: int, cluster: Cluster) -> list[Setting]:
 def settings(ctx: Context) -> list[Setting]:
     cluster, info = probe_cluster(CPU_ACTION_OVERHEAD_S, 1 if ctx.quick else 3)
     ctx.artifact("cluster.json").write_text(json.dumps(info, indent=1))
-    models = list(MODELS.items())[:1] if ctx.quick else MODELS.items()
-    return [s for model, batch in models for s in _plans(model, batch, cluster)]
+    models = [("gpt-tiny", MODELS["gpt-tiny"])] if ctx.quick else MODELS.items()
+    return [s for model, batch in models for s in _plans(model, batch, cluster, ctx.quick)]
 
 
 def run(s: Setting, ctx: Context) -> list[Row]:
