@@ -44,10 +44,10 @@ def report(rows: list[Row], info: RunInfo) -> Report:
             if got is not None:
                 errors.append(100 * abs(want / got - 1))
                 points.append((got, want, f"{model} {m}"))
-        steps = mine[0]["steps"]
+        steps, rounds = mine[0]["steps"], len({r["round"] for r in mine})
         headlines.append(Headline("fidelity", f"{model}: predicted samples/s against measured, median error over "
                                   "gpipe, 1f1b, pipedream and 2bw", _median(errors), unit="%",
-                                  config=f"measured, 2 CPU ranks, {len(set(r['round'] for r in mine))} rounds of "
+                                  config=f"measured, 2 CPU ranks, {rounds} round{'s' * (rounds > 1)} of "
                                          f"{steps} steps"))
     charts = (Chart("fidelity", "predicted", "Asynchronous methods: predicted against measured samples/s", "scatter",
                     "predicted samples/s", "measured samples/s", points=tuple(points)),
