@@ -103,13 +103,14 @@ class Chart:
 
     ``kind="bars"``: one group of bars per ``categories`` entry, one bar per ``series`` entry
     ``(legend, values)`` with one value per category (None: no bar). ``kind="scatter"``: ``points``
-    ``(x, y, label)`` with the line ``y = x`` (predicted against measured).
+    ``(x, y, label)`` with the line ``y = x`` (predicted against measured). ``kind="lines"``: one line
+    per distinct label of ``points`` ``(x, y, label)``, in their order (e.g. a loss against samples).
     """
 
     area: Area
     slug: str
     title: str
-    kind: Literal["bars", "scatter"]
+    kind: Literal["bars", "scatter", "lines"]
     y_label: str
     x_label: str = ""
     categories: tuple[str, ...] = ()

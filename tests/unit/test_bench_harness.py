@@ -60,7 +60,9 @@ def _report(rows: list[Row], info: RunInfo) -> Report:
                   (Chart("torch", "bars", "toy bars", "bars", "value", categories=("a", "b"),
                          series=(("x", (1.0, None)), ("y", (2.0, 3.0)))),
                    Chart("fidelity", "scatter", "toy scatter", "scatter", "measured", "predicted",
-                         points=((1.0, 1.1, "a"), (2.0, 1.8, "")))))
+                         points=((1.0, 1.1, "a"), (2.0, 1.8, ""))),
+                   Chart("methods", "lines", "toy lines", "lines", "loss", "samples",
+                         points=((0.0, 2.0, "a"), (1.0, 1.5, "a"), (0.0, 2.2, "b"), (1.0, 1.9, "b")))))
 
 
 def _arguments(p: object) -> None:
@@ -85,7 +87,7 @@ def test_main_runs_rotated_rounds_and_writes_a_complete_record(tmp_path: Path) -
     assert record.run.options == {"scale": 2.0} and record.headlines[0].value == 8.0
     assert record.command.endswith("--out " + str(tmp_path) + " --scale 2")
     assert {"cores", "torch", "device", "load_before", "load_after"} <= set(record.machine)
-    assert [c["area"] for c in record.charts] == ["torch", "fidelity"]
+    assert [c["area"] for c in record.charts] == ["torch", "fidelity", "methods"]
     assert all((tmp_path / c["file"]).stat().st_size > 0 for c in record.charts)
     md = _only_record(tmp_path).with_suffix(".md").read_text()
     assert "| best value | 8 |" in md and "6 rows, scale 2.0" in md and md == render_markdown(record)
