@@ -64,6 +64,7 @@ def _tables(setups: Sequence[Row], result: dict[str, dict[str, Any]]) -> list[st
             what = {"pipetrain": f"pipetrain balanced ({setup['plans']['balanced']})",
                     "pipetrain-auto": f"pipetrain auto ({setup['plans']['auto']})"}.get(label, label)
             what += " (best torch)" if label == s["torch_best"] else ""
+            what = what.replace("|", "\\|")  # a plan's stages are separated by "|": not a cell's end
             lines.append(f"| {setup['model']} b={batch} | {what} | {sps:.1f} | {batch / sps * 1e3:.0f} |")
     lines += ["", "| model | ratio | median of rounds | per round |", "|---|---|---:|---|"]
     for setup in setups:
@@ -104,26 +105,26 @@ def _headlines(setups: Sequence[Row], result: dict[str, dict[str, Any]], info: R
     return out
 
 
-def _chart(setups: Sequence[Row], result: dict[str, dict[str, Any]]) -> Chart:
-    """samples/s of each configuration (a torch schedule: its fastest micro-batch count), one bar per model."""
+def _charts(setups: Sequence[Row], result: dict[str, dict[str, Any]]) -> list[Chart]:
+    """Per model, samples/s of each configuration (a torch schedule: its fastest micro-batch count)."""
     own = {"pipetrain": "pipetrain", "pipetrain-auto": "pipetrain auto", "single": "one process"}
-    names = list(own.values()) + [f"torch {name}" for name in dict.fromkeys(
-        label.split()[1] for s in result.values() for label in s["medians"] if label.startswith("torch"))]
-    series = []
+    charts = []
     for setup in setups:
         best: dict[str, float] = {}
         for label, sps in result[setup["model"]]["medians"].items():
             key = own.get(label) or " ".join(label.split()[:2])
             best[key] = max(best.get(key, 0.0), sps)
-        series.append((MODELS[setup["model"]].title, tuple(best.get(n) for n in names)))
-    return Chart("torch", "samples", "Real models: samples/s, pipetrain against torch's schedules", "bars",
-                 "samples/s", categories=tuple(names), series=tuple(series))
+        title = MODELS[setup["model"]].title
+        charts.append(Chart("torch", f"samples-{setup['model']}", f"{title}, batch {setup['batch']}: samples/s, "
+                            "pipetrain against torch's schedules (each at its fastest m)", "bars", "samples/s",
+                            categories=tuple(best), series=((title, tuple(best.values())),)))
+    return charts
 
 
 def real_report(rows: list[Row], info: RunInfo) -> Report:
-    """The tables (throughput, ratios, every torch configuration, plan times), headlines and chart."""
+    """The tables (throughput, ratios, every torch configuration, plan times), headlines and charts."""
     setups = [r for r in rows if r.get("kind") == "setup"]
     runs = [r for r in rows if r.get("kind") == "run"]
     result = summary(setups, runs)
     return Report("\n".join(_tables(setups, result)) + "\n", tuple(_headlines(setups, result, info)),
-                  (_chart(setups, result),))
+                  tuple(_charts(setups, result)))
