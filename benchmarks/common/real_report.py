@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness import Chart, Headline, Report, Row, RunInfo
+from harness.experiment import Area
 
 from common.real_models import MODELS
 
@@ -94,14 +95,16 @@ def _headlines(setups: Sequence[Row], result: dict[str, dict[str, Any]], info: R
         s, title = result[setup["model"]], MODELS[setup["model"]].title
         config = (f"measured, 2 ranks × 1 thread (gloo), batch {setup['batch']}, {info.repeats} "
                   f"round{'s' if info.repeats != 1 else ''}")
-        for own, what in (("pipetrain", "pipetrain's default plan"), ("pipetrain-auto", "pipetrain's auto plan")):
-            for other, area in ((s["torch_best"], "torch"), ("single", "methods")):
-                ratio = s["ratios"].get(f"{own} / {other}")
-                if ratio is None or (own == "pipetrain-auto" and area == "methods"):
-                    continue
-                against = f"the best torch schedule ({other})" if area == "torch" else "one process"
-                out.append(Headline(area, f"{title}: {what} / {against}", ratio["median"], unit="×",
-                                    config=config))
+        pairs: list[tuple[str, str, Area]] = [("pipetrain", s["torch_best"], "torch"),
+                                              ("pipetrain", "single", "methods"),
+                                              ("pipetrain-auto", s["torch_best"], "torch")]
+        for own, other, area in pairs:
+            ratio = s["ratios"].get(f"{own} / {other}")
+            if ratio is None:
+                continue
+            what = "pipetrain's default plan" if own == "pipetrain" else "pipetrain's auto plan"
+            against = f"the best torch schedule ({other})" if area == "torch" else "one process"
+            out.append(Headline(area, f"{title}: {what} / {against}", ratio["median"], unit="×", config=config))
     return out
 
 
