@@ -94,7 +94,8 @@ class Headline:
         return "—" if self.value is None or math.isnan(self.value) else _number(self.value, self.unit)
 
     def target_text(self) -> str:
-        return "" if self.target is None else self.target.text(self.unit)
+        """The target as a markdown table cell (``abs<=``'s ``|x|`` escaped, so it does not split the cell)."""
+        return "" if self.target is None else self.target.text(self.unit).replace("|", "\\|")
 
 
 @dataclass(frozen=True)

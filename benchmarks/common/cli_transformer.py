@@ -1,10 +1,10 @@
-"""A user's transformer, as a user would write it, for the CLI-flow benchmark (issue 32).
+"""A user's transformer, as a user would write it, for the CLI-flow benchmark (issue 32, ``bench_cli_flow.py``).
 
 ``DigitRows`` reads scikit-learn's handwritten digits as a sequence: each 8×8 image is 8 rows of 8
 pixels. ``x [b, 8, 8]`` → Linear ``8 → D`` + a learnt position → a ``ModuleList`` of
 ``nn.TransformerEncoderLayer`` (batch first) → mean over rows → Linear ``D → 10`` → logits ``[b, 10]``.
-Named on the command line as ``--model benchmarks.flow_transformer:build --data
-benchmarks.flow_transformer:digit_rows`` (run from the repository root).
+Named on the command line as ``--model benchmarks.common.cli_transformer:build --data
+benchmarks.common.cli_transformer:digit_rows`` (run from the repository root).
 """
 
 from __future__ import annotations
