@@ -15,43 +15,35 @@ median timed step (warm-up steps excluded). A run that does not finish within ``
 (torch's schedules can hang) is killed, with its processes, and reported as ``"timeout"``; one that
 raises is reported with its error.
 
-    .venv/bin/python benchmarks/torch_baseline.py --model mlp --batch 128 --micro 4 --schedule gpipe
-    .venv/bin/python benchmarks/torch_baseline.py --model gpt-tiny --batch 64 --schedule all
+The Core benchmark runs it alone too: ``benchmarks/bench_core.py --kinds torch --models gpt-tiny``.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import queue
 import socket
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from pipetrain.graph.layer_graph import LayerGraph
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common.torch_schedules import SCHEDULES, TorchSchedule, chunk_layers, schedule_of
+from common.measured import WARMUP_STEPS
+from common.torch_schedules import TorchSchedule, chunk_layers, schedule_of
 from common.torch_schedules import stage_layers as _stage_layers
+from pipetrain.graph.layer_graph import LayerGraph
 
 Schedule = str  # a key of torch_schedules.SCHEDULES
 
 __all__ = ["RankRun", "Schedule", "TorchRun", "free_port", "launch", "launch_timed", "one_step_grads",
            "run_torch_pipelining", "stage_layers", "torch_pipelining_samples_per_s"]
 
-WARMUP_STEPS = 2
 N_RANKS = 2
 
 
@@ -309,27 +301,3 @@ def torch_pipelining_samples_per_s(
 ) -> float | None:
     """Median samples/s of torch pipelining on 2 local ranks, or None if it hung, timed out or failed."""
     return run_torch_pipelining(model, batch, n_micro, schedule, steps, timeout_s).samples_per_s
-
-
-def _main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--model", default="mlp")
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--schedule", choices=[*SCHEDULES, "all"], nargs="+", default=["all"])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--timeout", type=float, default=120.0)
-    args = parser.parse_args()
-    schedules = list(SCHEDULES) if "all" in args.schedule else args.schedule
-    print(f"torch {torch.__version__}, pid {os.getpid()}")
-    for schedule in schedules:
-        for m in args.micro:
-            run = run_torch_pipelining(args.model, args.batch, m, schedule, args.steps, args.timeout)
-            sps = f"{run.samples_per_s:8.1f} samples/s" if run.samples_per_s else "       -          "
-            it = f"{run.iteration_s * 1e3:8.1f} ms" if run.iteration_s else ""
-            print(f"{args.model:9s} b={args.batch:<4d} {schedule:16s} m={m:<2d} {sps} {it}  "
-                  f"[{run.status}; {run.wall_s:.1f} s]", flush=True)
-
-
-if __name__ == "__main__":
-    _main()
