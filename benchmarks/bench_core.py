@@ -2,7 +2,7 @@
 and the simulator's predictions against what ran (prediction fidelity).
 
     .venv/bin/python benchmarks/bench_core.py                   # the full run, 5 rounds (about 45 min on 2 cores)
-    .venv/bin/python benchmarks/bench_core.py --quick           # gpt-tiny at m=2, 1 round (a few minutes)
+    .venv/bin/python benchmarks/bench_core.py --quick           # gpt-tiny at batch 16, m=2, 1 round (about 4 min)
     .venv/bin/python benchmarks/bench_core.py --kinds torch --models gpt-tiny    # torch's schedules alone
 
 Throughput on 2 local ranks (gloo, one thread each) for each model: single-process training (one
@@ -65,7 +65,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro", type=int, nargs="+", help="micro-batch counts (default 1 2 4 8; --quick: 2)")
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="which configurations (default all)")
     p.add_argument("--mlp-batch", type=int, default=BATCH["mlp"])
-    p.add_argument("--gpt-batch", type=int, default=BATCH["gpt-tiny"])
+    p.add_argument("--gpt-batch", type=int, help=f"gpt-tiny's batch (default {BATCH['gpt-tiny']}; --quick: 16)")
     p.add_argument("--timeout", type=float, default=150.0, help="wall-clock bound per run (s, default 150)")
     p.add_argument("--overhead", type=float, default=None,
                    help=f"cluster action_overhead_s (default: measured by the probe; {CPU_ACTION_OVERHEAD_S} before)")
@@ -86,7 +86,7 @@ def settings(ctx: Context) -> list[Job]:
     a = ctx.args
     models = a.models or (["gpt-tiny"] if ctx.quick else ["mlp", "gpt-tiny"])
     micro = a.micro or ([2] if ctx.quick else [1, 2, 4, 8])
-    batches = {"mlp": a.mlp_batch, "gpt-tiny": a.gpt_batch}
+    batches = {"mlp": a.mlp_batch, "gpt-tiny": a.gpt_batch or (16 if ctx.quick else BATCH["gpt-tiny"])}
     probes = min(a.probes, 2) if ctx.quick else a.probes
     cluster, probe = probe_cluster(a.overhead, probes)
     write_atomic(ctx.artifact("cluster.json"), cluster.to_json())
@@ -94,7 +94,7 @@ def settings(ctx: Context) -> list[Job]:
     for m in models:  # the contention of each model's own work: two halves at a quarter of its batch
         batch = batches.get(m, 64)
         own, info = probe_cluster(cluster.action_overhead_s, probes, (build_model(m), max(1, batch // 4)), cluster)
-        setup = setup_model(m, batch, steps_for(m, ctx.quick), own, micro, a.calibrate)
+        setup = setup_model(m, batch, steps_for(m, ctx.quick), own, micro, a.calibrate, ctx.quick)
         setup.info.update(probe=probe, model_shared_speed=info["shared_speed"], warmup_steps=WARMUP_STEPS,
                           micro=micro)
         write_atomic(ctx.artifact(f"cluster_{m}.json"), setup.cluster.to_json())

@@ -76,17 +76,18 @@ def configs(micro: Sequence[int], kinds: Sequence[str] = KINDS) -> list[Config]:
 
 
 def setup_model(name: str, batch: int, steps: int, cluster: Cluster, micro: Sequence[int],
-                calibrate: bool) -> ModelSetup:
+                calibrate: bool, quick: bool = False) -> ModelSetup:
     """Profile the model, calibrate the cluster on its own work (unless not ``calibrate``), build every
     pipetrain plan (the grid's and ``auto``'s, every planner tried, the fastest prediction kept) and
-    predict each, also on ranks that never slow each other (brackets the contention model)."""
+    predict each, also on ranks that never slow each other (brackets the contention model). ``quick``:
+    profile and calibrate with fewer timings."""
     graph = build_model(name)
-    profile = profile_logged(graph, batch)
+    profile = profile_logged(graph, batch, repeats=2 if quick else 5)
     calibration = ""
     if calibrate:
         from pipetrain.calibrate.fit import calibrate_cluster
 
-        fitted = calibrate_cluster(graph, profile, cluster, batch, runs=3)
+        fitted = calibrate_cluster(graph, profile, cluster, batch, runs=1 if quick else 3, steps=4 if quick else 10)
         cluster, calibration = fitted.apply(cluster), fitted.describe()
         print(f"[{name}] calibrated: {calibration}", flush=True)
     plans = setting_plans(graph, CostModel(profile, cluster), batch, micro)
