@@ -111,8 +111,11 @@ def _noise_line(runs: Sequence[Row], model: str) -> str:
 
 
 def scatter_chart(f: Fidelity, model: str) -> Chart:
-    """Predicted against measured iteration (ms) of each of ``model``'s pipetrain settings."""
-    points = tuple((m * 1e3, p * 1e3, k[1].removeprefix("pipetrain ")) for k, (m, p) in f.medians.items()
-                   if k[0] == model)
+    """Predicted against measured iteration (ms) of each of ``model``'s pipetrain settings; the planned
+    setting and the worst predicted are named (the rest are too close together to read)."""
+    mine = {k[1]: v for k, v in f.medians.items() if k[0] == model}
+    worst = max(mine, key=lambda label: abs(mine[label][1] / mine[label][0] - 1), default="")
+    points = tuple((m * 1e3, p * 1e3, label.removeprefix("pipetrain ") if label in ("planned", worst) else "")
+                   for label, (m, p) in mine.items())
     return Chart("fidelity", f"fidelity-{model}", f"{model}: predicted against measured iteration (ms)", "scatter",
                  "predicted (ms)", "measured (ms, median over rounds)", points=points)
