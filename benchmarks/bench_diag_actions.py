@@ -9,10 +9,10 @@ that ``auto`` weighs against each other).
         --cluster <a Core run>/cluster_gpt-tiny.json --plan <a saved plan>.json
 
 The model is profiled and the 2-rank cluster probed (link, all-reduce, contention on the model's own
-work, the runtime's cost per action) as the Core benchmark does, or both are read from a Core run's
-artifacts (``--profile``, ``--cluster``); each setting (``method[:chunks]@m``: a looped method's
-chunks per rank, default 2; the others are two balanced stages; ``--plan FILE``: a saved plan) trains
-once per round (10 steps, 2 warm-up, one thread per rank). For each setting: the predicted
+work, the runtime's cost per action) as the Core benchmark does (``--quick``: the default 2-rank
+cluster, unprobed), or both are read from a Core run's artifacts (``--profile``, ``--cluster``);
+each setting (``method[:chunks]@m``: a looped method's chunks per rank, default 2; the others are two
+balanced stages; ``--plan FILE``: a saved plan) trains once per round (10 steps, 2 warm-up, one thread per rank). For each setting: the predicted
 iteration, the median measured one, and per rank and action kind (F, B, W, STEP, SEND_F, RECV_F, ...)
 the seconds the simulator's timeline gives them beside those of the median run's measured timeline
 (its median step). A RECV's time is waiting; a SEND's is the sender's own time in ``isend``.
@@ -68,11 +68,14 @@ def settings(ctx: Context) -> list[tuple[str, Plan, Timeline]]:
     a = ctx.args
     model, batch = a.model or ("gpt-tiny" if ctx.quick else "mlp"), a.batch or (16 if ctx.quick else 128)
     graph = build_model(model)
-    profile = Profile.from_json(a.profile.read_text()) if a.profile else profile_logged(graph, batch)
+    profile = (Profile.from_json(a.profile.read_text()) if a.profile
+               else profile_logged(graph, batch, repeats=2 if ctx.quick else 5))
     if a.cluster:
         cluster = Cluster.from_json(a.cluster.read_text())
+    elif ctx.quick:  # the default 2-rank cluster: probing takes minutes on a loaded machine
+        cluster = api.local_cluster(2)
     else:
-        cluster, _ = probe_cluster(None, 2 if ctx.quick else 3, model=(graph, max(1, batch // 2)))
+        cluster, _ = probe_cluster(None, 3, model=(graph, max(1, batch // 2)))
         ctx.artifact("cluster.json").write_text(cluster.to_json())
     cost = CostModel(profile, cluster)
     texts = a.settings or ("zbv@2,zb1@2" if ctx.quick else SETTINGS)
