@@ -10,12 +10,13 @@ that ``auto`` weighs against each other).
 
 The model is profiled and the 2-rank cluster probed (link, all-reduce, contention on the model's own
 work, the runtime's cost per action) as the Core benchmark does (``--quick``: the default 2-rank
-cluster, unprobed), or both are read from a Core run's artifacts (``--profile``, ``--cluster``);
-each setting (``method[:chunks]@m``: a looped method's chunks per rank, default 2; the others are two
-balanced stages; ``--plan FILE``: a saved plan) trains once per round (10 steps, 2 warm-up, one
-thread per rank). For each setting: the predicted iteration, the median measured one, and per rank and action kind (F, B, W, STEP, SEND_F, RECV_F, ...)
-the seconds the simulator's timeline gives them beside those of the median run's measured timeline
-(its median step). A RECV's time is waiting; a SEND's is the sender's own time in ``isend``.
+cluster, unprobed), or both are read from a Core run's artifacts (``--profile``, ``--cluster``); each
+setting (``method[:chunks]@m``: a looped method's chunks per rank, default 2; the others are two
+balanced stages; ``--plan FILE``: a saved plan) trains once per round (10 steps, 2 warm-up, one thread
+per rank). For each setting: the predicted iteration, the median measured one, and per rank and action
+kind (F, B, W, STEP, SEND_F, RECV_F, ...) the seconds the simulator's timeline gives them beside those
+of the median run's measured timeline (its median step). A RECV's time is waiting; a SEND's is the
+sender's own time in ``isend``.
 """
 
 from __future__ import annotations
