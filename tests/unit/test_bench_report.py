@@ -1,5 +1,5 @@
-"""The Core benchmark's report (benchmarks/common/core_report.py), from rows alone: its tables, the
-targets it marks, its headlines and charts."""
+"""The Core benchmark's report (benchmarks/common/core_report.py) and its diagnostics' (bench_checkouts,
+bench_diag_actions), from rows alone: their tables, the targets they mark, their headlines and charts."""
 
 from __future__ import annotations
 
@@ -62,3 +62,25 @@ def test_report_tables_and_charts() -> None:
     assert bars.kind == "bars" and dict(bars.series)["pipetrain"][-1] == 2100.0
     assert dict(bars.series)["torch"][bars.categories.index("1f1b")] == 1600.0
     assert scatter.kind == "scatter" and len(scatter.points) == 4  # planned-noalloc is not ranked
+
+
+def test_checkouts_pair_each_round_after_over_before() -> None:
+    from bench_checkouts import report as checkouts_report
+
+    rows = [{"setting": "mlp 128 zb1@2 30", "checkout": c, "step_s": s, "round": r}
+            for r, (before, after) in enumerate(((1.0, 1.1), (2.0, 1.8), (1.0, 1.0)))
+            for c, s in (("before", before), ("after", after))]
+    out = checkouts_report(rows, RunInfo(quick=False, repeats=3, seed=0, options={"before": "b", "after": "a"}))
+    assert "| mlp 128 zb1@2 30 | 1000.00 | 1100.00 | 1.000 | 1.100, 0.900, 1.000 |" in out.markdown
+    assert out.headlines[0].value == 1.0 and "before b, after a" in out.headlines[0].config
+
+
+def test_diag_actions_shows_the_median_runs_breakdown() -> None:
+    from bench_diag_actions import report as diag_report
+
+    rows = [{"setting": "zbv v=2 m=2", "model": "mlp", "batch": 128, "predicted_s": 0.3, "measured_s": t,
+             "predicted_by_kind": {"0 F": 0.1}, "measured_by_kind": {"0 F": t / 3}, "round": r}
+            for r, t in enumerate((0.36, 0.30, 0.33))]
+    out = diag_report(rows, RunInfo(quick=False, repeats=3, seed=0))
+    assert "| | 0 F | 100.00 | 110.00 |" in out.markdown  # the median run, 0.33 s
+    assert abs(out.headlines[0].value - 100 * (0.3 / 0.33 - 1)) < 1e-9
