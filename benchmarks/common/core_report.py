@@ -124,7 +124,8 @@ def _model_section(model: Row, runs: Sequence[Row]) -> tuple[list[str], dict[str
 
 def _probe_line(model: Row, info: RunInfo) -> str:
     probe = model["probe"]
-    return (f"{info.repeats} round{'' if info.repeats == 1 else 's'}; probe: latency {probe['latency_s'] * 1e6:.0f} µs, bandwidth "
+    rounds = f"{info.repeats} round{'' if info.repeats == 1 else 's'}"
+    return (f"{rounds}; probe: latency {probe['latency_s'] * 1e6:.0f} µs, bandwidth "
             f"{probe['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, two ranks computing at once run at "
             f"{(probe.get('shared_speed') or [1.0, 1.0])[-1]:.2f}× each, action overhead "
             f"{probe['action_overhead_s'] * 1e6:.0f} µs ({'measured' if probe.get('overhead_measured') else 'given'}). "
