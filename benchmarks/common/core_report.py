@@ -143,7 +143,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
         name, planned = model["model"], summaries["planned"].samples_per_s
         torch_label, torch_best = best_of(summaries, "torch ")
         config = (f"measured, 2 CPU ranks (gloo), batch {model['batch']}, planned {model['planned']} against "
-                  f"{torch_label}; pipetrain with its allocator setting, torch without")
+                  f"{torch_label or 'no torch run'}; pipetrain with its allocator setting, torch without")
         headlines.append(Headline("torch", f"planned / best torch schedule, {name}",
                                   planned / torch_best if planned and torch_best else None,
                                   target=Target(">=", PLANNED_TARGET), config=config))
