@@ -69,7 +69,7 @@ def headline_from(data: dict[str, Any]) -> Headline:
 
 def load_record(path: Path) -> Record:
     data = json.loads(path.read_text())
-    if not isinstance(data, dict) or data.get("format") != FORMAT:  # e.g. a legacy run's list of rows beside records
+    if not isinstance(data, dict) or data.get("format") != FORMAT:  # e.g. a legacy result that is a list
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise ValueError(f"{path} is not a harness record (format {found!r}, expected {FORMAT})")
     data.pop("format")
