@@ -23,7 +23,7 @@ GiB = 1 << 30
 
 # pipetrain's runtime cost per F or B action on a CPU rank (Python dispatch, buffers, hooks):
 # measured on the project's 2-core machine as the median residual of measured minus profiled
-# action times (gpt-tiny, 8 micro-batches; see BENCHMARKS.md). Used for local clusters.
+# action times (gpt-tiny, 8 micro-batches; see benchmarks/history/core.md). Used for local clusters.
 CPU_ACTION_OVERHEAD_S = 2.5e-4
 
 

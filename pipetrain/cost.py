@@ -333,7 +333,7 @@ class CostModel:
         Per layer, the profile's measured seconds for :attr:`optimizer` (divided by the device's
         speed), else a memory-bound estimate (module docstring); plus the per-action overhead, which
         the runtime pays at a STEP as at any other compute action (without it the flow benchmark's
-        STEPs were predicted 26-35% short, BENCHMARKS.md "The everyday CLI flow").
+        STEPs were predicted 26-35% short, benchmarks/history/cli-flow.md).
         """
         return self.action_overhead_s + self._step_of(self._layers(rank, layers), rank)
 

@@ -39,9 +39,10 @@ def probe_cluster(overhead_s: float | None, n_probes: int, model: Workload | Non
     return cluster, info
 
 
-def profile_logged(graph: LayerGraph, batch: int) -> Profile:
-    """The measured profile of ``graph`` at ``batch``, printing how long profiling took."""
+def profile_logged(graph: LayerGraph, batch: int, repeats: int = 5) -> Profile:
+    """The measured profile of ``graph`` at ``batch`` (``repeats`` timings per layer), printing how long
+    profiling took."""
     t0 = time.perf_counter()
-    profile = api.profile_model(graph, batch)
+    profile = api.profile_model(graph, batch, repeats=repeats)
     print(f"[{graph.name}] profiled in {time.perf_counter() - t0:.1f} s", flush=True)
     return profile

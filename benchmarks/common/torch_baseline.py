@@ -11,71 +11,35 @@ data from pipetrain's ``make_batch`` (generated before the step's clock starts).
 
 Timing mirrors pipetrain's runtime: a barrier, then each rank times its step (schedule step,
 optimizer step, zero_grad); a step's time is the slower rank's; samples/s is the batch over the
-median timed step (warm-up steps excluded). A run that does not finish within ``timeout_s``
-(torch's schedules can hang) is killed, with its processes, and reported as ``"timeout"``; one that
-raises is reported with its error.
+median timed step (warm-up steps excluded). The ranks are launched by :mod:`common.core_launch`: a
+run that does not finish within ``timeout_s`` (torch's schedules can hang) is killed, with its
+processes, and reported as ``"timeout"``; one that raises is reported with its error.
 
-    .venv/bin/python benchmarks/torch_baseline.py --model mlp --batch 128 --micro 4 --schedule gpipe
-    .venv/bin/python benchmarks/torch_baseline.py --model gpt-tiny --batch 64 --schedule all
+The Core benchmark runs it alone too: ``benchmarks/bench_core.py --kinds torch --models gpt-tiny``.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import queue
-import socket
-import statistics
-import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from multiprocessing.process import BaseProcess
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.multiprocessing as mp
 
-from pipetrain.graph.layer_graph import LayerGraph
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common.torch_schedules import SCHEDULES, TorchSchedule, chunk_layers, schedule_of
+from common.core_launch import N_RANKS, RankRun, TorchRun, free_port, launch, launch_timed
+from common.measured import WARMUP_STEPS
+from common.torch_schedules import TorchSchedule, chunk_layers, schedule_of
 from common.torch_schedules import stage_layers as _stage_layers
+from pipetrain.graph.layer_graph import LayerGraph
 
 Schedule = str  # a key of torch_schedules.SCHEDULES
 
-__all__ = ["RankRun", "Schedule", "TorchRun", "free_port", "launch", "launch_timed", "one_step_grads",
-           "run_torch_pipelining", "stage_layers", "torch_pipelining_samples_per_s"]
-
-WARMUP_STEPS = 2
-N_RANKS = 2
-
-
-@dataclass(frozen=True)
-class TorchRun:
-    """The outcome of one torch-pipelining run.
-
-    Attributes:
-        status: ``"ok"``, ``"timeout"`` (killed after ``timeout_s``) or ``"error: ..."``.
-        samples_per_s: batch / median timed step time; None unless ``status == "ok"``.
-        step_times_s: every step's time (slowest rank), warm-up included.
-        wall_s: wall time of the whole run, process start-up included.
-    """
-
-    status: str
-    samples_per_s: float | None = None
-    step_times_s: tuple[float, ...] = field(default=())
-    wall_s: float = 0.0
-
-    @property
-    def iteration_s(self) -> float | None:
-        """Median timed step time (s)."""
-        timed = self.step_times_s[WARMUP_STEPS:]
-        return statistics.median(timed) if timed else None
+# the launcher's names are also this module's (other benchmarks import them from here)
+__all__ = ["N_RANKS", "WARMUP_STEPS", "RankRun", "Schedule", "TorchRun", "free_port", "launch", "launch_timed",
+           "layer_weights", "one_step_grads", "run_torch_pipelining", "stage_layers", "torch_pipelining_samples_per_s"]
 
 
 @dataclass(frozen=True)
@@ -109,28 +73,6 @@ def _graph(model: str, overrides: dict[str, float]) -> LayerGraph:
     from pipetrain.graph.zoo import build_model
 
     return build_model(model, **overrides)  # type: ignore[arg-type]  # sizes are ints or floats
-
-
-RankRun = Callable[[int, int, Any], Any]
-"""What each rank of a launch does: ``run(rank, port, job)`` returns its result (step times, gradients);
-a module-level function, so that it crosses to the spawned processes."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for a process group's ``tcp://`` rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _rank_main(rank: int, port: int, job: Any, results: mp.Queue, run: RankRun) -> None:  # type: ignore[type-arg]
-    """One rank: ``run`` ``job``, put ``(rank, "ok", times or gradients)`` on ``results``."""
-    try:
-        results.put((rank, "ok", run(rank, port, job)))
-    except BaseException as e:  # report anything, then let the parent clean up
-        first = str(e).splitlines()[0] if str(e) else ""
-        results.put((rank, f"error: {type(e).__name__}: {first}", []))
 
 
 def _build_pipe(rank: int, job: RankJob, spec: TorchSchedule) -> tuple[Any, list[torch.nn.Sequential]]:
@@ -202,56 +144,10 @@ def _gradients(mine: Sequence[int], modules: Sequence[torch.nn.Sequential],
     return out
 
 
-def _stop(procs: Sequence[BaseProcess]) -> None:
-    """Kill whatever is still alive and reap every process (no orphans)."""
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    for p in procs:
-        p.join(timeout=10)
-
-
 def layer_weights(model: str, overrides: dict[str, float] | None = None) -> list[float]:
     """Parameters per layer of a zoo model (built on the meta device: free), the chunks' balance."""
     graph = _graph(model, overrides or {})
     return [float(sum(p.numel() for p in graph.build_layer(i, "meta").parameters())) for i in range(len(graph))]
-
-
-def launch(job: Any, timeout_s: float, run: RankRun | None = None,
-           n_ranks: int = N_RANKS) -> tuple[str, dict[int, Any], float]:
-    """Run ``job`` on ``n_ranks`` spawned ranks, each calling ``run`` (default: this module's torch
-    pipelining rank, for a :class:`RankJob`): (status, each rank's result, wall seconds)."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    start = time.perf_counter()
-    procs = [ctx.Process(target=_rank_main, args=(r, port, job, results, run or _run_rank), daemon=True)
-             for r in range(n_ranks)]
-    for p in procs:
-        p.start()
-    got: dict[int, Any] = {}
-    status = "ok"
-    try:
-        while len(got) < n_ranks:
-            left = timeout_s - (time.perf_counter() - start)
-            if left <= 0:
-                status = "timeout"
-                break
-            try:
-                rank, rank_status, out = results.get(timeout=min(left, 1.0))
-            except queue.Empty:
-                if any(p.exitcode not in (None, 0) for p in procs) and results.empty():
-                    status = "error: a rank died"
-                    break
-                continue
-            if rank_status != "ok":
-                status = f"rank {rank} {rank_status}"
-                break
-            got[rank] = out
-    finally:
-        _stop(procs)
-        results.close()
-    return status, got, time.perf_counter() - start
 
 
 def _job(model: str, batch: int, n_micro: int, schedule: Schedule, steps: int, lr: float,
@@ -277,18 +173,7 @@ def run_torch_pipelining(
     """
     if steps <= WARMUP_STEPS:
         raise ValueError(f"steps must exceed the {WARMUP_STEPS} warm-up steps, got {steps}")
-    return launch_timed(_job(model, batch, n_micro, schedule, steps, lr), batch, timeout_s)
-
-
-def launch_timed(job: Any, batch: int, timeout_s: float, run: RankRun | None = None,
-                 n_ranks: int = N_RANKS) -> TorchRun:
-    """:func:`launch` a job whose ranks return their step times; a step's time is the slowest rank's."""
-    status, got, wall = launch(job, timeout_s, run, n_ranks)
-    if status != "ok":
-        return TorchRun(status, wall_s=wall)
-    step_times = tuple(max(per_step) for per_step in zip(*got.values(), strict=True))
-    timed = step_times[WARMUP_STEPS:]
-    return TorchRun("ok", batch / statistics.median(timed), step_times, wall)
+    return launch_timed(_job(model, batch, n_micro, schedule, steps, lr), batch, timeout_s, _run_rank)
 
 
 def one_step_grads(
@@ -297,7 +182,7 @@ def one_step_grads(
 ) -> tuple[str, dict[str, np.ndarray]]:
     """One step of ``schedule`` (step 0's synthetic batch): status and every parameter's gradient,
     named ``"<layer index>.<parameter name>"`` (the ranks' gradients together)."""
-    status, got, _ = launch(_job(model, batch, n_micro, schedule, 1, 0.0, overrides, grads=True), timeout_s)
+    status, got, _ = launch(_job(model, batch, n_micro, schedule, 1, 0.0, overrides, grads=True), timeout_s, _run_rank)
     grads: dict[str, np.ndarray] = {}
     for part in got.values():
         grads.update(part)
@@ -309,27 +194,3 @@ def torch_pipelining_samples_per_s(
 ) -> float | None:
     """Median samples/s of torch pipelining on 2 local ranks, or None if it hung, timed out or failed."""
     return run_torch_pipelining(model, batch, n_micro, schedule, steps, timeout_s).samples_per_s
-
-
-def _main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--model", default="mlp")
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--schedule", choices=[*SCHEDULES, "all"], nargs="+", default=["all"])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--timeout", type=float, default=120.0)
-    args = parser.parse_args()
-    schedules = list(SCHEDULES) if "all" in args.schedule else args.schedule
-    print(f"torch {torch.__version__}, pid {os.getpid()}")
-    for schedule in schedules:
-        for m in args.micro:
-            run = run_torch_pipelining(args.model, args.batch, m, schedule, args.steps, args.timeout)
-            sps = f"{run.samples_per_s:8.1f} samples/s" if run.samples_per_s else "       -          "
-            it = f"{run.iteration_s * 1e3:8.1f} ms" if run.iteration_s else ""
-            print(f"{args.model:9s} b={args.batch:<4d} {schedule:16s} m={m:<2d} {sps} {it}  "
-                  f"[{run.status}; {run.wall_s:.1f} s]", flush=True)
-
-
-if __name__ == "__main__":
-    _main()

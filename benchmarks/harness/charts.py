@@ -1,5 +1,6 @@
 """The harness's pictures: grouped bars (samples/s against torch's schedules, paper against
-pipetrain) and predicted-against-measured scatters, drawn from a :class:`Chart`'s data."""
+pipetrain), predicted-against-measured scatters and lines (a loss against samples), drawn from a
+:class:`Chart`'s data."""
 
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ def draw(chart: Chart, path: Path) -> None:
                       ha="right" if len(chart.categories) > 4 else "center")
         if n > 1:
             ax.legend(fontsize=8, ncols=min(n, 4))
+    elif chart.kind == "lines":
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for label in dict.fromkeys(p[2] for p in chart.points):
+            line = [(x, y) for x, y, name in chart.points if name == label]
+            ax.plot([x for x, _ in line], [y for _, y in line], marker=".", label=label)
+        ax.legend(fontsize=8)
     else:
         fig, ax = plt.subplots(figsize=(5.2, 5.0))
         xs = [p[0] for p in chart.points]

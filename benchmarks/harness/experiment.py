@@ -33,7 +33,7 @@ AREAS: dict[str, str] = {  # the results page's summary sections, in order
     "methods": "Methods and runtime, measured here",
 }
 
-_OP_TEXT = {">=": "≥", "<=": "≤", "abs<=": "within ±"}  # no "|": the text sits in markdown tables
+_OP_TEXT = {">=": "≥", "<=": "≤", "abs<=": "|x| ≤"}
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,8 @@ class Headline:
         return "—" if self.value is None or math.isnan(self.value) else _number(self.value, self.unit)
 
     def target_text(self) -> str:
-        return "" if self.target is None else self.target.text(self.unit)
+        """The target as a markdown table cell (``abs<=``'s ``|x|`` escaped, so it does not split the cell)."""
+        return "" if self.target is None else self.target.text(self.unit).replace("|", "\\|")
 
 
 @dataclass(frozen=True)
@@ -103,13 +104,14 @@ class Chart:
 
     ``kind="bars"``: one group of bars per ``categories`` entry, one bar per ``series`` entry
     ``(legend, values)`` with one value per category (None: no bar). ``kind="scatter"``: ``points``
-    ``(x, y, label)`` with the line ``y = x`` (predicted against measured).
+    ``(x, y, label)`` with the line ``y = x`` (predicted against measured). ``kind="lines"``: one line
+    per distinct label of ``points`` ``(x, y, label)``, in their order (e.g. a loss against samples).
     """
 
     area: Area
     slug: str
     title: str
-    kind: Literal["bars", "scatter"]
+    kind: Literal["bars", "scatter", "lines"]
     y_label: str
     x_label: str = ""
     categories: tuple[str, ...] = ()

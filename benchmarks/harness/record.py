@@ -69,8 +69,8 @@ def headline_from(data: dict[str, Any]) -> Headline:
 
 def load_record(path: Path) -> Record:
     data = json.loads(path.read_text())
-    found = data.get("format") if isinstance(data, dict) else None  # results from before the harness may be lists
-    if found != FORMAT:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:  # e.g. a legacy result that is a list
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise ValueError(f"{path} is not a harness record (format {found!r}, expected {FORMAT})")
     data.pop("format")
     data["run"] = RunInfo(**data["run"])

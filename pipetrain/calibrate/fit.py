@@ -26,13 +26,13 @@ timed steps. The simulated iteration ``T(a, o)`` is close to linear in ``a = 1/s
 three Newton steps on the 2×2 system ``T_i(a, o) = measured_i`` solve it (:func:`fit_terms`, pure).
 Re-predicting the 21 two-rank settings of a Core benchmark run from its own profile with the terms
 fitted to two of its settings this way: median |error| 3.4 % (mlp) and 2.2 % (gpt-tiny), worst 6.2 %
-and 12.6 %, against 7.0 % / 18.6 % median with the tiny model's overhead alone (BENCHMARKS.md).
+and 12.6 %, against 7.0 % / 18.6 % median with the tiny model's overhead alone (benchmarks/history/core.md).
 Then, with those two terms, a third run of the model data-parallel (every layer on every rank, one
 micro-batch each) fits the all-reduce: its fixed cost where the model's gradients are small, its
 seconds per byte where they are large (whichever dominates that all-reduce; the iteration is linear in
 either, so one run gives it, :func:`fit_collective`). In a Core benchmark run calibrated on the first
 two terms every setting's prediction was within 15.0 % of its measured median, in one calibrated on
-all three within 7.6 % (BENCHMARKS.md).
+all three within 7.6 % (benchmarks/history/core.md).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ infopro    dgl's predictor plus, where the input is an image ``[C₀, S, S]`` an
 =========  ================================================================================
 
 ``w`` is :data:`AUX_WIDTH` unless :func:`build_aux_head` is given another ``width`` (the simulated
-comparison with PPLL prices its authors' group's 128-wide heads, BENCHMARKS.md). InfoPro-lite
+comparison with PPLL prices its authors' group's 128-wide heads, benchmarks/history/local-sim.md). InfoPro-lite
 departs from InfoPro in two places: the reconstruction is MSE against the (standardised) input, not
 BCE against the de-normalised image, and the weights are
 λ_y = 1, λ_x(k) = 1 − 0.9·r with r = k / max(K − 2, 1) over the heads k = 0 … K − 2, so early stages

@@ -26,7 +26,7 @@ while it writes, its event loop spins on that lock (``try_lock`` under level-tri
 2-core scheduler runs the spinning peer's loop thread on the lock holder's core. Posting a step's
 receives at its start keeps them out of the middle of its bursts of sends: measured (4 alternating
 pairs, 2 ranks, this machine) gpt-tiny interleaved m=8 −15.5 %, zbv m=8 −4 %, the mlp's
-interleaved-zb with 4 chunks −2.3 %, plans with few messages unchanged (BENCHMARKS.md).
+interleaved-zb with 4 chunks −2.3 %, plans with few messages unchanged (benchmarks/history/prepost.md).
 
 The pass is pure: receive sizes come from the caller (the runtime: the tensors its stages exchange;
 the simulator: the cost model's message bytes). Cost: O(channels · receives of the longest channel)

@@ -1,6 +1,6 @@
 """Every torch.distributed.pipelining schedule of the torch baseline computes single-process gradients.
 
-``benchmarks/torch_baseline.py`` compares pipetrain with torch's schedules; the comparison is fair
+``benchmarks/common/torch_baseline.py`` runs torch's schedules for the Core benchmark; the comparison is fair
 only if torch's runs do the same maths. One step of each schedule on 2 gloo ranks (gpt-tiny with
 its LM loss, and a small mlp with cross-entropy) against one unpipelined step: every gradient
 within 1e-5.

@@ -19,7 +19,7 @@ def test_targets_compare_and_bound() -> None:
     assert Target(">=", 1.25).met(1.3) and not Target(">=", 1.25).met(1.2)
     assert Target("<=", 60).met(59) and not Target("<=", 60).met(61)
     assert Target("abs<=", 15).met(-14.9) and not Target("abs<=", 15).met(-15.1)
-    assert Target(">=", 1.25).text("×") == "≥ 1.25×" and Target("abs<=", 15).text("%") == "within ± 15.0%"
+    assert Target(">=", 1.25).text("×") == "≥ 1.25×" and Target("abs<=", 15).text("%") == "|x| ≤ 15.0%"
 
 
 def test_a_headline_without_a_value_or_target_is_neither_met_nor_missed() -> None:
@@ -60,7 +60,9 @@ def _report(rows: list[Row], info: RunInfo) -> Report:
                   (Chart("torch", "bars", "toy bars", "bars", "value", categories=("a", "b"),
                          series=(("x", (1.0, None)), ("y", (2.0, 3.0)))),
                    Chart("fidelity", "scatter", "toy scatter", "scatter", "measured", "predicted",
-                         points=((1.0, 1.1, "a"), (2.0, 1.8, "")))))
+                         points=((1.0, 1.1, "a"), (2.0, 1.8, ""))),
+                   Chart("methods", "lines", "toy lines", "lines", "loss", "samples",
+                         points=((0.0, 2.0, "a"), (1.0, 1.5, "a"), (0.0, 2.2, "b"), (1.0, 1.9, "b")))))
 
 
 def _arguments(p: object) -> None:
@@ -85,7 +87,7 @@ def test_main_runs_rotated_rounds_and_writes_a_complete_record(tmp_path: Path) -
     assert record.run.options == {"scale": 2.0} and record.headlines[0].value == 8.0
     assert record.command.endswith("--out " + str(tmp_path) + " --scale 2")
     assert {"cores", "torch", "device", "load_before", "load_after"} <= set(record.machine)
-    assert [c["area"] for c in record.charts] == ["torch", "fidelity"]
+    assert [c["area"] for c in record.charts] == ["torch", "fidelity", "methods"]
     assert all((tmp_path / c["file"]).stat().st_size > 0 for c in record.charts)
     md = _only_record(tmp_path).with_suffix(".md").read_text()
     assert "| best value | 8 |" in md and "6 rows, scale 2.0" in md and md == render_markdown(record)
@@ -110,20 +112,13 @@ def test_the_page_shows_the_newest_full_run_with_its_targets(tmp_path: Path) -> 
     quick_page = build_page([("toy", TOY.title, Path(__file__)), ("other", "Another", Path(__file__))], results)
     assert "quick" in quick_page and "No complete run with the harness yet" in quick_page
     main(TOY, ["--out", str(results / "toy"), "--scale", "0.5"])
+    (results / "toy" / "results.json").write_text("[{}]")  # a legacy run's rows beside the records: skipped
     latest = latest_records(results)["toy"]
     assert not latest.record.run.quick and len(latest.older) == 1
     page = build_page([("toy", TOY.title, Path(__file__))], results)
     assert "| best value | 2 | — | ≥ 3 | ❌ not met | toy |" in page
     assert "| paper figure | 2.00× | 2.5× | — | — |" in page
     assert "**0 targets met, 1 not met.**" in page and "Earlier runs:" in page
-
-
-def test_the_page_skips_results_from_before_the_harness(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    main(TOY, ["--out", str(results / "toy"), "--quick"])
-    (results / "toy" / "legacy.json").write_text(json.dumps([{"rows": "a list, as old scripts wrote"}]))
-    (results / "toy" / "legacy-table.json").write_text(json.dumps({"simulated": []}))
-    assert latest_records(results)["toy"].record.run.quick
 
 
 def test_a_record_of_another_experiment_is_not_rereported(tmp_path: Path) -> None:

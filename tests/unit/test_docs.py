@@ -21,7 +21,8 @@ from pipetrain.schedule.schedule import Schedule
 from pipetrain.simulate.timeline import Timeline
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "BENCHMARKS.md",
+         ROOT / "benchmarks" / "README.md", *sorted((ROOT / "benchmarks" / "history").glob("*.md"))]
 FORMATS = ROOT / "docs" / "formats.md"
 
 

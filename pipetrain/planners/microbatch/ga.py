@@ -24,7 +24,7 @@ reconstruction** (docs/algorithms.md §2.4):
 * two phases (dual mode): for the first half of the generations children keep backward = forward,
   then both chromosomes search freely. Without that coupling a stage whose rows differ pays for
   recompute at almost every mutation, and at equal budget the dual search ended 1-10 % behind the
-  single-chromosome one (BENCHMARKS.md, UMPIPE ablation);
+  single-chromosome one (benchmarks/history/umpipe-sim.md, the ablation);
 * single-chromosome ablation: the backward chromosome is the forward one;
 * unequal 1F1B (pipetrain's extension): single chromosome, each individual timed under its 1F1B
   order (:func:`~pipetrain.schedule.one_f_one_b.one_f_one_b_sequences`) by

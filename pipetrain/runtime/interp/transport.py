@@ -26,7 +26,7 @@ own (:meth:`Transport.open_links`), so the two directions between two ranks trav
 connections instead of one, and a send need not share a connection with a large message arriving
 the other way. Measured on the mlp's interleaved-zb plan with 4 chunks per rank (28 messages of 256
 KiB per iteration in both directions), where some sends took milliseconds: 364.5 → 359.6 ms per step
-(median of 8 alternating runs; plans with fewer messages unchanged; BENCHMARKS.md).
+(median of 8 alternating runs; plans with fewer messages unchanged; benchmarks/history/core.md).
 
 On CUDA (not yet run on a GPU: docs/gpus.md):
 

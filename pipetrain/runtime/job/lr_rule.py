@@ -26,7 +26,7 @@ For Adam and AdamW, whose step is about ``lr`` in size whatever the gradient's s
 rule for adaptive methods (Malladi et al. 2022,
 arXiv:2205.10287) would be ``lr · √(r_k/m)``; measured at equal samples, the linear rule trained
 better (gpt-tiny: 45.3 % next-byte accuracy against 42.5 %, 1f1b 44.8 %; mlp-digits: both within a
-point of 1f1b; BENCHMARKS.md, "Asynchronous pipelines: the learning-rate rule"), so ``auto`` uses it
+point of 1f1b; benchmarks/history/async-convergence.md, "the learning-rate rule"), so ``auto`` uses it
 for every optimizer. Adam's betas, ``eps``
 and the weight decay coefficient stay as given (AdamW's decay per step scales with the rate, so it
 too totals one synchronous step's per batch).
