@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/bench_hetero.py                     # full: 4 models
     .venv/bin/python benchmarks/bench_hetero.py --quick             # vgg16, no uedp
-    .venv/bin/python benchmarks/bench_hetero.py --inter-gbit 200 --out benchmarks/results/hetero-200g
+    .venv/bin/python benchmarks/bench_hetero.py --inter-gbit 200    # a faster link between the servers
 
-Results go to ``benchmarks/results/hetero/``.
+Results go to ``benchmarks/results/hetero/`` (the 200 Gbit/s run before the harness:
+``benchmarks/results/hetero-200g/``).
 Cluster (assumptions): two servers, one with 2 H100 (devices 0, 1) and one with 2 V100 (devices 2,
 3); NVLink inside a server (150 GB/s, 10 µs), 25 Gbit/s Ethernet between them (3.125 GB/s, 10 µs;
 ``--inter-gbit`` changes it).

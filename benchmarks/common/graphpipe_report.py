@@ -12,6 +12,7 @@ from common.graphpipe_sim import RESTRICTED, RESTRICTED_IS
 
 __all__ = ["graphpipe_report"]
 
+PAPER_GAIN = "up to 1.61× over PipeDream and Piper"
 PAPER_SIM = "GPP up to 1.61× over PipeDream/Piper, the gap growing with GPU count"
 PAPER_SWEEP = "CANDLE-Uno: the gain grows with branches, up to 2× at 16"
 PAPER_SEARCH = "GraphPipe's search 9–21× faster than the baselines', under a minute in all cases"
@@ -75,8 +76,10 @@ def _measured_lines(rows: list[Row]) -> list[str]:
 
 
 def _headlines(sim: list[Row]) -> list[Headline]:
-    """Issue 29's targets: MMT ≥ 1.10× over PipeDream at 8 and 16 GPUs, DLRM and CANDLE-Uno ≥ 1.5×, the
-    search at 16 and 32 GPUs at least 5× faster than PipeDream's; the branch sweep's 16 branches."""
+    """Issue 29's targets: MMT ≥ 1.10× over PipeDream at 8 and 16 GPUs, DLRM and CANDLE-Uno ≥ 1.5× (their
+    lowest over the GPU counts run), the search at 16 and 32 GPUs at least 5× faster than PipeDream's;
+    the branch sweep's 16 branches beside the paper's 2×."""
+    gains: dict[str, list[tuple[float, int, int]]] = {}
     out = []
     for (sweep, model, branches, n), by in _by_setting(sim):
         gain = by["graphpipe"]["samples_per_s"] / by["pipedream"]["samples_per_s"]
@@ -84,10 +87,17 @@ def _headlines(sim: list[Row]) -> list[Headline]:
         if sweep and branches == 16:
             out.append(Headline("papers", f"GraphPipe over PipeDream, CANDLE-Uno with 16 branches, {n} GPUs", gain,
                                 paper=PAPER_SWEEP, paper_value=2.0, config=config))
-        elif not sweep and ((model == "mmt" and n in (8, 16)) or (model != "mmt" and n == 16)):
-            out.append(Headline("papers", f"GraphPipe over PipeDream, {model}, {n} GPUs", gain,
-                                target=Target(">=", 1.10 if model == "mmt" else 1.5),
-                                paper="up to 1.61× over PipeDream and Piper", paper_value=1.61, config=config))
+        elif model == "mmt" and n in (8, 16):
+            out.append(Headline("papers", f"GraphPipe over PipeDream, mmt, {n} GPUs", gain, target=Target(">=", 1.10),
+                                paper=PAPER_GAIN, paper_value=1.61, config=config))
+        elif not sweep and model != "mmt":
+            gains.setdefault(model, []).append((gain, n, by["graphpipe"]["batch"]))
+    for model, found in gains.items():
+        gain, n, batch = min(found)
+        counts = "/".join(str(c) for _, c, _ in sorted(found, key=lambda f: f[1]))
+        out.append(Headline("papers", f"GraphPipe over PipeDream, {model}, lowest over {counts} GPUs ({n})", gain,
+                            target=Target(">=", 1.5), paper=PAPER_GAIN, paper_value=1.61,
+                            config=SIM_CONFIG.format(n=n, batch=batch)))
     ratios = [(by["pipedream"]["cpu_s"] / by["graphpipe"]["cpu_s"], model, n)
               for (sweep, model, _, n), by in _by_setting(sim) if not sweep and n in (16, 32)]
     if ratios:

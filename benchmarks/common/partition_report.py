@@ -82,7 +82,7 @@ def _best(settings: list[tuple[str, int, dict[str, Row]]], planner: str, over: s
 
 
 def _headlines(settings: list[tuple[str, int, dict[str, Row]]], batch: int) -> tuple[Headline, ...]:
-    devices = "–".join(str(d) for d in sorted({d for _, d, _ in settings}))
+    devices = "/".join(str(d) for d in sorted({d for _, d, _ in settings}))
     config = CONFIG.format(devices=devices, batch=batch)
     pd, pd_model, pd_d = _best(settings, "pipedream", "data parallel")
     ba, ba_model, ba_d = _best(settings, "bapipe", "data parallel")
