@@ -95,7 +95,7 @@ def _headlines(sim: list[Row]) -> list[Headline]:
     for model, found in gains.items():
         gain, n, batch = min(found)
         counts = "/".join(str(c) for _, c, _ in sorted(found, key=lambda f: f[1]))
-        out.append(Headline("papers", f"GraphPipe over PipeDream, {model}, lowest over {counts} GPUs ({n})", gain,
+        out.append(Headline("papers", f"GraphPipe over PipeDream, {model}, lowest over {counts} GPUs (at {n})", gain,
                             target=Target(">=", 1.5), paper=PAPER_GAIN, paper_value=1.61,
                             config=SIM_CONFIG.format(n=n, batch=batch)))
     ratios = [(by["pipedream"]["cpu_s"] / by["graphpipe"]["cpu_s"], model, n)

@@ -69,8 +69,9 @@ def headline_from(data: dict[str, Any]) -> Headline:
 
 def load_record(path: Path) -> Record:
     data = json.loads(path.read_text())
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a harness record (format {data.get('format')!r}, expected {FORMAT})")
+    found = data.get("format") if isinstance(data, dict) else None  # a result from before the harness may be a list
+    if found != FORMAT:
+        raise ValueError(f"{path} is not a harness record (format {found!r}, expected {FORMAT})")
     data.pop("format")
     data["run"] = RunInfo(**data["run"])
     data["headlines"] = [headline_from(h) for h in data["headlines"]]

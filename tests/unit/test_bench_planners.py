@@ -3,6 +3,7 @@ and targets from rows alone, so that a stored run reports the same after ``--rer
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from common.graphpipe_report import graphpipe_report
 from common.partition_ranking import ranking_report
 from common.partition_report import partition_report
 from harness import RunInfo
+from harness.record import Record, records_in
 
 INFO = RunInfo(quick=False, repeats=1, seed=0)
 
@@ -68,3 +70,10 @@ def test_plan_scale_growth_and_the_512_device_targets() -> None:
     assert bench_plan_scale.growth(rows, "devices") == 0.5
     (headline,) = bench_plan_scale.report(rows, INFO).headlines
     assert headline.value == 8.0 and headline.met is True
+
+
+def test_a_results_folder_mixing_old_list_results_and_records_yields_the_records(tmp_path: Path) -> None:
+    (tmp_path / "partition_sim.json").write_text(json.dumps([{"model": "vgg16"}]))  # from before the harness
+    (tmp_path / "2026-11-28-legacy.json").write_text(
+        Record("partition-sim", "t", "2026-11-28 00:00", "unknown", "cmd", {}, INFO, complete=True).to_json())
+    assert [p.name for p, _ in records_in(tmp_path)] == ["2026-11-28-legacy.json"]
