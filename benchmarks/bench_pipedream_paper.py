@@ -27,9 +27,8 @@ V100 (:mod:`pipetrain.profile.estimate`); every time is the event simulator's st
   priced by the same steady state;
 * speed-up: data parallel's seconds per batch over pipedream's;
 * ``per server``: a plan the planner does not propose, for reference: one stage per server, each
-  on all its server's devices, the layers cut to balance their compute
-  (:func:`~pipetrain.planners.partition.balanced.balanced_partition`), ``m = 16``, run by
-  ``pipedream`` and priced by the same steady state;
+  on all its server's devices, the layers cut to balance their compute, ``m = 16``, run by
+  ``pipedream`` and priced by the same steady state (:func:`common.partition_plans.per_server`);
 * compute floor: one GPU's forward + backward of its 64 samples (the batch's compute spread evenly,
   nothing else): no plan beats it, so ``data parallel / floor`` bounds any plan's speed-up over data
   parallelism on these devices and links.
@@ -43,18 +42,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common.partition_plans import per_server
 from harness import Chart, Context, Experiment, Headline, Report, Row, RunInfo, Target, main
 
 from pipetrain.cluster_spec import load_cluster_spec
 from pipetrain.cost import CostModel
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
-from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.counts import thinned_counts
-from pipetrain.planners.partition.balanced import balanced_partition
 from pipetrain.planners.pipedream import PipeDreamReport, plan_pipedream
-from pipetrain.planners.score import score_steady
 from pipetrain.profile.estimate import estimate_profile
 
 CLUSTERS = {"A 4x4": "pipedream-a.yaml", "B 2x8": "pipedream-b.yaml"}
@@ -69,24 +66,6 @@ PAPER: dict[tuple[str, str], tuple[str, float]] = {
     ("resnet50", "A 4x4"): ("1× (data parallel)", 1.0), ("resnet50", "B 2x8"): ("1× (data parallel)", 1.0),
 }
 CONFIG = "simulated, estimated V100 profiles, cluster {cluster} (examples/clusters), 64 samples per GPU"
-
-
-def per_server(problem: PlanningProblem) -> float:
-    """Steady-state seconds per batch of one stage per server on all its devices, layers balanced by
-    compute, ``m`` = the device count (module docstring)."""
-    cost, names = problem.cost, problem.layer_names
-    nodes = sorted({d.node for d in cost.cluster.devices})
-    ranks = [tuple(r for r, d in enumerate(cost.cluster.devices) if d.node == n) for n in nodes]
-    m = cost.cluster.n_devices
-    b = problem.batch_size // m
-    sizes, stages, first = equal_sizes(problem.batch_size, m), [], 0
-    for count, on in zip(balanced_partition([cost.layer_work_s(n, b, 0) for n in names], len(nodes)), ranks,
-                         strict=True):
-        stages.append(StagePlan(tuple(names[first:first + count]), on, sizes, sizes))
-        first += count
-    model = problem.model
-    plan = Plan(model.name, model.fingerprint, problem.batch_size, Method.PIPEDREAM, tuple(stages))
-    return score_steady(plan.run_by(Method.PIPEDREAM), cost).iteration_s
 
 
 def settings(ctx: Context) -> list[tuple[str, str]]:

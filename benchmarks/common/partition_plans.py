@@ -1,4 +1,4 @@
-"""The baselines and the row the partitioning experiments share (partition-sim, bapipe-fpga).
+"""The baselines and the row the partitioning experiments share (partition-sim, bapipe-fpga, pipedream-paper).
 
 Data parallelism (one stage on every device) and an equal-layer split are planned here by brute
 force over micro-batch counts; every plan is timed by the event simulator and its memory is the
@@ -13,12 +13,15 @@ from pipetrain.cost import CostModel
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
+from pipetrain.planners.contract import PlanningProblem
 from pipetrain.planners.counts import candidate_counts, thinned_counts
+from pipetrain.planners.partition.balanced import balanced_partition
+from pipetrain.planners.score import score_steady
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import stage_memory
 
-__all__ = ["EQUAL", "GIB", "data_parallel", "equal_split", "plan_row", "simulated"]
+__all__ = ["EQUAL", "GIB", "data_parallel", "equal_split", "per_server", "plan_row", "simulated"]
 
 GIB = 2**30
 EQUAL = (Method.GPIPE, Method.ONE_F_ONE_B)
@@ -80,3 +83,22 @@ def plan_row(planner: str, plan: Plan, cost: CostModel, search_s: float, config:
             "stages": [f"{len(s.layers)}x{len(s.ranks)}" for s in plan.stages], "devices_used": plan.n_ranks,
             "iteration_s": iteration_s, "bubble_fraction": bubble, "peak_memory_bytes": peak,
             "fits": peak <= capacity, "search_s": search_s, "config": config}
+
+
+def per_server(problem: PlanningProblem) -> float:
+    """Steady-state seconds per batch of one stage per server on all its devices, the layers cut to
+    balance their compute (:func:`~pipetrain.planners.partition.balanced.balanced_partition`), ``m`` =
+    the device count, run by ``pipedream`` (1F1B-RR): pipedream-paper's reference plan."""
+    cost, names = problem.cost, problem.layer_names
+    nodes = sorted({d.node for d in cost.cluster.devices})
+    ranks = [tuple(r for r, d in enumerate(cost.cluster.devices) if d.node == n) for n in nodes]
+    m = cost.cluster.n_devices
+    b = problem.batch_size // m
+    sizes, stages, first = equal_sizes(problem.batch_size, m), [], 0
+    for count, on in zip(balanced_partition([cost.layer_work_s(n, b, 0) for n in names], len(nodes)), ranks,
+                         strict=True):
+        stages.append(StagePlan(tuple(names[first:first + count]), on, sizes, sizes))
+        first += count
+    model = problem.model
+    plan = Plan(model.name, model.fingerprint, problem.batch_size, Method.PIPEDREAM, tuple(stages))
+    return score_steady(plan.run_by(Method.PIPEDREAM), cost).iteration_s
