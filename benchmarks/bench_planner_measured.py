@@ -1,7 +1,7 @@
 """Planner benchmark (d): does the planners' top prediction match the measured best, on 2 local ranks?
 
     .venv/bin/python benchmarks/bench_planner_measured.py --repeats 5     # full: 5 launches per model
-    .venv/bin/python benchmarks/bench_planner_measured.py --quick         # mlp: 1 launch, 3 plans, 2 timed steps
+    .venv/bin/python benchmarks/bench_planner_measured.py --quick     # mlp, 1 launch, 3 plans, 2 timed steps
 
 Results go to ``benchmarks/results/planner-measured/``.
 
@@ -87,7 +87,9 @@ def settings(ctx: Context) -> list[ModelSetup]:
     for model in ["mlp"] if ctx.quick else args.models:
         batch = args.batch or MODELS[model]
         graph = build_model(model)
-        cost = CostModel(profile_logged(graph, batch), cluster)
+        # a quick run times each (layer, size) once: it checks the pipeline end to end, not the figures
+        profile = api.profile_model(graph, batch, repeats=1) if ctx.quick else profile_logged(graph, batch)
+        cost = CostModel(profile, cluster)
         t0 = time.perf_counter()
         options = distinct(candidates(graph, cost, batch))
         kept = keep(options, 3 if ctx.quick else args.plans, top=3, max_slowdown=args.max_slowdown)
