@@ -1,7 +1,10 @@
 """PipeDream's asynchronous planner on the paper's clusters A and B, beside the paper's Table 1 figures.
 
-    .venv/bin/python benchmarks/bench_pipedream_paper.py --out benchmarks/results/partition-sim-paper
-    .venv/bin/python benchmarks/bench_pipedream_paper.py --quick --out /tmp/pd-paper     # vgg16 on A only
+    .venv/bin/python benchmarks/bench_pipedream_paper.py            # full: 3 models × clusters A and B
+    .venv/bin/python benchmarks/bench_pipedream_paper.py --quick    # vgg16 on A only
+
+Results go to ``benchmarks/results/pipedream-paper/`` (runs before the harness:
+``benchmarks/results/partition-sim-paper/``).
 
 PipeDream (Narayanan et al., SOSP'19) reports its plans' speed-up over data parallelism on two V100
 clusters: ``A``, 4 servers of 4 V100s on PCIe with 10 Gb/s between servers, and ``B``, 2 servers of 8
@@ -24,88 +27,54 @@ V100 (:mod:`pipetrain.profile.estimate`); every time is the event simulator's st
   priced by the same steady state;
 * speed-up: data parallel's seconds per batch over pipedream's;
 * ``per server``: a plan the planner does not propose, for reference: one stage per server, each
-  on all its server's devices, the layers cut to balance their compute
-  (:func:`~pipetrain.planners.partition.balanced.balanced_partition`), ``m = 16``, run by
-  ``pipedream`` and priced by the same steady state;
+  on all its server's devices, the layers cut to balance their compute, ``m = 16``, run by
+  ``pipedream`` and priced by the same steady state (:func:`common.partition_plans.per_server`);
 * compute floor: one GPU's forward + backward of its 64 samples (the batch's compute spread evenly,
   nothing else): no plan beats it, so ``data parallel / floor`` bounds any plan's speed-up over data
   parallelism on these devices and links.
-
-Output under ``--out``: ``pipedream_paper.json`` and ``pipedream_paper.md``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
+import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common.partition_plans import per_server
+from harness import Chart, Context, Experiment, Headline, Report, Row, RunInfo, Target, main
 
 from pipetrain.cluster_spec import load_cluster_spec
 from pipetrain.cost import CostModel
-from pipetrain.fileio import write_atomic
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
-from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.counts import thinned_counts
-from pipetrain.planners.partition.balanced import balanced_partition
 from pipetrain.planners.pipedream import PipeDreamReport, plan_pipedream
-from pipetrain.planners.score import score_steady
 from pipetrain.profile.estimate import estimate_profile
 
 CLUSTERS = {"A 4x4": "pipedream-a.yaml", "B 2x8": "pipedream-b.yaml"}
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "clusters"
 MODELS = ("vgg16", "gnmt", "resnet50")
 PER_GPU = 64
-# The paper's speed-ups over data parallelism (its Table 1) as PAPERS.md §2 and issue 29 quote them;
-# None where neither gives the figure.
-PAPER: dict[tuple[str, str], str | None] = {
-    ("vgg16", "A 4x4"): "5.28× (15-1)", ("vgg16", "B 2x8"): None,
-    ("gnmt", "A 4x4"): "2.34×", ("gnmt", "B 2x8"): "3.14×",
-    ("resnet50", "A 4x4"): "1× (data parallel)", ("resnet50", "B 2x8"): "1× (data parallel)",
+# The paper's speed-ups over data parallelism (its Table 1) as PAPERS.md §2 and issue 29 quote them, and
+# as numbers; absent where neither gives the figure.
+PAPER: dict[tuple[str, str], tuple[str, float]] = {
+    ("vgg16", "A 4x4"): ("5.28× (15-1)", 5.28),
+    ("gnmt", "A 4x4"): ("2.34×", 2.34), ("gnmt", "B 2x8"): ("3.14×", 3.14),
+    ("resnet50", "A 4x4"): ("1× (data parallel)", 1.0), ("resnet50", "B 2x8"): ("1× (data parallel)", 1.0),
 }
+CONFIG = "simulated, estimated V100 profiles, cluster {cluster} (examples/clusters), 64 samples per GPU"
 
 
-@dataclass(frozen=True)
-class Row:
-    model: str
-    cluster: str
-    batch: int
-    dp_batch_s: float
-    pipedream_batch_s: float
-    straight_batch_s: float
-    per_server_batch_s: float
-    config: str
-    n_micro: int
-    speedup: float
-    floor_s: float
-    paper: str | None
-    planner_s: float
+def settings(ctx: Context) -> list[tuple[str, str]]:
+    return [("vgg16", "A 4x4")] if ctx.quick else [(m, c) for m in MODELS for c in CLUSTERS]
 
 
-def per_server(problem: PlanningProblem) -> float:
-    """Steady-state seconds per batch of one stage per server on all its devices, layers balanced by
-    compute, ``m`` = the device count (module docstring)."""
-    cost, names = problem.cost, problem.layer_names
-    nodes = sorted({d.node for d in cost.cluster.devices})
-    ranks = [tuple(r for r, d in enumerate(cost.cluster.devices) if d.node == n) for n in nodes]
-    m = cost.cluster.n_devices
-    b = problem.batch_size // m
-    sizes, stages, first = equal_sizes(problem.batch_size, m), [], 0
-    for count, on in zip(balanced_partition([cost.layer_work_s(n, b, 0) for n in names], len(nodes)), ranks,
-                         strict=True):
-        stages.append(StagePlan(tuple(names[first:first + count]), on, sizes, sizes))
-        first += count
-    model = problem.model
-    plan = Plan(model.name, model.fingerprint, problem.batch_size, Method.PIPEDREAM, tuple(stages))
-    return score_steady(plan.run_by(Method.PIPEDREAM), cost).iteration_s
-
-
-def row(model: str, cluster_name: str) -> Row:
-    """The planner's answer and its data-parallel candidate for ``model`` on one of :data:`CLUSTERS`."""
+def run(setting: tuple[str, str], ctx: Context) -> list[Row]:
+    """The planner's answer and its data-parallel candidate for one model on one of :data:`CLUSTERS`."""
+    model, cluster_name = setting
     cluster = load_cluster_spec(EXAMPLES / CLUSTERS[cluster_name]).cluster
     graph, devices = build_model(model), cluster.n_devices
     batch = PER_GPU * devices
@@ -120,52 +89,54 @@ def row(model: str, cluster_name: str) -> Row:
               if c.label == f"pipedream {devices}" and len(c.plan.stages[0].forward_sizes) == devices)
     best = result.candidates[0]
     layers = tuple(graph.names)
-    floor_s = cost.forward_s(layers, PER_GPU, 0) + cost.backward_s(layers, PER_GPU, 0)
-    straight = min(c.iteration_s for c in result.candidates if not c.plan.replicated)
-    return Row(model, cluster_name, batch, dp.iteration_s, best.iteration_s, straight, per_server(problem),
-               result.report.config,
-               len(best.plan.stages[0].forward_sizes), dp.iteration_s / best.iteration_s, floor_s,
-               PAPER[(model, cluster_name)], planner_s)
+    paper = PAPER.get((model, cluster_name))
+    row = {"model": model, "cluster": cluster_name, "batch": batch, "dp_batch_s": dp.iteration_s,
+           "pipedream_batch_s": best.iteration_s,
+           "straight_batch_s": min(c.iteration_s for c in result.candidates if not c.plan.replicated),
+           "per_server_batch_s": per_server(problem), "config": result.report.config,
+           "n_micro": len(best.plan.stages[0].forward_sizes), "speedup": dp.iteration_s / best.iteration_s,
+           "floor_s": cost.forward_s(layers, PER_GPU, 0) + cost.backward_s(layers, PER_GPU, 0),
+           "paper": paper[0] if paper else None, "planner_s": planner_s}
+    ctx.log(f"{model} {cluster_name}: {row['speedup']:.2f}× over data parallelism ({row['config']}), "
+            f"paper {row['paper']}, {planner_s:.0f} s")
+    return [row]
 
 
-def report(rows: list[Row], seconds: float, command: str) -> str:
-    """The Markdown table of ``pipedream_paper.md``."""
-    lines = ["# PipeDream's planner on the paper's clusters (simulated, V100 device model)", "",
-             f"`{command}` on {platform.node() or 'this machine'} ({platform.machine()}), {seconds:.0f} s. "
-             "Profiles estimated for a V100; clusters `examples/clusters/pipedream-{a,b}.yaml`; steady-state "
+def report(rows: list[Row], info: RunInfo) -> Report:
+    """The table beside the paper's Table 1, a headline per paper figure, and paper against ours."""
+    lines = ["Profiles estimated for a V100; clusters `examples/clusters/pipedream-{a,b}.yaml`; steady-state "
              f"seconds per batch of {PER_GPU} samples per GPU.", "",
              "| model | cluster | data parallel (s) | pipedream (s) | config | m | ours: speed-up over DP | paper "
              "| straight (s) | straight over DP | per server (s) | per server over DP | compute floor (s) "
              "| bound: DP / floor | planner (s) |", "|---" * 15 + "|"]
+    headlines, compared = [], []
     for r in rows:
-        lines.append(f"| {r.model} | {r.cluster} | {r.dp_batch_s:.3f} | {r.pipedream_batch_s:.3f} | {r.config} | "
-                     f"{r.n_micro} | {r.speedup:.2f}× | {r.paper or 'not in PAPERS.md'} | {r.straight_batch_s:.3f} | "
-                     f"{r.dp_batch_s / r.straight_batch_s:.2f}× | {r.per_server_batch_s:.3f} | "
-                     f"{r.dp_batch_s / r.per_server_batch_s:.2f}× | {r.floor_s:.3f} | "
-                     f"{r.dp_batch_s / r.floor_s:.2f}× | {r.planner_s:.0f} |")
-    return "\n".join(lines) + "\n"
+        dp = r["dp_batch_s"]
+        lines.append(f"| {r['model']} | {r['cluster']} | {dp:.3f} | {r['pipedream_batch_s']:.3f} | {r['config']} | "
+                     f"{r['n_micro']} | {r['speedup']:.2f}× | {r['paper'] or 'not in PAPERS.md'} | "
+                     f"{r['straight_batch_s']:.3f} | {dp / r['straight_batch_s']:.2f}× | "
+                     f"{r['per_server_batch_s']:.3f} | "
+                     f"{dp / r['per_server_batch_s']:.2f}× | {r['floor_s']:.3f} | {dp / r['floor_s']:.2f}× | "
+                     f"{r['planner_s']:.0f} |")
+        paper = PAPER.get((r["model"], r["cluster"]))
+        if paper is None:
+            continue
+        resnet = r["model"] == "resnet50"  # issue 29: the planner answers data parallelism, 1.0×
+        headlines.append(Headline("papers", f"PipeDream over data parallelism, {r['model']}, cluster {r['cluster']}",
+                                  r["speedup"], target=Target(">=", 1.0) if resnet else None, paper=paper[0],
+                                  paper_value=paper[1], config=CONFIG.format(cluster=r["cluster"])))
+        compared.append((f"{r['model']} {r['cluster']}", paper[1], r["speedup"], dp / r["floor_s"]))
+    chart = Chart("papers", "paper", "PipeDream's speed-up over data parallelism: paper, ours, and the bound",
+                  "bars", "speed-up over data parallelism (×)", categories=tuple(c[0] for c in compared),
+                  series=(("paper (Table 1)", tuple(c[1] for c in compared)),
+                          ("pipetrain (simulated)", tuple(c[2] for c in compared)),
+                          ("bound: DP / compute floor", tuple(c[3] for c in compared))))
+    return Report("\n".join(lines), tuple(headlines), (chart,) if compared else ())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/partition-sim-paper"))
-    parser.add_argument("--quick", action="store_true", help="vgg16 on cluster A only")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    cases = [("vgg16", "A 4x4")] if args.quick else [(m, c) for m in MODELS for c in CLUSTERS]
-    rows: list[Row] = []
-    start = time.perf_counter()
-    for model, cluster_name in cases:
-        rows.append(row(model, cluster_name))
-        r = rows[-1]
-        print(f"{model:9s} {cluster_name}: DP {r.dp_batch_s:.3f} s, pipedream {r.pipedream_batch_s:.3f} s "
-              f"({r.config}, m={r.n_micro}): {r.speedup:.2f}× (paper {r.paper}), {r.planner_s:.0f} s", flush=True)
-        write_atomic(args.out / "pipedream_paper.json", json.dumps([asdict(x) for x in rows], indent=1))
-    command = f".venv/bin/python benchmarks/bench_pipedream_paper.py{' --quick' if args.quick else ''} --out {args.out}"
-    write_atomic(args.out / "pipedream_paper.md", report(rows, time.perf_counter() - start, command))
-    print(f"wrote {args.out}/pipedream_paper.md")
-    return 0
-
+EXPERIMENT = Experiment(name="pipedream-paper",
+                        title="Partitioning (f): PipeDream's planner on the paper's clusters A and B",
+                        settings=settings, run=run, report=report, description=__doc__ or "")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(EXPERIMENT))

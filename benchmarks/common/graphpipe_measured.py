@@ -1,29 +1,23 @@
-"""Part 3 of ``bench_graphpipe.py``: method ``graph`` against chain plans, measured on 2 and 3 local ranks.
+"""GraphPipe's measured part: method ``graph`` against chain plans on 2 and 3 local ranks.
 
 Per model and rank count, from one measured profile (:func:`pipetrain.api.profile_model`) and
 :func:`pipetrain.api.local_cluster`, the options are graphpipe's plan, a hand-made graph plan with
-the branches on their own stages (:data:`BRANCH_STAGES`, its micro-batch count the best predicted),
+the branches on their own stages (:func:`branch_stages`, its micro-batch count the best predicted),
 and the chain plans of the pipedream and balanced planners (duplicates dropped). Every option trains
-``--steps`` steps (2 warm-up) in one :func:`~pipetrain.runtime.train.train_many` launch, in
-alternating order for ``--rounds`` rounds; an option's figure is the median of its per-round
+``steps`` steps (2 warm-up) in one :func:`~pipetrain.runtime.train.train_many` launch, in
+alternating order for ``rounds`` rounds; an option's figure is the median of its per-round
 samples/s, and ``vs best chain`` the median over rounds of its samples/s over the best chain plan's
 in the same round.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
-import time
-from dataclasses import asdict, dataclass
-
-import torch
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 from pipetrain import api
-from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
@@ -32,7 +26,7 @@ from pipetrain.plan.stage_graph import induced_edges
 from pipetrain.profile.table import Profile
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
 
-__all__ = ["measured_part"]
+__all__ = ["BATCH", "RANKS", "measured_rows"]
 
 BATCH = {"branchy-digits": 64, "mmt-tiny": 32}
 RANKS = (2, 3)
@@ -109,11 +103,11 @@ def _shape(plan: Plan) -> tuple[object, ...]:
     return method, tuple((s.layers, s.ranks, s.forward_sizes) for s in plan.stages), plan.edges
 
 
-def run_rounds(graph: LayerGraph, options: list[Option], args: argparse.Namespace) -> None:
-    """Train every option ``args.steps`` steps per round, alternating order, in one launch."""
-    config = TrainConfig(steps=args.steps, warmup_steps=2, progress=False, timeout_s=120.0)
+def run_rounds(graph: LayerGraph, options: list[Option], steps: int, rounds: int) -> None:
+    """Train every option ``steps`` steps per round, alternating order, in one launch."""
+    config = TrainConfig(steps=steps, warmup_steps=2, progress=False, timeout_s=120.0)
     order: list[Option] = []
-    for r in range(args.rounds):
+    for r in range(rounds):
         order += options if r % 2 == 0 else options[::-1]
     results = train_many([TrainJob(graph, o.plan, config) for o in order])
     for option, result in zip(order, results, strict=True):
@@ -126,64 +120,18 @@ def vs_chain(option: Option, options: list[Option]) -> float:
     return statistics.median(a / b for a, b in zip(option.measured, chain.measured, strict=True))
 
 
-@dataclass(frozen=True)
-class MeasuredRow:
-    model: str
-    n_ranks: int
-    batch: int
-    label: str
-    method: str
-    stages: list[str]
-    n_micro: int
-    predicted_sps: float
-    measured_sps: list[float]
-    median_sps: float
-    vs_best_chain: float
+@cache
+def _profile(model: str, batch: int) -> Profile:
+    return api.profile_model(build_model(model), batch, repeats=5)
 
 
-def measured_part(args: argparse.Namespace) -> list[MeasuredRow]:
-    """Part 3 (module docstring); writes ``measured.json`` and ``measured.md`` under ``args.out``."""
-    start = time.perf_counter()
-    rows: list[MeasuredRow] = []
-    for model, batch in (list(BATCH.items())[:1] if args.quick else BATCH.items()):
-        graph = build_model(model)
-        profile = api.profile_model(graph, batch, repeats=5)
-        for n in RANKS:
-            options = options_for(graph, profile, n, batch)
-            run_rounds(graph, options, args)
-            for o in options:
-                rows.append(MeasuredRow(model, n, batch, o.label, o.plan.method.value,
-                                        [s.label for s in o.plan.stages], len(o.plan.stages[0].forward_sizes),
-                                        o.predicted, o.measured, statistics.median(o.measured), vs_chain(o, options)))
-                print(f"{model:15s} ranks={n} {o.label:45s} predicted {o.predicted:8.0f}  measured "
-                      f"{rows[-1].median_sps:8.0f} samples/s  vs best chain {rows[-1].vs_best_chain:.2f}×", flush=True)
-            write_atomic(args.out / "measured.json", json.dumps([asdict(r) for r in rows], indent=1))
-    write_atomic(args.out / "measured.md", measured_report(rows, args, time.perf_counter() - start))
-    return rows
-
-
-def measured_report(rows: list[MeasuredRow], args: argparse.Namespace, seconds: float) -> str:
-    """Markdown: every option's prediction, measured median and ratio to the best chain plan."""
-    lines = [
-        "# GraphPipe (3): method graph vs chain plans, measured here", "",
-        f"Command: `PYTHONPATH=. .venv/bin/python benchmarks/bench_graphpipe.py --measured"
-        f"{' --quick' if args.quick else ''} --steps {args.steps} --rounds {args.rounds} --out {args.out}`; took "
-        f"{seconds:.0f} s on {platform.processor() or platform.machine()} ({_cores()}; shared with other jobs, "
-        f"noisy), torch {torch.__version__}, gloo, one thread a rank. Samples/s: median over {args.rounds} "
-        f"alternating rounds of each run's median timed step ({args.steps - 2} timed steps).", "",
-        "| model | ranks | plan | method | stages | m | predicted samples/s | measured samples/s | "
-        "measured / predicted | vs best chain (paired) |", "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(f"| {r.model} | {r.n_ranks} | {r.label} | {r.method} | {' '.join(r.stages)} | {r.n_micro} | "
-                     f"{r.predicted_sps:,.0f} | {r.median_sps:,.0f} | {r.median_sps / r.predicted_sps:.2f} | "
-                     f"{r.vs_best_chain:.2f}× |")
-    return "\n".join(lines) + "\n"
-
-
-def _cores() -> str:
-    return f"{os.cpu_count()} CPU cores"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit("run benchmarks/bench_graphpipe.py --measured")
+def measured_rows(model: str, n_ranks: int, steps: int, rounds: int) -> list[dict[str, Any]]:
+    """Every option's row for ``model`` on ``n_ranks`` local ranks (module docstring)."""
+    graph, batch = build_model(model), BATCH[model]
+    profile = _profile(model, batch)
+    options = options_for(graph, profile, n_ranks, batch)
+    run_rounds(graph, options, steps, rounds)
+    return [{"part": "measured", "model": model, "n_ranks": n_ranks, "batch": batch, "label": o.label,
+             "method": o.plan.method.value, "stages": [s.label for s in o.plan.stages],
+             "n_micro": len(o.plan.stages[0].forward_sizes), "predicted_sps": o.predicted, "measured_sps": o.measured,
+             "median_sps": statistics.median(o.measured), "vs_best_chain": vs_chain(o, options)} for o in options]
