@@ -95,7 +95,7 @@ class Headline:
 
     def target_text(self) -> str:
         """The target as a markdown table cell (``abs<=``'s ``|x|`` escaped, so it does not split the cell)."""
-        return "" if self.target is None else self.target.text(self.unit).replace("|", "\\|")
+        return "" if self.target is None else self.target.text(self.unit)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .experiment import AREAS, Chart, Headline
 from .machine import REPO
-from .record import Record, records_in
+from .record import Record, cell, records_in
 
 __all__ = ["PAGE", "PAPERS_CHART", "Latest", "build_page", "draw_page_charts", "latest_records"]
 
@@ -74,8 +74,9 @@ def _summary_rows(area: str, latest: dict[str, Latest], titles: dict[str, str]) 
             if h.area != area:
                 continue
             met = {True: "✅ met", False: "❌ not met", None: "—"}[h.met]
-            rows.append(f"| {h.label} | {h.value_text()} | {h.paper or '—'} | {h.target_text() or '—'} | {met} | "
-                        f"{h.config} | [{name}](#{_anchor(titles[name])}) {_run_text(record)} |")
+            rows.append(f"| {cell(h.label)} | {h.value_text()} | {cell(h.paper or '—')} | "
+                        f"{cell(h.target_text() or '—')} | {met} | {cell(h.config)} | "
+                        f"[{name}](#{_anchor(titles[name])}) {_run_text(record)} |")
     return rows
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .experiment import Headline, Report, Row, RunInfo, Target
 
-__all__ = ["FORMAT", "Record", "headline_from", "load_record", "record_stem", "records_in", "render_markdown"]
+__all__ = ["FORMAT", "Record", "cell", "headline_from", "load_record", "record_stem", "records_in", "render_markdown"]
 
 FORMAT = 1
 
@@ -89,9 +89,15 @@ def records_in(folder: Path) -> list[tuple[Path, Record]]:
     return out
 
 
+def cell(text: str) -> str:
+    """``text`` for a markdown table cell: its ``|`` escaped (a target reads ``|x| ≤ 15%``)."""
+    return text.replace("|", "\\|")
+
+
 def _headline_line(h: Headline) -> str:
-    met = {True: "met", False: "**not met**", None: ""}[h.met]
-    return f"| {h.label} | {h.value_text()} | {h.paper or '—'} | {h.target_text() or '—'} | {met or '—'} | {h.config} |"
+    met = {True: "met", False: "**not met**", None: "—"}[h.met]
+    return (f"| {cell(h.label)} | {h.value_text()} | {cell(h.paper or '—')} | {cell(h.target_text() or '—')} | {met} "
+            f"| {cell(h.config)} |")
 
 
 def render_markdown(record: Record) -> str:
