@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.measured import profile_logged
 from common.zb_grid import plan_for, simulated
-from common.zb_measured import Case, train_cases
+from common.zb_measured import MEASURED, QUICK_BLOCKS, Case, Setting, add_grid_arguments, train_cases
 from common.zb_report import error_headline, measured_table
 from harness import Chart, Context, Experiment, Headline, Report, Row, RunInfo, main
 
@@ -42,16 +42,9 @@ from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.registry import run_planner
 from pipetrain.profile.estimate import estimate_profile
 
-MEASURED = {"mlp": 128, "gpt-tiny": 64}
-QUICK_BLOCKS = 14  # --quick: 16 layers, whole blocks for 4 ranks × 4 chunks
-Setting = tuple[str, int] | tuple[Case, ...]  # ("simulated", ranks) or one model's measured cases
-
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--blocks", type=int, default=30,
-                   help="gpt1-14's transformer blocks when simulated (default 30; 14 with --quick)")
-    p.add_argument("--batch", type=int, default=64, help="batch when simulated (default 64)")
-    p.add_argument("--steps", type=int, default=8, help="steps per measured run, 2 untimed (default 8)")
+    add_grid_arguments(p)
     p.add_argument("--skip-measured", action="store_true", help="the simulated part only")
 
 

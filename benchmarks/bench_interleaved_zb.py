@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.measured import profile_logged
 from common.zb_grid import MULTI_CHUNK, plan_for, simulated
-from common.zb_measured import Case, this_machine, train_cases
+from common.zb_measured import MEASURED, QUICK_BLOCKS, Case, Setting, add_grid_arguments, this_machine, train_cases
 from common.zb_report import error_headline, interleaved_zb_simulated, measured_table
 from harness import Context, Experiment, Headline, Report, Row, RunInfo, main
 
@@ -50,16 +50,10 @@ from pipetrain.profile.estimate import estimate_profile
 
 METHODS = (Method.ONE_F_ONE_B, Method.ZB1, Method.INTERLEAVED, Method.INTERLEAVED_ZB)
 STRICT = "interleaved-zb-strict"  # simulated only: interleaved-zb with ZeroBubbleParams(strict_memory=True)
-MEASURED = {"mlp": 128, "gpt-tiny": 64}
-QUICK_BLOCKS = 14  # --quick: 16 layers, whole blocks for 4 ranks × 4 chunks
-Setting = tuple[str, int] | tuple[Case, ...]  # ("simulated", ranks) or one model's measured cases
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--blocks", type=int, default=30,
-                   help="gpt1-14's transformer blocks when simulated (default 30; 14 with --quick)")
-    p.add_argument("--batch", type=int, default=64, help="batch when simulated (default 64)")
-    p.add_argument("--steps", type=int, default=8, help="steps per measured run, 2 untimed (default 8)")
+    add_grid_arguments(p)
     p.add_argument("--micro", type=int, nargs="+", default=[2, 4], help="measured micro-batch counts (default 2 4)")
     p.add_argument("--probes", type=int, default=3, help="probes of the 2-rank cluster (default 3)")
     p.add_argument("--models", nargs="+", choices=list(MEASURED), default=list(MEASURED), help="measured models")

@@ -11,6 +11,7 @@ iteration time), ``step_times_s`` (every step, warm-up included).
 
 from __future__ import annotations
 
+import argparse
 import functools
 import statistics
 from collections.abc import Sequence
@@ -25,7 +26,8 @@ from pipetrain.graph.zoo import build_model
 from pipetrain.plan.plan import Plan
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
 
-__all__ = ["Case", "median_rate", "paired_ratio", "prediction_error", "this_machine", "train_cases"]
+__all__ = ["MEASURED", "QUICK_BLOCKS", "Case", "Setting", "add_grid_arguments", "median_rate", "paired_ratio",
+           "prediction_error", "this_machine", "train_cases"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,19 @@ class Case:
     label: str
     plan: Plan
     predicted_s: float
+
+
+MEASURED = {"mlp": 128, "gpt-tiny": 64}  # the measured models of the interleaved benchmarks, and their batches
+QUICK_BLOCKS = 14  # --quick: gpt1-14 with 16 layers, whole blocks for 4 ranks × 4 chunks
+Setting = tuple[str, int] | tuple[Case, ...]  # ("simulated", ranks) or one model's measured cases
+
+
+def add_grid_arguments(p: argparse.ArgumentParser) -> None:
+    """The options the interleaved benchmarks share: the simulated model and batch, the measured steps."""
+    p.add_argument("--blocks", type=int, default=30,
+                   help="gpt1-14's transformer blocks when simulated (default 30; 14 with --quick)")
+    p.add_argument("--batch", type=int, default=64, help="batch when simulated (default 64)")
+    p.add_argument("--steps", type=int, default=8, help="steps per measured run, 2 untimed (default 8)")
 
 
 def this_machine(quick: bool, overhead_s: float | None, n_probes: int) -> Cluster:
