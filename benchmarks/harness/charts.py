@@ -4,6 +4,7 @@ pipetrain), predicted-against-measured scatters and lines (a loss against sample
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,29 @@ from .experiment import Chart
 __all__ = ["draw"]
 
 
+def _hbars(chart: Chart, plt: Any) -> Any:
+    """Bars to the right, one row of bars per category: for many categories or long names."""
+    n = max(1, len(chart.series))
+    rows = len(chart.categories)
+    fig, ax = plt.subplots(figsize=(10.0, max(3.0, 0.22 * rows * n + 1.2)))
+    bar = 0.8 / n
+    for i, (legend, values) in enumerate(chart.series):
+        ys = [r + (i - (n - 1) / 2) * bar for r in range(rows)]
+        ax.barh([y for y, v in zip(ys, values, strict=True) if v is not None],
+                [v for v in values if v is not None], bar, label=legend)
+    ax.set_yticks(range(rows), [textwrap.shorten(c, 90) for c in chart.categories], fontsize=8)
+    ax.invert_yaxis()  # the first category on top, as in a table
+    ax.set_xlabel(chart.y_label)
+    ax.grid(axis="x", alpha=0.3)
+    if n > 1:
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(chart.title, fontsize=10)
+    return fig, ax
+
+
 def _bars(chart: Chart, plt: Any) -> Any:
+    if len(chart.categories) > 10 or max((len(c) for c in chart.categories), default=0) > 24:
+        return _hbars(chart, plt)
     n = max(1, len(chart.series))
     fig, ax = plt.subplots(figsize=(max(6.0, min(16.0, 1.5 + len(chart.categories) * (0.3 * n + 0.5))), 4.2))
     bar = 0.8 / n
@@ -62,11 +85,12 @@ def draw(chart: Chart, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = {"bars": _bars, "lines": _lines, "scatter": _scatter}[chart.kind](chart, plt)
-    ax.set_title(chart.title, fontsize=10)
-    ax.set_ylabel(chart.y_label)
-    if chart.x_label:
-        ax.set_xlabel(chart.x_label)
-    ax.grid(axis="y", alpha=0.3)
+    if not ax.get_title():  # horizontal bars label their own axes
+        ax.set_title(chart.title, fontsize=10)
+        ax.set_ylabel(chart.y_label)
+        if chart.x_label:
+            ax.set_xlabel(chart.x_label)
+        ax.grid(axis="y", alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
