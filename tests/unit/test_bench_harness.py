@@ -126,3 +126,13 @@ def test_a_record_of_another_experiment_is_not_rereported(tmp_path: Path) -> Non
     other = Experiment(name="other", title="x", settings=_settings, run=_run, report=_report, arguments=_arguments)
     with pytest.raises(SystemExit, match="record of 'toy'"):
         main(other, ["--rereport", str(_only_record(tmp_path))])
+
+
+def test_many_or_long_categories_draw_as_horizontal_bars(tmp_path: Path) -> None:
+    from harness.charts import draw
+
+    names = tuple(f"a figure with a long name, number {i}" for i in range(12))
+    chart = Chart("papers", "many", "many bars", "bars", "speed-up (×)", categories=names,
+                  series=(("paper", tuple(1.0 + i for i in range(12))), ("pipetrain", (None, *range(11)))))
+    draw(chart, tmp_path / "many.png")
+    assert (tmp_path / "many.png").stat().st_size > 0
