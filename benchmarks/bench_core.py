@@ -19,7 +19,9 @@ figure is the median over rounds of its runs' samples/s (each run: the batch ove
 step, after 2 warm-up steps). A configuration that times out is not retried; one that fails is.
 Single-process training runs in a fresh process twice: plain PyTorch (``single``) and with
 pipetrain's allocator setting (``single+alloc``, :mod:`pipetrain.allocator`); ``planned-noalloc`` is
-the planned setting without it, so the two effects can be told apart. torch runs without it.
+the planned setting without it, so the two effects can be told apart. Each torch schedule runs both
+ways too (``torch`` and ``torch+alloc``, issue 30): the target compares pipetrain with torch on the
+same allocator.
 
 Artifacts of a run: the probed cluster, each model's calibrated cluster and profile (what its
 predictions were made from), and ``gantt_<model>.png``: the planned setting predicted beside its

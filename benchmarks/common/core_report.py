@@ -3,7 +3,8 @@ configuration's medians and the targets; then fidelity; the headlines and charts
 
 Rows: one ``{"row": "model", ...}`` per model (its batch, planned setting, calibration, the probe)
 and one ``{"row": "run", ...}`` per run (label, status, samples/s, median iteration, every step, the
-prediction). Targets: planned ≥ 1.25× the best of all torch schedules (issue 30; 1.15× before it),
+prediction). Targets: planned ≥ 1.25× the best of all torch schedules, both with pipetrain's allocator
+setting (issue 30 item 3: the same allocator on both sides; 1.15× against torch without it before),
 planned ≥ 1.3× single process, every same-setting pipetrain ≥ 1.0× torch; prediction |error| median
 ≤ 10%, worst ≤ 20%; ranking tau-b ≥ 0.8 with the predicted best within 5% of the measured best.
 """
@@ -89,10 +90,13 @@ def _table(rows: dict[str, Summary], single: float | None, torch_best: float | N
 
 def _targets(rows: dict[str, Summary], single: float | None, torch_best: float | None) -> list[str]:
     planned, kept, plain = (rows[k].samples_per_s for k in ("planned", "single+alloc", "planned-noalloc"))
+    alloc_best = best_of(rows, "torch+alloc ")[1]
     out = []
+    if planned and alloc_best:
+        out.append(f"- planned / best torch, both with the allocator setting = {planned / alloc_best:.2f}× (target ≥ "
+                   f"{PLANNED_TARGET}×, issue 30): {'met' if planned / alloc_best >= PLANNED_TARGET else 'NOT met'}")
     if planned and torch_best:
-        out.append(f"- planned / best torch = {planned / torch_best:.2f}× (target ≥ {PLANNED_TARGET}×, issue 30; "
-                   f"1.15× before): {'met' if planned / torch_best >= PLANNED_TARGET else 'NOT met'}")
+        out.append(f"- planned / best torch without the allocator setting = {planned / torch_best:.2f}×")
     if planned and single:
         out.append(f"- planned / single process = {planned / single:.2f}× (target ≥ 1.3×): "
                    f"{'met' if planned / single >= 1.3 else 'NOT met'}")
@@ -142,11 +146,15 @@ def report(rows: list[Row], info: RunInfo) -> Report:
         lines += section
         name, planned = model["model"], summaries["planned"].samples_per_s
         torch_label, torch_best = best_of(summaries, "torch ")
-        config = (f"measured, 2 CPU ranks (gloo), batch {model['batch']}, planned {model['planned']} against "
-                  f"{torch_label or 'no torch run'}; pipetrain with its allocator setting, torch without")
-        headlines.append(Headline("torch", f"planned / best torch schedule, {name}",
-                                  planned / torch_best if planned and torch_best else None,
-                                  target=Target(">=", PLANNED_TARGET), config=config))
+        alloc_label, alloc_best = best_of(summaries, "torch+alloc ")
+        where = f"measured, 2 CPU ranks (gloo), batch {model['batch']}, planned {model['planned']} against"
+        headlines += [
+            Headline("torch", f"planned / best torch schedule, both with the allocator setting, {name}",
+                     planned / alloc_best if planned and alloc_best else None, target=Target(">=", PLANNED_TARGET),
+                     config=f"{where} {alloc_label or 'no torch run with the allocator setting'}"),
+            Headline("torch", f"planned / best torch schedule, torch without the allocator setting, {name}",
+                     planned / torch_best if planned and torch_best else None,
+                     config=f"{where} {torch_label or 'no torch run'}")]
         same += [r for _, r in _same_setting(summaries)]
         charts.append(schedule_chart(name, model["batch"], summaries))
     names = [m["model"] for m in models]

@@ -21,9 +21,9 @@ def run_config(setup: ModelSetup, config: Config, timeout_s: float) -> tuple[Row
     and, for pipetrain, its measured timeline."""
     row: Row = {"row": "run", "model": setup.name, "label": config.label, "status": "ok", "samples_per_s": None,
                 "iteration_s": None, "predicted_s": None, "predicted_alone_s": None, "step_times_s": []}
-    if config.kind == "torch":
+    if config.kind in ("torch", "torch+alloc"):
         result = run_torch_pipelining(setup.name, setup.batch, config.n_micro, config.schedule, setup.steps,
-                                      timeout_s)
+                                      timeout_s, keep_freed_memory=config.kind == "torch+alloc")
         row.update(status=result.status, samples_per_s=result.samples_per_s, iteration_s=result.iteration_s,
                    step_times_s=list(result.step_times_s))
         return row, None

@@ -27,14 +27,15 @@ from pipetrain.simulate.timeline import Timeline
 
 __all__ = ["KINDS", "Config", "Kind", "ModelSetup", "configs", "setup_model"]
 
-Kind = Literal["single", "single+alloc", "torch", "pipetrain", "planned", "planned-noalloc"]
-KINDS: tuple[Kind, ...] = ("single", "single+alloc", "torch", "pipetrain", "planned", "planned-noalloc")
+Kind = Literal["single", "single+alloc", "torch", "torch+alloc", "pipetrain", "planned", "planned-noalloc"]
+KINDS: tuple[Kind, ...] = ("single", "single+alloc", "torch", "torch+alloc", "pipetrain", "planned", "planned-noalloc")
 
 
 @dataclass(frozen=True)
 class Config:
     """One configuration of one model: ``single`` (one process, ``+alloc`` with pipetrain's allocator
-    setting), a ``torch`` or ``pipetrain`` schedule at ``n_micro``, or pipetrain's ``planned`` setting."""
+    setting), a ``torch`` schedule at ``n_micro`` (``torch+alloc``: with the allocator setting too), a
+    ``pipetrain`` schedule at ``n_micro``, or pipetrain's ``planned`` setting."""
 
     kind: Kind
     schedule: str = ""
@@ -42,7 +43,8 @@ class Config:
 
     @property
     def label(self) -> str:
-        return f"{self.kind} {self.schedule} m={self.n_micro}" if self.kind in ("torch", "pipetrain") else self.kind
+        scheduled = self.kind in ("torch", "torch+alloc", "pipetrain")
+        return f"{self.kind} {self.schedule} m={self.n_micro}" if scheduled else self.kind
 
 
 @dataclass
@@ -66,10 +68,11 @@ class ModelSetup:
 
 
 def configs(micro: Sequence[int], kinds: Sequence[str] = KINDS) -> list[Config]:
-    """Single process, torch × schedule × m (those torch allows), pipetrain × schedule × m, planned;
-    only the ``kinds`` asked for."""
+    """Single process, torch × schedule × m (those torch allows; without and with the allocator setting),
+    pipetrain × schedule × m, planned; only the ``kinds`` asked for."""
     out = [Config("single"), Config("single+alloc")]
-    out += [Config("torch", s, m) for s in TORCH_SCHEDULES for m in micro if TORCH_SCHEDULES[s].allows(m, 2)]
+    out += [Config(kind, s, m) for kind in ("torch", "torch+alloc") for s in TORCH_SCHEDULES for m in micro
+            if TORCH_SCHEDULES[s].allows(m, 2)]
     out += [Config("pipetrain", s, m) for s in SCHEDULES for m in micro]
     out += [Config("planned"), Config("planned-noalloc")]
     return [c for c in out if c.kind in kinds]

@@ -1,5 +1,5 @@
-"""The Core report's torch side: each torch schedule's best micro-batch count, and the bar chart of
-samples/s per schedule, torch's beside pipetrain's.
+"""The Core report's torch side: each torch schedule's best micro-batch count, without and with
+pipetrain's allocator setting, and the bar chart of samples/s per schedule, torch's beside pipetrain's.
 
 Core measures every ``torch.distributed.pipelining`` schedule of :data:`common.torch_schedules.SCHEDULES`
 at the micro-batch counts torch allows; the table gives one row per schedule (its best count, the
@@ -59,14 +59,18 @@ def torch_schedule_lines(rows: Mapping[str, _Row], planned: float | None, micro:
     schedules and planned pipetrain's ratio to it; then torch's rules on the count."""
     best_all = best_of(rows, "torch ")[1]
     lines = ["| torch schedule | stages per rank | best m | samples/s | × best torch | planned × this "
-             "| every m (samples/s) |", "|---|---:|---:|---:|---:|---:|---|"]
+             "| with the allocator setting: best m, samples/s | every m (samples/s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, spec in SCHEDULES.items():
         best, sps = best_of(rows, f"torch {name} m=")
+        alloc, alloc_sps = best_of(rows, f"torch+alloc {name} m=")
+        alloc_cell = f"m={alloc.rsplit('=', 1)[1]}, {alloc_sps:.1f}" if alloc and alloc_sps else "—"
         cells = "; ".join(_cell(name, m, rows) for m in micro)
         lines.append(
             f"| {name} (`{spec.class_name}`) | {spec.virtual} | {best.rsplit('=', 1)[1] if best else '—'} "
             f"| {f'{sps:.1f}' if sps else '—'} | {f'{sps / best_all:.2f}×' if sps and best_all else '—'} "
-            f"| {f'{planned / sps:.2f}×' if planned and sps else '—'} | {cells} |")
+            f"| {f'{planned / sps:.2f}×' if planned and sps else '—'} "
+            f"| {alloc_cell} | {cells} |")
     rules = "; ".join(f"{name}: {spec.rule}" for name, spec in SCHEDULES.items())
     return [*lines, "", f"torch's rules on the micro-batch count m (2 ranks): {rules}.", ""]
 
@@ -77,8 +81,11 @@ def schedule_chart(model: str, batch: int, rows: Mapping[str, _Row]) -> Chart:
         return None if prefix is None else best_of(rows, prefix)[1]
 
     torch = (*(best(f"torch {t} m=") if t else None for _, t, _ in _GROUPS), None)
+    alloc = (*(best(f"torch+alloc {t} m=") if t else None for _, t, _ in _GROUPS), None)
     planned = rows["planned"].samples_per_s if "planned" in rows else None
     mine = (*(best(f"pipetrain {p} m=") if p else None for _, _, p in _GROUPS), planned)
+    series = (("torch", torch), *((("torch, allocator setting", alloc),) if any(alloc) else ()),
+              ("pipetrain (allocator setting)", mine))
     return Chart("torch", f"samples-{model}", f"{model}, batch {batch}: samples/s at each schedule's best m "
                  "(2 CPU ranks)", "bars", "samples/s", categories=(*(g[0] for g in _GROUPS), "planned"),
-                 series=(("torch", torch), ("pipetrain", mine)))
+                 series=series)

@@ -50,6 +50,8 @@ class RankJob:
         model: zoo name; ``overrides`` change its sizes (``build_model``).
         chunks: the layers of each pipeline stage, by stage index.
         grads: run one step and return the gradients instead of timing ``steps`` steps.
+        keep_freed_memory: apply pipetrain's allocator setting in each rank first
+            (:func:`pipetrain.allocator.keep_freed_memory`), as pipetrain's runtime does.
     """
 
     model: str
@@ -61,6 +63,7 @@ class RankJob:
     chunks: tuple[range, ...]
     overrides: tuple[tuple[str, float], ...] = ()
     grads: bool = False
+    keep_freed_memory: bool = False
 
 
 def stage_layers(n_layers: int, stage: int, n_stages: int = N_RANKS) -> range:
@@ -102,6 +105,11 @@ def _run_rank(rank: int, port: int, job: RankJob) -> list[float] | dict[str, np.
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     import torch.distributed as dist
+
+    if job.keep_freed_memory:
+        from pipetrain.allocator import keep_freed_memory
+
+        keep_freed_memory()
 
     from pipetrain.runtime.job.data import make_batch
 
@@ -151,15 +159,16 @@ def layer_weights(model: str, overrides: dict[str, float] | None = None) -> list
 
 
 def _job(model: str, batch: int, n_micro: int, schedule: Schedule, steps: int, lr: float,
-         overrides: dict[str, float] | None = None, grads: bool = False) -> RankJob:
+         overrides: dict[str, float] | None = None, grads: bool = False, keep_freed_memory: bool = False) -> RankJob:
     spec = schedule_of(schedule)
     chunks = tuple(chunk_layers(layer_weights(model, overrides), spec, N_RANKS))
     return RankJob(model, batch, n_micro, schedule, steps, lr, chunks, tuple(sorted((overrides or {}).items())),
-                   grads)
+                   grads, keep_freed_memory)
 
 
 def run_torch_pipelining(
-    model: str, batch: int, n_micro: int, schedule: Schedule, steps: int, timeout_s: float, lr: float = 0.01
+    model: str, batch: int, n_micro: int, schedule: Schedule, steps: int, timeout_s: float, lr: float = 0.01,
+    keep_freed_memory: bool = False,
 ) -> TorchRun:
     """Run torch pipelining once; never hangs longer than ``timeout_s`` (plus start-up of 10 s at most).
 
@@ -170,10 +179,13 @@ def run_torch_pipelining(
         schedule: a key of :data:`torch_schedules.SCHEDULES` (``"gpipe"``, ``"1f1b"``, ``"zbv"``, ...).
         steps: optimizer steps, the first ``WARMUP_STEPS`` untimed; must exceed ``WARMUP_STEPS``.
         timeout_s: wall-clock limit for the whole run.
+        keep_freed_memory: run with pipetrain's allocator setting (glibc: no mmap, no trim), so that
+            torch and pipetrain compare on the same allocator.
     """
     if steps <= WARMUP_STEPS:
         raise ValueError(f"steps must exceed the {WARMUP_STEPS} warm-up steps, got {steps}")
-    return launch_timed(_job(model, batch, n_micro, schedule, steps, lr), batch, timeout_s, _run_rank)
+    job = _job(model, batch, n_micro, schedule, steps, lr, keep_freed_memory=keep_freed_memory)
+    return launch_timed(job, batch, timeout_s, _run_rank)
 
 
 def one_step_grads(
