@@ -57,8 +57,7 @@ def run(case: tuple[str, int], ctx: Context) -> list[Row]:
 
 
 EXPERIMENT = Experiment(name="2bw-width", title="PipeDream-2BW: width × depth against straight pipelines and GPipe, "
-                        "simulated on V100s", settings=settings, run=run, report=report, arguments=arguments,
-                        description=__doc__ or "")
+                        "simulated on V100s", settings=settings, run=run, report=report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -93,8 +93,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="async", title="Asynchronous pipelines: convergence of pipedream, vertical sync and 2bw "
-                        "against 1f1b, measured", settings=settings, run=run, report=report, arguments=arguments,
-                        description=__doc__ or "")
+                        "against 1f1b, measured", settings=settings, run=run, report=report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

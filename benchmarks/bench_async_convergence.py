@@ -125,8 +125,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="async-convergence", title="Asynchronous pipelines: the learning-rate rule, convergence "
-                        "at equal samples", settings=settings, run=run, report=report, arguments=arguments,
-                        description=__doc__ or "")
+                        "at equal samples", settings=settings, run=run, report=report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

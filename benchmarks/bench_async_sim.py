@@ -60,7 +60,7 @@ def run(case: tuple[str, str, object], ctx: Context) -> list[Row]:
 
 
 EXPERIMENT = Experiment(name="async-sim", title="Asynchronous pipelines against the PipeDream and 2BW papers, "
-                        "simulated on V100s", settings=settings, run=run, report=report, description=__doc__ or "")
+                        "simulated on V100s", settings=settings, run=run, report=report)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -96,7 +96,7 @@ def run(s: Setting, ctx: Context) -> list[Row]:
 
 EXPERIMENT = Experiment(name="async-speed", title="Asynchronous pipelines: steady-state speed measured on 2 ranks, "
                         "predicted beside it", settings=settings, run=run, report=report, arguments=arguments,
-                        repeats=3, description=__doc__ or "")
+                        repeats=3)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

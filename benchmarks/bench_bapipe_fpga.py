@@ -131,7 +131,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="bapipe-fpga", title="Partitioning (e): BaPipe on simulated FPGA clusters",
-                        settings=settings, run=run, report=report, arguments=arguments, description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

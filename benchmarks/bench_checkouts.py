@@ -103,8 +103,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="checkouts", title="Runtime before and after a change: two checkouts, paired",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=4,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=4)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -85,7 +85,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="checkpoint", title="Checkpoints: the cost of a save", settings=settings, run=run,
-                        report=report, arguments=arguments, repeats=3, description=__doc__ or "")
+                        report=report, arguments=arguments, repeats=3)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -150,8 +150,7 @@ def run(setting: tuple[str, str], ctx: Context) -> list[Row]:
 
 
 EXPERIMENT = Experiment(name="cli-flow", title="The everyday CLI flow: do predictions hold? (issue 32)",
-                        settings=settings, run=run, report=cli_report, arguments=arguments,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=cli_report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

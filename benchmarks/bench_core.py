@@ -135,8 +135,7 @@ def _gantt(setup: ModelSetup, samples_per_s: float, timeline: Timeline, ctx: Con
 
 
 EXPERIMENT = Experiment(name="core", title="Core: pipetrain against every torch schedule, and prediction fidelity",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=5,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=5)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

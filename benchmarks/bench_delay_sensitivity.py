@@ -96,8 +96,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="delay-sensitivity", title="Asynchronous pipelines: the one-step delay itself, measured "
-                        "without a pipeline", settings=settings, run=run, report=report, arguments=arguments,
-                        description=__doc__ or "")
+                        "without a pipeline", settings=settings, run=run, report=report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -118,8 +118,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="diag-actions", title="Diagnosis: predicted against measured seconds per action kind",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=3,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=3)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -141,8 +141,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="dualpipev", title="DualPipeV against torch's ScheduleDualPipeV, measured",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=3,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=3)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -117,8 +117,7 @@ def run(setting: Setting, ctx: Context) -> list[Row]:
 
 
 EXPERIMENT = Experiment(name="graphpipe", title="GraphPipe: graph pipelines against sequential ones",
-                        settings=settings, run=run, report=graphpipe_report, arguments=arguments,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=graphpipe_report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -114,7 +114,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="hetero", title="Partitioning (b): BaPipe on a heterogeneous cluster, 2 H100 + 2 V100",
-                        settings=settings, run=run, report=report, arguments=arguments, description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -129,8 +129,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 EXPERIMENT = Experiment(name="interleaved",
                         title="Interleaved 1F1B against 1F1B: simulated at V100 scale, measured here",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=3,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=3)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

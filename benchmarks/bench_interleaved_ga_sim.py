@@ -102,8 +102,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 EXPERIMENT = Experiment(name="interleaved-ga-sim",
                         title="Unequal micro-batches under interleaved 1F1B (interleaved-ga), simulated",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=1,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=1)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -139,8 +139,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 EXPERIMENT = Experiment(name="interleaved-zb",
                         title="Interleaved zero bubble (interleaved-zb): simulated at V100 scale, measured here",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=3,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=3)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -112,7 +112,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="local", title="Local learning (PPLL) against backprop on the digits, measured",
-                        settings=settings, run=run, report=report, arguments=arguments, description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

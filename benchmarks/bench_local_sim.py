@@ -92,8 +92,7 @@ def run(case: tuple[str, str], ctx: Context) -> list[Row]:
 
 
 EXPERIMENT = Experiment(name="local-sim", title="PPLL (local learning) simulated on 4 V100s against the paper's "
-                        "figures", settings=settings, run=run, report=report, arguments=arguments,
-                        description=__doc__ or "")
+                        "figures", settings=settings, run=run, report=report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -79,7 +79,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="message-cpu", title="What a gloo message costs the ranks' CPUs", settings=settings,
-                        run=run, report=report, arguments=arguments, repeats=5, description=__doc__ or "")
+                        run=run, report=report, arguments=arguments, repeats=5)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

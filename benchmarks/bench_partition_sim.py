@@ -103,8 +103,7 @@ def run(setting: tuple[str, int], ctx: Context) -> list[Row]:
 
 EXPERIMENT = Experiment(name="partition-sim",
                         title="Partitioning (a): PipeDream and BaPipe against data parallelism and an equal split",
-                        settings=settings, run=run, report=partition_report, arguments=arguments,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=partition_report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

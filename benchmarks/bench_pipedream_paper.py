@@ -136,7 +136,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 EXPERIMENT = Experiment(name="pipedream-paper",
                         title="Partitioning (f): PipeDream's planner on the paper's clusters A and B",
-                        settings=settings, run=run, report=report, description=__doc__ or "")
+                        settings=settings, run=run, report=report)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

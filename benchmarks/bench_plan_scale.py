@@ -123,7 +123,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="plan-scale", title="Planning at scale: plan time against devices and layers",
-                        settings=settings, run=run, report=report, arguments=arguments, description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -123,8 +123,7 @@ def run(s: ModelSetup, ctx: Context) -> list[Row]:
 
 EXPERIMENT = Experiment(name="planner-measured",
                         title="Partitioning (d): does the planners' top prediction win, measured on 2 ranks",
-                        settings=settings, run=run, report=ranking_report, arguments=arguments, repeats=5,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=ranking_report, arguments=arguments, repeats=5)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

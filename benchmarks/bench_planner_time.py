@@ -123,7 +123,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="planner-time", title="Partitioning (c): the PipeDream DP's planning time",
-                        settings=settings, run=run, report=report, repeats=3, description=__doc__ or "")
+                        settings=settings, run=run, report=report, repeats=3)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -102,7 +102,7 @@ def run(setup: Setup, ctx: Context) -> list[Row]:
 
 EXPERIMENT = Experiment(name="real-models", title="Real models as they are: GPT-2 and ResNet-18 against torch's "
                         "pipeline() and one process", settings=settings, run=run, report=real_report,
-                        arguments=arguments, repeats=4, description=__doc__ or "")
+                        arguments=arguments, repeats=4)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

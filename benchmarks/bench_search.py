@@ -72,7 +72,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="search", title="UMPIPE (b): GA search time, TiDGAP against DGAP", settings=settings,
-                        run=run, report=report, arguments=arguments, repeats=5, description=__doc__ or "")
+                        run=run, report=report, arguments=arguments, repeats=5)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

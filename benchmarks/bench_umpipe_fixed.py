@@ -105,8 +105,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="umpipe-fixed", title="UMPIPE on gpt1-14 with a fixed cost per micro-batch on the head",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=1,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=1)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

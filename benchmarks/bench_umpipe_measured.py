@@ -110,8 +110,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 EXPERIMENT = Experiment(name="umpipe-measured",
                         title="UMPIPE (c): measured here, 2 ranks, against the best equal plans and torch",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=5,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=5)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

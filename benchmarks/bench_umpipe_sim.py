@@ -87,8 +87,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="umpipe-sim", title="UMPIPE (a): simulated speed-ups of unequal micro-batches",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=1,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=1)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

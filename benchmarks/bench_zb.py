@@ -111,8 +111,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 EXPERIMENT = Experiment(name="zb",
                         title="Zero bubble (zb1, ZB-H1) against 1f1b: simulated at paper scale, measured here",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=5,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=5)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

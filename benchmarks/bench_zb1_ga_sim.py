@@ -121,8 +121,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="zb1-ga-sim", title="Unequal micro-batches under ZB-H1 (zb1-ga), simulated",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=1,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=1)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

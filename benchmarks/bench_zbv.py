@@ -104,8 +104,7 @@ def report(rows: list[Row], info: RunInfo) -> Report:
 
 
 EXPERIMENT = Experiment(name="zbv", title="ZB-V (zbv) against 1f1b, zb1 and interleaved-zb, simulated",
-                        settings=settings, run=run, report=report, arguments=arguments, repeats=1,
-                        description=__doc__ or "")
+                        settings=settings, run=run, report=report, arguments=arguments, repeats=1)
 
 if __name__ == "__main__":
     raise SystemExit(main(EXPERIMENT))

@@ -179,4 +179,3 @@ class Experiment(Generic[S]):
     arguments: Callable[[argparse.ArgumentParser], None] | None = None
     repeats: int = 1
     quick_repeats: int = 1
-    description: str = ""
