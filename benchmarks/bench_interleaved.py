@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.measured import profile_logged
-from common.zb_grid import plan_for, simulated
+from common.zb_grid import gpt_grid, plan_for, simulated
 from common.zb_measured import MEASURED, QUICK_BLOCKS, Case, Setting, add_grid_arguments, train_cases
 from common.zb_report import error_headline, measured_table
 from harness import Chart, Context, Experiment, Headline, Report, Row, RunInfo, main
@@ -40,7 +40,6 @@ from pipetrain.plan.methods import Method
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.interleaved import plan_interleaved
 from pipetrain.planners.registry import run_planner
-from pipetrain.profile.estimate import estimate_profile
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -75,11 +74,10 @@ def run(setting: Setting, ctx: Context) -> list[Row]:
     if ctx.round > 0:  # deterministic: once
         return []
     ranks, batch = int(setting[1]), ctx.args.batch
-    blocks = QUICK_BLOCKS if ctx.quick else ctx.args.blocks
-    graph = build_model("gpt1-14", blocks=blocks)
-    model, rows = ModelRef.of(graph), []
-    cost = CostModel(estimate_profile(graph, "v100", batch), api.estimated_cluster("v100", ranks)[0])
-    for m in (8,) if ctx.quick else (8, 16, 32):
+    grid = gpt_grid(QUICK_BLOCKS if ctx.quick else ctx.args.blocks, batch, ranks, ctx.quick)
+    model, cost, blocks = grid.model, grid.cost, grid.blocks
+    rows: list[Row] = []
+    for m in grid.micro:
         base = simulated(plan_for(model, cost, Method.ONE_F_ONE_B, ranks, 1, batch, m), cost)
         rows.append({"part": "simulated", "blocks": blocks, "ranks": ranks, "micro": m, "chunks": 1,
                      "iteration_ms": 1e3 * base.iteration_s, "bubble": base.bubble_fraction(), "speedup": 1.0})

@@ -35,18 +35,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.measured import profile_logged
-from common.zb_grid import MULTI_CHUNK, plan_for, simulated
+from common.zb_grid import MULTI_CHUNK, gpt_grid, plan_for, simulated
 from common.zb_measured import MEASURED, QUICK_BLOCKS, Case, Setting, add_grid_arguments, this_machine, train_cases
 from common.zb_report import error_headline, interleaved_zb_simulated, measured_table
 from harness import Context, Experiment, Headline, Report, Row, RunInfo, main
 
-from pipetrain import api
 from pipetrain.cluster import CPU_ACTION_OVERHEAD_S
 from pipetrain.cost import CostModel
 from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method, ZeroBubbleParams
 from pipetrain.planners.contract import ModelRef
-from pipetrain.profile.estimate import estimate_profile
 
 METHODS = (Method.ONE_F_ONE_B, Method.ZB1, Method.INTERLEAVED, Method.INTERLEAVED_ZB)
 STRICT = "interleaved-zb-strict"  # simulated only: interleaved-zb with ZeroBubbleParams(strict_memory=True)
@@ -88,11 +86,10 @@ def run(setting: Setting, ctx: Context) -> list[Row]:
     if ctx.round > 0:  # deterministic: once
         return []
     ranks, batch = int(setting[1]), ctx.args.batch
-    blocks = QUICK_BLOCKS if ctx.quick else ctx.args.blocks
-    graph = build_model("gpt1-14", blocks=blocks)
-    model, rows = ModelRef.of(graph), []
-    cost = CostModel(estimate_profile(graph, "v100", batch), api.estimated_cluster("v100", ranks)[0])
-    for m in (8,) if ctx.quick else (8, 16, 32):
+    grid = gpt_grid(QUICK_BLOCKS if ctx.quick else ctx.args.blocks, batch, ranks, ctx.quick)
+    model, cost, blocks = grid.model, grid.cost, grid.blocks
+    rows: list[Row] = []
+    for m in grid.micro:
         base = 0.0
         for label in (*(method.value for method in METHODS), STRICT):
             method = Method.INTERLEAVED_ZB if label == STRICT else Method(label)

@@ -2,28 +2,52 @@
 
 :func:`plan_for` builds the plan of one method on ``R`` ranks: 1f1b, zb1 and zb2 on ``R`` balanced
 stages, the interleaved family on ``v·R`` stages (looping, or a V for zbv). :func:`simulated`
-runs it through the event simulator. :func:`unit_cost` and :func:`unit_plan` are ZB-V's unit-cost
-setting (one layer per chunk, F = B = W = 1, free links).
+runs it through the event simulator. :func:`gpt_grid` is the interleaved benchmarks' simulated
+setting (gpt1-14 on estimated V100s, the micro-batch counts to sweep). :func:`unit_cost` and
+:func:`unit_plan` are ZB-V's unit-cost setting (one layer per chunk, F = B = W = 1, free links).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from pipetrain import api
 from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
+from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method
 from pipetrain.plan.placement import Placement, placed_ranks
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
+from pipetrain.profile.estimate import estimate_profile
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.timeline import Timeline
 
-__all__ = ["MULTI_CHUNK", "plan_for", "simulated", "simulated_rows", "unit_cost", "unit_plan"]
+__all__ = ["MULTI_CHUNK", "GptGrid", "gpt_grid", "plan_for", "simulated", "simulated_rows", "unit_cost", "unit_plan"]
 
 MULTI_CHUNK = (Method.INTERLEAVED, Method.INTERLEAVED_ZB, Method.ZBV)  # several stages per rank
+
+
+@dataclass(frozen=True)
+class GptGrid:
+    """The simulated setting: gpt1-14 with ``blocks`` blocks, priced on ``ranks`` estimated V100s at
+    ``batch`` samples, swept over ``micro`` micro-batch counts."""
+
+    blocks: int
+    model: ModelRef
+    cost: CostModel
+    micro: tuple[int, ...]
+
+
+def gpt_grid(blocks: int, batch: int, ranks: int, quick: bool) -> GptGrid:
+    """gpt1-14 on ``ranks`` estimated V100s; m ∈ {8, 16, 32} (8 only with ``quick``)."""
+    graph = build_model("gpt1-14", blocks=blocks)
+    cost = CostModel(estimate_profile(graph, "v100", batch), api.estimated_cluster("v100", ranks)[0])
+    return GptGrid(blocks, ModelRef.of(graph), cost, (8,) if quick else (8, 16, 32))
 
 
 def plan_for(model: ModelRef, cost: CostModel, method: Method, ranks: int, chunks: int, batch: int, m: int) -> Plan:
