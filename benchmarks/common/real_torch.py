@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from common.real_models import LR, MODELS, SEED, RealModel
-from common.torch_baseline import N_RANKS
+from common.torch_baseline import N_RANKS, timed_steps
 from common.torch_schedules import schedule_of
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.packing import pack
@@ -122,20 +122,20 @@ def torch_rank(rank: int, port: int, job: TorchJob) -> list[float]:
         schedule = cls(stages if spec.multi else stages[0], job.n_micro, loss_fn=model.loss, scale_grads=False)
         optimizer = torch.optim.SGD([p for _, p in named], lr=LR)
         first, last = 0 in mine, n_stages - 1 in mine
-        times = []
-        for step in range(job.steps):
+
+        def batch_at(step: int) -> tuple[tuple[Any, ...], dict[str, Any], torch.Tensor | None]:
             inputs, targets = model.batch_at(step)
             args, kwargs = ((_packed(model, inputs),), {}) if job.captured is not None else model.call(inputs)
-            args, kwargs = (args, kwargs) if first else ((), {})
-            dist.barrier()
-            t0 = time.perf_counter()
-            schedule.step(*args, target=targets if last else None, return_outputs=False, **kwargs)
+            return (*((args, kwargs) if first else ((), {})), targets if last else None)
+
+        def train_step(batch: tuple[tuple[Any, ...], dict[str, Any], torch.Tensor | None]) -> None:
+            args, kwargs, target = batch
+            schedule.step(*args, target=target, return_outputs=False, **kwargs)
             _sum_tied(named, groups)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            times.append(time.perf_counter() - t0)
-        dist.barrier()
-        return times
+
+        return timed_steps(job.steps, batch_at, train_step)
     finally:
         dist.destroy_process_group()
 

@@ -21,10 +21,10 @@ The Core benchmark runs it alone too: ``benchmarks/bench_core.py --kinds torch -
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -39,7 +39,8 @@ Schedule = str  # a key of torch_schedules.SCHEDULES
 
 # the launcher's names are also this module's (other benchmarks import them from here)
 __all__ = ["N_RANKS", "WARMUP_STEPS", "RankRun", "Schedule", "TorchRun", "free_port", "launch", "launch_timed",
-           "layer_weights", "one_step_grads", "run_torch_pipelining", "stage_layers", "torch_pipelining_samples_per_s"]
+           "layer_weights", "one_step_grads", "run_torch_pipelining", "stage_layers", "timed_steps",
+           "torch_pipelining_samples_per_s"]
 
 
 @dataclass(frozen=True)
@@ -122,22 +123,44 @@ def _run_rank(rank: int, port: int, job: RankJob) -> list[float] | dict[str, np.
         mine = spec.rank_stages(rank, N_RANKS)
         first, last = 0 in mine, spec.n_stages(N_RANKS) - 1 in mine
         optimizer = torch.optim.SGD([p for m in modules for p in m.parameters()], lr=job.lr)
-        times = []
-        for step in range(1 if job.grads else job.steps):
+
+        def batch_at(step: int) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
             inputs, targets = make_batch(graph, job.batch, step, 0, "synthetic")
-            args = (inputs,) if first else ()
-            dist.barrier()
-            t0 = time.perf_counter()
-            pipe.step(*args, target=targets if last else None)
-            if job.grads:
-                return _gradients(mine, modules, job.chunks)
+            return (inputs,) if first else (), targets if last else None
+
+        if job.grads:
+            args, target = batch_at(0)
+            pipe.step(*args, target=target)
+            return _gradients(mine, modules, job.chunks)
+
+        def train_step(batch: tuple[tuple[torch.Tensor, ...], torch.Tensor | None]) -> None:
+            pipe.step(*batch[0], target=batch[1])
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            times.append(time.perf_counter() - t0)
-        dist.barrier()
-        return times
+
+        return timed_steps(job.steps, batch_at, train_step)
     finally:
         dist.destroy_process_group()
+
+
+Batch = TypeVar("Batch")
+
+
+def timed_steps(steps: int, batch_at: Callable[[int], Batch], train_step: Callable[[Batch], None]) -> list[float]:
+    """This rank's ``steps`` step times: each step's batch made first, then a barrier, then the timed
+    ``train_step`` (the schedule's step, the optimizer's step, zero_grad); a last barrier so no rank
+    leaves while another still sends."""
+    import torch.distributed as dist
+
+    times = []
+    for step in range(steps):
+        batch = batch_at(step)
+        dist.barrier()
+        t0 = time.perf_counter()
+        train_step(batch)
+        times.append(time.perf_counter() - t0)
+    dist.barrier()
+    return times
 
 
 def _gradients(mine: Sequence[int], modules: Sequence[torch.nn.Sequential],
