@@ -99,11 +99,19 @@ def report(rows: list[Row], info: RunInfo) -> Report:
                                   round(overhead * 1e6), unit="µs",
                                   config=f"measured, 2 CPU ranks, 1 thread each, batch {mine[0]['batch']}"))
     for model in dict.fromkeys(m for m, _ in groups):
-        if (model, "base") in groups:
-            ratio = _median(groups[model, "this"], "overhead_s") / max(_median(groups[model, "base"], "overhead_s"),
-                                                                      1e-9)
-            headlines.append(Headline("methods", f"calibrated cost per action, this / base checkout, {model}",
-                                      ratio, config="same script, checkouts alternated"))
+        if (model, "base") not in groups:
+            continue
+        this, base = groups[model, "this"], groups[model, "base"]
+        ratios = {"calibrated cost per action": (_median(this, "overhead_s"), _median(base, "overhead_s")),
+                  f"{this[0]['settings'][-1]} iteration": (statistics.median(r["measured_s"][-1] for r in this),
+                                                           statistics.median(r["measured_s"][-1] for r in base))}
+        for kind in COMPUTE_KINDS:
+            after, before = (_kind_median(rs, "measured_per_action", kind) for rs in (this, base))
+            if after is not None and before is not None:
+                ratios[f"measured {kind} action"] = (after, before)
+        headlines += [Headline("methods", f"{what}, this / base checkout, {model}", after / max(before, 1e-12),
+                               config="same script, checkouts alternated")
+                      for what, (after, before) in ratios.items()]
     note = ("Per action kind: the mean seconds of one action in the median step of the zbv run with the median "
             "iteration, beside the profile's seconds for the same action (speed 1, no overhead); medians over rounds.")
     return Report("\n".join(text + kinds + ["", note]), tuple(headlines))

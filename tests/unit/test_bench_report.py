@@ -107,4 +107,6 @@ def test_action_cost_gives_each_checkouts_median_and_their_ratio() -> None:
     out = action_report(rows, RunInfo(quick=False, repeats=2, seed=0))
     assert "| mlp b=128 | this | 2 | 1500 | 0.950 | 1f1b m=1 700.0, zbv m=8 900.0 |" in out.markdown
     assert "| mlp | base | F | 16 | 10.00 | 7.00 | 3000 |" in out.markdown
-    assert [h.value for h in out.headlines] == [1500, 2500, 0.6]
+    assert [h.value for h in out.headlines[:3]] == [1500, 2500, 0.6]  # calibrated: this, base, this / base
+    assert [h.value for h in out.headlines[3:]] == [1.0, 1.0, 1.0]  # zbv iteration, F and W actions
+    assert out.headlines[3].label == "zbv m=8 iteration, this / base checkout, mlp"
