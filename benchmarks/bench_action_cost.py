@@ -109,8 +109,8 @@ def report(rows: list[Row], info: RunInfo) -> Report:
             after, before = (_kind_median(rs, "measured_per_action", kind) for rs in (this, base))
             if after is not None and before is not None:
                 ratios[f"measured {kind} action"] = (after, before)
-        headlines += [Headline("methods", f"{what}, this / base checkout, {model}", after / max(before, 1e-12),
-                               config="same script, checkouts alternated")
+        headlines += [Headline("methods", f"{what}, this / base checkout, {model}",  # None: base fitted 0
+                               after / before if before > 0 else None, config="same script, checkouts alternated")
                       for what, (after, before) in ratios.items()]
     note = ("Per action kind: the mean seconds of one action in the median step of the zbv run with the median "
             "iteration, beside the profile's seconds for the same action (speed 1, no overhead); medians over rounds.")
