@@ -11,11 +11,11 @@ micro-batch): the forward (:func:`layer_outputs`) records, per call of an owner,
 B (:func:`input_grads`) asks autograd for the gradients of ``x [b, *in]`` and of every ``o_i`` in
 one pass, keeping the graph; autograd skips every weight gradient, since no parameter is asked for.
 W (:func:`weight_grads`) computes each owner's weight gradients from ``g_i``: for an ``nn.Linear``
-directly (``dW += g_iᵀ a_i``, ``db += Σ g_i``, one matmul, as the paper's W is), for any other owner
-by ``backward(o_i, g_i, inputs=params_i)``, which reaches only that owner's weights. B and W
-together then cost about one ordinary backward. (A per-layer split instead made W re-walk every
-layer with several weights inside: a transformer block's W cost as much as its whole backward,
-B + W 1.6-2.1x the backward on gpt-tiny's blocks.)
+directly (``dW += g_iᵀ a_i``, ``db += Σ g_i``, one matmul accumulating in place, as the paper's W
+is), for any other owner by ``backward(o_i, g_i, inputs=params_i)``, which reaches only that owner's
+weights. B and W together then cost about one ordinary backward. (A per-layer split instead made W
+re-walk every layer with several weights inside: a transformer block's W cost as much as its whole
+backward, B + W 1.6-2.1x the backward on gpt-tiny's blocks.)
 
 That per-owner W is exact only when each parameter is reached from one recorded output and no
 recorded tensor was modified in place after it was recorded. When a stage breaks either rule
@@ -162,19 +162,23 @@ def input_grads(y: torch.Tensor, grad: torch.Tensor | None, x: torch.Tensor,
     return x_grad, work
 
 
-def _accumulate(p: nn.Parameter, grad: torch.Tensor) -> None:
-    if p.grad is None:
-        p.grad = grad
-    else:
-        p.grad += grad
-
-
 def _linear_weight_grads(inp: torch.Tensor, g: torch.Tensor, params: list[nn.Parameter]) -> None:
-    """A plain linear's ``dW += gᵀ a`` (its 2-D weight) and ``db += Σ g`` (its 1-D bias) over every
-    leading dimension (``g [.., out]``, ``a [.., in]``)."""
-    g2 = g.reshape(-1, g.shape[-1])
+    """A plain linear's ``dW += gᵀ a`` (its 2-D weight ``[out, in]``) and ``db += Σ g`` (its 1-D bias)
+    over every leading dimension (``g [.., out]``, ``a [.., in]``).
+
+    The first micro-batch of a step assigns ``.grad``; every later one accumulates with one in-place
+    ``addmm_`` into it, so the product is never materialised apart: a ``gᵀ a`` temporary and a
+    separate ``+=`` would read and write the weight's bytes three more times and allocate them once
+    per micro-batch (on the mlp's 1024-4096 layers at 16 samples, W took 1.8× as long that way,
+    benchmarks/bench_action_cost.py)."""
+    g2, a2 = g.reshape(-1, g.shape[-1]), inp.reshape(-1, inp.shape[-1])
     for p in params:
-        _accumulate(p, g2.t() @ inp.reshape(-1, inp.shape[-1]) if p.dim() == 2 else g2.sum(0))
+        if p.grad is None:
+            p.grad = g2.t() @ a2 if p.dim() == 2 else g2.sum(0)
+        elif p.dim() == 2:
+            p.grad.addmm_(g2.t(), a2)
+        else:
+            p.grad.add_(g2.sum(0))
 
 
 def weight_grads(work: WeightWork) -> None:

@@ -91,3 +91,22 @@ def test_diag_actions_shows_the_median_runs_breakdown() -> None:
     out = diag_report(rows, RunInfo(quick=False, repeats=3, seed=0))
     assert "| | 0 F | 100.00 | 110.00 |" in out.markdown  # the median run, 0.33 s
     assert abs(out.headlines[0].value - 100 * (0.3 / 0.33 - 1)) < 1e-9
+
+
+def test_action_cost_gives_each_checkouts_median_and_their_ratio() -> None:
+    from bench_action_cost import report as action_report
+
+    def row(side: str, overhead_s: float, round_: int) -> Row:
+        per_action = {"F": (16, 0.010), "W": (16, 0.008)}
+        return {"side": side, "model": "mlp", "batch": 128, "speed": 0.95, "overhead_s": overhead_s,
+                "settings": ["1f1b m=1", "zbv m=8"], "measured_s": [0.7, 0.9], "profile_s": 60.0,
+                "measured_per_action": per_action, "profiled_per_action": {"F": (16, 0.007), "W": (16, 0.008)},
+                "round": round_}
+
+    rows = [row("this", 1e-3, 0), row("base", 3e-3, 0), row("this", 2e-3, 1), row("base", 2e-3, 1)]
+    out = action_report(rows, RunInfo(quick=False, repeats=2, seed=0))
+    assert "| mlp b=128 | this | 2 | 1500 | 0.950 | 1f1b m=1 700.0, zbv m=8 900.0 |" in out.markdown
+    assert "| mlp | base | F | 16 | 10.00 | 7.00 | 3000 |" in out.markdown
+    assert [h.value for h in out.headlines[:3]] == [1500, 2500, 0.6]  # calibrated: this, base, this / base
+    assert [h.value for h in out.headlines[3:]] == [1.0, 1.0, 1.0]  # zbv iteration, F and W actions
+    assert out.headlines[3].label == "zbv m=8 iteration, this / base checkout, mlp"

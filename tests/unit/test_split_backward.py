@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipetrain.graph.dataflow import profiled_layer
 from pipetrain.graph.split_backward import input_grads, layer_outputs, weight_grads
@@ -152,3 +153,41 @@ def test_a_module_frozen_after_its_hooks_were_kept_is_no_owner() -> None:
     module[1].requires_grad_(False)
     frozen = layer_outputs(module, x, keep_hooks=True)[1]
     assert [o.output.shape[-1] for o in frozen.owners] == [8, 3] and frozen.exact()
+
+
+class _Ops(TorchDispatchMode):
+    """Records the aten ops run inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops.append(str(func.overloadpacket.__name__))
+        return func(*args, **(kwargs or {}))
+
+
+def test_later_micro_batches_accumulate_a_linear_weight_in_place() -> None:
+    """W of a plain linear on a second micro-batch adds ``gᵀ a`` into the existing ``.grad`` with one
+    ``addmm_`` (no product of the weight's size apart, no separate add), and the sum is the two
+    micro-batches' gradients of one ordinary backward each."""
+    torch.manual_seed(0)
+    module = nn.Linear(6, 4)
+    xs, gs = torch.randn(2, 3, 6), torch.randn(2, 3, 4)
+    expected = [torch.zeros_like(p) for p in module.parameters()]
+    for x, g in zip(xs, gs, strict=True):
+        module.zero_grad(set_to_none=True)
+        torch.autograd.backward(module(x), g)
+        expected = [e + p.grad for e, p in zip(expected, module.parameters(), strict=True)]
+    module.zero_grad(set_to_none=True)
+    for i, (x, g) in enumerate(zip(xs, gs, strict=True)):
+        y, record = layer_outputs(module, x)
+        work = input_grads(y, g, x, record)[1]
+        grads_before = [p.grad for p in module.parameters()]
+        with _Ops() as seen:
+            weight_grads(work)
+        if i == 1:
+            assert "addmm_" in seen.ops and "mm" not in seen.ops, seen.ops
+            assert all(p.grad is before for p, before in zip(module.parameters(), grads_before, strict=True))
+    for e, p in zip(expected, module.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, e, rtol=1e-5, atol=1e-6)
