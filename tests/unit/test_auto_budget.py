@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from pipetrain.cli import build_parser
+from pipetrain.cli import build_parser, main
 from pipetrain.cli.planning import plan_request
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
+from pipetrain.graph.zoo import build_model
 from pipetrain.planners import DEFAULT_PLANNER, DEFAULT_TIME_BUDGET_S, Constraints, ModelRef, PlanningProblem
 from pipetrain.planners.auto import SKIPPED_NOTE, AutoReport, plan_auto, skipped
 from pipetrain.planners.microbatch import GAConfig
@@ -100,3 +102,15 @@ def test_plan_without_planner_runs_auto_within_its_budget() -> None:
     assert _request("--micro", "4") == ("balanced", None)
     with pytest.raises(UserError, match="--time-budget"):
         _request("--planner", "balanced", "--time-budget", "5")
+
+
+def test_plan_names_the_runs_its_budget_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    graph = build_model("gpt-tiny")
+    layers = tuple(LayerProfile(name, (1, 8), (1e-3, 4e-3), (2e-3, 8e-3), 8192, 16384, 4096, 1e6)
+                   for name in graph.names)
+    profile = tmp_path / "profile.json"
+    Profile(graph.name, graph.fingerprint(), "cpu", "synthetic", 128, layers).save(profile)
+    assert main(["plan", "--model", "gpt-tiny", "--batch", "8", "--ranks", "2", "--profile", str(profile),
+                 "--no-probe", "--time-budget", "0.001", "--out", str(tmp_path / "plan.json")]) == 0
+    said = " ".join((capsys.readouterr().err).split())
+    assert "over the time budget of 0.001 s: skipped tidgap, 1f1b-ga, zb1-ga, pipedream, bapipe" in said
