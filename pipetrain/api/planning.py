@@ -2,6 +2,8 @@
 
     result = api.plan(graph, profile, cluster, batch_size=32)                       # balanced
     result = api.plan(graph, profile, cluster, batch_size=32, planner="auto")       # every planner
+    result = api.plan(graph, profile, cluster, batch_size=32, planner="auto",
+                      constraints=Constraints(time_budget_s=60))                    # `pipetrain plan`'s default
     result = api.plan(graph, profile, cluster, batch_size=32,
                       constraints=Constraints(method=Method.ZBV))                   # its planner: interleaved
     unequal = api.plan(graph, profile, cluster, planner="tidgap",
@@ -74,7 +76,8 @@ def plan(
             ``dp``, ``dgap``, ``tidgap``, ``single``, ``1f1b-ga``, ``zb1-ga``, ``interleaved-ga``); None:
             the planner of ``constraints.method``
             (:func:`~pipetrain.planners.registry.planner_for`), the default micro-batch planner
-            (``tidgap``) on a given base plan, else ``balanced``.
+            (``tidgap``) on a given base plan, else ``balanced`` (milliseconds; ``pipetrain plan``'s
+            default is ``auto`` with ``Constraints(time_budget_s=60)``, :mod:`pipetrain.cli.planning`).
         optimizer: the optimizer training will run (``sgd``, ``sgd-momentum``, ``adam``, ``adamw``): its
             state counts against device memory and its step is priced (:mod:`pipetrain.profile.optimizer_step`);
             the plan records it (:attr:`~pipetrain.plan.plan.Plan.optimizer`).

@@ -16,7 +16,7 @@ from pipetrain.graph.zoo import MODEL_NAMES
 from pipetrain.plan.memory import OPTIMIZER_NAMES
 from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, METHODS, method_names
 from pipetrain.plan.plan import MAX_BATCH_SIZE
-from pipetrain.planners import DEFAULT_PLANNER, PLANNERS, default_planner
+from pipetrain.planners import BASE_PLANNER, DEFAULT_PLANNER, DEFAULT_TIME_BUDGET_S, PLANNERS, default_planner
 from pipetrain.planners.auto import INTERLEAVED_GA_MAX_BATCH
 from pipetrain.planners.contract import RECOMPUTE_CHOICES
 from pipetrain.planners.microbatch import GAConfig
@@ -211,6 +211,12 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     _local_args(p)
     _vertical_sync_arg(p)
     p.add_argument("--planner", choices=list(PLANNERS), help=_planner_help())
+    p.add_argument("--time-budget", type=_seconds, metavar="SECONDS",
+                   help=f"planning-time budget of the auto planner: once spent (and a plan fits), the runs not yet "
+                        f"made are skipped and named; a run is never cut short, so planning may overrun it by "
+                        f"one run (default: {DEFAULT_TIME_BUDGET_S:g} s without --planner and --method, where the "
+                        f"8×(1024-4096-1024) MLP at batch 128 on 2 ranks plans in ~15 s on a loaded 2-core CPU; "
+                        "none with --planner auto)")
     p.add_argument("--allow-async", action="store_true",
                    help="--planner auto: also consider the asynchronous methods pipedream and 2bw, which "
                         "change the optimizer's semantics (stale weights)")
@@ -289,20 +295,23 @@ class _MethodOrOldAuto(argparse.Action):
 def _plan_method_help() -> str:
     """`plan --method`'s help: every method's record (:data:`~pipetrain.plan.methods.METHODS`) and how it
     is planned (:func:`~pipetrain.cli.routing.how_planned`)."""
-    balanced = listed(PLANNERS[DEFAULT_PLANNER].methods, "and")
     methods = [f"{m.value}: {spec.summary} ({spec.paper}; {how_planned(m)})" for m, spec in METHODS.items()]
-    return f"{'; '.join(methods)} (default: the --planner's choice; {DEFAULT_PLANNER}'s: the fastest of {balanced})"
+    return f"{'; '.join(methods)} (default: the --planner's choice; without --planner, {_DEFAULT_CHOICE})"
 
 
 def _planner_help() -> str:
     """`plan --planner`'s help: the stage planners' summaries, then the micro-batch planners."""
-    stages = [f"{name}{' (default)' if name == DEFAULT_PLANNER else ''}: {spec.summary}"
-              for name, spec in PLANNERS.items() if spec.kind == "stages"]
+    stages = [f"{name}: {spec.summary}" for name, spec in PLANNERS.items() if spec.kind == "stages"]
     microbatch = [name for name, spec in PLANNERS.items() if spec.kind == "microbatch"]
     default = default_planner("microbatch").name
     uedp = listed([m for m in METHODS if unequal(m)])
     return f"{'; '.join(stages)}; with --method {uedp}, a micro-batch planner ({', '.join(microbatch)}; default " \
-        f"{default}) (default: the --method's planner, else {DEFAULT_PLANNER})"
+        f"{default}) (default: the --method's planner, else {_DEFAULT_CHOICE})"
+
+
+_DEFAULT_CHOICE = (f"{DEFAULT_PLANNER} within --time-budget ({DEFAULT_TIME_BUDGET_S:g} s): its synchronous planners, "
+                   f"the fastest plan that fits; {BASE_PLANNER} with --stages, --micro or --no-memory-cap")
+"""What `plan` runs without --planner and --method (:func:`~pipetrain.cli.planning.plan_request`)."""
 
 
 def _vertical_sync_arg(p: argparse.ArgumentParser) -> None:

@@ -1,17 +1,26 @@
 """``pipetrain plan``: the planner its flags select (:mod:`pipetrain.cli.routing`), its constraints,
-:func:`pipetrain.api.plan`, then the plan file and the planner's tables."""
+:func:`pipetrain.api.plan`, then the plan file and the planner's tables.
+
+    route, constraints = plan_request(args)          # before the model loads: a bad flag fails first
+    result, profile, cluster = plan_model(args, graph, route, constraints)
+
+Without ``--planner`` and ``--method`` the planner is ``auto`` within a planning-time budget
+(``--time-budget``, default :data:`~pipetrain.planners.registry.DEFAULT_TIME_BUDGET_S`): every
+synchronous run of auto that the budget leaves time for, so the default plan is auto's wherever auto
+fits the budget, and the runs it skipped are named in one line."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
+import time
 
 from rich.markup import escape
 
 from pipetrain import api
 from pipetrain.api.clusters import each_profile
-from pipetrain.cli.common import cluster_and_profiles, graph_of, save_text, use_calibration_profile
+from pipetrain.cli.common import DEFAULT_MODEL, cluster_and_profiles, graph_of, save_text, use_calibration_profile
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.routing import PlanRoute, plan_route
 from pipetrain.cli.validate import check_plan_args
@@ -22,36 +31,77 @@ from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams, Method
 from pipetrain.plan.plan import Plan, PlanSources
+from pipetrain.planners import BASE_PLANNER, DEFAULT_TIME_BUDGET_S, PlannerSpec, get_planner
+from pipetrain.planners.auto import AutoReport, skipped
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.profile.precision import parse_precision
 
-__all__ = ["cmd_plan"]
+__all__ = ["cmd_plan", "plan_model", "plan_request"]
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
                      "base": "--base", "virtual_stages": "--virtual-stages", "allow_async": "--allow-async",
-                     "params": "--aux/--queue-depth", "recompute": "--recompute"}
+                     "params": "--aux/--queue-depth", "recompute": "--recompute",
+                     "time_budget_s": "--time-budget"}
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
-    route = plan_route(args)
-    constraints = _plan_constraints(args, route)
+    route, constraints = plan_request(args)
     graph = graph_of(args)
+    result, profile, cluster = plan_model(args, graph, route, constraints)
+    warn_batch_norm(result.plan, graph)
+    _save_plan(args, result, profile)
+    _when_pipelining_does_not_pay(result, profile, cluster)
+    _note_within_noise(result)
+
+
+def plan_request(args: argparse.Namespace) -> tuple[PlanRoute, api.Constraints]:
+    """The planner and constraints `plan`'s flags ask for, checked before the model loads (module
+    docstring): no ``--planner`` and no ``--method`` runs ``auto`` within ``--time-budget`` (default
+    :data:`~pipetrain.planners.registry.DEFAULT_TIME_BUDGET_S`), or ``balanced`` for a flag auto does
+    not take (``--stages``, ``--micro``, ``--no-memory-cap``)."""
+    route = plan_route(args)
+    budget = args.time_budget
+    if args.planner is None and args.method is None:
+        if route.spec.ignored(_plan_constraints(args, route, None)):
+            route = PlanRoute(get_planner(BASE_PLANNER))
+        elif budget is None:
+            budget = DEFAULT_TIME_BUDGET_S
+    constraints = _plan_constraints(args, route, budget)
+    _check_flags(route.spec, constraints)
+    return route, constraints
+
+
+def plan_model(args: argparse.Namespace, graph: LayerGraph, route: PlanRoute, constraints: api.Constraints
+               ) -> tuple[api.PlanningResult, api.Profiles, Cluster]:
+    """Plan ``graph`` as :func:`plan_request` asked: its profile and cluster (this machine's probe, or
+    ``--profile``, ``--cluster``, ``--estimate``), :func:`pipetrain.api.plan`, the re-run method's
+    plan; one line naming the runs a time budget skipped. Returns the result, the profiles and the
+    cluster it planned with."""
     check_plan_args(args, graph)
     if route.spec.method_params() is LocalParams:  # the heads, checked against the model before any profiling
         constraints = dataclasses.replace(constraints, params=api.local_params(
             graph, args.aux, args.queue_depth or DEFAULT_QUEUE_DEPTH))
     cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2,
                                             machine=lambda: _this_machine(args, graph, args.ranks or 2))
+    start = time.monotonic()
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=route.spec.name,
                       optimizer=args.optimizer, constraints=constraints, progress=True, precision=args.precision,
                       clip_grad_norm=args.clip_grad_norm is not None)
+    _note_budget(result, constraints, time.monotonic() - start)
     if route.run_by is not None:
         result = _run_by(result, route.run_by, args.vertical_sync)
-    warn_batch_norm(result.plan, graph)
-    _save_plan(args, result, profile)
-    _when_pipelining_does_not_pay(result, profile, cluster)
-    _note_within_noise(result)
+    return result, profile, cluster
+
+
+def _note_budget(result: api.PlanningResult, constraints: api.Constraints, took_s: float) -> None:
+    """One line when a time budget skipped some of auto's runs: how long it planned and which."""
+    budget = constraints.time_budget_s
+    left = skipped(result.report) if isinstance(result.report, AutoReport) else ()
+    if budget is None or not left:
+        return
+    console.print(f"planned in {took_s:.0f} s, over the time budget of {budget:g} s: skipped {', '.join(left)} "
+                  "(--time-budget SECONDS to allow more, or --planner NAME to run one)")
 
 
 def _run_by(result: api.PlanningResult, method: Method, vertical_sync: bool) -> api.PlanningResult:
@@ -83,18 +133,20 @@ def _runs(plan: Plan, method: Method) -> bool:
     return True
 
 
-def _plan_constraints(args: argparse.Namespace, route: PlanRoute) -> api.Constraints:
-    """`plan`'s flags as the planner's constraints; a UserError naming the flags it does not take."""
+def _plan_constraints(args: argparse.Namespace, route: PlanRoute, budget: float | None) -> api.Constraints:
+    """`plan`'s flags as the constraints of ``route``'s planner, with the time budget ``budget``."""
     overrides = {name: getattr(args, name) for name in ("population", "generations") if getattr(args, name) is not None}
     try:
         ga = GAConfig(**overrides) if overrides else None
     except ValueError as e:
         raise UserError(f"bad GA settings: {e}; e.g. --population 64 --generations 200") from None
-    spec = route.spec
-    constraints = api.Constraints(method=route.method, n_stages=args.stages, n_micro=args.micro,
-                                  memory_cap=args.memory_cap, seed=args.seed or 0, ga=ga,
-                                  virtual_stages=args.virtual_stages, allow_async=args.allow_async,
-                                  recompute=args.recompute)
+    return api.Constraints(method=route.method, n_stages=args.stages, n_micro=args.micro, memory_cap=args.memory_cap,
+                           seed=args.seed or 0, ga=ga, virtual_stages=args.virtual_stages,
+                           allow_async=args.allow_async, recompute=args.recompute, time_budget_s=budget)
+
+
+def _check_flags(spec: PlannerSpec, constraints: api.Constraints) -> None:
+    """A UserError naming the flags behind the constraints planner ``spec`` does not take."""
     ignored = [_CONSTRAINT_FLAGS[name] for name in spec.ignored(constraints)]
     if ignored and spec.kind == "microbatch":
         raise UserError(f"{', '.join(ignored)} only apply to the GA planners ({', '.join(GA_PLANNERS)}), not "
@@ -102,7 +154,6 @@ def _plan_constraints(args: argparse.Namespace, route: PlanRoute) -> api.Constra
     if ignored:
         raise UserError(f"--planner {spec.name} chooses {', '.join(ignored)} itself or does not use "
                         f"{'it' if len(ignored) == 1 else 'them'}; drop {', '.join(ignored)}")
-    return constraints
 
 
 def _when_pipelining_does_not_pay(result: api.PlanningResult, profile: api.Profiles, cluster: Cluster) -> None:
@@ -142,7 +193,7 @@ def _this_machine(args: argparse.Namespace, graph: LayerGraph, n_ranks: int) -> 
         return None
     if args.no_probe:
         return None
-    from pipetrain.calibrate.machine import probed_cluster
+    from pipetrain.calibrate.machine import calibration_profile_path, probed_cluster
 
     def announce() -> None:
         console.print(f"[dim]probing this machine: the link, the contention between {n_ranks} ranks on "
@@ -152,13 +203,27 @@ def _this_machine(args: argparse.Namespace, graph: LayerGraph, n_ranks: int) -> 
     if args.profile is None:  # a calibrated probe (`pipetrain probe --calibrate`) brings its profile
         use_calibration_profile(args, found.path, parse_precision(args.precision or "fp32"))
     path = escape(str(found.path))
+    again = "--reprobe to probe again, --no-probe for the unprobed defaults"
+    if calibration_profile_path(found.path).exists():
+        console.print(f"[dim]cluster: using the calibration of this machine on {escape(graph.name)} cached at {path} "
+                      f"({again})[/dim]")
+        return found.cluster
     if found.probed_s is None:
-        console.print(f"[dim]cluster: this machine as probed before on {escape(graph.name)}, {path} (--reprobe to "
-                      "probe again, --no-probe for the unprobed defaults)[/dim]")
+        console.print(f"[dim]cluster: this machine as probed before on {escape(graph.name)}, {path} ({again})[/dim]")
     else:
-        console.print(f"[dim]cluster: probed this machine in {found.probed_s:.0f} s, kept in {path} (--reprobe "
-                      "to probe again, --no-probe for the unprobed defaults)[/dim]")
+        console.print(f"[dim]cluster: probed this machine in {found.probed_s:.0f} s, kept in {path} ({again})[/dim]")
+    console.print(f"[dim]not calibrated on {escape(graph.name)} (Core benchmark: median error 7-19% uncalibrated, "
+                  f"2-3% calibrated): `{escape(_calibrate_command(args, n_ranks))}` fits it to short runs of the "
+                  "model once (minutes: 6 for gpt-tiny, 18 for the mlp at batch 128 on a loaded 2-core CPU) and the "
+                  "next plans use it[/dim]")
     return found.cluster
+
+
+def _calibrate_command(args: argparse.Namespace, n_ranks: int) -> str:
+    """The `pipetrain probe --calibrate` whose result `plan` with these flags reuses."""
+    data = "" if args.data is None else f" --data {args.data}"
+    return (f"pipetrain probe --model {args.model or DEFAULT_MODEL}{data} --batch {args.batch} --ranks {n_ranks} "
+            "--calibrate")
 
 
 def _save_plan(args: argparse.Namespace, result: api.PlanningResult, profile: api.Profiles) -> None:

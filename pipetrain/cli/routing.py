@@ -14,6 +14,9 @@ The rules, in the order they are checked (each refusal names the fix, before any
   ``tidgap``; with ``--virtual-stages V``, the one whose method loops, ``interleaved-ga``);
 * otherwise the micro-batch planners' flags (``--planner`` one of them, ``--seed``, ``--population``,
   ``--generations``) ask for ``--method uedp``; ``--virtual-stages`` asks for a multi-stage method;
+* no ``--planner`` and no ``--method``: :data:`~pipetrain.planners.registry.DEFAULT_PLANNER` (``auto``
+  within its time budget; ``pipetrain.cli.planning`` gives a flag auto does not take, ``--stages``,
+  ``--micro``, ``--no-memory-cap``, to the ``balanced`` planner instead, as before auto was the default);
 * no ``--planner``: the method's default planner (:func:`~pipetrain.planners.registry.planner_for`),
   or for an asynchronous method without one (``pipedream``, ``2bw``) its flush twin's (``plan_as``:
   the best 1f1b plan the method can run, then run by it: 2bw's has a micro-batch per stage);
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 
 from pipetrain.errors import UserError
 from pipetrain.plan.methods import METHODS, LocalParams, Method, SizeRule, WeightPolicy
-from pipetrain.planners import PLANNERS, PlannerSpec, default_planner, get_planner, planner_for
+from pipetrain.planners import DEFAULT_PLANNER, PLANNERS, PlannerSpec, default_planner, get_planner, planner_for
 
 __all__ = ["PlanRoute", "check_local_flags", "check_vertical_sync", "how_planned", "listed", "plan_route", "unequal"]
 
@@ -151,7 +154,7 @@ def _asked(spec: PlannerSpec, method: Method, run_by: Method | None = None) -> P
 
 def _own_route(method: Method | None) -> PlanRoute:
     if method is None:
-        return PlanRoute(planner_for(None))
+        return PlanRoute(get_planner(DEFAULT_PLANNER))
     own = _default_planner(method)
     if own is not None:
         return _asked(own, method)

@@ -9,7 +9,9 @@ algorithms the registered planners use.
 
 from pipetrain.planners.contract import Candidate, Constraints, ModelRef, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.registry import (
+    BASE_PLANNER,
     DEFAULT_PLANNER,
+    DEFAULT_TIME_BUDGET_S,
     MICROBATCH_PLANNERS,
     PLANNERS,
     STAGE_PLANNERS,
@@ -22,7 +24,9 @@ from pipetrain.planners.registry import (
 )
 
 __all__ = [
+    "BASE_PLANNER",
     "DEFAULT_PLANNER",
+    "DEFAULT_TIME_BUDGET_S",
     "MICROBATCH_PLANNERS",
     "PLANNERS",
     "STAGE_PLANNERS",

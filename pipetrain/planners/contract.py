@@ -106,6 +106,9 @@ class Constraints:
             the stages of a plan over memory (with the memory cap), ``none`` keeps every stage's
             activations (a stage whose two partitions differ still recomputes), ``all`` recomputes
             every stage.
+        time_budget_s: ``auto``'s planning-time budget in seconds: once it is spent and a plan that fits
+            is in hand, auto starts no further run and reports the rest as skipped
+            (:func:`~pipetrain.planners.auto.plan_auto`); None: no budget, every run.
     """
 
     method: Method | None = None
@@ -119,6 +122,12 @@ class Constraints:
     allow_async: bool = False
     params: MethodParams | None = None
     recompute: RecomputeChoice = "auto"
+    time_budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.time_budget_s is not None and not 0 < self.time_budget_s < math.inf:
+            raise UserError(f"a time budget of {self.time_budget_s} s; give a number of seconds > 0, or None for "
+                            "no budget")
 
     def given(self) -> tuple[str, ...]:
         """The names of the constraints set away from their defaults."""

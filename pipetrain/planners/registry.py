@@ -52,12 +52,20 @@ from pipetrain.planners.spec import AutoRun, BaseRule, PlannerKind, PlannerSpec
 from pipetrain.planners.twobw import plan_2bw, twobw_plans
 from pipetrain.planners.unequal import plan_unequal, unequal_layout
 
-__all__ = ["ASYNC_AUTO_PLANNERS", "AUTO_PLANNERS", "AUTO_RUNS", "DEFAULT_PLANNER", "MICROBATCH_PLANNERS", "PLANNERS",
+__all__ = ["ASYNC_AUTO_PLANNERS", "AUTO_PLANNERS", "AUTO_RUNS", "BASE_PLANNER", "DEFAULT_PLANNER",
+           "DEFAULT_TIME_BUDGET_S", "MICROBATCH_PLANNERS", "PLANNERS",
            "STAGE_PLANNERS", "PlannerKind", "PlannerSpec", "auto_planners", "constraints_for", "default_planner",
            "get_planner", "planner_for", "run_planner"]
 
-DEFAULT_PLANNER = "balanced"
-"""The planner of a problem that names neither a planner nor a method, and the micro-batch planners' base."""
+BASE_PLANNER = "balanced"
+"""The micro-batch planners' base, and :func:`planner_for` a problem that names neither a planner nor a
+method (``api.plan``: an exact min-max split, milliseconds)."""
+DEFAULT_PLANNER = "auto"
+"""The planner of ``pipetrain plan`` given neither ``--planner`` nor ``--method``: auto's synchronous runs
+within :data:`DEFAULT_TIME_BUDGET_S` (``constraints.time_budget_s``), so the default plan is auto's
+wherever auto fits the budget (:func:`~pipetrain.planners.auto.plan_auto`)."""
+DEFAULT_TIME_BUDGET_S = 60.0
+"""The planning-time budget of :data:`DEFAULT_PLANNER` in seconds."""
 
 
 def _auto(problem: PlanningProblem) -> PlanningResult:
@@ -78,7 +86,8 @@ def _auto_plans(spec: MethodSpec) -> bool:
 _STAGE_SPECS = (
     PlannerSpec("balanced", "stages", "gpipe, 1f1b, zb1 or zb2, an exact min-max layer split, one stage per device",
                 frozenset({"method", "n_stages", "n_micro", "memory_cap", "recompute"}), plan_balanced, balanced_plans,
-                default=True, auto=(AutoRun("balanced", 10, memory_cap=False, outcome=fastest_fitting),)),
+                default=True,
+                auto=(AutoRun("balanced", 10, memory_cap=False, outcome=fastest_fitting, budget_first=True),)),
     PlannerSpec("pipedream", "stages", "PipeDream's DP over layers, machines and replication (docs/algorithms.md §3)",
                 frozenset({"method"}), plan_pipedream, pipedream_plans, layout=pipedream_layout,
                 auto=(AutoRun("pipedream", 50), AutoRun("pipedream-async", 100, method=Method.PIPEDREAM))),
@@ -93,9 +102,9 @@ _STAGE_SPECS = (
                 "and ZB-V's 2 chunks per rank in a V (zbv)",
                 frozenset({"method", "n_micro", "virtual_stages", "memory_cap", "recompute"}), plan_interleaved,
                 interleaved_plans,
-                default=True, auto=(AutoRun("interleaved", 70),)),
+                default=True, auto=(AutoRun("interleaved", 70, budget_first=True),)),
     PlannerSpec("auto", "stages", "every planner; the fastest plan that fits",
-                frozenset({"seed", "ga", "allow_async", "recompute"}),
+                frozenset({"seed", "ga", "allow_async", "recompute", "time_budget_s"}),
                 _auto, _auto_plans, layout=auto_layout),
     PlannerSpec("2bw", "stages", "PipeDream-2BW: width × depth, micro-batch size, recompute (docs/algorithms.md §3.6)",
                 frozenset({"method"}), plan_2bw, twobw_plans, auto=(AutoRun("2bw", 110),)),
@@ -110,7 +119,7 @@ def _plans_only(method: Method, spec: MethodSpec) -> bool:
     return spec.method is method
 
 
-def _microbatch(name: PlannerName, *, default: bool = False, base: str = DEFAULT_PLANNER, own_method: bool = False,
+def _microbatch(name: PlannerName, *, default: bool = False, base: str = BASE_PLANNER, own_method: bool = False,
                 auto: AutoRun | None = None) -> PlannerSpec:
     """Micro-batch planner ``name`` (:data:`~pipetrain.planners.microbatch.ALGORITHMS`) on the fastest plan of
     stage planner ``base``, of any method, or with ``own_method`` of the method the micro-batch planner runs."""
@@ -167,9 +176,9 @@ def default_planner(kind: PlannerKind) -> PlannerSpec:
 def planner_for(method: Method | None) -> PlannerSpec:
     """The planner that plans ``method`` when none is named: among the planners that can be asked for it
     (they take a method, or plan it alone), the first default one, else the first (``pipedream``, ``2bw``:
-    their own planners); :data:`DEFAULT_PLANNER` for no method."""
+    their own planners); :data:`BASE_PLANNER` for no method."""
     if method is None:
-        return PLANNERS[DEFAULT_PLANNER]
+        return PLANNERS[BASE_PLANNER]
     asked = [p for p in PLANNERS.values() if p.plans(METHODS[method]) and ("method" in p.accepts or p.implies(method))]
     if not asked:
         raise UserError(f"no planner plans method {method.value}; write its plan by hand (docs/formats.md)")

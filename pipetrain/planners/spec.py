@@ -95,6 +95,9 @@ class AutoRun:
             answer through ``outcome``.
         outcome: how auto takes the planner's answer from its result (the fastest plan that fits, for
             a run without the memory cap); None: the result as it is.
+        budget_first: under a planning-time budget (``constraints.time_budget_s``), auto makes the runs
+            marked so before the others (each group in :attr:`order`), so that the budget cuts the
+            least promising runs (:func:`~pipetrain.planners.auto.plan_auto`).
     """
 
     label: str
@@ -103,6 +106,7 @@ class AutoRun:
     method: Method | None = None
     memory_cap: bool = True
     outcome: Callable[[PlanningResult, PlanningProblem], PlanningResult] | None = None
+    budget_first: bool = False
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ def test_plan_simulate_compare(tmp_path: Path, tiny_profile: Path, capsys: pytes
     code, text = run(capsys, "plan", "--model", "gpt-tiny", "--batch", "32", "--ranks", "2",
                      "--profile", str(tiny_profile), "--out", str(plan))
     assert code == 0, text
-    assert "planner candidates" in text and plan.exists()
+    assert "planners (auto keeps the fastest that fits" in text and plan.exists()  # the default: auto
     sim = tmp_path / "sim"
     code, text = run(capsys, "simulate", "--plan", str(plan), "--profile", str(tiny_profile), "--out-dir", str(sim))
     assert code == 0, text

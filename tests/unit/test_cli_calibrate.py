@@ -57,7 +57,7 @@ def test_a_calibrated_cluster_brings_the_profile_it_was_fitted_against(
     capsys.readouterr()
     for where, given in (("a", ["--cluster", str(out)]), ("b", [])):  # the file, then the cache `probe` kept
         plan_file = tmp_path / where / "plan.json"
-        assert main(["plan", "--model", "mlp-digits", "--batch", "32", "--ranks", "2", *given,
+        assert main(["plan", "--model", "mlp-digits", "--batch", "32", "--ranks", "2", "--planner", "balanced", *given,
                      "--out", str(plan_file)]) == 0
         assert "was calibrated against" in capsys.readouterr().err
         assert Profile.load(plan_file.with_suffix(".profile.json")) == fitted_against

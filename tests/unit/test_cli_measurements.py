@@ -23,6 +23,7 @@ from pipetrain.profile.table import Profile
 from pipetrain.simulate.timeline import Timeline
 
 MODEL = ("--model", "mlp-digits", "--batch", "16")
+QUICK = ("--planner", "balanced")  # the probe is under test here, not the default planner
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -125,14 +126,16 @@ def test_plan_probes_this_machine_once_per_model_and_ranks(
     assert probes == [2] and "probed this machine" in text
     assert Cluster.load(tmp_path / "a.cluster.json").action_overhead_s == 7e-4  # the probed cluster, saved
     assert plan.measurements == PlanSources("a.profile.json", "a.cluster.json")
-    code, text = run(capsys, "plan", *MODEL, "--ranks", "2", "--profile", str(profile), "--out", str(tmp_path / "b"))
+    code, text = run(capsys, "plan", *MODEL, *QUICK, "--ranks", "2", "--profile", str(profile),
+                     "--out", str(tmp_path / "b"))
     assert code == 0 and probes == [2] and "as probed before" in text and "--reprobe" in text
-    code, text = run(capsys, "plan", *MODEL, "--ranks", "3", "--profile", str(profile), "--out", str(tmp_path / "c"))
+    code, text = run(capsys, "plan", *MODEL, *QUICK, "--ranks", "3", "--profile", str(profile),
+                     "--out", str(tmp_path / "c"))
     assert code == 0 and probes == [2, 3]
-    code, text = run(capsys, "plan", *MODEL, "--ranks", "2", "--profile", str(profile), "--reprobe",
+    code, text = run(capsys, "plan", *MODEL, *QUICK, "--ranks", "2", "--profile", str(profile), "--reprobe",
                      "--out", str(tmp_path / "d"))
     assert code == 0 and probes == [2, 3, 2]
-    code, text = run(capsys, "plan", *MODEL, "--ranks", "2", "--profile", str(profile), "--no-probe",
+    code, text = run(capsys, "plan", *MODEL, *QUICK, "--ranks", "2", "--profile", str(profile), "--no-probe",
                      "--out", str(tmp_path / "e.json"))
     assert code == 0 and probes == [2, 3, 2] and "cluster: " not in text
     assert Cluster.load(tmp_path / "e.cluster.json").action_overhead_s != 7e-4

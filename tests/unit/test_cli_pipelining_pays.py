@@ -12,7 +12,8 @@ from pipetrain.cli import main
 from pipetrain.graph.zoo import build_model
 from pipetrain.profile.estimate import estimate_profile
 
-PLAN = ["plan", "--model", "mlp-digits", "--batch", "32", "--ranks", "2", "--estimate", "cpu"]
+PLAN = ["plan", "--model", "mlp-digits", "--batch", "32", "--ranks", "2", "--estimate", "cpu",
+        "--planner", "balanced"]
 
 
 def _said(capsys: pytest.CaptureFixture[str], tmp_path: Path, *extra: str) -> str:

@@ -151,7 +151,8 @@ def test_plan_numeric_options(
     files: Files, capsys: pytest.CaptureFixture[str], option: str, value: str, estimate: bool
 ) -> None:
     costs = ["--estimate", "v100"] if estimate else ["--profile", str(files.profile)]
-    argv = ["plan", "--model", "gpt-tiny", *costs, "--out", str(files.folder / "p.json"), f"{option}={value}"]
+    argv = ["plan", "--model", "gpt-tiny", "--planner", "balanced", *costs, "--out", str(files.folder / "p.json"),
+            f"{option}={value}"]
     assert_clean(*outcome(capsys, argv), argv)
 
 
