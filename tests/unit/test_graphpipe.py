@@ -24,8 +24,9 @@ from pipetrain.planners.graphpipe.costs import StageEstimator
 from pipetrain.planners.graphpipe.dp import search, twins
 from pipetrain.planners.graphpipe.planner import micro_batch_options, stage_floor_s, work_floor_s
 from pipetrain.planners.graphpipe.sp import decompose, reachability
-from pipetrain.planners.graphpipe.stages import layer_edges, to_plan
+from pipetrain.planners.graphpipe.stages import layer_edges, place, to_plan
 from pipetrain.planners.registry import run_planner
+from pipetrain.planners.score import score
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.simulate.memory import overflows
@@ -303,3 +304,43 @@ def test_a_strategys_depth_is_its_longest_stage_path_beyond_the_micro_batch_coun
         for a, b in sorted(plan.stage_edges, reverse=True):
             longest[a] = max(longest[a], longest[b] + 1)
         assert s.depth == max(longest)
+
+
+# ---- the DP's objective against the simulator (issue 29) -----------------------------------------------------
+
+@pytest.mark.parametrize("replicas", [2, 3, 4])
+def test_a_data_parallel_stages_tps_is_its_simulated_iteration(replicas: int) -> None:
+    # 8 micro-batches on 3 replicas: the busiest runs 3 of them, not 8/3 (12.5 % more)
+    names = [f"l{i}" for i in range(4)]
+    problem = dag_problem(names, [], [2.0] * 4, n_devices=4, batch=16, params=10**6)
+    pairs, layers = layer_edges(problem), (0, 1, 2, 3)
+    est = StageEstimator(problem, pairs, b=2, n_micro=8)
+    plan, cluster = to_plan(problem, pairs, [(layers, replicas)], (2,) * 8)
+    simulated = score(plan, problem.cost.on(cluster)).iteration_s
+    assert est.tps(layers, replicas) * 16 == pytest.approx(simulated, rel=0.02)
+
+
+def test_packed_placement_keeps_each_stage_on_one_node() -> None:
+    cluster = Cluster.homogeneous("v100", 2, 4, Link(5e-6, 150e9), Link(5e-6, 12.5e9))
+    assert place(cluster, [2, 4, 2], packed=False) == [(0, 1), (2, 3, 4, 5), (6, 7)]
+    assert place(cluster, [2, 4, 2]) == [(4, 5), (0, 1, 2, 3), (6, 7)]
+    assert place(cluster, [3, 2, 2]) == [(0, 1, 2), (4, 5), (6, 7)]
+    assert place(cluster, [6, 1]) == [(0, 1, 2, 3, 4, 5), (6,)]  # too big for a node: the emptiest first
+
+
+def test_the_plan_is_the_simulators_best_of_the_strategies_searched() -> None:
+    # four equal branches and a merge on 8 devices, heavy weights: the search meets more strategies
+    # than one per device count, and of those the planner's estimate finds the simulator's best
+    names, edges = branches(4, 3)
+    problem = dag_problem(names, edges, [1.0] * len(names), n_devices=8, batch=32, params=10**8)
+    result = plan_graphpipe(problem, prune=False)
+    b = max(result.plan.stages[0].forward_sizes)
+    pairs = layer_edges(problem)
+    sizes = (b,) * (32 // b)
+    found = search(decompose(len(names), pairs), StageEstimator(problem, pairs, b, len(sizes)), 8)
+    simulated = []
+    for s in found.visited:
+        plan, cluster = to_plan(problem, pairs, s.stages, sizes)
+        simulated.append(score(plan, problem.cost.on(cluster)).iteration_s)
+    assert len(simulated) > len(found.strategies)
+    assert result.candidates[0].iteration_s <= 1.01 * min(simulated)

@@ -8,7 +8,8 @@ For a stage of layer indices ``G`` on ``r`` devices (data parallel: the replicas
 micro-batches round-robin, :meth:`~pipetrain.plan.plan.Plan.replica_rank`) at micro-batch size ``b``
 of a batch of ``B`` samples (§3.2, Eq. 1–2)::
 
-    TPS(G, r) = (t_fw(G, b) + t_bw(G, b) + t_comm(G, b)) / (b · r) + (t_allreduce(G, r) + t_step(G)) / B
+    TPS(G, r) = ceil(m / r) · t_mb(G) / B + (t_allreduce(G, r) + t_step(G)) / B
+    t_mb(G)   = t_fw(G, b) + t_bw(G, b) + t_comm(G, b)
     t_comm    = transfer(in_bytes(G) · b) + transfer(out_bytes(G) · b)
     Mem(G, r, k) = parameter_copies · W(G) + ceil(min(k, m) / r) · A(G, b)
 
@@ -17,7 +18,13 @@ locally and costs nothing), ``out_bytes`` its layers' outputs read outside it, o
 over the link between devices 0 and 1 (the activation in forward and the gradient in backward of a
 boundary share it: we count one of the two, since the simulator overlaps transfers with compute),
 ``k`` the in-flight micro-batches (§3.4: the stages on the longest path to the sink under 1F1B),
-``m`` the micro-batch count, ``W`` parameter bytes and ``A`` saved activation bytes. Times are on the
+``m`` the micro-batch count, ``W`` parameter bytes and ``A`` saved activation bytes. The busiest of
+``r`` replicas runs ``ceil(m / r)`` whole micro-batches (the paper's ``t_mb / (b · r)`` is the same
+when ``r`` divides ``m``; 3 replicas of 16 micro-batches run 6, not 5.33: 12.5 % more, which made
+the DP prefer such stages over the simulator's faster plans, issue 29). ``t_mb`` is also the stage's
+*latency*, one micro-batch through it, which the DP sums along paths to break ties
+(:mod:`.dp`). The all-reduce is priced on ``r`` devices that share nodes as far as they can
+(:func:`~.stages.to_plan` places the stages that way). Times are on the
 slowest device (GraphPipe assumes identical devices). Values are cached per stage: the binary
 search asks the same stages again at every target.
 """
@@ -62,6 +69,7 @@ class StageEstimator:
         self.fits = lru_cache(maxsize=None)(self._fits)
         self.tps_row = lru_cache(maxsize=None)(self._tps_row)
         self.fewest_fitting = lru_cache(maxsize=None)(self._fewest_fitting)
+        self.latency = lru_cache(maxsize=None)(self.latency_s)
 
     def _layer_names(self, layers: tuple[int, ...]) -> tuple[str, ...]:
         return tuple(self.names[i] for i in layers)
@@ -79,6 +87,11 @@ class StageEstimator:
                 total += self.link.transfer_s(n_bytes * self.b)
         return total
 
+    def latency_s(self, layers: tuple[int, ...]) -> float:
+        """``t_mb``: seconds of one micro-batch's forward, backward and transfers on one replica."""
+        names, b, rank = self._layer_names(layers), self.b, self.rank
+        return self.cost.forward_s(names, b, rank) + self.cost.backward_s(names, b, rank) + self.comm_s(layers)
+
     def tps(self, layers: tuple[int, ...], replicas: int) -> float:
         """Seconds per sample of ``layers`` as one stage on ``replicas`` devices (module docstring)."""
         return self.tps_row(layers)[replicas - 1]
@@ -92,10 +105,10 @@ class StageEstimator:
     def _tps_row(self, layers: tuple[int, ...]) -> tuple[float, ...]:
         """``TPS(layers, r)`` for ``r = 1 .. max_replicas`` (at most ``m`` and the cluster's devices):
         the work once, the all-reduce per replica count."""
-        names, b, rank = self._layer_names(layers), self.b, self.rank
-        work = self.cost.forward_s(names, b, rank) + self.cost.backward_s(names, b, rank) + self.comm_s(layers)
-        step, weights = self.cost.step_s(names, rank), self.cost.parameter_bytes(names)
-        return tuple(work / (b * r) + (self.cost.allreduce_s(weights, tuple(range(r))) + step) / self.batch
+        names, m = self._layer_names(layers), self.n_micro
+        work = self.latency(layers)
+        step, weights = self.cost.step_s(names, self.rank), self.cost.parameter_bytes(names)
+        return tuple((math.ceil(m / r) * work + self.cost.allreduce_s(weights, tuple(range(r))) + step) / self.batch
                      for r in range(1, self.max_replicas + 1))
 
     def balanced_tps(self, n_devices: int) -> float:

@@ -1,7 +1,7 @@
 """GraphPipe's DP over (SP subgraph, device count) and the binary search on the target TPS
 (GraphPipe §3.3, Algorithm 1; in-flight counts §3.4).
 
-    strategies, shallowest = search(tree, estimator, n_devices=8)
+    strategies, shallowest, visited = search(tree, estimator, n_devices=8)
     best = min(strategies.values(), key=Strategy.key)
     best.stages      # ((layer indices, replicas), ...), every stage's TPS <= best.worst_tps
 
@@ -9,7 +9,12 @@
 the stage after ``G``'s sink has ``d`` stages on its longest path to the sink (0 for the model's
 sink), that keeps every stage's TPS within the target and every device within its memory, and
 among those **minimises the in-flight micro-batches of ``G``'s source stage(s)** (its depth), then
-the worst stage TPS. Series and parallel nodes are n-ary (:mod:`.sp`); a run of their first ``h``
+the latency (one micro-batch's seconds along its slowest path: the fill and drain), then the worst
+stage TPS. The paper's second criterion is the worst TPS; but at a target every strategy is within
+it, and the binary search drives the target to the least bottleneck anyway, while among equal
+bottlenecks the one with more, smaller stages simulates faster (issue 29: MMT on 8 GPUs, 9 layers
+× 2 replicas beside 18 × 4 simulates 0.47 s, four stages of 9 × 2 0.43 s, at the same TPS).
+Series and parallel nodes are n-ary (:mod:`.sp`); a run of their first ``h``
 children is solved by peeling the last part:
 
 * **one stage** over children ``k..h-1`` on ``r`` devices (any ``r <= m`` micro-batches and ``<= N``,
@@ -59,21 +64,28 @@ class Strategy:
         worst_tps: the largest stage TPS (seconds per sample).
         stages: ``(layers, replicas)`` per stage, in no particular order.
         devices: the replicas of all stages together.
+        latency: seconds of one micro-batch along the slowest path through the stages (their
+            :meth:`~.costs.StageEstimator.latency_s` summed in series, the largest in parallel): the
+            fill and drain the TPS leaves out.
     """
 
     depth: int
     worst_tps: float
     stages: tuple[Stage, ...]
     devices: int
+    latency: float = 0.0
 
-    def key(self) -> tuple[int, float, int]:
-        """GraphPipe's preference: least source in-flight, then the lowest bottleneck, then fewest stages."""
-        return self.depth, self.worst_tps, len(self.stages)
+    def key(self) -> tuple[int, float, float, int]:
+        """The DP's preference within a target: least source in-flight (GraphPipe's), then the least
+        latency, then the lowest bottleneck, then fewest stages."""
+        return self.depth, self.latency, self.worst_tps, len(self.stages)
 
 
-def _both(depth: int, a: Strategy, b: Strategy) -> Strategy:
-    """The stages of ``a`` and ``b`` together, with source depth ``depth``."""
-    return Strategy(depth, max(a.worst_tps, b.worst_tps), a.stages + b.stages, a.devices + b.devices)
+def _both(depth: int, a: Strategy, b: Strategy, series: bool) -> Strategy:
+    """The stages of ``a`` and ``b`` together, with source depth ``depth``: one after the other
+    (``series``, their latencies add) or side by side."""
+    latency = a.latency + b.latency if series else max(a.latency, b.latency)
+    return Strategy(depth, max(a.worst_tps, b.worst_tps), a.stages + b.stages, a.devices + b.devices, latency)
 
 
 def _better(a: Strategy | None, b: Strategy | None) -> Strategy | None:
@@ -83,6 +95,8 @@ def _better(a: Strategy | None, b: Strategy | None) -> Strategy | None:
         return a
     if b.depth != a.depth:
         return b if b.depth < a.depth else a
+    if b.latency != a.latency:
+        return b if b.latency < a.latency else a
     if b.worst_tps != a.worst_tps:
         return b if b.worst_tps < a.worst_tps else a
     return b if len(b.stages) < len(a.stages) else a
@@ -159,7 +173,7 @@ class _Solver:
         tps = self.est.tps(layers, r)
         if tps > self.target or not self.est.fits(layers, r, min(depth, self.est.n_micro)):
             return None
-        return Strategy(depth, tps, ((layers, r),), r)
+        return Strategy(depth, tps, ((layers, r),), r, self.est.latency(layers))
 
     def stages(self, layers: tuple[int, ...], depth: int, most: int) -> list[Strategy]:
         """``layers`` as one stage on each replica count up to ``most`` that is within the target and
@@ -169,8 +183,9 @@ class _Solver:
         if found is None:
             fewest = self.est.fewest_fitting(layers, min(depth, self.est.n_micro))
             row = self.est.tps_row(layers)
-            options = [Strategy(depth, t, ((layers, r),), r) for r, t in enumerate(row[fewest - 1:], start=fewest)
-                       if t <= self.target]
+            latency = self.est.latency(layers)
+            options = [Strategy(depth, t, ((layers, r),), r, latency)
+                       for r, t in enumerate(row[fewest - 1:], start=fewest) if t <= self.target]
             found = options, [s.devices for s in options]
             self.feasible[key] = found
         options, counts = found
@@ -214,7 +229,7 @@ class _Solver:
         rest = self.run(v, head, n, tail.depth if series else d, skip)
         if rest is None:
             return None
-        return _both(rest.depth if series else max(rest.depth, tail.depth), rest, tail)
+        return _both(rest.depth if series else max(rest.depth, tail.depth), rest, tail, series)
 
     def _one_stage(self, v: int, h: int, n: int, d: int, skip: int) -> Strategy | None:
         best: Strategy | None = None
@@ -263,7 +278,7 @@ class _Solver:
                 for stage in self.stages(layers, d + 1, n - 1):
                     rest = self._cut(p, i, j, n - stage.devices, d + 1)
                     if rest is not None:
-                        best = _better(best, _both(rest.depth, rest, stage))
+                        best = _better(best, _both(rest.depth, rest, stage, series=True))
         self.folds[key] = best
         return best
 
@@ -281,7 +296,7 @@ class _Solver:
                 head = self.run(self.children[p][i], j, n1, d)
                 others = self.run(p, h, n - n1, d, skip=i) if head is not None else None
                 if head is not None and others is not None:
-                    best = _better(best, _both(max(head.depth, others.depth), others, head))
+                    best = _better(best, _both(max(head.depth, others.depth), others, head, series=False))
         self.cuts[key] = best
         return best
 
@@ -307,16 +322,19 @@ def _one_stage_everywhere(tree: SPNode, est: StageEstimator) -> Strategy | None:
     if fewest > est.max_replicas:
         return None
     r = min(range(fewest, est.max_replicas + 1), key=lambda k: (row[k - 1], k))
-    return Strategy(1, row[r - 1], ((layers, r),), r)
+    return Strategy(1, row[r - 1], ((layers, r),), r, est.latency(layers))
 
 
 class Searched(NamedTuple):
-    """Algorithm 1's answer: ``strategies`` by device count at the smallest target found, and
+    """Algorithm 1's answer: ``strategies`` by device count at the smallest target found,
     ``shallowest``, GraphPipe's preferred strategy with no target (least depth, e.g. one stage on
-    every device): the TPS leaves out the fill and drain that depth costs, so it is worth simulating."""
+    every device): the TPS leaves out the fill and drain that depth costs, so it is worth simulating;
+    and ``visited``, every distinct strategy the search met at any target (the looser targets' have
+    less latency and a higher bottleneck: the trade-off the planner's estimate ranks)."""
 
     strategies: dict[int, Strategy]
     shallowest: Strategy | None
+    visited: tuple[Strategy, ...] = ()
 
 
 def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1e-2, *,
@@ -325,9 +343,17 @@ def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1
     device count; empty when no strategy fits the devices' memory at any target. ``prune``: fold the
     merge into only the first of :func:`twins` (the same answer)."""
     twin = twins(tree, est) if prune else set()
+    visited: dict[tuple[Stage, ...], Strategy] = {}
+
+    def solved(target: float) -> dict[int, Strategy]:
+        found = solve(tree, est, n_devices, target, twin)
+        for s in found.values():
+            visited.setdefault(tuple(sorted(s.stages)), s)
+        return found
+
     shallowest = _one_stage_everywhere(tree, est)
     if shallowest is None:  # the whole model fits no replica count: ask the DP with no target
-        best = solve(tree, est, n_devices, float("inf"), twin)
+        best = solved(float("inf"))
         if not best:
             return Searched({}, None)
         shallowest = min(best.values(), key=Strategy.key)
@@ -335,12 +361,12 @@ def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1
     else:
         hi = shallowest.worst_tps
     lo = min(est.balanced_tps(n_devices), 0.99 * hi)
-    best = solve(tree, est, n_devices, hi, twin)
+    best = solved(hi)
     while hi - lo > rel_tol * hi:
         mid = (lo + hi) / 2
-        found = solve(tree, est, n_devices, mid, twin)
+        found = solved(mid)
         if found:
             best, hi = found, min(s.worst_tps for s in found.values())
         else:
             lo = mid
-    return Searched(best, shallowest)
+    return Searched(best, shallowest, tuple(visited.values()))

@@ -5,8 +5,14 @@
 The stages (layer indices, replica count) are numbered in a topological order of the stage graph
 they induce (ties: the stage with the earlier first layer first), so every stage edge goes from a
 lower to a higher stage and the stage with the model's last layer is last (C1, C2); each lists its
-layers in model order. Stage ``k`` gets the next ``r_k`` ranks; a plan on fewer devices than the
-cluster has runs on the sub-cluster of its first devices.
+layers in model order. Two placements: ``packed=False``, stage ``k`` gets the next ``r_k`` devices
+(neighbours in the pipeline share nodes); ``packed=True``, each stage on as few nodes as it can be
+(:func:`place`), which is what the DP's all-reduce price assumes (:mod:`.costs`): on 2 nodes of 4,
+stages of 2, 4 and 2 replicas put the 4 on one node and the 2s on the other, where consecutive
+devices split the 4 over both nodes' slower link (issue 29: MMT 0.47 against 0.56 s). Neither is
+always faster (MMT on 32 GPUs, ``4×3 5×4 … 11×9`` at b = 16: 0.582 s packed, 0.581 s
+consecutive), so the planner simulates both. A plan on fewer devices than the cluster has runs on
+the sub-cluster of the devices it uses.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pipetrain.plan.plan import Plan, StagePlan
 from pipetrain.planners.contract import PlanningProblem
 from pipetrain.planners.device_orders import placed_cluster
 
-__all__ = ["layer_edges", "stage_edges", "to_plan", "topological_stages"]
+__all__ = ["layer_edges", "place", "stage_edges", "to_plan", "topological_stages"]
 
 
 def layer_edges(problem: PlanningProblem) -> tuple[tuple[int, int], ...]:
@@ -75,9 +81,40 @@ def topological_stages(stages: Sequence[tuple[tuple[int, ...], int]],
     return out
 
 
+def place(cluster: Cluster, replicas: Sequence[int], packed: bool = True) -> list[tuple[int, ...]]:
+    """The cluster devices of each stage (``replicas[k]`` of them): the next ones in order
+    (``packed=False``), or packed on few nodes.
+
+    Packed, the stages take devices in order of decreasing replicas (ties: the earlier stage first); one
+    that fits a node's free devices takes the node with the fewest that fit (best fit), one that
+    fits none takes the nodes with the most free devices first; within a node, its lowest-numbered
+    free devices. ``sum(replicas)`` must not exceed the cluster's devices.
+    """
+    if not packed:
+        starts = [sum(replicas[:k]) for k in range(len(replicas))]
+        return [tuple(range(a, a + r)) for a, r in zip(starts, replicas, strict=True)]
+    free: dict[int, list[int]] = {}
+    for i, device in enumerate(cluster.devices):
+        free.setdefault(device.node, []).append(i)
+    out: list[tuple[int, ...]] = [()] * len(replicas)
+    for k in sorted(range(len(replicas)), key=lambda k: (-replicas[k], k)):
+        r, taken = replicas[k], list[int]()
+        fitting = [node for node, ids in free.items() if len(ids) >= r]
+        nodes = ([min(fitting, key=lambda node: len(free[node]))] if fitting
+                 else sorted(free, key=lambda node: -len(free[node])))
+        for node in nodes:
+            take = min(r - len(taken), len(free[node]))
+            taken += free[node][:take]
+            free[node] = free[node][take:]
+        out[k] = tuple(sorted(taken))
+    return out
+
+
 def to_plan(problem: PlanningProblem, edges: Sequence[tuple[int, int]],
-            stages: Sequence[tuple[tuple[int, ...], int]], sizes: tuple[int, ...]) -> tuple[Plan, Cluster]:
-    """A validated plan of method ``graph`` for ``stages`` with the equal ``sizes``, and its cluster.
+            stages: Sequence[tuple[tuple[int, ...], int]], sizes: tuple[int, ...], *,
+            packed: bool = False) -> tuple[Plan, Cluster]:
+    """A validated plan of method ``graph`` for ``stages`` with the equal ``sizes``, and its cluster
+    (``packed``: the placement, module docstring).
 
     Raises:
         UserError: more devices than the cluster has, or stages that do not make a valid plan.
@@ -88,10 +125,11 @@ def to_plan(problem: PlanningProblem, edges: Sequence[tuple[int, int]],
     if n_devices > cluster.n_devices:
         raise UserError(f"the stages need {n_devices} devices and the cluster has {cluster.n_devices}; use fewer "
                         "replicas or a larger cluster")
-    sub, _ = placed_cluster(cluster, list(range(n_devices)))
+    devices = place(cluster, [r for _, r in ordered], packed)
+    sub, ranks = placed_cluster(cluster, [d for ds in devices for d in ds])
     names, plans, at = problem.layer_names, [], 0
     for layers, r in ordered:
-        plans.append(StagePlan(tuple(names[i] for i in layers), tuple(range(at, at + r)), sizes, sizes))
+        plans.append(StagePlan(tuple(names[i] for i in layers), ranks[at:at + r], sizes, sizes))
         at += r
     induced = stage_edges([s[0] for s in ordered], edges)
     model = problem.model
