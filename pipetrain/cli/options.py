@@ -387,8 +387,10 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, default=60.0,
                    help="seconds before a silent rank is failed (default: 60)")
     _device_args(p, backend=True)
-    _out_dir(p, "out/run", "metrics.csv, loss.png, the measured timeline, and the plan and profile planned "
-                           "with when no --plan is given; a folder holding a run of another model is refused")
+    _probe_args(p)
+    _out_dir(p, "out/run", "metrics.csv, loss.png, the measured timeline, and when no --plan is given the plan "
+                           "(planned as `pipetrain plan` does) with its profile and cluster; a folder holding a "
+                           "run of another model is refused")
     p.add_argument("--overwrite", action="store_true",
                    help="train into an --out-dir that holds a run of another model, replacing that run's files "
                         "(default: refuse)")
