@@ -16,8 +16,9 @@ profiled, cut into one stage per rank by the balanced planner, and trained for a
 messages. The simulator's iteration time ``T(o)`` of that plan is linear in the overhead ``o``
 where actions dominate (``T(o) = T(0) + n·o``, ``n`` the actions on the critical path, found from
 two simulations), so the measured median step ``T_m`` gives ``o = (T_m - T(0)) / n``. The link
-``link`` (from :func:`~pipetrain.profile.link.probe_link`) prices the messages, so they are not
-counted twice.
+``link`` and the ranks' host seconds per message ``message_host`` (both from
+:func:`~pipetrain.profile.link.probe_link`) price the messages, so they are not counted twice: the
+overhead is what is left per compute action.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from pipetrain.cluster import Cluster, Link
+from pipetrain.cluster import NO_MESSAGE_HOST, Cluster, Link, MessageHost
 from pipetrain.cost import CostModel
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
@@ -77,17 +78,18 @@ def _tiny_plan(n_ranks: int, micro: int, link: Link) -> tuple[LayerGraph, Plan, 
     return graph, plan, profile
 
 
-def _simulated_s(plan: Plan, profile: Profile, link: Link, overhead_s: float) -> float:
-    cluster = Cluster.local(plan.n_ranks, link=link, action_overhead_s=overhead_s)
+def _simulated_s(plan: Plan, profile: Profile, link: Link, overhead_s: float, message_host: MessageHost) -> float:
+    cluster = Cluster.local(plan.n_ranks, link=link, action_overhead_s=overhead_s, message_host=message_host)
     return simulate(build_schedule(plan), plan, CostModel(profile, cluster)).iteration_s
 
 
 def probe_action_overhead(link: Link, n_ranks: int = 2, *, micro: int = 16, steps: int = 12,
-                          runs: int = 3) -> OverheadProbe:
+                          runs: int = 3, message_host: MessageHost = NO_MESSAGE_HOST) -> OverheadProbe:
     """Measure the runtime's seconds per F/B action on ``n_ranks`` local ranks (module docstring).
 
     Args:
         link: the rank-to-rank link, as probed (messages are priced by it, not by the overhead).
+        message_host: the ranks' host seconds per message, as probed (not counted in the overhead).
         n_ranks: ranks of the probe pipeline (one stage each).
         micro: one-sample micro-batches per step (more: more actions per step, a steadier fit).
         steps: timed steps per run (after 2 warm-up steps).
@@ -97,21 +99,21 @@ def probe_action_overhead(link: Link, n_ranks: int = 2, *, micro: int = 16, step
     config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1)
     jobs = [TrainJob(graph, plan, config)] * max(1, runs)  # one launch: the ranks start once
     measured = tuple(plan.batch_size / result.samples_per_s for result in train_many(jobs))
-    base = _simulated_s(plan, profile, link, 0.0)
-    actions = (_simulated_s(plan, profile, link, _SLOPE_STEP_S) - base) / _SLOPE_STEP_S
+    base = _simulated_s(plan, profile, link, 0.0, message_host)
+    actions = (_simulated_s(plan, profile, link, _SLOPE_STEP_S, message_host) - base) / _SLOPE_STEP_S
     overhead = max(0.0, (statistics.median(measured) - base) / actions)
-    return OverheadProbe(overhead, measured, base, actions, _simulated_s(plan, profile, link, overhead))
+    return OverheadProbe(overhead, measured, base, actions, _simulated_s(plan, profile, link, overhead, message_host))
 
 
 def probe_local_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float | None = None,
                         model: Workload | None = None, link: Link | None = None,
                         collective: Link | None = None) -> Cluster:
-    """This machine as a cluster of ``n_ranks`` CPU ranks: the link and contention of
-    :func:`~pipetrain.profile.link.probe_cluster` (on ``model``'s work when given; with ``link``, an
-    earlier probe's link, and ``collective``, its all-reduce, only the contention is measured), and
-    the per-action overhead measured by :func:`probe_action_overhead` on 2 ranks unless
-    ``action_overhead_s`` gives it."""
+    """This machine as a cluster of ``n_ranks`` CPU ranks: the link, contention and host seconds per
+    message of :func:`~pipetrain.profile.link.probe_cluster` (on ``model``'s work when given; with
+    ``link``, an earlier probe's link, and ``collective``, its all-reduce, only the contention is
+    measured, and messages cost the ranks nothing), and the per-action overhead measured by
+    :func:`probe_action_overhead` on 2 ranks unless ``action_overhead_s`` gives it."""
     cluster = probe_cluster(n_ranks, probes=probes, model=model, link=link, collective=collective)
     if action_overhead_s is None:
-        action_overhead_s = probe_action_overhead(cluster.intra_node).overhead_s
+        action_overhead_s = probe_action_overhead(cluster.intra_node, message_host=cluster.message_host).overhead_s
     return replace(cluster, action_overhead_s=action_overhead_s)

@@ -61,6 +61,10 @@ def cmd_probe(args: argparse.Namespace) -> None:
         f"(median of {args.probes} probes{'' if model is None else f', on {model[0].name} work'}); "
         f"{cluster.action_overhead_s * 1e6:.0f} µs per action ({how if calibration is None else 'calibrated'})"
     )
+    host = cluster.message_host
+    out.print(f"each message costs its ranks (host work, besides the link): sending {host.send_s * 1e6:.0f} µs + "
+              f"{host.send_per_byte_s * 1e12:.0f} µs/MB, receiving {host.recv_s * 1e6:.0f} µs + "
+              f"{host.recv_per_byte_s * 1e12:.0f} µs/MB")
     if calibration is not None:
         out.print(f"calibrated on {args.model}: {calibration.describe()}")
     if cluster.collective is not None:
