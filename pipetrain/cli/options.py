@@ -198,6 +198,9 @@ def probe_args(p: argparse.ArgumentParser) -> None:
                         "seconds per action to two short runs of it (1f1b m=1, zbv m=8), and its gradient "
                         "all-reduce to a data-parallel one (~20-60 s): predictions then match this model's runs "
                         "(pipetrain.calibrate.fit)")
+    p.add_argument("--optimizer", choices=OPTIMIZER_NAMES,
+                   help="with --calibrate: the optimizer its runs train with, as `plan|train --optimizer` will, so "
+                        "the fit holds for its steps; recorded beside the cluster (default: sgd)")
     _data_args(p)
     _out_file(p, "out/cluster.json", "cluster JSON to write")
 
