@@ -23,6 +23,8 @@ overhead is what is left per compute action.
 
 from __future__ import annotations
 
+import logging
+import os
 import statistics
 from dataclasses import dataclass, replace
 
@@ -36,12 +38,15 @@ from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.profile.link import Workload, probe_cluster
 from pipetrain.profile.measure import measure_profile
+from pipetrain.profile.noise import load_average
 from pipetrain.profile.table import Profile
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 
 __all__ = ["OverheadProbe", "probe_action_overhead", "probe_local_cluster"]
+
+log = logging.getLogger(__name__)
 
 _PROBE_WIDTH = 8
 _SLOPE_STEP_S = 1e-3
@@ -116,4 +121,17 @@ def probe_local_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s:
     cluster = probe_cluster(n_ranks, probes=probes, model=model, link=link, collective=collective)
     if action_overhead_s is None:
         action_overhead_s = probe_action_overhead(cluster.intra_node, message_host=cluster.message_host).overhead_s
+        _warn_if_loaded(action_overhead_s)
     return replace(cluster, action_overhead_s=action_overhead_s)
+
+
+def _warn_if_loaded(overhead_s: float) -> None:
+    """A warning when the machine had more runnable processes than cores after the probe: each of the
+    tiny model's many messages then waits for a core to wake its rank, which the fitted cost per action
+    absorbs (5 ms per action at a load of 15 on 2 cores, against 0.1-0.3 ms on a quiet one), and every
+    plan priced with it is predicted that much slower."""
+    load, cores = load_average(), os.cpu_count() or 1
+    if load is not None and load > cores:
+        log.warning("probed under load %.1f on %d cores: the cost per action (%.0f us) counts the waits for a core "
+                    "and will overprice plans of many actions; probe again on a quieter machine (`pipetrain plan "
+                    "--reprobe`, or `pipetrain probe`)", load, cores, overhead_s * 1e6)
