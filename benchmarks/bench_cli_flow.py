@@ -10,7 +10,8 @@ commands' default batch, with ``--optimizer adamw``, in two modes:
 
 * ``uncalibrated``: ``pipetrain plan`` three times in a row (does it choose the same plan, or say the
   candidates are within noise?), then ``simulate`` → ``train`` → ``compare`` on the first plan;
-* ``calibrated``: ``pipetrain probe --calibrate --model M`` first, then the same with ``--cluster`` its file.
+* ``calibrated``: ``pipetrain probe --calibrate --model M --optimizer adamw`` first (its runs train
+  with adamw, as the flow does), then the same with ``--cluster`` its file.
 
 Each command runs as a subprocess (``python -m pipetrain``), as a user would run it. The figures: the
 predicted iteration (``simulate``'s timeline) against the measured (the median timed step of ``train``;
@@ -112,8 +113,8 @@ def run(setting: tuple[str, str], ctx: Context) -> list[Row]:
     data = model[model.index("--data"):] if "--data" in model else []
     cluster: list[str] = []
     if mode == "calibrated":
-        _run(["probe", *model, "--ranks", RANKS, "--calibrate", "--out", str(folder / "probe.json")],
-             folder / "probe.log", env)
+        _run(["probe", *model, "--ranks", RANKS, "--calibrate", "--optimizer", OPTIMIZER,
+              "--out", str(folder / "probe.json")], folder / "probe.log", env)
         cluster = ["--cluster", str(folder / "probe.json")]
     plans, noise_lines = [], []
     for i in range(PLANS):

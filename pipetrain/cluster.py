@@ -17,7 +17,8 @@ from typing import Any
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 
-__all__ = ["CPU_ACTION_OVERHEAD_S", "DEVICE_MODELS", "Cluster", "Device", "DeviceModel", "Link", "device_model"]
+__all__ = ["CPU_ACTION_OVERHEAD_S", "DEVICE_MODELS", "NO_MESSAGE_HOST", "Cluster", "Device", "DeviceModel", "Link",
+           "MessageHost", "device_model"]
 
 GiB = 1 << 30
 
@@ -144,6 +145,37 @@ class Device:
     node: int = 0
 
 
+@dataclass(frozen=True)
+class MessageHost:
+    """Host seconds a rank spends on each message it sends or receives, ``fixed + bytes · per_byte``
+    on either side: the runtime's own work to post a send (Python dispatch, gloo's hand-off to its
+    socket thread) or to take a receive (its completion, posting the next one), and for messages
+    staged through host memory the copies. The event simulator keeps the rank busy for it
+    (:meth:`~pipetrain.cost.CostModel.send_host_s`); ``pipetrain probe`` measures it on gloo between
+    local ranks (:mod:`pipetrain.profile.link`). All zero: a message costs its ranks nothing.
+
+    Attributes:
+        send_s: the sender's fixed seconds per message (posting it, the queue's bookkeeping).
+        recv_s: the receiver's fixed seconds per message (taking it, posting the next receive).
+        send_per_byte_s: the sender's seconds per byte (copies it makes: to host memory, into a socket).
+        recv_per_byte_s: the receiver's seconds per byte.
+    """
+
+    send_s: float = 0.0
+    recv_s: float = 0.0
+    send_per_byte_s: float = 0.0
+    recv_per_byte_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        values = (self.send_s, self.recv_s, self.send_per_byte_s, self.recv_per_byte_s)
+        if not all(0 <= v and math.isfinite(v) for v in values):
+            raise UserError(f"message host costs must be finite and >= 0, got {self}; give seconds and seconds per "
+                            "byte >= 0 (or re-create the cluster with `pipetrain probe`)")
+
+
+NO_MESSAGE_HOST = MessageHost()
+"""Messages cost their ranks nothing (a cluster's default; not measured)."""
+
 MAX_DEVICES = 1 << 16
 """The most devices (ranks) a cluster may have: more is a typo, and would not fit in memory."""
 
@@ -193,6 +225,8 @@ class Cluster:
             of a ring: ``r`` ranks all-reduce ``n`` bytes in ``2 (r - 1) · latency + 2 (r - 1) / r · n /
             bandwidth``. None: priced from ``intra_node`` (a collective library on a fast link; on
             CPU gloo an all-reduce costs several times two point-to-point messages).
+        message_host: each rank's own seconds per message it sends or receives (:class:`MessageHost`,
+            measured by ``pipetrain probe`` on CPU ranks); all zero by default.
     """
 
     devices: tuple[Device, ...]
@@ -202,6 +236,7 @@ class Cluster:
     action_overhead_s: float = 0.0
     shared_speed: tuple[float, ...] = ()
     collective: Link | None = None
+    message_host: MessageHost = NO_MESSAGE_HOST
 
     def concurrency_speed(self, n_busy: int) -> float:
         """Each busy rank's speed factor when ``n_busy`` ranks of one node compute at once."""
@@ -236,13 +271,15 @@ class Cluster:
         action_overhead_s: float = 0.0,
         shared_speed: tuple[float, ...] = (),
         collective: Link | None = None,
+        message_host: MessageHost = NO_MESSAGE_HOST,
     ) -> Cluster:
         """``n_ranks`` identical devices on this machine (the embedded default)."""
         if n_ranks < 1:
             raise UserError(f"a cluster needs at least one rank, got {n_ranks}")
         loopback = link or Link(latency_s=1.5e-4, bandwidth_bytes_per_s=1.5e9)
         devices = tuple(Device(kind, memory_bytes, speed) for _ in range(n_ranks))
-        return cls(devices, loopback, loopback, f"local-{n_ranks}x{kind}", action_overhead_s, shared_speed, collective)
+        return cls(devices, loopback, loopback, f"local-{n_ranks}x{kind}", action_overhead_s, shared_speed, collective,
+                   message_host)
 
     def with_ranks(self, n_ranks: int) -> Cluster:
         """The same machine with ``n_ranks`` copies of its first device (local clusters)."""
@@ -268,6 +305,7 @@ class Cluster:
                 action_overhead_s=float(data.get("action_overhead_s", 0.0)),
                 shared_speed=tuple(float(x) for x in data.get("shared_speed", ())),
                 collective=_link(data["collective"]) if data.get("collective") is not None else None,
+                message_host=MessageHost(**{str(k): float(v) for k, v in data.get("message_host", {}).items()}),
             )
             _check_cluster(cluster)
             return cluster

@@ -36,53 +36,31 @@ layer ``l`` then adds the head after ``l`` to its forward (:meth:`CostModel.head
 and optimizer step, and its F keeps the head's saved activations till its B
 (:meth:`CostModel.head_saved_bytes`). Only the simulator of a local plan and the local planner ask for these.
 
-A cost model can also charge a rank for its own work on each message (:class:`MessageHost`,
-:meth:`CostModel.with_message_host`): the runtime's host seconds to post a send or take a receive
-(Python dispatch, the bounded queue's hand-off) and, for messages staged through host memory, the
-copies. The event simulator then keeps a SEND's rank busy for :meth:`CostModel.send_host_s` before
-the message goes on its link, and a RECV's for :meth:`CostModel.recv_host_s` once it has arrived;
-the local planner weighs them in its cuts. The vectorised and chain evaluators that other planners
-search with do not count them (a plan they pick is then priced with them by the event simulator).
-None by default: a message costs its ranks nothing.
+A cost model also charges a rank for its own work on each message (:class:`~pipetrain.cluster.MessageHost`:
+the cluster's, which ``pipetrain probe`` measures for CPU ranks, or :meth:`CostModel.with_message_host`'s):
+the runtime's host seconds to post a send or take a receive (Python dispatch, the bounded queue's
+hand-off) and, for messages staged through host memory, the copies. The event simulator then keeps
+a SEND's rank busy for :meth:`CostModel.send_host_s` before the message goes on its link, and a
+RECV's for :meth:`CostModel.recv_host_s` once it has arrived; the local planner weighs them in its
+cuts. The vectorised and chain evaluators that other planners search with do not count them (a
+plan they pick is then priced with them by the event simulator).
+All zero by default: a message costs its ranks nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from pipetrain.cluster import Cluster, device_model
+from pipetrain.cluster import Cluster, MessageHost, device_model
 from pipetrain.errors import UserError
 from pipetrain.profile.optimizer_step import CLIP_PASSES, STEP_PASSES, OptimizerName, memory_bound_s
 from pipetrain.profile.precision import Precision
 from pipetrain.profile.table import LayerProfile, Profile, TiedBytes
 
 __all__ = ["CostModel", "MessageHost"]
-
-
-@dataclass(frozen=True)
-class MessageHost:
-    """Host seconds a rank spends on each message it sends or receives (module docstring):
-    ``fixed + bytes · per_byte`` on either side.
-
-    Attributes:
-        send_s: the sender's fixed seconds per message (posting it, the queue's bookkeeping).
-        recv_s: the receiver's fixed seconds per message (taking it, posting the next receive).
-        send_per_byte_s: the sender's seconds per byte (copies it makes: to host memory, into a socket).
-        recv_per_byte_s: the receiver's seconds per byte.
-    """
-
-    send_s: float = 0.0
-    recv_s: float = 0.0
-    send_per_byte_s: float = 0.0
-    recv_per_byte_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if min(self.send_s, self.recv_s, self.send_per_byte_s, self.recv_per_byte_s) < 0:
-            raise UserError(f"message host costs must be >= 0, got {self}; give seconds and seconds per byte >= 0")
 
 
 class CostModel:
@@ -131,8 +109,8 @@ class CostModel:
         self.weight_grad_s = lru_cache(maxsize=None)(self._weight_grad_s)
         self._saved: dict[tuple[str, ...], tuple[int, int]] = {}  # per stage: saved bytes per sample, weight casts
         self.heads: dict[str, Mapping[str, LayerProfile]] = {}
-        self.message_host = MessageHost()
-        """The ranks' own seconds per message (:class:`MessageHost`; none by default)."""
+        self.message_host = cluster.message_host
+        """The ranks' own seconds per message (:class:`~pipetrain.cluster.MessageHost`; the cluster's)."""
 
     def _copy(self, cluster: Cluster) -> CostModel:
         """The same profiles, per-action overhead, optimizer and message costs on ``cluster``, without heads."""

@@ -33,6 +33,11 @@ seconds per byte where they are large (whichever dominates that all-reduce; the 
 either, so one run gives it, :func:`fit_collective`). In a Core benchmark run calibrated on the first
 two terms every setting's prediction was within 15.0 % of its measured median, in one calibrated on
 all three within 7.6 % (benchmarks/history/core.md).
+
+Every run trains with the optimizer the user will train with (``optimizer``; ``pipetrain probe
+--calibrate --optimizer``), and every simulation prices that optimizer's STEP
+(:class:`~pipetrain.cost.CostModel`'s ``optimizer``), so the fitted terms hold for its steps, which
+for Adam(W) cost several times SGD's; :attr:`Calibration.optimizer` records which it was.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from pipetrain.cluster import Cluster, Link
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.memory import OptimizerName
 from pipetrain.plan.methods import Method
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.balanced import build_balanced_plan
@@ -75,6 +81,7 @@ class Calibration:
         measured_s: per setting, the median measured iteration.
         predicted_s: per setting, the simulated iteration with the fitted terms.
         collective: the fitted all-reduce (None: not calibrated, the cluster's is kept).
+        optimizer: the optimizer the runs trained with and the simulations priced.
     """
 
     speed: float
@@ -83,6 +90,7 @@ class Calibration:
     measured_s: tuple[float, ...]
     predicted_s: tuple[float, ...]
     collective: Link | None = None
+    optimizer: OptimizerName = "sgd"
 
     def apply(self, cluster: Cluster) -> Cluster:
         """``cluster`` with every device's speed scaled by :attr:`speed`, the fitted overhead, and the
@@ -97,7 +105,7 @@ class Calibration:
         allreduce = "" if link is None else (f", all-reduce {link.latency_s * 1e6:.0f} µs + bytes at "
                                              f"{link.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
         return (f"compute at {self.speed:.3f}× the profile, {self.overhead_s * 1e6:.0f} µs per action{allreduce}; "
-                f"from {runs}")
+                f"from {runs}, training with {self.optimizer}")
 
 
 def with_terms(cluster: Cluster, speed: float, overhead_s: float) -> Cluster:
@@ -106,15 +114,16 @@ def with_terms(cluster: Cluster, speed: float, overhead_s: float) -> Cluster:
     return replace(cluster, devices=devices, action_overhead_s=overhead_s)
 
 
-def calibration_plans(graph: LayerGraph, profile: Profile, cluster: Cluster, batch: int) -> tuple[Plan, Plan]:
-    """The two calibration plans on the cluster's ranks: balanced ``1f1b`` on one micro-batch, and
-    ``zbv`` on ``min(8, batch)`` (``zb1`` where the model has fewer layers than two per rank; half as
-    many, at most, for a BatchNorm that trains on 2 samples or more)."""
+def calibration_plans(graph: LayerGraph, profile: Profile, cluster: Cluster, batch: int,
+                      optimizer: OptimizerName = "sgd") -> tuple[Plan, Plan]:
+    """The two calibration plans on the cluster's ranks, stepping ``optimizer``: balanced ``1f1b`` on one
+    micro-batch, and ``zbv`` on ``min(8, batch)`` (``zb1`` where the model has fewer layers than two per
+    rank; half as many, at most, for a BatchNorm that trains on 2 samples or more)."""
     n = cluster.n_devices
     if n < 2 or len(graph) < n:
         raise UserError(f"calibration runs a pipeline of one stage per rank: {graph.name!r} has {len(graph)} "
                         f"layers for {n} ranks; calibrate on 2 or more ranks and no more ranks than layers")
-    model, cost = ModelRef.of(graph), CostModel(profile, cluster)
+    model, cost = ModelRef.of(graph), CostModel(profile, cluster, optimizer=optimizer)
     m = max(1, min(8, batch // model.smallest_microbatch))  # micro-batches a BatchNorm trains on
     few = build_balanced_plan(model, cost, method=Method.ONE_F_ONE_B, n_stages=n, batch_size=batch, n_micro=1)
     if len(graph) >= 2 * n:
@@ -122,12 +131,12 @@ def calibration_plans(graph: LayerGraph, profile: Profile, cluster: Cluster, bat
                                       method=Method.ZBV)
     else:
         many = build_balanced_plan(model, cost, method=Method.ZB1, n_stages=n, batch_size=batch, n_micro=m)
-    return few, many
+    return replace(few, optimizer=optimizer), replace(many, optimizer=optimizer)
 
 
-def replicated_plan(graph: LayerGraph, cluster: Cluster, batch: int) -> Plan:
+def replicated_plan(graph: LayerGraph, cluster: Cluster, batch: int, optimizer: OptimizerName = "sgd") -> Plan:
     """Data parallelism on the cluster's ranks: one stage of every layer, replicated on each rank, one
-    micro-batch per replica, its gradients all-reduced at the step."""
+    micro-batch per replica, its gradients all-reduced at the step of ``optimizer``."""
     model, n = ModelRef.of(graph), cluster.n_devices
     least = n * model.smallest_microbatch  # a micro-batch of 2 or more per rank through a BatchNorm on [b, C]
     if batch < least:
@@ -135,7 +144,7 @@ def replicated_plan(graph: LayerGraph, cluster: Cluster, batch: int) -> Plan:
                         f"too small; calibrate with --batch {least} or more")
     sizes = equal_sizes(batch, n)
     return Plan(model.name, model.fingerprint, batch, Method.GPIPE,
-                (StagePlan(tuple(model.layer_names), tuple(range(n)), sizes, sizes),))
+                (StagePlan(tuple(model.layer_names), tuple(range(n)), sizes, sizes),), optimizer=optimizer)
 
 
 def fit_collective(plan: Plan, profile: Profile, cluster: Cluster, measured_s: float) -> Link:
@@ -145,7 +154,7 @@ def fit_collective(plan: Plan, profile: Profile, cluster: Cluster, measured_s: f
     gradients (gpt-tiny's 0.9 MB), the seconds per byte for large ones (the mlp's 268 MB) — never below 0."""
     base = cluster.collective or cluster.intra_node
     stage = next(s for s in plan.stages if len(s.ranks) > 1)
-    r, n_bytes = len(stage.ranks), CostModel(profile, cluster).parameter_bytes(stage.layers)
+    r, n_bytes = len(stage.ranks), _cost(plan, profile, cluster).parameter_bytes(stage.layers)
     by_latency = 2 * (r - 1) * base.latency_s >= 2 * (r - 1) / r * n_bytes / base.bandwidth_bytes_per_s
     start = base.latency_s if by_latency else 1.0 / base.bandwidth_bytes_per_s
     step = _DO if by_latency else start * 0.1
@@ -155,7 +164,7 @@ def fit_collective(plan: Plan, profile: Profile, cluster: Cluster, measured_s: f
 
     def simulated(x: float) -> float:
         c = replace(cluster, collective=link(x))
-        return simulate(build_schedule(plan), plan, CostModel(profile, c)).iteration_s
+        return simulate(build_schedule(plan), plan, _cost(plan, profile, c)).iteration_s
 
     t0 = simulated(start)
     slope = (simulated(start + step) - t0) / step
@@ -164,9 +173,14 @@ def fit_collective(plan: Plan, profile: Profile, cluster: Cluster, measured_s: f
     return link(max(0.0 if by_latency else 1e-15, start + (measured_s - t0) / slope))
 
 
+def _cost(plan: Plan, profile: Profile, cluster: Cluster) -> CostModel:
+    """The cost model pricing ``plan``: its optimizer's STEP."""
+    return CostModel(profile, cluster, optimizer=plan.optimizer, clip_grad_norm=plan.clip_grad_norm)
+
+
 def _simulated(plans: Sequence[Plan], profile: Profile, cluster: Cluster, a: float, o: float) -> np.ndarray:
     c = with_terms(cluster, 1.0 / a, o)
-    return np.array([simulate(build_schedule(p), p, CostModel(profile, c)).iteration_s for p in plans])
+    return np.array([simulate(build_schedule(p), p, _cost(p, profile, c)).iteration_s for p in plans])
 
 
 def fit_terms(plans: Sequence[Plan], profile: Profile, cluster: Cluster, measured_s: Sequence[float],
@@ -213,12 +227,13 @@ def _label(plan: Plan) -> str:
 
 
 def calibrate_cluster(graph: LayerGraph, profile: Profile, cluster: Cluster, batch: int, *, steps: int = 10,
-                      runs: int = 2, replicated: bool = True) -> Calibration:
+                      runs: int = 2, replicated: bool = True, optimizer: OptimizerName = "sgd") -> Calibration:
     """Run the two :func:`calibration_plans` ``runs`` times each (``steps`` timed steps after 2 warm-up,
-    one thread per rank) and fit ``speed`` and ``overhead_s`` to their median iterations; then, unless
-    not ``replicated``, run :func:`replicated_plan` as often and fit the all-reduce (module docstring)."""
-    plans = list(calibration_plans(graph, profile, cluster, batch))
-    config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1)
+    one thread per rank, training with ``optimizer``) and fit ``speed`` and ``overhead_s`` to their
+    median iterations; then, unless not ``replicated``, run :func:`replicated_plan` as often and fit the
+    all-reduce (module docstring)."""
+    plans = list(calibration_plans(graph, profile, cluster, batch, optimizer))
+    config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1, optimizer=optimizer)
 
     def measured_s(plan: Plan) -> float:
         return statistics.median(batch / train(graph, plan, config).samples_per_s for _ in range(max(1, runs)))
@@ -228,10 +243,11 @@ def calibrate_cluster(graph: LayerGraph, profile: Profile, cluster: Cluster, bat
     fitted = [float(x) for x in _simulated(plans, profile, cluster, 1.0 / speed, overhead)]
     collective = None
     if replicated:
-        plans.append(replicated_plan(graph, cluster, batch))
+        plans.append(replicated_plan(graph, cluster, batch, optimizer))
         measured.append(measured_s(plans[-1]))
         terms = with_terms(cluster, speed, overhead)
         collective = fit_collective(plans[-1], profile, terms, measured[-1])
         with_collective = replace(terms, collective=collective)
         fitted += [float(x) for x in _simulated(plans[-1:], profile, with_collective, 1.0, overhead)]
-    return Calibration(speed, overhead, tuple(_label(p) for p in plans), tuple(measured), tuple(fitted), collective)
+    return Calibration(speed, overhead, tuple(_label(p) for p in plans), tuple(measured), tuple(fitted), collective,
+                       optimizer)

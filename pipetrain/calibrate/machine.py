@@ -17,7 +17,10 @@ A calibrated cluster's compute speed is relative to the profile it was fitted ag
 noisy machine, the fit does not hold (predictions off by +30 to +80% in ``bench_cli_flow.py``). So a
 calibration keeps its profile beside its cluster file (:func:`calibration_profile_path`:
 ``probe.json`` → ``probe.profile.json``, in the cache too), and the commands that take the cluster
-price with that profile unless ``--profile`` says otherwise.
+price with that profile unless ``--profile`` says otherwise. Its runs trained with one optimizer
+(``probe --calibrate --optimizer``), whose steps the fit holds for: a record beside the cluster file
+says which (:func:`calibration_record_path`: ``probe.json`` → ``probe.calibration.json``;
+:func:`calibrated_optimizer` reads it), so a plan for another optimizer can say so.
 """
 
 from __future__ import annotations
@@ -40,11 +43,13 @@ from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.batch_norm import batch_norms
 from pipetrain.graph.layer_graph import LayerGraph
+from pipetrain.plan.memory import OptimizerName
 from pipetrain.profile.link import Workload
 from pipetrain.profile.table import Profile
 
-__all__ = ["CACHE_ENV", "MachineProbe", "cache_dir", "cached_calibration_profile", "calibration_profile_path",
-           "keep_probe", "machine_fingerprint", "probe_workload", "probed_cluster"]
+__all__ = ["CACHE_ENV", "MachineProbe", "cache_dir", "cached_calibration_profile", "calibrated_optimizer",
+           "calibration_profile_path", "calibration_record_path", "keep_probe", "machine_fingerprint", "probe_workload",
+           "probed_cluster", "write_calibration_record"]
 
 CACHE_ENV = "PIPETRAIN_CACHE_DIR"
 """The environment variable that moves the cache (default ``$XDG_CACHE_HOME/pipetrain``, else
@@ -136,23 +141,52 @@ def probed_cluster(graph: LayerGraph, batch: int, n_ranks: int, *, refresh: bool
     cluster = probe_local_cluster(n_ranks, model=workload)
     probed_s = time.perf_counter() - start
     write_atomic(path, cluster.to_json())
-    calibration_profile_path(path).unlink(missing_ok=True)  # an earlier calibration's: not for this probe
+    for companion in (calibration_profile_path(path), calibration_record_path(path)):
+        companion.unlink(missing_ok=True)  # an earlier calibration's: not for this probe
     return MachineProbe(cluster, path, probed_s)
 
 
-def keep_probe(graph: LayerGraph, batch: int, cluster: Cluster, calibrated_on: Profile | None = None) -> Path:
+def keep_probe(graph: LayerGraph, batch: int, cluster: Cluster, calibrated_on: Profile | None = None,
+               optimizer: OptimizerName = "sgd") -> Path:
     """Keep ``cluster``, a probe of this machine on ``graph``'s work (:func:`probe_workload` of
     ``batch``), where :func:`probed_cluster` finds it for its rank count; returns the cache file.
     ``calibrated_on``: the profile a calibrated cluster was fitted against, kept beside it
-    (:func:`calibration_profile_path`); None removes an earlier calibration's."""
+    (:func:`calibration_profile_path`) with the ``optimizer`` its runs trained with
+    (:func:`write_calibration_record`); None removes an earlier calibration's."""
     path = _cache_path(graph, cluster.n_devices, probe_workload(graph, batch)[1])
     write_atomic(path, cluster.to_json())
     companion = calibration_profile_path(path)
     if calibrated_on is not None:
         write_atomic(companion, calibrated_on.to_json())
+        write_calibration_record(path, optimizer)
     else:
         companion.unlink(missing_ok=True)
+        calibration_record_path(path).unlink(missing_ok=True)
     return path
+
+
+def calibration_record_path(cluster_file: Path) -> Path:
+    """Where the record of a calibrated cluster's runs lies: ``probe.json`` → ``probe.calibration.json``."""
+    return cluster_file.with_name(f"{cluster_file.stem}.calibration.json")
+
+
+def write_calibration_record(cluster_file: Path, optimizer: OptimizerName) -> Path:
+    """Record beside ``cluster_file`` that its calibration runs trained with ``optimizer``; returns the record."""
+    record = calibration_record_path(cluster_file)
+    write_atomic(record, json.dumps({"optimizer": optimizer}, indent=1))
+    return record
+
+
+def calibrated_optimizer(cluster_file: Path) -> str | None:
+    """The optimizer the calibration of ``cluster_file`` trained with; None where it is not calibrated
+    (no profile beside it). A calibration without a readable record is taken as made before records
+    were kept, when its runs trained with ``sgd``."""
+    if not calibration_profile_path(cluster_file).exists():
+        return None
+    try:
+        return str(json.loads(calibration_record_path(cluster_file).read_text())["optimizer"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "sgd"
 
 
 def cached_calibration_profile(graph: LayerGraph, batch: int, n_ranks: int) -> Path | None:

@@ -16,16 +16,19 @@ profiled, cut into one stage per rank by the balanced planner, and trained for a
 messages. The simulator's iteration time ``T(o)`` of that plan is linear in the overhead ``o``
 where actions dominate (``T(o) = T(0) + n·o``, ``n`` the actions on the critical path, found from
 two simulations), so the measured median step ``T_m`` gives ``o = (T_m - T(0)) / n``. The link
-``link`` (from :func:`~pipetrain.profile.link.probe_link`) prices the messages, so they are not
-counted twice.
+``link`` and the ranks' host seconds per message ``message_host`` (both from
+:func:`~pipetrain.profile.link.probe_link`) price the messages, so they are not counted twice: the
+overhead is what is left per compute action.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import statistics
 from dataclasses import dataclass, replace
 
-from pipetrain.cluster import Cluster, Link
+from pipetrain.cluster import NO_MESSAGE_HOST, Cluster, Link, MessageHost
 from pipetrain.cost import CostModel
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.graph.zoo import build_model
@@ -35,12 +38,15 @@ from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.profile.link import Workload, probe_cluster
 from pipetrain.profile.measure import measure_profile
+from pipetrain.profile.noise import load_average
 from pipetrain.profile.table import Profile
 from pipetrain.runtime import TrainConfig, TrainJob, train_many
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 
 __all__ = ["OverheadProbe", "probe_action_overhead", "probe_local_cluster"]
+
+log = logging.getLogger(__name__)
 
 _PROBE_WIDTH = 8
 _SLOPE_STEP_S = 1e-3
@@ -77,17 +83,18 @@ def _tiny_plan(n_ranks: int, micro: int, link: Link) -> tuple[LayerGraph, Plan, 
     return graph, plan, profile
 
 
-def _simulated_s(plan: Plan, profile: Profile, link: Link, overhead_s: float) -> float:
-    cluster = Cluster.local(plan.n_ranks, link=link, action_overhead_s=overhead_s)
+def _simulated_s(plan: Plan, profile: Profile, link: Link, overhead_s: float, message_host: MessageHost) -> float:
+    cluster = Cluster.local(plan.n_ranks, link=link, action_overhead_s=overhead_s, message_host=message_host)
     return simulate(build_schedule(plan), plan, CostModel(profile, cluster)).iteration_s
 
 
 def probe_action_overhead(link: Link, n_ranks: int = 2, *, micro: int = 16, steps: int = 12,
-                          runs: int = 3) -> OverheadProbe:
+                          runs: int = 3, message_host: MessageHost = NO_MESSAGE_HOST) -> OverheadProbe:
     """Measure the runtime's seconds per F/B action on ``n_ranks`` local ranks (module docstring).
 
     Args:
         link: the rank-to-rank link, as probed (messages are priced by it, not by the overhead).
+        message_host: the ranks' host seconds per message, as probed (not counted in the overhead).
         n_ranks: ranks of the probe pipeline (one stage each).
         micro: one-sample micro-batches per step (more: more actions per step, a steadier fit).
         steps: timed steps per run (after 2 warm-up steps).
@@ -97,21 +104,34 @@ def probe_action_overhead(link: Link, n_ranks: int = 2, *, micro: int = 16, step
     config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1)
     jobs = [TrainJob(graph, plan, config)] * max(1, runs)  # one launch: the ranks start once
     measured = tuple(plan.batch_size / result.samples_per_s for result in train_many(jobs))
-    base = _simulated_s(plan, profile, link, 0.0)
-    actions = (_simulated_s(plan, profile, link, _SLOPE_STEP_S) - base) / _SLOPE_STEP_S
+    base = _simulated_s(plan, profile, link, 0.0, message_host)
+    actions = (_simulated_s(plan, profile, link, _SLOPE_STEP_S, message_host) - base) / _SLOPE_STEP_S
     overhead = max(0.0, (statistics.median(measured) - base) / actions)
-    return OverheadProbe(overhead, measured, base, actions, _simulated_s(plan, profile, link, overhead))
+    return OverheadProbe(overhead, measured, base, actions, _simulated_s(plan, profile, link, overhead, message_host))
 
 
 def probe_local_cluster(n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float | None = None,
                         model: Workload | None = None, link: Link | None = None,
                         collective: Link | None = None) -> Cluster:
-    """This machine as a cluster of ``n_ranks`` CPU ranks: the link and contention of
-    :func:`~pipetrain.profile.link.probe_cluster` (on ``model``'s work when given; with ``link``, an
-    earlier probe's link, and ``collective``, its all-reduce, only the contention is measured), and
-    the per-action overhead measured by :func:`probe_action_overhead` on 2 ranks unless
-    ``action_overhead_s`` gives it."""
+    """This machine as a cluster of ``n_ranks`` CPU ranks: the link, contention and host seconds per
+    message of :func:`~pipetrain.profile.link.probe_cluster` (on ``model``'s work when given; with
+    ``link``, an earlier probe's link, and ``collective``, its all-reduce, only the contention is
+    measured, and messages cost the ranks nothing), and the per-action overhead measured by
+    :func:`probe_action_overhead` on 2 ranks unless ``action_overhead_s`` gives it."""
     cluster = probe_cluster(n_ranks, probes=probes, model=model, link=link, collective=collective)
     if action_overhead_s is None:
-        action_overhead_s = probe_action_overhead(cluster.intra_node).overhead_s
+        action_overhead_s = probe_action_overhead(cluster.intra_node, message_host=cluster.message_host).overhead_s
+        _warn_if_loaded(action_overhead_s)
     return replace(cluster, action_overhead_s=action_overhead_s)
+
+
+def _warn_if_loaded(overhead_s: float) -> None:
+    """A warning when the machine had more runnable processes than cores after the probe: each of the
+    tiny model's many messages then waits for a core to wake its rank, which the fitted cost per action
+    absorbs (5 ms per action at a load of 15 on 2 cores, against 0.1-0.3 ms on a quiet one), and every
+    plan priced with it is predicted that much slower."""
+    load, cores = load_average(), os.cpu_count() or 1
+    if load is not None and load > cores:
+        log.warning("probed under load %.1f on %d cores: the cost per action (%.0f us) counts the waits for a core "
+                    "and will overprice plans of many actions; probe again on a quieter machine (`pipetrain plan "
+                    "--reprobe`, or `pipetrain probe`)", load, cores, overhead_s * 1e6)

@@ -88,11 +88,17 @@ def cluster_and_profiles(
 def use_calibration_profile(args: argparse.Namespace, cluster_file: Path | None, precision: Precision) -> None:
     """Point ``args.profile`` at the profile ``cluster_file`` was calibrated against, where one lies
     beside it at ``precision`` (:func:`~pipetrain.calibrate.machine.calibration_profile_path`): the
-    calibrated speed holds for that profile, not for one measured again."""
-    from pipetrain.calibrate.machine import calibration_profile_path
+    calibrated speed holds for that profile, not for one measured again. One line when the calibration's
+    runs trained with another optimizer than ``args.optimizer``: its fit holds for that one's steps."""
+    from pipetrain.calibrate.machine import calibrated_optimizer, calibration_profile_path
 
     if cluster_file is None or not calibration_profile_path(cluster_file).exists():
         return
+    calibrated_with, planned = calibrated_optimizer(cluster_file), getattr(args, "optimizer", None)
+    if planned is not None and calibrated_with != planned:
+        console.print(f"note: {escape(str(cluster_file))} was calibrated on runs training with {calibrated_with}, "
+                      f"not {planned}: its fit holds for {calibrated_with}'s steps (calibrate again with `pipetrain "
+                      f"probe --model M --calibrate --optimizer {planned}`)")
     companion = calibration_profile_path(cluster_file)
     try:
         same = Profile.load(companion).precision == precision

@@ -10,6 +10,8 @@ from pipetrain import api
 from pipetrain.cli.common import graph_of, save_text
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.validate import check_probe_args, check_profile_args
+from pipetrain.errors import UserError
+from pipetrain.plan.memory import OptimizerName
 
 __all__ = ["cmd_probe", "cmd_profile"]
 
@@ -33,24 +35,30 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
     graph = None if args.model is None else graph_of(args)
     check_probe_args(args, graph)
+    if args.optimizer is not None and not args.calibrate:
+        raise UserError("--optimizer is the optimizer --calibrate's runs train with: add --model M --calibrate, "
+                        "or drop --optimizer")
+    optimizer: OptimizerName = args.optimizer or "sgd"
     model = None if graph is None else probe_workload(graph, args.batch)
     cluster = probe_local_cluster(args.ranks, probes=args.probes, action_overhead_s=args.overhead, model=model)
     calibration, profile = None, None
     if model is not None and args.calibrate:
         from pipetrain.calibrate.fit import calibrate_cluster
-        from pipetrain.calibrate.machine import calibration_profile_path
+        from pipetrain.calibrate.machine import calibration_profile_path, write_calibration_record
 
         profile = api.profile_model(model[0], args.batch, progress=True)
-        out.print(f"calibrating on {model[0].name}: three short runs of it on {args.ranks} ranks ...")
-        calibration = calibrate_cluster(model[0], profile, cluster, args.batch)
+        out.print(f"calibrating on {model[0].name}: three short runs of it on {args.ranks} ranks, training with "
+                  f"{optimizer} ...")
+        calibration = calibrate_cluster(model[0], profile, cluster, args.batch, optimizer=optimizer)
         cluster = calibration.apply(cluster)
         save_text(calibration_profile_path(args.out), profile.to_json(),
                   "the profile the calibration holds for (`plan --cluster` this cluster prices with it)")
+        console.print(f"[dim]wrote the calibration's optimizer: {write_calibration_record(args.out, optimizer)}[/dim]")
     save_text(args.out, cluster.to_json(), "cluster")
     if graph is not None:
         from pipetrain.calibrate.machine import keep_probe
 
-        kept = keep_probe(graph, args.batch, cluster, profile)
+        kept = keep_probe(graph, args.batch, cluster, profile, optimizer)
         console.print(f"[dim]kept for `pipetrain plan --model {escape(str(args.model))} --batch {args.batch} --ranks "
                       f"{args.ranks}` and the demo to reuse: {escape(str(kept))}[/dim]")
     link = cluster.intra_node
@@ -61,6 +69,10 @@ def cmd_probe(args: argparse.Namespace) -> None:
         f"(median of {args.probes} probes{'' if model is None else f', on {model[0].name} work'}); "
         f"{cluster.action_overhead_s * 1e6:.0f} µs per action ({how if calibration is None else 'calibrated'})"
     )
+    host = cluster.message_host
+    out.print(f"each message costs its ranks (host work, besides the link): sending {host.send_s * 1e6:.0f} µs + "
+              f"{host.send_per_byte_s * 1e12:.0f} µs/MB, receiving {host.recv_s * 1e6:.0f} µs + "
+              f"{host.recv_per_byte_s * 1e12:.0f} µs/MB")
     if calibration is not None:
         out.print(f"calibrated on {args.model}: {calibration.describe()}")
     if cluster.collective is not None:

@@ -198,6 +198,9 @@ def probe_args(p: argparse.ArgumentParser) -> None:
                         "seconds per action to two short runs of it (1f1b m=1, zbv m=8), and its gradient "
                         "all-reduce to a data-parallel one (~20-60 s): predictions then match this model's runs "
                         "(pipetrain.calibrate.fit)")
+    p.add_argument("--optimizer", choices=OPTIMIZER_NAMES,
+                   help="with --calibrate: the optimizer its runs train with, as `plan|train --optimizer` will, so "
+                        "the fit holds for its steps; recorded beside the cluster (default: sgd)")
     _data_args(p)
     _out_file(p, "out/cluster.json", "cluster JSON to write")
 
@@ -396,8 +399,10 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, default=60.0,
                    help="seconds before a silent rank is failed (default: 60)")
     _device_args(p, backend=True)
-    _out_dir(p, "out/run", "metrics.csv, loss.png, the measured timeline, and the plan and profile planned "
-                           "with when no --plan is given; a folder holding a run of another model is refused")
+    _probe_args(p)
+    _out_dir(p, "out/run", "metrics.csv, loss.png, the measured timeline, and when no --plan is given the plan "
+                           "(planned as `pipetrain plan` does) with its profile and cluster; a folder holding a "
+                           "run of another model is refused")
     p.add_argument("--overwrite", action="store_true",
                    help="train into an --out-dir that holds a run of another model, replacing that run's files "
                         "(default: refuse)")

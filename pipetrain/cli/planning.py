@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import os
 import time
+from pathlib import Path
 
 from rich.markup import escape
 
@@ -36,7 +37,10 @@ from pipetrain.planners.auto import AutoReport, skipped
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.profile.precision import parse_precision
 
-__all__ = ["cmd_plan", "plan_model", "plan_request"]
+__all__ = ["DEFAULT_TOP", "cmd_plan", "plan_and_save", "plan_model", "plan_request"]
+
+DEFAULT_TOP = 8
+"""Candidates the planner's table lists (``plan --top``'s default)."""
 
 _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "--micro",
                      "memory_cap": "--no-memory-cap", "seed": "--seed", "ga": "--population/--generations",
@@ -48,11 +52,8 @@ _CONSTRAINT_FLAGS = {"method": "--method", "n_stages": "--stages", "n_micro": "-
 def cmd_plan(args: argparse.Namespace) -> None:
     route, constraints = plan_request(args)
     graph = graph_of(args)
-    result, profile, cluster = plan_model(args, graph, route, constraints)
-    warn_batch_norm(result.plan, graph)
-    _save_plan(args, result, profile)
-    _when_pipelining_does_not_pay(result, profile, cluster)
-    _note_within_noise(result)
+    check_plan_args(args, graph)
+    plan_and_save(args, graph, route, constraints, args.out, top=args.top)
 
 
 def plan_request(args: argparse.Namespace) -> tuple[PlanRoute, api.Constraints]:
@@ -72,22 +73,39 @@ def plan_request(args: argparse.Namespace) -> tuple[PlanRoute, api.Constraints]:
     return route, constraints
 
 
+def plan_and_save(args: argparse.Namespace, graph: LayerGraph, route: PlanRoute, constraints: api.Constraints,
+                  out: Path, *, top: int = DEFAULT_TOP) -> tuple[Plan, api.Profiles]:
+    """What ``plan`` does once its flags are checked, and ``train`` without ``--plan`` (the default
+    route and constraints) alike: :func:`plan_model`, the plan written to ``out`` with its profile and
+    cluster beside it, the planner's tables, and the lines on pipelining and noise.
+
+    Returns:
+        the plan as written (recording its measurements) and the profile it was planned with.
+    """
+    result, profile, cluster = plan_model(args, graph, route, constraints)
+    warn_batch_norm(result.plan, graph)
+    plan = _save_plan(args, result, profile, out, top)
+    _when_pipelining_does_not_pay(result, profile, cluster)
+    _note_within_noise(result)
+    return plan, profile
+
+
 def plan_model(args: argparse.Namespace, graph: LayerGraph, route: PlanRoute, constraints: api.Constraints
                ) -> tuple[api.PlanningResult, api.Profiles, Cluster]:
     """Plan ``graph`` as :func:`plan_request` asked: its profile and cluster (this machine's probe, or
     ``--profile``, ``--cluster``, ``--estimate``), :func:`pipetrain.api.plan`, the re-run method's
     plan; one line naming the runs a time budget skipped. Returns the result, the profiles and the
     cluster it planned with."""
-    check_plan_args(args, graph)
     if route.spec.method_params() is LocalParams:  # the heads, checked against the model before any profiling
         constraints = dataclasses.replace(constraints, params=api.local_params(
             graph, args.aux, args.queue_depth or DEFAULT_QUEUE_DEPTH))
-    cluster, profile = cluster_and_profiles(args, graph, args.batch, args.ranks or 2,
-                                            machine=lambda: _this_machine(args, graph, args.ranks or 2))
+    n_ranks = args.ranks or 2
+    cluster, profile = cluster_and_profiles(args, graph, args.batch, n_ranks,
+                                            machine=lambda: _this_machine(args, graph, n_ranks))
     start = time.monotonic()
     result = api.plan(graph, profile, cluster, batch_size=args.batch, planner=route.spec.name,
-                      optimizer=args.optimizer, constraints=constraints, progress=True, precision=args.precision,
-                      clip_grad_norm=args.clip_grad_norm is not None)
+                      optimizer=args.optimizer, constraints=constraints, progress=True,
+                      precision=args.precision or "fp32", clip_grad_norm=args.clip_grad_norm is not None)
     _note_budget(result, constraints, time.monotonic() - start)
     if route.run_by is not None:
         result = _run_by(result, route.run_by, args.vertical_sync)
@@ -222,33 +240,37 @@ def _this_machine(args: argparse.Namespace, graph: LayerGraph, n_ranks: int) -> 
 def _calibrate_command(args: argparse.Namespace, n_ranks: int) -> str:
     """The `pipetrain probe --calibrate` whose result `plan` with these flags reuses."""
     data = "" if args.data is None else f" --data {args.data}"
+    optimizer = "" if args.optimizer == "sgd" else f" --optimizer {args.optimizer}"  # calibration runs it
     return (f"pipetrain probe --model {args.model or DEFAULT_MODEL}{data} --batch {args.batch} --ranks {n_ranks} "
-            "--calibrate")
+            f"--calibrate{optimizer}")
 
 
-def _save_plan(args: argparse.Namespace, result: api.PlanningResult, profile: api.Profiles) -> None:
-    """Write the plan, with the profile and the cluster it was made with beside it (which it records,
-    :func:`_save_measurements`), and print the planner's tables."""
-    plan = dataclasses.replace(result.plan, measurements=_save_measurements(args, result, profile))
-    save_text(args.out, plan.to_json(), "plan")
+def _save_plan(args: argparse.Namespace, result: api.PlanningResult, profile: api.Profiles, path: Path,
+               top: int) -> Plan:
+    """Write the plan to ``path``, with the profile and the cluster it was made with beside it (which it
+    records, :func:`_save_measurements`), print the planner's tables (``top`` candidates), and return it."""
+    plan = dataclasses.replace(result.plan, measurements=_save_measurements(args, result, profile, path))
+    save_text(path, plan.to_json(), "plan")
     from pipetrain.viz.plan_tables import result_tables
 
-    for table in result_tables(result, top=args.top):
+    for table in result_tables(result, top=top):
         out.print(table)
+    return plan
 
 
-def _save_measurements(args: argparse.Namespace, result: api.PlanningResult, profile: api.Profiles) -> PlanSources:
-    """Save what the plan was made with beside ``--out`` (``PLAN.profile.json``, ``PLAN.cluster.json``)
+def _save_measurements(args: argparse.Namespace, result: api.PlanningResult, profile: api.Profiles,
+                       path: Path) -> PlanSources:
+    """Save what the plan was made with beside its file ``path`` (``PLAN.profile.json``, ``PLAN.cluster.json``)
     for ``simulate`` and ``train`` to reuse. Copies, even of a given ``--profile`` or probe JSON: a
     later ``pipetrain profile`` or ``probe`` over those files leaves the plan's numbers as they were.
     Not copied: a cluster spec YAML (its groups' ``profile:`` files are relative to it), recorded by
     its path relative to the plan's folder; and profiles that differ by device kind (no one file holds
     them; the spec or the cluster's device models give them again)."""
-    folder = args.out.parent
+    folder = path.parent
     distinct = {id(p): p for p in each_profile(profile)}
     profile_name = None
     if len(distinct) == 1:
-        saved = args.out.with_suffix(".profile.json")
+        saved = path.with_suffix(".profile.json")
         save_text(saved, next(iter(distinct.values())).to_json(), "the profile it was planned with")
         profile_name = saved.name
     if args.cluster is not None and args.cluster.suffix in (".yaml", ".yml"):
@@ -256,6 +278,6 @@ def _save_measurements(args: argparse.Namespace, result: api.PlanningResult, pro
     n, planned = result.plan.n_ranks, result.cluster
     if n < planned.n_devices:  # the plan's ranks are the first n devices of the planner's cluster
         planned = dataclasses.replace(planned, devices=planned.devices[:n], name=f"{planned.name}[:{n}]")
-    saved = args.out.with_suffix(".cluster.json")
+    saved = path.with_suffix(".cluster.json")
     save_text(saved, planned.to_json(), f"the {planned.n_devices} devices it was planned on")
     return PlanSources(profile_name, saved.name)

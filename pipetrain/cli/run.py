@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from pipetrain import api
-from pipetrain.cli.common import graph_of, load_plan, load_profile, load_schedule, save_text, use_plan_measurements
+from pipetrain.cli.common import graph_of, load_plan, load_schedule, save_text, use_plan_measurements
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.predict import write_timeline
 from pipetrain.cli.rerun import rechunked, rerun
-from pipetrain.cli.run_folder import claim_folder
+from pipetrain.cli.run_folder import PLAN_FILE, claim_folder
 from pipetrain.cli.validate import check_train_args
 from pipetrain.data import default_source
 from pipetrain.errors import UserError
 from pipetrain.graph.layer_graph import LayerGraph
-from pipetrain.plan.plan import Plan, PlanSources
+from pipetrain.plan.plan import Plan
+from pipetrain.profile.table import Profile
 
 if TYPE_CHECKING:
-    from pipetrain.profile.table import Profile
     from pipetrain.runtime.job.config import TrainConfig, TrainResult
 
 __all__ = ["cmd_demo", "cmd_export", "cmd_train"]
@@ -32,11 +32,7 @@ __all__ = ["cmd_demo", "cmd_export", "cmd_train"]
 
 def cmd_train(args: argparse.Namespace) -> None:
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if under_torchrun and args.plan is None:
-        raise UserError("under torchrun every rank must use the same plan: make one with `pipetrain plan`, "
-                        "then pass --plan plan.json")
-    if args.schedule is not None and args.plan is None:
-        raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
+    _check_plan_flags(args, under_torchrun)
     planned_with: Profile | None = None  # the profile this command planned with (no --plan)
     notes: list[str] = []  # about the plan's measurements, once the options are checked
     given = None if args.plan is None else load_plan(args.plan)
@@ -54,21 +50,17 @@ def cmd_train(args: argparse.Namespace) -> None:
     _claim(args, graph, under_torchrun)
     if given is not None:
         plan = given
-    else:
-        cluster = api.local_cluster(args.ranks or 2, args.cluster)
-        planned_with = load_profile(args, graph, args.batch)
-        plan = api.plan(graph, planned_with, cluster, batch_size=args.batch, optimizer=args.optimizer,
-                        clip_grad_norm=args.clip_grad_norm is not None,
-                        constraints=api.Constraints(n_stages=cluster.n_devices)).plan  # one stage per rank
-        save_text(args.out_dir / "cluster.json", cluster.to_json(), "the cluster it planned on")
-    plan = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
+    else:  # as `pipetrain plan` with its defaults would, into the run's folder (torchrun needs --plan: never here)
+        plan, profiles = _plan_here(args, graph)
+        planned_with = profiles if isinstance(profiles, Profile) else None
+    trained = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
+    if given is None and trained is not plan:  # --method or --precision: the plan it trains, on the same measurements
+        trained = dataclasses.replace(trained, measurements=plan.measurements)
+        save_text(args.out_dir / PLAN_FILE, trained.to_json(), "the plan it trains (`pipetrain simulate --plan` it)")
+    plan = trained
     _note_optimizer(plan, args)
     for note in notes:
         console.print(note)
-    if planned_with is not None:  # the run says what it planned with (torchrun needs --plan: never here)
-        save_text(args.out_dir / "profile.json", planned_with.to_json(), "the profile it planned with")
-        recorded = dataclasses.replace(plan, measurements=PlanSources("profile.json", "cluster.json"))
-        save_text(args.out_dir / "plan.json", recorded.to_json(), "the plan it trains (`pipetrain simulate --plan` it)")
     schedule = load_schedule(args)
     from pipetrain.runtime import run_worker_from_env, train
 
@@ -85,6 +77,30 @@ def cmd_train(args: argparse.Namespace) -> None:
     _summarise_training(plan, result)
     _summarise_memory(args, graph, plan, config, result, planned_with)
     _plot_losses(args.out_dir, result, f"{plan.model} on {config.data}")
+
+
+def _check_plan_flags(args: argparse.Namespace, under_torchrun: bool) -> None:
+    """The flags that need ``--plan`` (torchrun, ``--schedule``) or go only without one (the probe's)."""
+    if under_torchrun and args.plan is None:
+        raise UserError("under torchrun every rank must use the same plan: make one with `pipetrain plan`, "
+                        "then pass --plan plan.json")
+    if args.plan is not None and (args.reprobe or args.no_probe):
+        raise UserError(f"{'--reprobe' if args.reprobe else '--no-probe'} is for train without --plan (it plans on "
+                        "this machine's probe); a --plan is priced on its own cluster: drop it")
+    if args.schedule is not None and args.plan is None:
+        raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
+
+
+def _plan_here(args: argparse.Namespace, graph: LayerGraph) -> tuple[Plan, api.Profiles]:
+    """``train`` without ``--plan``: plan as ``pipetrain plan`` does without ``--method`` or ``--planner``
+    (the same cluster, probed or cached, profile, planner within its time budget, and lines;
+    :func:`~pipetrain.cli.planning.plan_and_save`), the plan and what it was made with written into ``--out-dir``."""
+    from pipetrain.cli.planning import plan_and_save
+    from pipetrain.cli.routing import PlanRoute
+    from pipetrain.planners import DEFAULT_PLANNER, DEFAULT_TIME_BUDGET_S, get_planner
+
+    return plan_and_save(args, graph, PlanRoute(get_planner(DEFAULT_PLANNER)),
+                         api.Constraints(time_budget_s=DEFAULT_TIME_BUDGET_S), args.out_dir / PLAN_FILE)
 
 
 def _train_config(args: argparse.Namespace, graph: LayerGraph) -> TrainConfig:
@@ -175,7 +191,6 @@ def _summarise_memory(args: argparse.Namespace, graph: LayerGraph, plan: Plan, c
     profile the plan cannot use (another model or precision) gives "no prediction", not an error
     after training."""
     from pipetrain.profile.estimate import estimate_profile
-    from pipetrain.profile.table import Profile
     from pipetrain.simulate.memory import stage_memory
     from pipetrain.viz.peak_memory import peak_memory_line
 

@@ -18,13 +18,16 @@ from pathlib import Path
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 
-__all__ = ["RUN_FILES", "RUN_RECORD", "claim_folder"]
+__all__ = ["PLAN_FILE", "RUN_FILES", "RUN_RECORD", "claim_folder"]
 
 RUN_RECORD = "run.json"
+PLAN_FILE = "plan.json"
+"""The plan ``train`` without ``--plan`` makes, as ``pipetrain plan --out`` writes it: the profile and
+cluster it was made with beside it (``plan.profile.json``, ``plan.cluster.json``)."""
 RUN_FILES = (RUN_RECORD, "metrics.csv", "loss.png", "measured.json", "measured_trace.json", "measured.png",
-             "plan.json", "profile.json")
+             PLAN_FILE, "plan.profile.json", "plan.cluster.json")
 """What ``pipetrain train`` writes into its folder: the record, metrics, curves, measured timeline
-(JSON, Chrome trace, Gantt), and the plan and profile it planned with when it was given no plan."""
+(JSON, Chrome trace, Gantt), and the plan, profile and cluster it planned with when it was given no plan."""
 
 
 def _previous_model(folder: Path) -> str | None:

@@ -26,9 +26,17 @@ group over TCP on 127.0.0.1 and
    (a ring of two ranks takes two steps), gives ``Cluster.collective``, which prices the
    all-reduce of replicated stages (``CostModel.allreduce_s``).
 
-Given the link (and all-reduce) of an earlier probe (``link=``, ``collective=``), steps 1 and 3 are
-skipped and only the contention is measured: how a benchmark probes each model's contention without
-re-measuring the same link.
+4. time the host work of a message on each side, as the runtime's transport does it (SEND: ``isend``
+   of a contiguous tensor, returning at once; RECV: completing a pre-posted ``irecv`` whose message
+   has arrived, and posting the channel's next one), for 1 KiB, 64 KiB and 1 MiB: the median of the
+   repeats per size, then :func:`fit_message_host` fits ``fixed + bytes · per_byte`` per side
+   (``Cluster.message_host``, :class:`~pipetrain.cluster.MessageHost`). The rank is busy for these
+   seconds whatever the link does; the ping-pong of step 1 measures them too, but as part of the
+   one-way time, where they overlap nothing. Here they were 20-40 µs a message on each side.
+
+Given the link (and all-reduce and message host costs) of an earlier probe (``link=``, ``collective=``,
+``message_host=``), steps 1, 3 and 4 are skipped and only the contention is measured: how a benchmark
+probes each model's contention without re-measuring the same link.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import spawn as _untyped_spawn
 
-from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster, Link
+from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, NO_MESSAGE_HOST, Cluster, Link, MessageHost
 from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.dataflow import chain_stage
@@ -66,6 +74,7 @@ __all__ = [
     "fit_collective",
     "fit_error",
     "fit_link",
+    "fit_message_host",
     "probe_cluster",
     "probe_link",
     "probe_links",
@@ -76,6 +85,8 @@ _spawn: Callable[..., object] = _untyped_spawn  # torch leaves it unannotated
 Workload = tuple[LayerGraph, int]
 """A model and a micro-batch size: the contention probe's work (:func:`probe_link`)."""
 _WARMUP = 3
+_HOST_SIZES_BYTES = (1 << 10, 1 << 16, 1 << 20)
+"""Message sizes whose host seconds are timed (step 4 of the module docstring)."""
 _CONTENTION_ROUNDS = 3
 _COMPUTE_STEPS = 8
 
@@ -96,6 +107,9 @@ class LinkProbe:
             or the one given with the link (None if none was).
         collective_points: ``(bytes, seconds)`` of an all-reduce over the two ranks per probed size
             (empty when the link was given).
+        message_host: the ranks' host seconds per message, fitted to ``host_points``
+            (:func:`fit_message_host`), or the one given with the link (all zero if none was).
+        host_points: ``(bytes, send seconds, receive seconds)`` per size (empty when the link was given).
     """
 
     link: Link
@@ -105,6 +119,8 @@ class LinkProbe:
     backend: str
     collective: Link | None
     collective_points: tuple[tuple[int, float], ...]
+    message_host: MessageHost
+    host_points: tuple[tuple[int, float, float], ...]
 
 
 def fit_link(points: Sequence[tuple[int, float]]) -> Link:
@@ -143,6 +159,30 @@ def fit_collective(points: Sequence[tuple[int, float]]) -> Link:
     return Link(fitted.latency_s / 2, fitted.bandwidth_bytes_per_s)
 
 
+def fit_message_host(points: Sequence[tuple[int, float, float]]) -> MessageHost:
+    """``fixed + bytes · per_byte`` per side from ``(bytes, send seconds, receive seconds)`` points:
+    least squares, a negative intercept or slope (noise) clamped to 0 and the other refitted alone.
+
+    Raises:
+        UserError: fewer than two distinct sizes.
+    """
+    n = np.array([float(p[0]) for p in points])
+    if len(np.unique(n)) < 2:
+        raise UserError("fit_message_host needs times for at least two different message sizes")
+
+    def line(t: np.ndarray) -> tuple[float, float]:
+        per_byte, fixed = np.polyfit(n, t, 1)
+        if per_byte < 0:
+            return float(max(0.0, t.mean())), 0.0
+        if fixed < 0:
+            return 0.0, float(max(0.0, np.dot(n, t) / np.dot(n, n)))
+        return float(fixed), float(per_byte)
+
+    send_s, send_per_byte_s = line(np.array([float(p[1]) for p in points]))
+    recv_s, recv_per_byte_s = line(np.array([float(p[2]) for p in points]))
+    return MessageHost(send_s, recv_s, send_per_byte_s, recv_per_byte_s)
+
+
 def fit_error(link: Link, points: Sequence[tuple[int, float]]) -> float:
     """Largest relative error of ``link`` over ``(bytes, seconds)`` points."""
     return max(abs(link.transfer_s(n) - t) / t for n, t in points)
@@ -174,6 +214,37 @@ def _one_way_s(rank: int, n_bytes: int, repeats: int) -> float:
             dist.send(outgoing, peer)
         times.append((time.perf_counter() - start) / 2)
     return statistics.median(times[_WARMUP:])
+
+
+def _host_s(rank: int, n_bytes: int, repeats: int) -> tuple[float, float]:
+    """Median host seconds of an ``n_bytes`` message on each side (module docstring, step 4): rank 0
+    posting its send, rank 1 taking the arrived message and posting its next receive; on both ranks.
+
+    Each message has arrived before rank 1 takes it: rank 0 waits for its send, and the barrier that
+    follows travels behind it on the ranks' connection."""
+    payload = torch.zeros(n_bytes, dtype=torch.uint8)
+    posted = dist.irecv(torch.empty_like(payload), 0) if rank == 1 else None
+    times = []
+    for i in range(_WARMUP + repeats):
+        dist.barrier()
+        if rank == 0:
+            start = time.perf_counter()
+            work = dist.isend(payload.contiguous(), 1)
+            times.append(time.perf_counter() - start)
+            assert work is not None  # None only for a rank outside the group
+            work.wait()
+        dist.barrier()
+        if rank == 1:
+            assert posted is not None
+            start = time.perf_counter()
+            taken = posted
+            posted = dist.irecv(torch.empty_like(payload), 0) if i + 1 < _WARMUP + repeats else None
+            taken.wait()
+            times.append(time.perf_counter() - start)
+    mine = torch.tensor([statistics.median(times[_WARMUP:])], dtype=torch.float64)
+    both = [torch.zeros(1, dtype=torch.float64) for _ in range(2)]
+    dist.all_gather(both, mine)
+    return float(both[0]), float(both[1])
 
 
 def _allreduce_s(n_bytes: int, repeats: int) -> float:
@@ -245,7 +316,8 @@ def _rank_main(
         for _ in range(rounds):
             points = [(n, _one_way_s(rank, n, repeats)) for n in sizes]  # no sizes: the link was given
             collective = [(n, _allreduce_s(n, repeats)) for n in sizes]
-            results.append({"points": points, "collective": collective,
+            host = [(n, *_host_s(rank, n, repeats)) for n in (_HOST_SIZES_BYTES if sizes else ())]
+            results.append({"points": points, "collective": collective, "host": host,
                             "contention_speed": _contention_speed(rank, model)})
         if rank == 0:
             write_atomic(out, json.dumps(results))
@@ -263,15 +335,18 @@ def _free_port() -> int:
 def probe_link(
     sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, repeats: int = 20, backend: str = "gloo",
     model: Workload | None = None, link: Link | None = None, collective: Link | None = None,
+    message_host: MessageHost = NO_MESSAGE_HOST,
 ) -> LinkProbe:
     """Measure the link between two local ranks and their compute contention: one probe of
     :func:`probe_links` (its arguments, errors and result)."""
-    return probe_links(1, sizes_bytes, repeats, backend, model=model, link=link, collective=collective)[0]
+    return probe_links(1, sizes_bytes, repeats, backend, model=model, link=link, collective=collective,
+                       message_host=message_host)[0]
 
 
 def probe_links(
     rounds: int, sizes_bytes: Sequence[int] = DEFAULT_SIZES_BYTES, repeats: int = 20, backend: str = "gloo",
     *, model: Workload | None = None, link: Link | None = None, collective: Link | None = None,
+    message_host: MessageHost = NO_MESSAGE_HOST,
 ) -> list[LinkProbe]:
     """Measure the link between two local ranks and their compute contention, ``rounds`` times in a row.
 
@@ -288,9 +363,11 @@ def probe_links(
         link: the link of an earlier probe: do not ping-pong or all-reduce, only measure the
             contention (then ``sizes_bytes`` and ``repeats`` are unused).
         collective: with ``link``, the earlier probe's all-reduce, returned as it is.
+        message_host: with ``link``, the earlier probe's host seconds per message, returned as they are.
 
     Returns:
-        Per round, the fitted link, the raw points, the fit's error and the contention speed.
+        Per round, the fitted link, the raw points, the fit's error, the contention speed and the
+        host seconds per message.
 
     Raises:
         UserError: fewer than two distinct positive sizes, or ``repeats < 1``.
@@ -310,13 +387,16 @@ def probe_links(
         args = (_free_port(), sizes if link is None else (), repeats, backend, str(out), model, max(1, rounds))
         _spawn(_rank_main, args=args, nprocs=2, join=True)
         results = json.loads(out.read_text())
-    return [_link_probe(result, backend, link, collective) for result in results]
+    return [_link_probe(result, backend, link, collective, message_host) for result in results]
 
 
-def _link_probe(result: dict[str, Any], backend: str, link: Link | None, collective: Link | None) -> LinkProbe:
-    """One round's raw measurements (as rank 0 wrote them) fitted: the link and all-reduce unless given."""
+def _link_probe(result: dict[str, Any], backend: str, link: Link | None, collective: Link | None,
+                message_host: MessageHost) -> LinkProbe:
+    """One round's raw measurements (as rank 0 wrote them) fitted: the link, all-reduce and host
+    seconds per message unless given."""
     points = tuple((int(n), float(t)) for n, t in result["points"])
     collective_points = tuple((int(n), float(t)) for n, t in result["collective"])
+    host_points = tuple((int(n), float(send), float(recv)) for n, send, recv in result["host"])
     fitted = fit_link(points) if link is None else link
     return LinkProbe(
         link=fitted,
@@ -326,6 +406,8 @@ def _link_probe(result: dict[str, Any], backend: str, link: Link | None, collect
         backend=backend,
         collective=_fit_collective_or_none(collective_points) if link is None else collective,
         collective_points=collective_points,
+        message_host=fit_message_host(host_points) if link is None else message_host,
+        host_points=host_points,
     )
 
 
@@ -345,6 +427,7 @@ def _fit_collective_or_none(points: Sequence[tuple[int, float]]) -> Link | None:
 def probe_cluster(
     n_ranks: int = 2, *, probes: int = 3, action_overhead_s: float = CPU_ACTION_OVERHEAD_S,
     model: Workload | None = None, link: Link | None = None, collective: Link | None = None,
+    message_host: MessageHost = NO_MESSAGE_HOST,
 ) -> Cluster:
     """This machine as a cluster of ``n_ranks`` CPU ranks, from the median of ``probes`` probes.
 
@@ -359,14 +442,19 @@ def probe_cluster(
         link: the link of an earlier probe (e.g. ``cluster.intra_node``): kept as it is, only the
             contention is measured.
         collective: with ``link``, the earlier probe's all-reduce (``cluster.collective``), kept as it is.
+        message_host: with ``link``, the earlier probe's host seconds per message (``cluster.message_host``),
+            kept as they are.
     """
-    results = probe_links(max(1, probes), model=model, link=link, collective=collective)
+    results = probe_links(max(1, probes), model=model, link=link, collective=collective, message_host=message_host)
     if link is None:
         link = Link(statistics.median(r.link.latency_s for r in results),
                     statistics.median(r.link.bandwidth_bytes_per_s for r in results))
         measured = [r.collective for r in results if r.collective is not None]
         collective = Link(statistics.median(c.latency_s for c in measured),
                           statistics.median(c.bandwidth_bytes_per_s for c in measured))
+        hosts = [r.message_host for r in results]
+        message_host = MessageHost(*(statistics.median(getattr(h, f) for h in hosts)
+                                     for f in ("send_s", "recv_s", "send_per_byte_s", "recv_per_byte_s")))
     speed = min(1.0, statistics.median(r.contention_speed for r in results))
     return Cluster.local(n_ranks, link=link, shared_speed=(1.0, speed), action_overhead_s=action_overhead_s,
-                         collective=collective)
+                         collective=collective, message_host=message_host)

@@ -18,7 +18,7 @@ from pipetrain.runtime.job.metrics import read_metrics
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 TRAIN = [sys.executable, "-m", "pipetrain", "train", "--model", "mlp-digits", "--ranks", "2", "--batch", "32",
-         "--profile", "{profile}"]
+         "--profile", "{profile}", "--no-probe"]  # a subprocess: the conftest's stub of the probe does not reach it
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,6 @@ def test_signal_stops_every_rank_with_one_line(tmp_path: Path, profile: Path, si
                                 "--checkpoint-dir", "ckpt"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed from the checkpoint of step {checkpoint.step}" in resumed.stdout
-    assert (tmp_path / "run" / "plan.json").exists() and (tmp_path / "run" / "profile.json").exists()  # no --plan
+    assert (tmp_path / "run" / "plan.json").exists() and (tmp_path / "run" / "plan.profile.json").exists()  # no --plan
     steps = [row.step for row in read_metrics(tmp_path / "run" / "metrics.csv")]
     assert steps == list(range(checkpoint.step + 3))  # the rows after the checkpoint are replaced, none lost

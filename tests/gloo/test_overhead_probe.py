@@ -27,3 +27,38 @@ def test_the_probe_model_is_tiny() -> None:
     _, plan, profile = _tiny_plan(2, 16, LINK)
     assert plan.n_ranks == 2 and len(plan.stages[0].forward_sizes) == 16
     assert max(lp.forward_at(1) + lp.backward_at(1) for lp in profile.layers) < 1e-3
+
+
+def test_the_messages_host_seconds_are_not_counted_as_overhead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the ranks' host seconds per message in the simulation, less of a measured step is left
+    for the per-action overhead, and the simulated step with both still matches the measured one."""
+    from types import SimpleNamespace
+
+    from pipetrain.calibrate import overhead
+    from pipetrain.cluster import MessageHost
+
+    monkeypatch.setattr(overhead, "train_many", lambda jobs: [SimpleNamespace(samples_per_s=8 / 0.02)] * len(jobs))
+    plain = probe_action_overhead(LINK, micro=8, runs=1)
+    hosted = probe_action_overhead(LINK, micro=8, runs=1, message_host=MessageHost(send_s=1e-4, recv_s=1e-4))
+    assert hosted.base_s > plain.base_s and 0 < hosted.overhead_s < plain.overhead_s
+    assert hosted.fitted_s == pytest.approx(0.02, rel=1e-6) == plain.fitted_s
+
+
+def test_a_probe_under_load_warns_that_its_cost_per_action_is_inflated(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import os
+    from types import SimpleNamespace
+
+    from pipetrain.calibrate import overhead
+    from pipetrain.cluster import Cluster
+
+    monkeypatch.setattr(overhead, "probe_cluster", lambda n, **_: Cluster.local(n))
+    monkeypatch.setattr(overhead, "probe_action_overhead", lambda *_, **__: SimpleNamespace(overhead_s=5e-3))
+    cores = os.cpu_count() or 1
+    for load, warned in ((cores + 13.0, True), (cores * 0.5, False)):
+        monkeypatch.setattr(overhead, "load_average", lambda load=load: load)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="pipetrain.calibrate.overhead"):
+            assert overhead.probe_local_cluster(2).action_overhead_s == 5e-3
+        assert ("will overprice plans of many actions" in caplog.text) is warned

@@ -53,6 +53,15 @@ def test_fit_recovers_the_terms_that_produced_the_iterations(speed: float, overh
     assert got_overhead == pytest.approx(overhead, rel=0.05, abs=2e-6)
 
 
+def test_the_runs_step_the_users_optimizer_and_the_simulations_price_it() -> None:
+    """Calibrating for adamw: every plan steps adamw, and its simulated iteration is adamw's (dearer
+    than sgd's), so the terms fitted to adamw runs do not absorb the optimizer's step."""
+    plans = [*calibration_plans(GRAPH, PROFILE, CLUSTER, 64, "adamw"), replicated_plan(GRAPH, CLUSTER, 64, "adamw")]
+    assert {p.optimizer for p in plans} == {"adamw"}
+    plain = [replace(p, optimizer="sgd") for p in plans]
+    assert (_simulated(plans, PROFILE, CLUSTER, 1.0, 0.0) > _simulated(plain, PROFILE, CLUSTER, 1.0, 0.0)).all()
+
+
 def test_runs_that_ask_for_a_negative_overhead_get_none_and_the_speed_that_splits_the_miss() -> None:
     """The second run faster than any overhead ≥ 0 explains: no overhead, and a speed that misses both
     runs by relative errors of opposite signs, not one run exactly and the other by all the rest."""

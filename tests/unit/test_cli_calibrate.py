@@ -62,3 +62,28 @@ def test_a_calibrated_cluster_brings_the_profile_it_was_fitted_against(
         assert "was calibrated against" in capsys.readouterr().err
         assert Profile.load(plan_file.with_suffix(".profile.json")) == fitted_against
         assert Plan.from_json(plan_file.read_text()).prediction is not None
+
+
+def test_calibration_runs_the_users_optimizer_and_plan_says_when_it_differs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`probe --calibrate --optimizer adamw` fits on runs training with adamw and records it; a plan
+    for another optimizer on that calibration says so in one line, one for adamw does not."""
+    from pipetrain import api
+    from pipetrain.calibrate.machine import calibrated_optimizer
+    from pipetrain.graph.zoo import build_model
+    from pipetrain.profile.estimate import estimate_profile
+
+    out = tmp_path / "cluster.json"
+    monkeypatch.setattr(api, "profile_model", lambda *_, **__: estimate_profile(build_model("mlp-digits"), "cpu", 32))
+    with (mock.patch("pipetrain.calibrate.overhead.probe_local_cluster", return_value=Cluster.local(2)),
+          mock.patch("pipetrain.calibrate.fit.calibrate_cluster", return_value=FITTED) as calibrate):
+        assert main(["probe", "--model", "mlp-digits", "--batch", "32", "--calibrate", "--optimizer", "adamw",
+                     "--out", str(out)]) == 0
+    assert calibrate.call_args.kwargs["optimizer"] == "adamw" and calibrated_optimizer(out) == "adamw"
+    capsys.readouterr()
+    for optimizer, noted in (("sgd", True), ("adamw", False)):
+        assert main(["plan", "--model", "mlp-digits", "--batch", "32", "--ranks", "2", "--cluster", str(out),
+                     "--optimizer", optimizer, "--out", str(tmp_path / f"{optimizer}.json")]) == 0
+        assert ("calibrated on runs training with adamw, not sgd" in capsys.readouterr().err) is noted
+    assert main(["probe", "--optimizer", "adam", "--out", str(out)]) == 2
+    assert "--optimizer is the optimizer --calibrate's runs train with" in capsys.readouterr().err

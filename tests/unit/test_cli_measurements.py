@@ -94,6 +94,34 @@ def test_train_reuses_them_at_the_plans_precision(
         assert ("costs: the plan's profile" in capsys.readouterr().err) is reused
 
 
+def test_train_without_a_plan_plans_as_plan_does(
+        tmp_path: Path, profile: Path, probes: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    code, text = run(capsys, "plan", *MODEL, "--ranks", "2", "--profile", str(profile),
+                     "--out", str(tmp_path / "p.json"))
+    assert code == 0, text
+    planned = Plan.from_json((tmp_path / "p.json").read_text())
+
+    class Launched(Exception):
+        """Training would start here."""
+
+    with mock.patch("pipetrain.runtime.train.launch_local", side_effect=Launched), pytest.raises(Launched):
+        main(["train", *MODEL, "--ranks", "2", "--profile", str(profile), "--steps", "2",
+              "--out-dir", str(tmp_path / "run")])
+    text = capsys.readouterr().err
+    assert probes == [2] and "as probed before" in text  # plan's probe of this machine, cached
+    plan = Plan.from_json((tmp_path / "run" / "plan.json").read_text())
+    assert plan.measurements == PlanSources("plan.profile.json", "plan.cluster.json")
+    assert Cluster.load(tmp_path / "run" / "plan.cluster.json").action_overhead_s == 7e-4
+    assert Profile.load(tmp_path / "run" / "plan.profile.json") == Profile.load(profile)
+    assert plan.prediction == planned.prediction and plan.stages == planned.stages
+
+
+def test_a_plan_takes_no_probe_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _planned(capsys, tmp_path / "plan.json", "--estimate", "cpu")
+    code, text = run(capsys, "train", "--plan", str(tmp_path / "plan.json"), "--reprobe")
+    assert code == 2 and "--reprobe is for train without --plan" in text
+
+
 def test_a_given_profile_overrides_the_plans(
         tmp_path: Path, profile: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     _planned(capsys, tmp_path / "plan.json", "--estimate", "cpu")

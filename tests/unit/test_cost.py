@@ -7,10 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from pipetrain.cluster import Cluster, Device, Link
+from pipetrain.cluster import Cluster, Device, Link, MessageHost
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
 from pipetrain.profile.table import LayerProfile, Profile, interpolate
+from tests.conftest import flat_profile
 
 
 def test_interpolate_between_and_beyond() -> None:
@@ -61,6 +62,18 @@ def test_cluster_json_round_trip_and_errors() -> None:
     assert Cluster.from_json(json.dumps(old_file)).collective is None
     with pytest.raises(UserError, match="collective"):
         Cluster.from_json(replace(cluster, collective=Link(-1.0, 2e9)).to_json())
+    hosted = replace(cluster, message_host=MessageHost(send_s=5e-5, recv_s=7e-5, send_per_byte_s=3e-10))
+    assert Cluster.from_json(hosted.to_json()) == hosted
+    assert CostModel(flat_profile(2), hosted).send_host_s(1e6) == pytest.approx(5e-5 + 3e-4)  # priced from the cluster
+    assert Cluster.from_json(json.dumps(old_file)).message_host == MessageHost()  # written before it was measured
+    negative = json.loads(hosted.to_json())
+    negative["message_host"]["recv_s"] = -1e-5
+    with pytest.raises(UserError, match="message host costs must be finite and >= 0"):
+        Cluster.from_json(json.dumps(negative))
+    unknown = json.loads(hosted.to_json())
+    unknown["message_host"]["send_us"] = 5
+    with pytest.raises(UserError, match="malformed cluster JSON"):
+        Cluster.from_json(json.dumps(unknown))
     assert cluster.with_ranks(2).n_devices == 2
     with pytest.raises(UserError, match="malformed cluster JSON"):
         Cluster.from_json('{"devices": []')

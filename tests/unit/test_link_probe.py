@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pipetrain.cluster import Link
+from pipetrain.cluster import NO_MESSAGE_HOST, Link, MessageHost
 from pipetrain.errors import UserError
 from pipetrain.graph.zoo import build_model
 from pipetrain.profile import link as link_module
@@ -18,6 +18,7 @@ from pipetrain.profile.link import (
     fit_collective,
     fit_error,
     fit_link,
+    fit_message_host,
     probe_cluster,
     probe_link,
     probe_links,
@@ -87,6 +88,24 @@ def test_probe_two_local_ranks() -> None:
     assert [n for n, _ in probe.collective_points] == list(sizes)
     assert 0 < probe.collective.latency_s < 0.01
     assert probe.collective.bandwidth_bytes_per_s > 1e7
+    assert [n for n, _, _ in probe.host_points] == [1 << 10, 1 << 16, 1 << 20]
+    assert 0 < probe.message_host.send_s + probe.message_host.send_per_byte_s < 0.01
+    assert probe.message_host.recv_s + probe.message_host.recv_per_byte_s > 0
+
+
+def test_message_host_fit_recovers_each_side_and_clamps_noise() -> None:
+    sizes = (1 << 10, 1 << 16, 1 << 20)
+    exact = [(n, 5e-5 + n * 3e-10, 7e-5 + n * 1e-10) for n in sizes]
+    host = fit_message_host(exact)
+    assert host.send_s == pytest.approx(5e-5) and host.send_per_byte_s == pytest.approx(3e-10)
+    assert host.recv_s == pytest.approx(7e-5) and host.recv_per_byte_s == pytest.approx(1e-10)
+    shrinking = [(n, 9e-5 - n * 1e-11, 2e-9 * n - 1e-6) for n in sizes]  # noise: a send cheaper when larger, a
+    # negative fixed part
+    noisy = fit_message_host(shrinking)
+    assert noisy.send_per_byte_s == 0 and noisy.send_s == pytest.approx(sum(t for _, t, _ in shrinking) / 3)
+    assert noisy.recv_s == 0 and noisy.recv_per_byte_s == pytest.approx(2e-9, rel=1e-3)
+    with pytest.raises(UserError, match="two different message sizes"):
+        fit_message_host([(64, 1e-5, 1e-5), (64, 2e-5, 2e-5)])
 
 
 def test_a_two_rank_all_reduce_is_two_ring_steps() -> None:
@@ -118,6 +137,7 @@ def test_a_given_link_is_kept_and_only_contention_measured() -> None:
     for probe in probes:
         assert (probe.link, probe.points, probe.max_relative_error) == (given, (), 0.0)
         assert (probe.collective, probe.collective_points) == (all_reduce, ())
+        assert (probe.message_host, probe.host_points) == (NO_MESSAGE_HOST, ())
         # A measured ratio t_alone / t_together: above 1 when another process slowed an "alone" turn (other
         # tests share the cores), so only its sign is certain; probe_cluster caps it at 1 (the next test).
         assert 0.0 < probe.contention_speed < math.inf
@@ -127,27 +147,32 @@ def test_probe_cluster_keeps_a_given_link(monkeypatch: pytest.MonkeyPatch) -> No
     given, all_reduce = Link(3e-5, 2e9), Link(2e-4, 1e9)
     seen: list[Link | None] = []
 
+    host = MessageHost(send_s=1e-5)
+
     def fake_probes(rounds: int, *, model: object = None, link: Link | None = None,
-                    collective: Link | None = None) -> list[LinkProbe]:
+                    collective: Link | None = None, message_host: MessageHost = NO_MESSAGE_HOST) -> list[LinkProbe]:
         seen.append(link)
         measured = link is None
         return [LinkProbe(Link(1.0, 1.0) if measured else link, (), 0.0, speed, "gloo",
-                          Link(0.5, 0.5) if measured else collective, ()) for speed in (0.8, 0.6, 0.9)[:rounds]]
+                          Link(0.5, 0.5) if measured else collective, (),
+                          MessageHost(send_s=speed * 1e-4, recv_s=2e-4) if measured else message_host, ())
+                for speed in (0.8, 0.6, 0.9)[:rounds]]
 
     monkeypatch.setattr(link_module, "probe_links", fake_probes)
-    cluster = probe_cluster(2, probes=3, link=given, collective=all_reduce)
+    cluster = probe_cluster(2, probes=3, link=given, collective=all_reduce, message_host=host)
     assert seen == [given]  # one launch for the three probes, their median contention kept
     assert (cluster.intra_node, cluster.shared_speed, cluster.collective) == (given, (1.0, 0.8), all_reduce)
-    fresh = probe_cluster(2, probes=1)
+    assert cluster.message_host == host
+    fresh = probe_cluster(2, probes=3)
     assert (fresh.intra_node, fresh.collective) == (Link(1.0, 1.0), Link(0.5, 0.5))
+    assert fresh.message_host.send_s == pytest.approx(0.8e-4) and fresh.message_host.recv_s == 2e-4  # each's median
 
 
 def test_probe_cluster_caps_a_contention_speed_raised_by_load(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two busy ranks are never faster than one alone: a ratio above 1 (an "alone" turn slowed by another
     process) becomes a shared speed of 1, not a prediction faster than one rank."""
-    def fake_probes(rounds: int, *, model: object = None, link: Link | None = None,
-                    collective: Link | None = None) -> list[LinkProbe]:
-        return [LinkProbe(Link(1.0, 1.0), (), 0.0, 2.22, "gloo", Link(0.5, 0.5), ())] * rounds
+    def fake_probes(rounds: int, **_: object) -> list[LinkProbe]:
+        return [LinkProbe(Link(1.0, 1.0), (), 0.0, 2.22, "gloo", Link(0.5, 0.5), (), NO_MESSAGE_HOST, ())] * rounds
 
     monkeypatch.setattr(link_module, "probe_links", fake_probes)
     assert probe_cluster(2, probes=3).shared_speed == (1.0, 1.0)
