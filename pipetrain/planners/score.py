@@ -28,8 +28,8 @@ from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import overflows
 from pipetrain.simulate.steady import steady_timeline
 
-__all__ = ["best_first", "fitting_best", "memory_checked", "over_memory", "profile_sources", "score",
-           "score_steady"]
+__all__ = ["best_first", "fitting_best", "memory_checked", "over_memory", "profile_noise", "profile_sources", "score",
+           "score_steady", "tie_limit"]
 
 _MIB = 2**20
 
@@ -96,7 +96,13 @@ def memory_checked(
     return replace(candidate, infeasible=f"over memory: {why}") if why else candidate
 
 
-def _tie_limit(fastest: float, noise: float) -> float:
+def profile_noise(cost: CostModel) -> float:
+    """The largest relative spread of the cost model's measured profiles (:mod:`~pipetrain.planners.noise`);
+    0 for estimated ones."""
+    return max((p.noise.spread for p in cost.profiles.values() if p.noise is not None), default=0.0)
+
+
+def tie_limit(fastest: float, noise: float) -> float:
     """The slowest time that can still tie with ``fastest`` (:func:`~pipetrain.planners.contract.rank_key`
     rounds to 3 significant digits) or fall within the profile's noise ``noise`` of it (:mod:`~.noise`)."""
     if not math.isfinite(fastest) or fastest <= 0:
@@ -116,7 +122,7 @@ def best_first(plans: Sequence[Plan], cost: CostModel, optimizer: OptimizerName 
     with it or lie within the noise of it, and their ranking are those of scoring every plan; only
     slower candidates are missing. A plan the bound does not cover (bound 0) is always scored.
     Returned in the order scored; the plans' own order breaks ties of the bound."""
-    noise = max((p.noise.spread for p in cost.profiles.values() if p.noise is not None), default=0.0)
+    noise = profile_noise(cost)
     bounds = [chain_lower_bound_s(plan, cost) for plan in plans]
     limit = math.inf
     found = []
@@ -126,7 +132,7 @@ def best_first(plans: Sequence[Plan], cost: CostModel, optimizer: OptimizerName 
         candidate = score(plans[i], cost)
         checked = memory_checked(candidate, cost, optimizer)  # the limit counts fitting plans, whatever ``check``
         if checked.feasible:
-            limit = min(limit, _tie_limit(candidate.iteration_s, noise))
+            limit = min(limit, tie_limit(candidate.iteration_s, noise))
         found.append(checked if check else candidate)
     return found
 

@@ -185,6 +185,8 @@ class _Simulator:
 
     def rates(self) -> dict[int, float]:
         """Each busy rank's progress rate (standalone seconds of work per second) right now."""
+        if not self.cost.cluster.shared_speed:  # ranks never interfere: every rate is 1
+            return dict.fromkeys(self.busy, 1.0)
         per_node: dict[int, int] = defaultdict(int)
         for rank in self.busy:
             per_node[self.node_of[rank]] += 1

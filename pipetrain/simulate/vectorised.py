@@ -35,7 +35,7 @@ left to right, so cells past a plan's last micro-batch change nothing that is re
 depend on the chains is done once per call for all rows: the sums ``S`` of all ``4K`` duration rows
 (one gather from :attr:`StageTables.chain_costs`, one scatter, one ``cumsum``), and where each
 micro-batch finds its ready time: a downstream micro-batch is ready when the upstream message
-holding its last sample has arrived (one ``searchsorted`` for both passes,
+holding its last sample has arrived (one running count of cuts for both passes,
 :func:`~pipetrain.simulate.cut_layout._sources`). Each chain is then four to six array calls
 (:func:`_pass`).
 :func:`~pipetrain.simulate.loop_time.iteration_time` runs the same closed form micro-batch by

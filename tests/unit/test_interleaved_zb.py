@@ -19,7 +19,8 @@ from pipetrain.graph.zoo import build_model
 from pipetrain.plan.methods import Method, ZeroBubbleParams
 from pipetrain.plan.plan import Plan, StagePlan, equal_sizes
 from pipetrain.planners.contract import Constraints, ModelRef, PlanningProblem
-from pipetrain.planners.interleaved import plan_interleaved
+from pipetrain.planners.interleaved import build_interleaved_plan, plan_interleaved
+from pipetrain.planners.score import score
 from pipetrain.profile.estimate import estimate_profile
 from pipetrain.runtime.interp.executor import check_runnable
 from pipetrain.schedule.action import ActionKind
@@ -154,8 +155,11 @@ def test_planner_scores_both_backwards_and_takes_a_fixed_method() -> None:
     cost, names = _gpt_cost(2, 16)
     model = ModelRef.synthetic(names, "gpt1-14")
     both = plan_interleaved(PlanningProblem(model, cost, 16, constraints=Constraints(virtual_stages=2, n_micro=4)))
-    assert {c.plan.method for c in both.candidates} == {Method.INTERLEAVED, Method.INTERLEAVED_ZB, Method.ZBV,
-                                                        Method.DUALPIPEV}  # m = 4: one per stage, as DualPipeV needs
+    each = {m: score(build_interleaved_plan(model, cost, n_ranks=2, chunks=2, batch_size=16, n_micro=4, method=m),
+                     cost).iteration_s
+            for m in (Method.INTERLEAVED, Method.INTERLEAVED_ZB, Method.ZBV, Method.DUALPIPEV)}  # m = 4: one per stage
+    assert both.plan.prediction is not None and both.plan.prediction.iteration_s == min(each.values())
+    assert {c.plan.method for c in both.candidates} <= set(each)  # best first: the slower ones may go unscored
     fixed = Constraints(method=Method.INTERLEAVED_ZB, virtual_stages=2)
     result = plan_interleaved(PlanningProblem(model, cost, 16, constraints=fixed))
     assert {c.plan.method for c in result.candidates} == {Method.INTERLEAVED_ZB}

@@ -1,4 +1,5 @@
-"""Planning at scale (issue 30): the chain lower bound holds, and best-first scoring keeps the winner."""
+"""Planning at scale (issue 30): the lower bound holds, and best-first scoring keeps the winner (balanced,
+interleaved)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import pytest
 
 from pipetrain.cluster import Cluster, Device, Link
 from pipetrain.cost import CostModel
+from pipetrain.plan.methods import METHODS as SPECS
 from pipetrain.plan.methods import Method
+from pipetrain.plan.plan import Plan
 from pipetrain.planners.balanced import build_balanced_plan, plan_balanced
 from pipetrain.planners.contract import Candidate, Constraints, ModelRef, PlanningProblem, rank_key
-from pipetrain.planners.counts import candidate_counts
+from pipetrain.planners.counts import candidate_counts, thinned_counts
+from pipetrain.planners.interleaved import build_interleaved_plan, plan_interleaved, runs_with
 from pipetrain.planners.score import best_first, memory_checked, score
 from pipetrain.profile.table import LayerProfile, Profile
 from pipetrain.simulate.bounds import chain_lower_bound_s
@@ -71,3 +75,38 @@ def test_best_first_keeps_the_exhaustive_winner(seed: int) -> None:
         found = best_first([c.plan for c in every], problem.cost)
         assert len(found) <= len(every)
         assert sorted(found, key=rank_key)[0].plan == every[0].plan
+
+
+INTERLEAVED = (Method.INTERLEAVED, Method.INTERLEAVED_ZB, Method.ZBV, Method.DUALPIPEV)
+
+
+def interleaved_plans(c: CostModel, ranks: int) -> list[Plan]:
+    """Every plan the interleaved planner weighs on ``ranks`` ranks of a 6-layer model, 2 chunks each."""
+    model = ModelRef.synthetic([f"l{i}" for i in range(6)])
+    return [build_interleaved_plan(model, c, n_ranks=ranks, chunks=2, batch_size=BATCH, n_micro=m, method=method)
+            for method in INTERLEAVED for m in thinned_counts(BATCH) if runs_with(SPECS[method], m, 2 * ranks)]
+
+
+@pytest.mark.parametrize("shared", [(), (1.0, 0.7)])
+def test_the_bound_holds_for_ranks_with_several_stages(shared: tuple[float, ...]) -> None:
+    """Interleaved (looping) and V-placed plans: each rank's work after its earliest fill."""
+    for seed in range(3):
+        c = cost(seed, 3, shared=shared)
+        for plan in interleaved_plans(c, 3):
+            for p in (plan, plan.with_recompute()):
+                bound, simulated = chain_lower_bound_s(p, c), score(p, c).iteration_s
+                assert 0.4 * simulated < bound <= simulated * (1 + 1e-12), (seed, p.method, p.stages[0].forward_sizes)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_interleaved_planner_keeps_the_exhaustive_winner(seed: int) -> None:
+    """Best-first scoring in plan_interleaved picks the plan that scoring every candidate picks."""
+    for ranks, memory in ((2, 2**40), (3, 2**40), (3, 20 * MIB)):
+        c = cost(seed, ranks, memory)
+        problem = PlanningProblem(ModelRef.synthetic([f"l{i}" for i in range(6)]), c, BATCH,
+                                  constraints=Constraints(recompute="none", n_micro=None))
+        every = sorted((memory_checked(score(p, c), c) for p in interleaved_plans(c, ranks)), key=rank_key)
+        chosen = plan_interleaved(problem)
+        assert len(chosen.candidates) <= len(every)
+        if every[0].feasible:
+            assert chosen.plan == every[0].plan, (seed, ranks, memory)

@@ -52,7 +52,8 @@ and :attr:`Placement.devices` names them in the given cluster.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from pipetrain.errors import UserError
@@ -68,6 +69,7 @@ from pipetrain.planners.device_orders import Placement, device_types, placed_clu
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.progress import PhaseTicker, phase_ticker
 from pipetrain.planners.report import PlanPart
+from pipetrain.planners.score import profile_noise, tie_limit
 from pipetrain.planners.spec import planned_methods
 
 __all__ = ["CommModel", "bapipe_layout", "bapipe_plans", "explore", "plan_bapipe"]
@@ -139,9 +141,10 @@ def explore(
         if not proposals:
             raise no_fit_error(tables, types, max(stage_list), batch, max_orders)
         run = Runner(problem, tables)
-        _simulate_shortlist(run, proposals, simulate_top, tick)
+        unequal = any(_unequal(METHODS[m]) for m in methods or ())
+        _simulate_shortlist(run, proposals, simulate_top, uedp_bases if unequal else 1, tick)
         simulated = list(run.simulated.values())
-        if any(_unequal(METHODS[m]) for m in methods or ()):
+        if unequal:
             simulated += _unequal_plans(run, simulated, uedp_bases, tick)
     return _result(run, simulated, len(proposals), over)
 
@@ -154,11 +157,29 @@ def plan_bapipe(problem: PlanningProblem) -> PlanningResult:
     return PlanningResult("bapipe", found.plan, found.cluster, candidates, found)
 
 
-def _simulate_shortlist(run: Runner, proposals: Sequence[Proposal], simulate_top: int, tick: PhaseTicker) -> None:
+def _simulate_shortlist(run: Runner, proposals: Sequence[Proposal], simulate_top: int, keep: int,
+                        tick: PhaseTicker) -> None:
+    """Simulate each group's shortlist (:func:`_simulate_group`), skipping every proposal whose lower
+    bound is slower than the ``keep``-th fastest feasible stage layout simulated so far (``keep``:
+    the bases ``uedp`` needs, else 1) beyond a 3-digit tie or the profiles' noise: so the fastest
+    plans and ``uedp``'s bases are those of simulating the whole shortlist (issue 30)."""
     shortlist = _shortlist(proposals, simulate_top)
     tick.phase("simulating", sum(len(group) for group in shortlist))
+    noise = profile_noise(run.cost)
     for group in shortlist:
-        _simulate_group(run, group, simulate_top, tick)
+        _simulate_group(run, group, simulate_top, lambda: _limit(run.simulated.values(), keep, noise), tick)
+
+
+def _limit(simulated: Iterable[BapipeCandidate], keep: int, noise: float) -> float:
+    """The slowest time still worth simulating: a tie (:func:`~pipetrain.planners.score.tie_limit`)
+    of the ``keep``-th fastest feasible stage layout (devices and layer counts), inf before ``keep``."""
+    best: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}
+    for c in simulated:
+        if c.feasible:
+            key = (c.placement.devices, c.layer_counts)
+            best[key] = min(best.get(key, math.inf), c.iteration_s)
+    times = sorted(best.values())
+    return tie_limit(times[keep - 1], noise) if len(times) >= keep else math.inf
 
 
 def bapipe_layout(result: PlanningResult) -> tuple[object, ...]:
@@ -262,13 +283,17 @@ def _shortlist(scored: Sequence[Proposal], simulate_top: int) -> list[list[Propo
     return list(groups.values())
 
 
-def _simulate_group(run: Runner, group: Sequence[Proposal], simulate_top: int, tick: PhaseTicker) -> None:
-    """Simulate a group's shortlist in order until ``simulate_top`` of them fit memory."""
+def _simulate_group(run: Runner, group: Sequence[Proposal], simulate_top: int, limit: Callable[[], float],
+                    tick: PhaseTicker) -> None:
+    """Simulate a group's shortlist in order until ``simulate_top`` of them fit memory; a proposal
+    whose lower bound exceeds ``limit()`` is skipped and does not count."""
     fitting = 0
     for s in group:
         if fitting == simulate_top:
             break
         tick.advance()
+        if run.lower_bound_s(s) > limit():
+            continue
         fitting += run.equal(s).feasible
 
 

@@ -23,6 +23,7 @@ from pipetrain.planners.device_orders import Placement, placed_cluster
 from pipetrain.planners.microbatch import GAConfig, fits_without_recompute, microbatch_caps
 from pipetrain.planners.microbatch.uedp import plan_uedp
 from pipetrain.planners.score import score
+from pipetrain.simulate.bounds import chain_lower_bound_s
 from pipetrain.simulate.memory import device_memory, memory_need
 
 __all__ = ["Runner"]
@@ -56,7 +57,13 @@ class Runner:
             self.simulated[key] = self._simulate_equal(s)
         return self.simulated[key]
 
-    def _simulate_equal(self, s: Proposal) -> BapipeCandidate:
+    def lower_bound_s(self, s: Proposal) -> float:
+        """Seconds the simulation of a proposed cut takes at least
+        (:func:`~pipetrain.simulate.bounds.chain_lower_bound_s`)."""
+        return chain_lower_bound_s(self.plan_of(s), self.cost_of(s.placement))
+
+    def plan_of(self, s: Proposal) -> Plan:
+        """The equal-micro-batch plan of a proposed cut, its ranks those of :meth:`cluster_of`."""
         ranks = placed_cluster(self.cost.cluster, s.placement.devices)[1]
         sizes = equal_sizes(self.problem.batch_size, s.n_micro)
         stages, first = [], 0
@@ -64,8 +71,10 @@ class Runner:
             stages.append(StagePlan(self.tables.names[first:first + n], (ranks[k],), sizes, sizes))
             first += n
         model = self.problem.model
-        plan = Plan(model.name, model.fingerprint, self.problem.batch_size, s.method, tuple(stages))
-        return self._checked(s.method, s.n_micro, s.placement, s.analytic_s, plan)
+        return Plan(model.name, model.fingerprint, self.problem.batch_size, s.method, tuple(stages))
+
+    def _simulate_equal(self, s: Proposal) -> BapipeCandidate:
+        return self._checked(s.method, s.n_micro, s.placement, s.analytic_s, self.plan_of(s))
 
     def uedp(self, base: BapipeCandidate, ga: GAConfig, seed: int) -> BapipeCandidate:
         """UMPIPE's ``tidgap`` on a feasible equal plan's stages, under memory caps (docs/algorithms.md §2.6)."""
@@ -85,10 +94,14 @@ class Runner:
     def _checked(self, method: Method, n_micro: int, placement: Placement, analytic_s: float,
                  plan: Plan) -> BapipeCandidate:
         cost = self.cost_of(placement)
+        peaks = None  # replayed from the plan's schedule, unless this simulation just found them
         if plan.prediction is None:
             plan = score(plan, cost, label="bapipe").plan
+            assert plan.prediction is not None
+            peaks = plan.prediction.peak_memory_bytes
         assert plan.prediction is not None
-        need, have = memory_need(plan, cost, optimizer=self.problem.optimizer), device_memory(plan, cost)
+        need = memory_need(plan, cost, optimizer=self.problem.optimizer, peaks=peaks)
+        have = device_memory(plan, cost)
         over = [k for k in range(plan.n_stages) if need[k] > have[k]]
         why = "" if not over else (
             f"memory: stage {over[0]} needs {need[over[0]] / _MIB:.0f} MiB, its "
