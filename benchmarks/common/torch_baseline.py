@@ -21,7 +21,8 @@ The Core benchmark runs it alone too: ``benchmarks/bench_core.py --kinds torch -
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -50,7 +51,6 @@ class RankJob:
     Attributes:
         model: zoo name; ``overrides`` change its sizes (``build_model``).
         chunks: the layers of each pipeline stage, by stage index.
-        grads: run one step and return the gradients instead of timing ``steps`` steps.
         keep_freed_memory: apply pipetrain's allocator setting in each rank first
             (:func:`pipetrain.allocator.keep_freed_memory`), as pipetrain's runtime does.
     """
@@ -63,7 +63,6 @@ class RankJob:
     lr: float
     chunks: tuple[range, ...]
     overrides: tuple[tuple[str, float], ...] = ()
-    grads: bool = False
     keep_freed_memory: bool = False
 
 
@@ -101,46 +100,75 @@ def _build_pipe(rank: int, job: RankJob, spec: TorchSchedule) -> tuple[Any, list
     return pipe, modules
 
 
-def _run_rank(rank: int, port: int, job: RankJob) -> list[float] | dict[str, np.ndarray]:
-    """Build this rank's part, then time ``job.steps`` steps (or return one step's gradients)."""
+@contextmanager
+def _rank_group(rank: int, port: int, keep_freed_memory: bool) -> Iterator[None]:
+    """One thread per rank (pipetrain's allocator setting first if asked), in a gloo group of the ranks."""
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     import torch.distributed as dist
 
-    if job.keep_freed_memory:
-        from pipetrain.allocator import keep_freed_memory
+    if keep_freed_memory:
+        from pipetrain.allocator import keep_freed_memory as keep
 
-        keep_freed_memory()
-
-    from pipetrain.runtime.job.data import make_batch
-
-    spec = schedule_of(job.schedule)
+        keep()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=N_RANKS, timeout=timedelta(seconds=600))
     try:
-        graph = _graph(job.model, dict(job.overrides))
-        pipe, modules = _build_pipe(rank, job, spec)
-        mine = spec.rank_stages(rank, N_RANKS)
-        first, last = 0 in mine, spec.n_stages(N_RANKS) - 1 in mine
-        optimizer = torch.optim.SGD([p for m in modules for p in m.parameters()], lr=job.lr)
+        yield
+    finally:
+        dist.destroy_process_group()
 
-        def batch_at(step: int) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
-            inputs, targets = make_batch(graph, job.batch, step, 0, "synthetic")
-            return (inputs,) if first else (), targets if last else None
 
-        if job.grads:
-            args, target = batch_at(0)
-            pipe.step(*args, target=target)
-            return _gradients(mine, modules, job.chunks)
+@dataclass
+class _Part:
+    """This rank's part of one run: its stages' modules, torch's schedule over them, and the batches."""
+
+    pipe: Any
+    modules: list[torch.nn.Sequential]
+    mine: Sequence[int]
+    batch_at: Callable[[int], tuple[tuple[torch.Tensor, ...], torch.Tensor | None]]
+
+
+def _part(rank: int, job: RankJob) -> _Part:
+    from pipetrain.runtime.job.data import make_batch
+
+    spec = schedule_of(job.schedule)
+    graph = _graph(job.model, dict(job.overrides))
+    pipe, modules = _build_pipe(rank, job, spec)
+    mine = spec.rank_stages(rank, N_RANKS)
+    first, last = 0 in mine, spec.n_stages(N_RANKS) - 1 in mine
+
+    def batch_at(step: int) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        inputs, targets = make_batch(graph, job.batch, step, 0, "synthetic")
+        return (inputs,) if first else (), targets if last else None
+
+    return _Part(pipe, modules, mine, batch_at)
+
+
+def _run_rank(rank: int, port: int, job: RankJob) -> list[float]:
+    """Build this rank's part, then time ``job.steps`` steps."""
+    with _rank_group(rank, port, job.keep_freed_memory):
+        part = _part(rank, job)
+        optimizer = torch.optim.SGD([p for m in part.modules for p in m.parameters()], lr=job.lr)
 
         def train_step(batch: tuple[tuple[torch.Tensor, ...], torch.Tensor | None]) -> None:
-            pipe.step(*batch[0], target=batch[1])
+            part.pipe.step(*batch[0], target=batch[1])
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-        return timed_steps(job.steps, batch_at, train_step)
-    finally:
-        dist.destroy_process_group()
+        return timed_steps(job.steps, part.batch_at, train_step)
+
+
+def _grads_rank(rank: int, port: int, jobs: tuple[RankJob, ...]) -> list[dict[str, np.ndarray]]:
+    """One step of each job in turn, in one process group (the ranks start once): each one's gradients."""
+    grads = []
+    with _rank_group(rank, port, keep_freed_memory=False):
+        for job in jobs:
+            part = _part(rank, job)
+            args, target = part.batch_at(0)
+            part.pipe.step(*args, target=target)
+            grads.append(_gradients(part.mine, part.modules, job.chunks))
+    return grads
 
 
 Batch = TypeVar("Batch")
@@ -182,11 +210,11 @@ def layer_weights(model: str, overrides: dict[str, float] | None = None) -> list
 
 
 def _job(model: str, batch: int, n_micro: int, schedule: Schedule, steps: int, lr: float,
-         overrides: dict[str, float] | None = None, grads: bool = False, keep_freed_memory: bool = False) -> RankJob:
+         overrides: dict[str, float] | None = None, keep_freed_memory: bool = False) -> RankJob:
     spec = schedule_of(schedule)
     chunks = tuple(chunk_layers(layer_weights(model, overrides), spec, N_RANKS))
     return RankJob(model, batch, n_micro, schedule, steps, lr, chunks, tuple(sorted((overrides or {}).items())),
-                   grads, keep_freed_memory)
+                   keep_freed_memory)
 
 
 def run_torch_pipelining(
@@ -212,15 +240,18 @@ def run_torch_pipelining(
 
 
 def one_step_grads(
-    model: str, batch: int, n_micro: int, schedule: Schedule, timeout_s: float = 60.0,
+    model: str, batch: int, n_micro: int, schedules: Sequence[Schedule], timeout_s: float = 60.0,
     overrides: dict[str, float] | None = None,
-) -> tuple[str, dict[str, np.ndarray]]:
-    """One step of ``schedule`` (step 0's synthetic batch): status and every parameter's gradient,
-    named ``"<layer index>.<parameter name>"`` (the ranks' gradients together)."""
-    status, got, _ = launch(_job(model, batch, n_micro, schedule, 1, 0.0, overrides, grads=True), timeout_s, _run_rank)
-    grads: dict[str, np.ndarray] = {}
-    for part in got.values():
-        grads.update(part)
+) -> tuple[str, dict[Schedule, dict[str, np.ndarray]]]:
+    """One step of each of ``schedules`` (step 0's synthetic batch, fresh weights each), one after another
+    in one launch: the status and, per schedule, every parameter's gradient, named
+    ``"<layer index>.<parameter name>"`` (the ranks' gradients together)."""
+    jobs = tuple(_job(model, batch, n_micro, s, 1, 0.0, overrides) for s in schedules)
+    status, got, _ = launch(jobs, timeout_s, _grads_rank)
+    grads: dict[Schedule, dict[str, np.ndarray]] = {s: {} for s in schedules}
+    for per_rank in got.values():
+        for schedule, part in zip(schedules, per_rank, strict=True):
+            grads[schedule].update(part)
     return status, grads
 
 
