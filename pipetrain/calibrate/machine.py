@@ -141,8 +141,7 @@ def probed_cluster(graph: LayerGraph, batch: int, n_ranks: int, *, refresh: bool
     cluster = probe_local_cluster(n_ranks, model=workload)
     probed_s = time.perf_counter() - start
     write_atomic(path, cluster.to_json())
-    for companion in (calibration_profile_path(path), calibration_record_path(path)):
-        companion.unlink(missing_ok=True)  # an earlier calibration's: not for this probe
+    _forget_calibration(path)  # an earlier calibration's: not for this probe
     return MachineProbe(cluster, path, probed_s)
 
 
@@ -155,14 +154,18 @@ def keep_probe(graph: LayerGraph, batch: int, cluster: Cluster, calibrated_on: P
     (:func:`write_calibration_record`); None removes an earlier calibration's."""
     path = _cache_path(graph, cluster.n_devices, probe_workload(graph, batch)[1])
     write_atomic(path, cluster.to_json())
-    companion = calibration_profile_path(path)
     if calibrated_on is not None:
-        write_atomic(companion, calibrated_on.to_json())
+        write_atomic(calibration_profile_path(path), calibrated_on.to_json())
         write_calibration_record(path, optimizer)
     else:
-        companion.unlink(missing_ok=True)
-        calibration_record_path(path).unlink(missing_ok=True)
+        _forget_calibration(path)
     return path
+
+
+def _forget_calibration(cluster_file: Path) -> None:
+    """Remove what an earlier calibration kept beside ``cluster_file``: its profile and its record."""
+    for companion in (calibration_profile_path(cluster_file), calibration_record_path(cluster_file)):
+        companion.unlink(missing_ok=True)
 
 
 def calibration_record_path(cluster_file: Path) -> Path:
