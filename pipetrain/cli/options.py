@@ -214,12 +214,7 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     _local_args(p)
     _vertical_sync_arg(p)
     p.add_argument("--planner", choices=list(PLANNERS), help=_planner_help())
-    p.add_argument("--time-budget", type=_seconds, metavar="SECONDS",
-                   help=f"planning-time budget of the auto planner: once spent (and a plan fits), the runs not yet "
-                        f"made are skipped and named; a run is never cut short, so planning may overrun it by "
-                        f"one run (default: {DEFAULT_TIME_BUDGET_S:g} s without --planner and --method, where the "
-                        f"8×(1024-4096-1024) MLP at batch 128 on 2 ranks plans in ~15 s on a loaded 2-core CPU; "
-                        "none with --planner auto)")
+    _time_budget_arg(p, "--planner and --method")
     p.add_argument("--allow-async", action="store_true",
                    help="--planner auto: also consider the asynchronous methods pipedream and 2bw, which "
                         "change the optimizer's semantics (stale weights)")
@@ -254,6 +249,25 @@ def plan_args(p: argparse.ArgumentParser) -> None:
     _probe_args(p)
     _out_file(p, "out/plan.json", "plan JSON to write, with the profile and cluster it was made with beside it "
               "(PLAN.profile.json, PLAN.cluster.json), which simulate and train --plan reuse")
+
+
+def _time_budget_arg(p: argparse.ArgumentParser, without: str) -> None:
+    p.add_argument("--time-budget", type=_seconds, metavar="SECONDS",
+                   help=f"planning-time budget of the auto planner: once spent (and a plan fits), the runs not yet "
+                        f"made are skipped and named; a run is never cut short, so planning may overrun it by "
+                        f"one run (default: {DEFAULT_TIME_BUDGET_S:g} s without {without}, where the "
+                        f"8×(1024-4096-1024) MLP at batch 128 on 2 ranks plans in ~15 s on a loaded 2-core CPU; "
+                        "none with --planner auto)")
+
+
+def _train_planner_args(p: argparse.ArgumentParser) -> None:
+    """``train``'s planner without ``--plan``: as ``plan``'s without ``--method`` (the planners that choose
+    stages; ``plan --method uedp`` is the way to a micro-batch planner)."""
+    choices = [name for name, spec in PLANNERS.items() if spec.kind != "microbatch"]
+    p.add_argument("--planner", choices=choices,
+                   help=f"without --plan: the planner that plans the run (default: {_DEFAULT_CHOICE.split(';')[0]}, "
+                        "as `pipetrain plan` without --planner and --method)")
+    _time_budget_arg(p, "--planner")
 
 
 def _probe_args(p: argparse.ArgumentParser) -> None:
@@ -399,6 +413,7 @@ def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, default=60.0,
                    help="seconds before a silent rank is failed (default: 60)")
     _device_args(p, backend=True)
+    _train_planner_args(p)
     _probe_args(p)
     _out_dir(p, "out/run", "metrics.csv, loss.png, the measured timeline, and when no --plan is given the plan "
                            "(planned as `pipetrain plan` does) with its profile and cluster; a folder holding a "

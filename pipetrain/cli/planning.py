@@ -32,12 +32,12 @@ from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.batch_norm import warn_batch_norm
 from pipetrain.plan.methods import DEFAULT_QUEUE_DEPTH, LocalParams, Method
 from pipetrain.plan.plan import Plan, PlanSources
-from pipetrain.planners import BASE_PLANNER, DEFAULT_TIME_BUDGET_S, PlannerSpec, get_planner
+from pipetrain.planners import BASE_PLANNER, DEFAULT_PLANNER, DEFAULT_TIME_BUDGET_S, PlannerSpec, get_planner
 from pipetrain.planners.auto import AutoReport, skipped
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.profile.precision import parse_precision
 
-__all__ = ["DEFAULT_TOP", "cmd_plan", "plan_and_save", "plan_model", "plan_request"]
+__all__ = ["DEFAULT_TOP", "cmd_plan", "plan_and_save", "plan_model", "plan_request", "train_request"]
 
 DEFAULT_TOP = 8
 """Candidates the planner's table lists (``plan --top``'s default)."""
@@ -69,6 +69,20 @@ def plan_request(args: argparse.Namespace) -> tuple[PlanRoute, api.Constraints]:
         elif budget is None:
             budget = DEFAULT_TIME_BUDGET_S
     constraints = _plan_constraints(args, route, budget)
+    _check_flags(route.spec, constraints)
+    return route, constraints
+
+
+def train_request(args: argparse.Namespace) -> tuple[PlanRoute, api.Constraints]:
+    """The planner and budget ``train`` without ``--plan`` plans with: ``--planner``, else
+    :data:`~pipetrain.planners.registry.DEFAULT_PLANNER` within ``--time-budget`` (default
+    :data:`~pipetrain.planners.registry.DEFAULT_TIME_BUDGET_S`), as :func:`plan_request` without
+    ``--method`` (train's ``--method`` re-runs the plan; it does not route the planner)."""
+    budget = args.time_budget
+    if args.planner is None and budget is None:
+        budget = DEFAULT_TIME_BUDGET_S
+    route = PlanRoute(get_planner(args.planner or DEFAULT_PLANNER))
+    constraints = api.Constraints(time_budget_s=budget)
     _check_flags(route.spec, constraints)
     return route, constraints
 

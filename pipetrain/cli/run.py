@@ -31,8 +31,11 @@ __all__ = ["cmd_demo", "cmd_export", "cmd_train"]
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from pipetrain.cli.planning import plan_and_save, train_request
+
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     _check_plan_flags(args, under_torchrun)
+    request = train_request(args) if args.plan is None else None  # a bad planner flag fails before profiling
     planned_with: Profile | None = None  # the profile this command planned with (no --plan)
     notes: list[str] = []  # about the plan's measurements, once the options are checked
     given = None if args.plan is None else load_plan(args.plan)
@@ -51,7 +54,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     if given is not None:
         plan = given
     else:  # as `pipetrain plan` with its defaults would, into the run's folder (torchrun needs --plan: never here)
-        plan, profiles = _plan_here(args, graph)
+        assert request is not None
+        plan, profiles = plan_and_save(args, graph, *request, args.out_dir / PLAN_FILE)
         planned_with = profiles if isinstance(profiles, Profile) else None
     trained = _at_precision(rerun(rechunked(plan, args, graph), args, graph), args)
     if given is None and trained is not plan:  # --method or --precision: the plan it trains, on the same measurements
@@ -87,20 +91,14 @@ def _check_plan_flags(args: argparse.Namespace, under_torchrun: bool) -> None:
     if args.plan is not None and (args.reprobe or args.no_probe):
         raise UserError(f"{'--reprobe' if args.reprobe else '--no-probe'} is for train without --plan (it plans on "
                         "this machine's probe); a --plan is priced on its own cluster: drop it")
+    planning = [flag for flag, value in (("--planner", args.planner), ("--time-budget", args.time_budget))
+                if value is not None]
+    if args.plan is not None and planning:
+        flags, verb = " and ".join(planning), "says" if len(planning) == 1 else "say"
+        raise UserError(f"{flags} {verb} how train plans without --plan; {args.plan} is planned already: drop "
+                        f"{flags}, or drop --plan to plan anew")
     if args.schedule is not None and args.plan is None:
         raise UserError("--schedule runs a schedule of a given plan: pass --plan plan.json as well")
-
-
-def _plan_here(args: argparse.Namespace, graph: LayerGraph) -> tuple[Plan, api.Profiles]:
-    """``train`` without ``--plan``: plan as ``pipetrain plan`` does without ``--method`` or ``--planner``
-    (the same cluster, probed or cached, profile, planner within its time budget, and lines;
-    :func:`~pipetrain.cli.planning.plan_and_save`), the plan and what it was made with written into ``--out-dir``."""
-    from pipetrain.cli.planning import plan_and_save
-    from pipetrain.cli.routing import PlanRoute
-    from pipetrain.planners import DEFAULT_PLANNER, DEFAULT_TIME_BUDGET_S, get_planner
-
-    return plan_and_save(args, graph, PlanRoute(get_planner(DEFAULT_PLANNER)),
-                         api.Constraints(time_budget_s=DEFAULT_TIME_BUDGET_S), args.out_dir / PLAN_FILE)
 
 
 def _train_config(args: argparse.Namespace, graph: LayerGraph) -> TrainConfig:

@@ -18,7 +18,8 @@ from pipetrain.runtime.job.metrics import read_metrics
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 TRAIN = [sys.executable, "-m", "pipetrain", "train", "--model", "mlp-digits", "--ranks", "2", "--batch", "32",
-         "--profile", "{profile}", "--no-probe"]  # a subprocess: the conftest's stub of the probe does not reach it
+         "--profile", "{profile}", "--no-probe", "--planner", "balanced"]
+"""A subprocess (the conftest's stub of the probe does not reach it); the quick planner (planning is not under test)."""
 
 
 @pytest.fixture(scope="module")

@@ -137,10 +137,12 @@ def job_of(params: dict[str, Any]) -> Job | None:
     return None
 
 
-def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run(command: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` in ``cwd``; `plan`'s probes of this machine are kept in ``cache``, one folder for every
+    block, so blocks that plan the same model probe it once (as a reader's commands would)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PIPETRAIN_CACHE_DIR": str(cwd / "out" / "cache")}  # `plan`'s probe of this machine, under out/
+           "PIPETRAIN_CACHE_DIR": str(cache)}
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
                           shell=True, executable="/bin/bash")
 
@@ -152,12 +154,12 @@ def prepare(folder: Path) -> Path:
     return folder
 
 
-def perform(job: Job, folder: Path) -> Outcome:
+def perform(job: Job, folder: Path, cache: Path) -> Outcome:
     if job.script is not None:
         (folder / SCRIPT).write_text(job.script)
     outcome = Outcome("", None, 0)
     for command in job.commands:
-        outcome = Outcome(command, run(command, folder), outcome.ran + 1)
+        outcome = Outcome(command, run(command, folder, cache), outcome.ran + 1)
         if outcome.result is not None and outcome.result.returncode != 0:
             break
     left = tuple(sorted(p.name for p in folder.iterdir() if p.name not in ("examples", "README.md", "out", SCRIPT)))
@@ -169,12 +171,13 @@ def started(request: pytest.FixtureRequest,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Outcome]]]:
     """The jobs of every selected test of this module, started :data:`AT_ONCE` at a time, by node id."""
     pool = ThreadPoolExecutor(max_workers=AT_ONCE)
+    cache = tmp_path_factory.mktemp("probe-cache")
     futures: dict[str, Future[Outcome]] = {}
     for item in request.session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         job = job_of(params) if getattr(item, "module", None) is sys.modules[__name__] and params else None
         if job is not None:
-            futures[item.nodeid] = pool.submit(perform, job, prepare(tmp_path_factory.mktemp("block")))
+            futures[item.nodeid] = pool.submit(perform, job, prepare(tmp_path_factory.mktemp("block")), cache)
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -236,5 +239,5 @@ def test_yaml_block_is_the_cluster_file_it_quotes(block: Block) -> None:
 @pytest.mark.parametrize("block", [p for p in of_kind("") if p.values[0].text.startswith("$ ")])
 def test_transcript_block(block: Block, tmp_path: Path) -> None:
     first, *shown = block.text.rstrip("\n").splitlines()
-    result = run(first.removeprefix("$ "), prepare(tmp_path))
+    result = run(first.removeprefix("$ "), prepare(tmp_path), tmp_path / "out" / "cache")
     assert (result.stdout + result.stderr).rstrip("\n").splitlines() == shown

@@ -116,6 +116,36 @@ def test_train_without_a_plan_plans_as_plan_does(
     assert plan.prediction == planned.prediction and plan.stages == planned.stages
 
 
+def test_train_plans_with_the_planner_it_is_given(
+        tmp_path: Path, profile: Path, probes: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    code, text = run(capsys, "plan", *MODEL, "--ranks", "2", "--profile", str(profile), *QUICK,
+                     "--out", str(tmp_path / "p.json"))
+    assert code == 0, text
+    planned = Plan.from_json((tmp_path / "p.json").read_text())
+
+    class Launched(Exception):
+        """Training would start here."""
+
+    with mock.patch("pipetrain.runtime.train.launch_local", side_effect=Launched), pytest.raises(Launched):
+        main(["train", *MODEL, "--ranks", "2", "--profile", str(profile), *QUICK, "--steps", "2",
+              "--out-dir", str(tmp_path / "run")])
+    assert "auto: running" not in capsys.readouterr().err
+    plan = Plan.from_json((tmp_path / "run" / "plan.json").read_text())
+    assert plan.prediction == planned.prediction and plan.stages == planned.stages
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (("--planner", "balanced", "--time-budget", "5"), "--planner balanced chooses --time-budget itself"),
+    (("--plan", "p.json", "--planner", "auto"), "--planner says how train plans without --plan"),
+    (("--plan", "p.json", "--time-budget", "5"), "drop --time-budget, or drop --plan"),
+])
+def test_train_checks_its_planner_flags_first(argv: tuple[str, ...], says: str, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_profiling(monkeypatch)
+    code, text = run(capsys, "train", *MODEL, *argv)
+    assert code == 2 and says in text
+
+
 def test_a_plan_takes_no_probe_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _planned(capsys, tmp_path / "plan.json", "--estimate", "cpu")
     code, text = run(capsys, "train", "--plan", str(tmp_path / "plan.json"), "--reprobe")
