@@ -82,7 +82,7 @@ def _kind_means(timeline: Timeline) -> dict[str, float]:
     """Mean seconds of each action kind over every rank's events (SEND/RECV kinds by name)."""
     spans: dict[str, list[float]] = defaultdict(list)
     for event in timeline.events:
-        spans[event.action.kind.name].append(event.duration_s)
+        spans[event.action.kind.name].append(event.rank_s)
     return {kind: statistics.fmean(durations) for kind, durations in spans.items()}
 
 

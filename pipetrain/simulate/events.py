@@ -212,7 +212,7 @@ class _Simulator:
             if host > 0:  # the rank's own work on the message first; it goes on the link after (post_send)
                 self.busy[rank] = _Busy(a, self.now, host)
                 return True
-            self.post_send(rank, a)
+            self.post_send(rank, a, 0.0)
         elif a.peer is not None:
             queue = self.arrivals[(a.peer, rank, a.channel)]
             if not queue or queue[0] > self.now:
@@ -236,15 +236,16 @@ class _Simulator:
         self.move_on(rank)
         return True
 
-    def post_send(self, rank: int, a: Action) -> None:
-        """Put SEND ``a``'s message on its link at ``now``: it starts when the link is free."""
+    def post_send(self, rank: int, a: Action, host_s: float) -> None:
+        """Put SEND ``a``'s message on its link at ``now``: it starts when the link is free; ``host_s``,
+        the rank's work on it before, is recorded with the link's event (:attr:`Event.host_s`)."""
         assert a.peer is not None
         link = (rank, a.peer)
         begin = max(self.now, self.link_free[link])
         end = begin + self.cost.transfer_s(self.message_bytes(rank, a), rank, a.peer)
         self.link_free[link] = end
         self.arrivals[(rank, a.peer, a.channel)].append(end)
-        self.events.append(Event(rank, a, begin, end))
+        self.events.append(Event(rank, a, begin, end, host_s))
         self.woken.add(a.peer)  # its receiver may be waiting
 
     def replicas_at_step(self, rank: int) -> bool:
@@ -295,7 +296,7 @@ class _Simulator:
                 continue
             del self.busy[rank]
             if b.action.is_send:  # its host work done: the message leaves (its event is the link's)
-                self.post_send(rank, b.action)
+                self.post_send(rank, b.action, t - b.start_s)
             else:
                 self.events.append(Event(rank, b.action, b.start_s, t))
             if b.action.kind in (ActionKind.F, ActionKind.B, ActionKind.W):

@@ -4,7 +4,9 @@ Both producers emit this one type, so ``pipetrain compare`` and the pictures tre
 measurements alike. Times are seconds from the start of the iteration.
 
 For compute actions an event spans the computation on the rank. For a SEND, it spans the transfer
-on the link (simulated) or the call that posted it (measured); for a RECV, the time the rank waited.
+on the link (simulated) or the call that posted it (measured); a simulated SEND also records the
+seconds its rank spent on the message before it left (``host_s``), so that :attr:`Event.rank_s` is
+what the rank itself spent, predicted or measured alike. For a RECV, the time the rank waited.
 """
 
 from __future__ import annotations
@@ -26,16 +28,28 @@ __all__ = ["Event", "StageSummary", "Timeline"]
 
 @dataclass(frozen=True)
 class Event:
-    """One action's interval on one rank."""
+    """One action's interval on one rank.
+
+    ``host_s``: a simulated SEND's seconds of its rank's own work on the message before it left
+    (:meth:`~pipetrain.cost.CostModel.send_host_s`; 0 for a cluster whose messages cost the ranks
+    nothing), its span being the link's transfer; None for every other event, whose span is the rank's.
+    """
 
     rank: int
     action: Action
     start_s: float
     end_s: float
+    host_s: float | None = None
 
     @property
     def duration_s(self) -> float:
         return self.end_s - self.start_s
+
+    @property
+    def rank_s(self) -> float:
+        """Seconds the rank itself spent on the action: its span, but a simulated SEND's ``host_s``
+        (a measured SEND's span is the call that posted it: the same thing)."""
+        return self.duration_s if self.host_s is None else self.host_s
 
 
 @dataclass(frozen=True)
@@ -124,7 +138,8 @@ class Timeline:
             "iterations_s": list(self.iterations_s),
             "peak_activation_bytes": list(self.peak_activation_bytes),
             "prepost_bytes": list(self.prepost_bytes),
-            "events": [[e.rank, str(e.action), e.start_s, e.end_s] for e in self.events],
+            "events": [[e.rank, str(e.action), e.start_s, e.end_s, *(() if e.host_s is None else (e.host_s,))]
+                       for e in self.events],
         }
         return json.dumps(data, indent=0)
 
@@ -132,7 +147,8 @@ class Timeline:
     def from_json(cls, text: str) -> Timeline:
         try:
             data = json.loads(text)
-            events = tuple(Event(int(r), Action.parse(a), float(s), float(e)) for r, a, s, e in data["events"])
+            events = tuple(Event(int(r), Action.parse(a), float(s), float(e), *(float(h) for h in host))
+                           for r, a, s, e, *host in data["events"])
             n_ranks = int(data["n_ranks"])
             if n_ranks < 1:
                 raise UserError(f"timeline JSON: n_ranks is {n_ranks}; it must be at least 1")

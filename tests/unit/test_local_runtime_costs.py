@@ -24,6 +24,7 @@ from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 from pipetrain.simulate.memory import activation_peaks
 from pipetrain.simulate.steady import steady_state
+from pipetrain.simulate.timeline import Timeline
 from tests.conftest import flat_profile
 from tests.unit.test_local_schedule import local_chain
 
@@ -46,6 +47,12 @@ def test_a_message_keeps_its_sender_and_receiver_busy(host: MessageHost) -> None
     assert spans[(0, ActionKind.B)] == pytest.approx((1.1, 3.1))
     assert spans[(1, ActionKind.RECV_F)] == pytest.approx((0.0, 1.3))  # waiting, then taking it
     assert [e.action.kind for e in timeline.events].count(ActionKind.SEND_F) == 1
+    rank_s = {(e.rank, e.action.kind): e.rank_s for e in timeline.events}
+    assert rank_s[(0, ActionKind.SEND_F)] == pytest.approx(0.1)  # what the rank spent, as a measured SEND's span
+    assert rank_s[(1, ActionKind.RECV_F)] == pytest.approx(1.3)
+    assert Timeline.from_json(timeline.to_json()).events == timeline.events
+    free = simulate(build_schedule(plan), plan, cost)
+    assert [e.rank_s for e in free.events if e.action.kind is ActionKind.SEND_F] == [0.0]  # sends cost it nothing
 
 
 def test_gradients_pay_their_messages_host_seconds_too() -> None:
