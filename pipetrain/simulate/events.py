@@ -37,7 +37,8 @@ Model (the assumptions of docs/algorithms.md §2.3, extended to any action order
   per rank (``Timeline.prepost_bytes``), and cost no time;
 * the replicas of a replicated stage start their STEP together (their ``i``-th), once the last one reaches it, and
   the STEP then costs the ring all-reduce of the stage's gradients (but those tied to another stage) plus the
-  optimizer step;
+  optimizer step; a replica's STEP event starts when it reached the STEP, its wait for the others
+  included, as the runtime's all-reduce blocks inside its STEP;
 * a rank holding a tied parameter that other stages hold too adds, to its first STEP, the all-reduce of its
   gradient over the owners (:meth:`~pipetrain.cost.CostModel.tied_allreduce_s`; the owners' wait for one another
   is not modelled: in a flushed schedule the first stage, holding the embedding, finishes last anyway);
@@ -229,9 +230,9 @@ class _Simulator:
         elif a.kind is ActionKind.STEP and not self.replicas_at_step(rank):
             self.wait_since.setdefault(rank, self.now)
             return False
-        else:
-            self.wait_since.pop(rank, None)
-            self.busy[rank] = _Busy(a, self.now, self.compute_s(rank, a))
+        else:  # a replica's STEP spans its wait for the others, as the runtime's blocking all-reduce does
+            waited = self.wait_since.pop(rank, self.now) if a.kind is ActionKind.STEP else self.now
+            self.busy[rank] = _Busy(a, waited, self.compute_s(rank, a))
             return True
         self.move_on(rank)
         return True

@@ -63,14 +63,15 @@ def test_drains_cost_a_fill_and_drain_per_segment(method: Method, every: int) ->
 
 
 def test_replicated_stage_steps_in_pairs() -> None:
-    """The replicas of stage 0 start their i-th STEPs together; the run finishes (no deadlock) and the
-    Gantt has several batches' actions."""
+    """The replicas of stage 0 finish their i-th STEPs together (each STEP's event starts when its
+    replica reached it: the wait for the other is inside, as in the runtime); the run finishes (no
+    deadlock) and the Gantt has several batches' actions."""
     plan = chain(3, 4, Method.PIPEDREAM, replicas=(2, 1, 1))
     cost = CostModel(flat_profile(3, 1.0, 2.0, step_s=0.5), Cluster.local(4, link=FREE))
     timeline = simulate(build_schedule(plan, 3), plan, cost)
     steps = [[e for e in timeline.events if e.rank == r and e.action.kind.value == "STEP"] for r in (0, 1)]
     assert len(steps[0]) == len(steps[1]) == 6
-    assert [e.start_s for e in steps[0]] == pytest.approx([e.start_s for e in steps[1]])
+    assert [e.end_s for e in steps[0]] == pytest.approx([e.end_s for e in steps[1]])
     assert max(e.action.hi for e in timeline.events) == 3 * 16
 
 

@@ -82,13 +82,16 @@ def test_data_parallel_closed_form() -> None:
 
 
 def test_replicas_step_together() -> None:
-    """The replica that finishes first waits for the other before the all-reduce."""
+    """The replica that finishes first waits for the other before the all-reduce; its STEP event spans
+    the wait, as the runtime's all-reduce blocks inside the STEP it measures."""
     profile = flat_profile(1, 1.0, 2.0, parameter_bytes=100)
     cost = CostModel(profile, Cluster.local(2, link=FREE))
     plan = replicated_plan(Method.GPIPE, [2], 3, 3)  # rank 0: micro-batches 0, 2; rank 1: micro-batch 1
     timeline = simulate(build_schedule(plan), plan, cost)
-    steps = [e for e in timeline.events if e.action.kind is ActionKind.STEP]
-    assert len(steps) == 2 and steps[0].start_s == pytest.approx(steps[1].start_s) == pytest.approx(6.0)
+    steps = {e.rank: e for e in timeline.events if e.action.kind is ActionKind.STEP}
+    step_s = cost.allreduce_s(cost.parameter_bytes(("l0",)), (0, 1)) + cost.step_s(("l0",), 0)
+    assert (steps[0].start_s, steps[0].end_s) == pytest.approx((6.0, 6.0 + step_s))
+    assert (steps[1].start_s, steps[1].end_s) == pytest.approx((3.0, 6.0 + step_s))  # reached at 3, waited
 
 
 def test_replicating_the_bottleneck_raises_throughput() -> None:
