@@ -24,6 +24,11 @@ heterogeneous clusters that BaPipe explores (docs/algorithms.md §4.3), each kin
       intra_node: {latency_us: 5, bandwidth_gb_per_s: 150}     # NVLink
       inter_node: {latency_us: 20, bandwidth_gbit_per_s: 25}   # 25 Gb/s Ethernet
     action_overhead_us: 0          # optional: the runtime's fixed cost per compute action (F, B, W, STEP)
+    message_host:                  # optional: each rank's own work per message (cluster.MessageHost),
+      send_us: 30                  # as `pipetrain probe` measures it: fixed microseconds to post a send
+      recv_us: 20                  # ... to take a receive
+      send_ns_per_byte: 0.3        # ... and nanoseconds per byte on each side (copies) (each default 0)
+      recv_ns_per_byte: 0
 
 Rules:
 
@@ -53,7 +58,7 @@ from typing import Any
 
 import yaml
 
-from pipetrain.cluster import DEVICE_MODELS, MAX_DEVICES, Cluster, Device, DeviceModel, GiB, Link
+from pipetrain.cluster import DEVICE_MODELS, MAX_DEVICES, Cluster, Device, DeviceModel, GiB, Link, MessageHost
 from pipetrain.errors import UserError
 
 __all__ = ["ClusterSpec", "ProfileSource", "load_cluster_spec", "parse_cluster_spec"]
@@ -64,6 +69,13 @@ _TOP_KEYS = {
     "groups": "a non-empty list of device groups",
     "links": "a mapping with intra_node and (for several nodes) inter_node",
     "action_overhead_us": "microseconds per compute action (a number >= 0)",
+    "message_host": "a mapping with send_us, recv_us, send_ns_per_byte, recv_ns_per_byte (each optional)",
+}
+_MESSAGE_HOST_KEYS = {  # each: (the MessageHost field, seconds per unit)
+    "send_us": ("send_s", 1e-6),
+    "recv_us": ("recv_s", 1e-6),
+    "send_ns_per_byte": ("send_per_byte_s", 1e-9),
+    "recv_ns_per_byte": ("recv_per_byte_s", 1e-9),
 }
 _GROUP_KEYS = {
     "device": f"a device model ({', '.join(DEVICE_MODELS)})",
@@ -201,8 +213,17 @@ def parse_cluster_spec(text: str, *, base_dir: Path = Path(), default_name: str 
                     for i in range(group.count)]
     intra, inter = _links(top["links"], n_nodes=devices[-1].node + 1)
     overhead_s = _number(top.get("action_overhead_us", 0.0), "action_overhead_us", positive=False) / 1e6
-    cluster = Cluster(tuple(devices), intra, inter, name=name, action_overhead_s=overhead_s)
+    cluster = Cluster(tuple(devices), intra, inter, name=name, action_overhead_s=overhead_s,
+                      message_host=_message_host(top.get("message_host", {})))
     return ClusterSpec(cluster, {g.kind: ProfileSource(g.model.name, g.profile) for g in groups})
+
+
+def _message_host(value: object) -> MessageHost:
+    """The ``message_host`` mapping: each key's number (>= 0) in its unit, as seconds."""
+    keys = {key: "a number >= 0" for key in _MESSAGE_HOST_KEYS}
+    data = _fields(value, "message_host", keys, required=())
+    return MessageHost(**{field: _number(data[key], f"message_host.{key}", positive=False) * unit
+                          for key, (field, unit) in _MESSAGE_HOST_KEYS.items() if key in data})
 
 
 def _groups(value: object, base_dir: Path) -> list[_Group]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from pipetrain.plan.plan import Plan
 from pipetrain.runtime.interp.context import RankContext
 from pipetrain.runtime.interp.rank_setup import build_rank_context
 from pipetrain.runtime.interp.transport import Transport
+from pipetrain.runtime.job import checkpoint as checkpoint_module
 from pipetrain.runtime.job import rank_checkpoint
 from pipetrain.runtime.job.checkpoint import (
     MANIFEST,
@@ -232,6 +234,27 @@ def test_a_damaged_shard_is_skipped_and_reading_it_is_one_error(
     damaged = Checkpoint(folder, json.loads((folder / MANIFEST).read_text()))
     with pytest.raises(UserError, match=r"rank-1\.pt is missing, truncated or altered.*delete this folder"):
         damaged.load(damaged.shards[1].keys)
+
+
+def test_a_resume_hashes_each_shard_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's check, the launcher's and the reads of one process hash a shard once; a shard written
+    again (another size or time) is hashed again."""
+    graph = _graph()
+    job = _job(graph, chain_plan(graph, 2, BATCH, 2), checkpoint_dir=tmp_path)
+    folder = _save(job, _contexts(job), 2, monkeypatch)
+    hashed: list[str] = []
+    real = checkpoint_module._sha256
+    monkeypatch.setattr(checkpoint_module, "_sha256", lambda path: hashed.append(path.name) or real(path))
+    for _ in range(2):
+        checkpoint = newest_checkpoint(tmp_path)
+        assert checkpoint is not None
+    checkpoint.load([k for shard in checkpoint.shards for k in shard.keys])
+    assert sorted(hashed) == ["rank-0.pt", "rank-1.pt"]
+    shard = folder / "rank-1.pt"
+    before = shard.stat().st_mtime_ns
+    _damage(shard, "flip")  # the same size
+    os.utime(shard, ns=(before + 10**9, before + 10**9))  # a coarse clock may not have moved: one second on
+    assert newest_checkpoint(tmp_path) is None and hashed[2:] == ["rank-1.pt"]
 
 
 def _record(text: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipetrain import api
-from pipetrain.cluster import DEVICE_MODELS, Cluster, GiB, Link, device_model
+from pipetrain.cluster import DEVICE_MODELS, Cluster, GiB, Link, MessageHost, device_model
 from pipetrain.cluster_spec import ClusterSpec, ProfileSource, load_cluster_spec, parse_cluster_spec
 from pipetrain.cost import CostModel
 from pipetrain.errors import UserError
@@ -86,6 +86,20 @@ def test_defaults_and_optional_fields() -> None:
     cluster = parse_cluster_spec(text + one_node).cluster
     assert cluster.name == "small" and cluster.action_overhead_s == pytest.approx(2.5e-4)
     assert (cluster.devices[0].memory_bytes, cluster.devices[0].speed) == (GiB // 2, 0.8)
+
+
+def test_message_host_costs_are_given_in_their_units() -> None:
+    one_node = "links:\n  intra_node: {latency_s: 0, bandwidth_gbit_per_s: 8}\n"
+    groups = "groups:\n  - {device: cpu, count: 2}\n"
+    assert parse_cluster_spec(groups + one_node).cluster.message_host == MessageHost()  # none given: free
+    text = groups + one_node + "message_host: {send_us: 30, recv_us: 20, send_ns_per_byte: 0.5}\n"
+    host = parse_cluster_spec(text).cluster.message_host
+    assert (host.send_s, host.recv_s, host.send_per_byte_s, host.recv_per_byte_s) == pytest.approx(
+        (3e-5, 2e-5, 5e-10, 0.0))
+    with pytest.raises(UserError, match=r"message_host.recv_us must be a number >= 0, got -1"):
+        parse_cluster_spec(groups + one_node + "message_host: {recv_us: -1}\n")
+    with pytest.raises(UserError, match=r"send_ms"):
+        parse_cluster_spec(groups + one_node + "message_host: {send_ms: 1}\n")
 
 
 def test_yaml_anchors_share_group_settings() -> None:

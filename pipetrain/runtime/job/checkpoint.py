@@ -176,6 +176,21 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _checked_sha256(path: Path) -> str:
+    """:func:`_sha256` of a shard being checked, read once per process while the file keeps its size
+    and modification time: a resume checks every shard before launch (the CLI, then the launcher), and
+    each shard again when a rank reads it, in its own process."""
+    status = path.stat()
+    key = (str(path.resolve()), status.st_size, status.st_mtime_ns)
+    if key not in _CHECKED:
+        _CHECKED[key] = _sha256(path)
+    return _CHECKED[key]
+
+
+_CHECKED: dict[tuple[str, int, int], str] = {}
+""":func:`_checked_sha256`'s results, by file, size and modification time (nanoseconds)."""
+
+
 # ---- reading --------------------------------------------------------------------------------------
 
 
@@ -229,7 +244,7 @@ class Checkpoint:
 
     def _check(self, shard: ShardEntry) -> None:
         path = self.folder / shard.file
-        if not path.is_file() or path.stat().st_size != shard.bytes or _sha256(path) != shard.sha256:
+        if not path.is_file() or path.stat().st_size != shard.bytes or _checked_sha256(path) != shard.sha256:
             raise UserError(f"checkpoint shard {path} is missing, truncated or altered (its size or SHA-256 differs "
                             "from the manifest); resume from another checkpoint (delete this folder)")
 
