@@ -75,6 +75,7 @@ def test_fake_group_runs_any_rank(fake_group: int) -> None:
     run_program(ctx, program, (recorder,))
     recorder.end_step()
     assert [e.action for e in recorder.steps[0]] == list(program)
+    ctx.transport.wait_sends()  # as the job does once the program (its STEP included) is done
     assert ctx.transport.n_pending == 0
     assert not ctx.kernel.held() and ctx.meter.live_bytes == 0 and ctx.meter.peak_bytes > 0
     assert (ctx.step_loss() is not None) == (rank == 3)

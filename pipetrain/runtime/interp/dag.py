@@ -218,8 +218,7 @@ class DagKernel:
     def weight(self, ctx: RankContext, a: Action) -> None:
         raise missing_backward(a)
 
-    def step(self, ctx: RankContext, a: Action) -> None:
-        ctx.transport.wait_sends()
+    def step(self, ctx: RankContext, a: Action) -> None:  # the job waits for the sends after the program
         optimizer_step(ctx)
         check_consumed(a, self.ports.buffers, self.held())
 

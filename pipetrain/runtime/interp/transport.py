@@ -5,8 +5,9 @@ times the per-sample spec of the tensor crossing the stage boundary, from
 ``LayerGraph.output_specs()``), and its dtype from the spec and the plan's precision (floating-point
 messages in the compute dtype under bf16 and fp16, :mod:`~pipetrain.runtime.interp.precision`; the
 sender casts, the receiver allocates its buffer so). Sends are posted with ``isend`` and their handles kept until
-:meth:`Transport.wait_sends` (called at STEP), so a sender never waits for its receiver inside a
-step; the sent tensors are kept alive and untouched until then.
+:meth:`Transport.wait_sends` (called by the job once a step's program is done, so the optimizer step
+overlaps the last messages' transfer), so a sender never waits for its receiver inside a step; the
+sent tensors are kept alive and untouched until then.
 
 Receives are *pre-posted*: at the start of a step the job announces the step's receives and how
 deep each channel is posted, as the schedule pass :mod:`pipetrain.schedule.prepost` decided

@@ -1,7 +1,8 @@
 """Which weights a chain stage's actions run on, and what a step boundary means for them.
 
-    current    F and B run the module's own weights. A batch ends in a flush: STEP waits for the
-               posted sends and finds nothing left over; a new batch starts from nothing.
+    current    F and B run the module's own weights. A batch ends in a flush: STEP finds nothing
+               left over, and the job waits for the posted sends after it (the optimizer step
+               overlaps their transfer); a new batch starts from nothing.
     versioned  F and B run on the version their action names (``1F7[14:16]v5``), B hands its weight
                gradients to the module (:class:`~pipetrain.runtime.interp.versions.WeightVersions`),
                STEP commits a new version. Micro-batches stay in flight across steps, so a new batch
@@ -66,7 +67,8 @@ class CurrentWeights:
         forget()
 
     def before_step(self, transport: Transport) -> None:
-        transport.wait_sends()
+        """Nothing to wait for: the sends carry activations and input gradients, which the step does not
+        touch, and the job waits for them once the step's program is done (:mod:`pipetrain.runtime.job.loop`)."""
 
     def after_step(self, a: Action, step: OptimizerStep, check: Callable[[Action], None]) -> None:
         step.finish()
