@@ -18,7 +18,8 @@
   the generations), never slower than tidgap on the base's cuts.
 
 Every time is the **event simulator's** iteration time of the final plan (the planners' own
-evaluators agree with it to 1e-9).
+evaluators agree with it to 1e-9). The row also keeps the **floor** (:mod:`common.umpipe_floor`):
+seconds that no plan of these layers on these devices, whatever its cuts and partitions, beats.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from common.umpipe_floor import flush_floor_s
 from common.umpipe_networks import BATCH, build, cluster_of
 from pipetrain.cost import CostModel
 from pipetrain.plan.methods import Method
@@ -76,8 +78,8 @@ def plan_all(network: str, cluster_name: str, profile: Profile, config: GAConfig
 
     The row: ``network``, ``cluster``, ``n_stages``, ``batch``, ``times_s`` and ``search_s`` per
     planner, ``sizes`` (the equal plans and tidgap-cuts: per stage [forward, backward] sizes; the
-    others: [forward sizes per stage, backward sizes per stage]) and ``cuts`` (layers per stage of
-    the best equal plan, ``"base"``, and of ``"tidgap-cuts"``)."""
+    others: [forward sizes per stage, backward sizes per stage]), ``cuts`` (layers per stage of
+    the best equal plan, ``"base"``, and of ``"tidgap-cuts"``) and ``floor_s`` (module docstring)."""
     graph = build(network)
     cluster = cluster_of(cluster_name)
     cost = CostModel(profile, cluster)
@@ -125,7 +127,8 @@ def plan_all(network: str, cluster_name: str, profile: Profile, config: GAConfig
         sizes[name] = [list(map(list, result.forward_sizes)), list(map(list, result.backward_sizes))]
         if name == "tidgap-free":
             times["tidgap-free (planned)"] = result.iteration_s
+    floor = flush_floor_s(cost, [layer.name for layer in graph.layers], BATCH, k)
     row = {"network": network, "cluster": cluster_name, "n_stages": k, "batch": BATCH, "times_s": times,
-           "search_s": search, "sizes": sizes, "cuts": {"base": list(layer_counts(base)),
-                                                        "tidgap-cuts": list(layer_counts(moved))}}
+           "floor_s": floor, "search_s": search, "sizes": sizes,
+           "cuts": {"base": list(layer_counts(base)), "tidgap-cuts": list(layer_counts(moved))}}
     return row, timelines

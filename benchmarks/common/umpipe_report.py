@@ -2,6 +2,8 @@
 
 Rows are :func:`common.umpipe_plans.plan_all`'s. Gains are ``T_baseline / T``, against both
 baselines, labelled: the best equal plan (every count searched) and the paper-style ``gpipe@4K``.
+Ceilings are ``T_baseline / floor`` (:mod:`common.umpipe_floor`): no plan gains more; rows stored
+before the floor was kept (no ``floor_s``) have none.
 The paper's figures are UMPIPE's abstract (Zhou et al., TPDS 2025; PAPERS.md §1.1); the targets
 are issue 29's (item 2).
 """
@@ -28,6 +30,27 @@ def _gain(row: Row, baseline: str, planner: str = "tidgap-cuts") -> float:
     return (best_equal(t) if baseline == "best equal" else t[baseline]) / t[planner]
 
 
+def _ceiling(row: Row, baseline: str) -> float | None:
+    """``T_baseline / floor``: the most any plan could gain over ``baseline``; None without a floor."""
+    floor = row.get("floor_s")
+    if not floor:
+        return None
+    t = row["times_s"]
+    return float((best_equal(t) if baseline == "best equal" else t[baseline]) / floor)
+
+
+def _ceiling_table(rows: list[Row], clusters: list[str], nets: list[str], gp: str) -> list[str]:
+    lines = ["| network | " + " | ".join(clusters) + " |", "|---|" + "---|" * len(clusters)]
+    for network in nets:
+        at = {r["cluster"]: r for r in rows if r["network"] == network}
+        cells = []
+        for c in clusters:
+            ceilings = [_ceiling(at[c], b) for b in (gp, "best equal")] if c in at else [None]
+            cells.append(" / ".join(f"{x:.3f}×" for x in ceilings if x is not None) or "—")
+        lines.append(f"| {network} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _table(rows: list[Row], clusters: list[str], nets: list[str], baselines: tuple[str, str]) -> list[str]:
     lines = ["| network | " + " | ".join(clusters) + " | paper (vs GPipe / PipeDream) |",
              "|---|" + "---|" * len(clusters) + "---|"]
@@ -49,6 +72,11 @@ def _headlines(rows: list[Row], gp: str, config: str) -> tuple[Headline, ...]:
         out.append(Headline("papers", f"UMPIPE on gpt1-14: tidgap-cuts over paper-style {gp}, median over clusters",
                             statistics.median(_gain(r, gp) for r in gpt), target=Target(">=", 1.10),
                             paper=f"{PAPER['gpt1-14'][0]} over GPipe", paper_value=PAPER["gpt1-14"][2], config=config))
+        ceilings = [c for c in (_ceiling(r, gp) for r in gpt) if c is not None]
+        if ceilings:
+            out.append(Headline("papers", f"UMPIPE on gpt1-14: ceiling over paper-style {gp} ({gp} over the floor no "
+                                          "plan beats), median over clusters", statistics.median(ceilings),
+                                config=config))
         out.append(Headline("methods", "UMPIPE on gpt1-14: clusters where tidgap-cuts beats the best equal plan",
                             sum(_gain(r, "best equal") > 1 for r in gpt), unit="", target=Target(">=", 2),
                             config=f"{config}, of {len(gpt)} clusters"))
@@ -112,5 +140,12 @@ def umpipe_report(rows: list[Row], setting: str) -> Report:
         lines.append(f"| {r['network']} | {r['cluster']} | " + " | ".join(cells)
                      + f" | {r['cuts']['base']} → {r['cuts']['tidgap-cuts']} | {r['search_s']['tidgap']:.1f} | "
                        f"{r['search_s']['tidgap-cuts']:.1f} |")
+    if any(r.get("floor_s") for r in rows):
+        lines += ["", "## (5) Ceilings: the most any plan could gain", "",
+                  f"Cells: {gp} / the best equal plan over the floor (`common/umpipe_floor.py`: every layer's "
+                  "cheapest partition of its own work, after the first sample's forward through the layers above "
+                  "it and before the last gradient's backward through them, on the best cuts into K stages), "
+                  "seconds that no plan of any cuts and partitions beats in the event simulator.", "",
+                  *_ceiling_table(rows, clusters, nets, gp)]
     config = f"simulated, estimated profiles, {', '.join(clusters)}, batch {rows[0]['batch'] if rows else '?'}"
     return Report("\n".join(lines), _headlines(rows, gp, config), _charts(rows, clusters, nets, gp))
