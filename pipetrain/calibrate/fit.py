@@ -59,7 +59,7 @@ from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.contract import ModelRef
 from pipetrain.planners.interleaved import build_interleaved_plan
 from pipetrain.profile.table import Profile
-from pipetrain.runtime import TrainConfig, train
+from pipetrain.runtime import TrainConfig, TrainJob, train_many
 from pipetrain.schedule.generators import build_schedule
 from pipetrain.simulate.events import simulate
 
@@ -230,21 +230,24 @@ def calibrate_cluster(graph: LayerGraph, profile: Profile, cluster: Cluster, bat
                       runs: int = 2, replicated: bool = True, optimizer: OptimizerName = "sgd") -> Calibration:
     """Run the two :func:`calibration_plans` ``runs`` times each (``steps`` timed steps after 2 warm-up,
     one thread per rank, training with ``optimizer``) and fit ``speed`` and ``overhead_s`` to their
-    median iterations; then, unless not ``replicated``, run :func:`replicated_plan` as often and fit the
-    all-reduce (module docstring)."""
+    median iterations; then, unless not ``replicated``, :func:`replicated_plan`'s runs fit the
+    all-reduce (module docstring).
+
+    Every run is made in one launch of the ranks (:func:`~pipetrain.runtime.train.train_many`: they
+    start once, not once per run), the settings taking turns (``a, b, c, a, b, c``) so that a change
+    in the machine's load weighs on each alike.
+    """
     plans = list(calibration_plans(graph, profile, cluster, batch, optimizer))
-    config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1, optimizer=optimizer)
-
-    def measured_s(plan: Plan) -> float:
-        return statistics.median(batch / train(graph, plan, config).samples_per_s for _ in range(max(1, runs)))
-
-    measured = [measured_s(p) for p in plans]
-    speed, overhead = fit_terms(plans, profile, cluster, measured)
-    fitted = [float(x) for x in _simulated(plans, profile, cluster, 1.0 / speed, overhead)]
-    collective = None
     if replicated:
         plans.append(replicated_plan(graph, cluster, batch, optimizer))
-        measured.append(measured_s(plans[-1]))
+    config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1, optimizer=optimizer)
+    jobs = [TrainJob(graph, plan, config) for _ in range(max(1, runs)) for plan in plans]
+    iterations = [batch / result.samples_per_s for result in train_many(jobs)]
+    measured = [statistics.median(iterations[k::len(plans)]) for k in range(len(plans))]
+    speed, overhead = fit_terms(plans[:2], profile, cluster, measured[:2])
+    fitted = [float(x) for x in _simulated(plans[:2], profile, cluster, 1.0 / speed, overhead)]
+    collective = None
+    if replicated:
         terms = with_terms(cluster, speed, overhead)
         collective = fit_collective(plans[-1], profile, terms, measured[-1])
         with_collective = replace(terms, collective=collective)
