@@ -22,7 +22,7 @@ from pipetrain.planners.graphpipe import GraphPipeReport, plan_graphpipe
 from pipetrain.planners.graphpipe.brute import brute_force, convex, set_partitions
 from pipetrain.planners.graphpipe.costs import StageEstimator
 from pipetrain.planners.graphpipe.dp import _Solver, search, twins
-from pipetrain.planners.graphpipe.planner import micro_batch_options, stage_floor_s, work_floor_s
+from pipetrain.planners.graphpipe.planner import micro_batch_options, path_floor_s, stage_floor_s, work_floor_s
 from pipetrain.planners.graphpipe.sp import decompose, reachability
 from pipetrain.planners.graphpipe.stages import layer_edges, place, to_plan
 from pipetrain.planners.registry import run_planner
@@ -264,11 +264,15 @@ def test_the_lower_bounds_hold_and_prune() -> None:
     names, edges = branches(4, 3)
     problem = dag_problem(names, edges, [1.0] * len(names), n_devices=8, batch=32, params=10**6)
     full = plan_graphpipe(problem, prune=False)
+    pairs, tighter = layer_edges(problem), 0
     for c in full.candidates:
         assert c.cluster is not None
         sizes = c.plan.stages[0].forward_sizes
         assert work_floor_s(problem, sizes) <= c.iteration_s
+        assert path_floor_s(problem, pairs, sizes) <= c.iteration_s
         assert stage_floor_s(c.plan, problem.cost.on(c.cluster)) <= c.iteration_s
+        tighter += path_floor_s(problem, pairs, sizes) > work_floor_s(problem, sizes)
+    assert tighter > 0  # few micro-batches: the longest path binds
     pruned = plan_graphpipe(problem)
     assert pruned.plan == full.plan
     assert isinstance(pruned.report, GraphPipeReport) and pruned.report.pruned > 0
