@@ -5,6 +5,8 @@ search time, and measured here on tiny branchy models.
     PYTHONPATH=. .venv/bin/python benchmarks/bench_graphpipe.py --parts sim --models mmt --gpus 4 8 16 32 --sweep-gpus 0
     PYTHONPATH=. .venv/bin/python benchmarks/bench_graphpipe.py --parts sim --models dlrm candle-uno --gpus 8 16 \\
         --sweep-gpus 0 --balanced-max 0
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_graphpipe.py --parts sim search --models mmt dlrm candle-uno \\
+        --gpus 8 16 --sweep-gpus 0 --balanced-max 0 --search-models mmt --search-gpus 16 32   # the issue 29 record
     PYTHONPATH=. .venv/bin/python benchmarks/bench_graphpipe.py --parts measured --steps 30 --rounds 6
     PYTHONPATH=. .venv/bin/python benchmarks/bench_graphpipe.py --quick          # CANDLE-Uno on 4 GPUs, 2 ranks
 
@@ -24,8 +26,11 @@ Results go to ``benchmarks/results/graphpipe/``; ``--parts`` picks the parts (de
    fp16, the V100's tensor cores). Every planner call records its wall and CPU seconds and the CPU
    seconds inside the simulator (:mod:`common.graphpipe_sim`).
 2. ``search``: CPU time of the graphpipe planner and the PipeDream planner on the same problems,
-   ``--search-repeats`` runs each, alternating, the median, on ``--search-gpus`` (default 8; part 1
-   records one run of each planner at every GPU count too, and the headline is taken from those).
+   ``--search-repeats`` runs each, alternating, the median, on ``--search-gpus`` (default 8) for
+   ``--search-models`` (default: ``--models``); each run's CPU split into the simulator's and the
+   planner's own work (:mod:`common.graphpipe_sim` says what each includes; every call starts from a
+   fresh cost model). The search headline is taken from this part at 16 and 32 GPUs when it ran
+   there, else from part 1's single runs.
 3. ``measured``: ``branchy-digits`` and ``mmt-tiny`` on 2 and 3 local ranks (gloo, one thread a
    rank): graphpipe's plan, a hand-made graph plan with the branches on their own stages, and the
    chain plans of the pipedream and balanced planners, all from one measured profile, trained
@@ -68,6 +73,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--balanced-max", type=int, default=8, help="plan with balanced up to this many GPUs")
     p.add_argument("--search-gpus", type=int, nargs="+", default=[8], help="search: GPU counts (default 8)")
     p.add_argument("--search-repeats", type=int, default=3, help="search: runs per planner (default 3)")
+    p.add_argument("--search-models", nargs="+", choices=MODELS, default=None,
+                   help="search: the models (default: --models)")
     p.add_argument("--steps", type=int, default=30, help="measured: steps per run, 2 of them warm-up")
     p.add_argument("--rounds", type=int, default=6, help="measured: rounds of alternating runs (default 6)")
 
@@ -84,7 +91,8 @@ def settings(ctx: Context) -> list[Setting]:
         out += [("sim", m, b, n, a.per_gpu * max(c for mm, bb, c in sim if (mm, bb) == (m, b))) for m, b, n in sim]
     if "search" in a.parts:
         counts = (4,) if quick else tuple(a.search_gpus)
-        out += [("search", m, 0, n, a.per_gpu * max(counts)) for m in models for n in counts]
+        searched = models if quick or a.search_models is None else tuple(a.search_models)
+        out += [("search", m, 0, n, a.per_gpu * max(counts)) for m in searched for n in counts]
     if "measured" in a.parts:
         out += [("measured", m, 0, n, BATCH[m]) for m in (list(BATCH)[:1] if quick else BATCH)
                 for n in (RANKS[:1] if quick else RANKS)]
@@ -101,14 +109,18 @@ def run(setting: Setting, ctx: Context) -> list[Row]:
         return rows
     problem = problem_of(model, branches, profile_of(model, branches, profile_batch, a.precision), n, a.per_gpu * n)
     if part == "search":
-        times: dict[str, list[float]] = {"graphpipe": [], "pipedream": []}
+        times: dict[str, list[float]] = {f"{p}_{k}": [] for p in ("graphpipe", "pipedream") for k in ("s", "sim_s")}
         for k in range(1 if ctx.quick else a.search_repeats):
             for planner in ("graphpipe", "pipedream") if k % 2 == 0 else ("pipedream", "graphpipe"):
-                times[planner].append(timed(planner, problem)[2])
-        ratio = statistics.median(times["pipedream"]) / statistics.median(times["graphpipe"])
-        ctx.log(f"{model} {n} GPUs: pipedream / graphpipe search {ratio:.2f}×")
-        return [{"part": "search", "model": model, "n_devices": n, "batch": problem.batch_size,
-                 "graphpipe_s": times["graphpipe"], "pipedream_s": times["pipedream"], "ratio": ratio}]
+                _, _, cpu, simulating = timed(planner, problem)
+                times[f"{planner}_s"].append(cpu)
+                times[f"{planner}_sim_s"].append(simulating)
+        ratio = statistics.median(times["pipedream_s"]) / statistics.median(times["graphpipe_s"])
+        ctx.log(f"{model} {n} GPUs: pipedream / graphpipe search {ratio:.2f}× "
+                f"(graphpipe {statistics.median(times['graphpipe_s']):.2f} CPU s, "
+                f"pipedream {statistics.median(times['pipedream_s']):.2f})")
+        return [{"part": "search", "model": model, "n_devices": n, "batch": problem.batch_size, **times,
+                 "ratio": ratio}]
     planners = ["graphpipe", "pipedream", RESTRICTED] + (["balanced"] if n <= a.balanced_max and not branches else [])
     rows = [sim_row(model, branches or BRANCH_COUNT[model], bool(branches), problem, p) for p in planners]
     ctx.log(f"{model} branches={branches or BRANCH_COUNT[model]} {n} GPUs: "

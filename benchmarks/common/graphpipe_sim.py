@@ -1,11 +1,19 @@
 """GraphPipe's simulated part: the Summit-like clusters, each planner's answer as a row, and the
-clock that separates a planner's own work from the CPU it spends in the simulator."""
+clock that separates a planner's own work from the CPU it spends in the simulator.
+
+What a planner call's times include (:func:`timed`): everything ``run_planner`` does, from a cost model
+with empty caches (each call gets a fresh one, so no planner runs on the caches another warmed). The
+*simulator* share is the CPU inside the entry points of :data:`SIMULATOR` (building each candidate's
+schedule, the event simulation, the memory check); the planner's *own work* is the rest: graphpipe's SP
+decomposition, stage tables, DP and target search per micro-batch size and its plan building;
+PipeDream's DP per micro-batch count and its plan building."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -86,8 +94,11 @@ def simulation_clock() -> Iterator[list[float]]:
 
 
 def timed(planner: str, problem: PlanningProblem) -> tuple[PlanningResult, float, float, float]:
-    """The planner's result, its wall and CPU seconds, and the CPU seconds of them in the simulator.
-    ``pipedream-1f1b`` is the :data:`RESTRICTED` baseline."""
+    """The planner's result, its wall and CPU seconds, and the CPU seconds of them in the simulator
+    (module docstring), on a fresh cost model. ``pipedream-1f1b`` is the :data:`RESTRICTED` baseline."""
+    cost = problem.cost
+    problem = replace(problem, cost=CostModel(cost.profiles, cost.cluster, cost.action_overhead_s,
+                                              optimizer=cost.optimizer, clip_grad_norm=cost.clip_grad_norm))
     if planner == RESTRICTED:
         planner, problem = "pipedream", PlanningProblem(problem.model, problem.cost, problem.batch_size,
                                                         constraints=Constraints(method=Method.ONE_F_ONE_B))

@@ -37,6 +37,21 @@ def test_graphpipe_headlines_carry_issue_29s_targets() -> None:
     assert "| mmt | 4 | 16 | 512 | 120 |" in report.markdown
 
 
+def test_graphpipe_search_headlines_take_the_search_parts_medians_and_own_work() -> None:
+    rows = [_sim("mmt", 16, p, sps, cpu) for p, sps, cpu in (("graphpipe", 120.0, 1.0), ("pipedream", 100.0, 4.0),
+                                                             ("pipedream-1f1b", 90.0, 3.0))]
+    rows += [{"part": "search", "model": "mmt", "n_devices": n, "batch": 32 * n, "graphpipe_s": [1.0, 2.0, 9.0],
+              "graphpipe_sim_s": [0.5, 0.5, 0.5], "pipedream_s": [6.0 * k, 8.0 * k, 7.0 * k],
+              "pipedream_sim_s": [4.0, 4.0, 5.0],
+              "ratio": 0.0} for n, k in ((16, 1), (32, 2))]
+    report = graphpipe_report(rows, INFO)
+    total, own = [h for h in report.headlines if h.area == "search"]
+    assert total.value == 3.5 and "16 GPUs" in total.label and total.met is False  # median 7 / median 2
+    assert own.value == 2.0 and own.target is None  # (7 - 4) / (2 - 0.5)
+    assert "| mmt | 32 | 1024 | 3 | 2.00 (1.50 + 0.50) | 14.00 (10.00 + 4.00) | **7.00×** | 6.67× | 8.00× |" \
+        in report.markdown
+
+
 def _plan_row(model: str, label: str, predicted: float, measured: float, launch: int) -> dict[str, object]:
     return {"model": model, "batch": 32, "steps": 7, "n_candidates": 9, "cluster": "local", "label": label,
             "sources": ["pipedream*"], "predicted_s": predicted, "launch": launch, "status": "ok", "step_s": measured,

@@ -21,8 +21,8 @@ from pipetrain.planners.contract import ModelRef, PlanningProblem
 from pipetrain.planners.graphpipe import GraphPipeReport, plan_graphpipe
 from pipetrain.planners.graphpipe.brute import brute_force, convex, set_partitions
 from pipetrain.planners.graphpipe.costs import StageEstimator
-from pipetrain.planners.graphpipe.dp import search, twins
-from pipetrain.planners.graphpipe.planner import micro_batch_options, stage_floor_s, work_floor_s
+from pipetrain.planners.graphpipe.dp import _Solver, search, twins
+from pipetrain.planners.graphpipe.planner import micro_batch_options, path_floor_s, stage_floor_s, work_floor_s
 from pipetrain.planners.graphpipe.sp import decompose, reachability
 from pipetrain.planners.graphpipe.stages import layer_edges, place, to_plan
 from pipetrain.planners.registry import run_planner
@@ -264,11 +264,15 @@ def test_the_lower_bounds_hold_and_prune() -> None:
     names, edges = branches(4, 3)
     problem = dag_problem(names, edges, [1.0] * len(names), n_devices=8, batch=32, params=10**6)
     full = plan_graphpipe(problem, prune=False)
+    pairs, tighter = layer_edges(problem), 0
     for c in full.candidates:
         assert c.cluster is not None
         sizes = c.plan.stages[0].forward_sizes
         assert work_floor_s(problem, sizes) <= c.iteration_s
+        assert path_floor_s(problem, pairs, sizes) <= c.iteration_s
         assert stage_floor_s(c.plan, problem.cost.on(c.cluster)) <= c.iteration_s
+        tighter += path_floor_s(problem, pairs, sizes) > work_floor_s(problem, sizes)
+    assert tighter > 0  # few micro-batches: the longest path binds
     pruned = plan_graphpipe(problem)
     assert pruned.plan == full.plan
     assert isinstance(pruned.report, GraphPipeReport) and pruned.report.pruned > 0
@@ -282,10 +286,56 @@ def test_twin_branches_are_found_and_tried_once() -> None:
     tree = decompose(len(names), pairs)
     same = dag_problem(names, edges, [1.0] * len(names), n_devices=3)
     est = StageEstimator(same, pairs, b=2, n_micro=4)
-    assert twins(tree, est) == {(2, 3), (4, 5)}  # branches 1 and 2 repeat branch 0
+    assert twins(tree, est) == {(2, 3): (0, 1), (4, 5): (0, 1)}  # branches 1 and 2 repeat branch 0
     odd = dag_problem(names, edges, [1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0], n_devices=3)
-    assert twins(tree, StageEstimator(odd, pairs, b=2, n_micro=4)) == {(4, 5)}  # branch 2 repeats branch 0 only
+    assert twins(tree, StageEstimator(odd, pairs, b=2, n_micro=4)) == {(4, 5): (0, 1)}  # branch 2 repeats 0 only
     assert search(tree, est, 3).strategies == search(tree, est, 3, prune=False).strategies
+
+
+def test_twin_branches_are_solved_once_and_renumbered() -> None:
+    # MMT's shape: the DP solves branch 0 and renumbers it for branches 1-3; every target's answer
+    # and every strategy the search meets is the one of solving each branch on its own
+    names, edges = branches(4, 3)
+    problem = dag_problem(names, edges, [1.0] * len(names), n_devices=8, batch=32, params=10**7)
+    pairs = layer_edges(problem)
+    tree = decompose(len(names), pairs)
+    est = StageEstimator(problem, pairs, b=4, n_micro=8)
+    shared, alone = search(tree, est, 8), search(tree, est, 8, prune=False)
+    assert shared.strategies == alone.strategies and shared.visited == alone.visited
+    solver = _Solver(tree, est, max(s.worst_tps for s in shared.visited), twins(tree, est))
+    solver.full(solver.root, 8, 0)
+    assert len(solver.alias) == 3
+    for key, s in solver.memo.items():
+        v = key[0]
+        if v in solver.alias and s is not None:
+            layers = {i for stage, _ in s.stages for i in stage}
+            assert layers <= set(solver.nodes[v].layers)  # the twin's own layers, renumbered
+
+
+def test_a_series_run_that_fits_one_stage_is_that_stage() -> None:
+    # the shortcut (one stage on all n devices, depth d + 1) agrees with trying every split
+    names, edges = branches(3, 3)
+    problem = dag_problem(names, edges, [1.0 + (i % 3) for i in range(len(names))], n_devices=6, batch=16,
+                          params=10**6)
+    pairs = layer_edges(problem)
+    tree = decompose(len(names), pairs)
+    est = StageEstimator(problem, pairs, b=2, n_micro=8)
+    found = search(tree, est, 6)
+    shortcuts = 0
+    for target in sorted({s.worst_tps for s in found.visited}):
+        solver = _Solver(tree, est, target)
+        for v, node in enumerate(solver.nodes):
+            if node.kind != "series":
+                continue
+            for h in range(2, len(node.children) + 1):
+                for n in range(1, 7):
+                    for d in range(3):
+                        tried = solver._one_stage(v, h, n, d, -1)
+                        tried = solver._folded(v, h, n, d, solver._last_child(v, h, n, d, -1, tried))
+                        got = solver.run(v, h, n, d)
+                        assert got == tried
+                        shortcuts += got is not None and len(got.stages) == 1
+    assert shortcuts > 0
 
 
 def test_a_strategys_depth_is_its_longest_stage_path_beyond_the_micro_batch_count() -> None:

@@ -33,7 +33,11 @@ children is solved by peeling the last part:
 
 Smaller ``d`` never hurts (memory grows with in-flight), so minimising the source depth composes.
 Per target, each memo entry tries ``h`` stages × ``N`` replica counts; the stages feasible at the
-target are tabled per ``(layers, depth)`` from the estimator's cached TPS rows. The search over targets
+target are tabled per ``(layers, depth)`` from the estimator's cached TPS rows. Two shortcuts give
+the same answers with less work: a series run that fits as one stage on all ``n`` devices is that
+stage (depth ``d + 1``; every other strategy has ``>= d + 2``), and a branch identical to an earlier
+one (:func:`twins`) is solved as that one and renumbered (MMT: one branch solved of four; on 16 and 32
+GPUs the two cut the DP's CPU time 3–4×, issue 29). The search over targets
 halves ``[every layer's work spread evenly over the devices, TPS of the min-depth plan]`` (no strategy
 has its bottleneck below the even spread) to a relative 1e-2 (the TPS model is itself a few per cent
 from the simulator, which ranks the answers). The min-depth plan is the whole model as one
@@ -81,14 +85,23 @@ class Strategy:
         return self.depth, self.latency, self.worst_tps, len(self.stages)
 
 
-def _both(depth: int, a: Strategy, b: Strategy, series: bool) -> Strategy:
-    """The stages of ``a`` and ``b`` together, with source depth ``depth``: one after the other
-    (``series``, their latencies add) or side by side."""
-    latency = a.latency + b.latency if series else max(a.latency, b.latency)
-    return Strategy(depth, max(a.worst_tps, b.worst_tps), a.stages + b.stages, a.devices + b.devices, latency)
+def _joined(best: Strategy | None, rest: Strategy, tail: Strategy, series: bool) -> Strategy:
+    """The better (:func:`_better`) of ``best`` and the stages of ``rest`` and ``tail`` together: one
+    after the other (``series``: the depth is ``rest``'s, which was solved below ``tail``; the
+    latencies add) or side by side (the larger depth and latency); built only when it wins."""
+    if series:
+        depth, latency = rest.depth, rest.latency + tail.latency
+    else:
+        depth, latency = max(rest.depth, tail.depth), max(rest.latency, tail.latency)
+    worst = max(rest.worst_tps, tail.worst_tps)
+    if best is not None and (best.depth, best.latency, best.worst_tps, len(best.stages)) <= (
+            depth, latency, worst, len(rest.stages) + len(tail.stages)):
+        return best
+    return Strategy(depth, worst, rest.stages + tail.stages, rest.devices + tail.devices, latency)
 
 
 def _better(a: Strategy | None, b: Strategy | None) -> Strategy | None:
+    """``b`` when its key (:meth:`Strategy.key`) is less than ``a``'s, else ``a`` (ties keep the first found)."""
     if a is None:
         return b
     if b is None:
@@ -109,28 +122,32 @@ def _shape(node: SPNode, index: dict[int, int]) -> str:
     return f"{node.kind[0]}{int(node.linearised)}({','.join(_shape(c, index) for c in node.children)})"
 
 
-def twins(tree: SPNode, est: StageEstimator) -> set[tuple[int, ...]]:
-    """The layers of every parallel branch identical to an earlier branch of the same node: the same
-    SP shape, the same layer profiles (but names), the same edges inside and to the same layers
-    outside. Folding the merge into either of two twins gives strategies of equal key, and the DP
-    keeps the first, so :meth:`_Solver._fold` tries only the first (MMT's 4 branches: 1 of 4)."""
-    found: set[tuple[int, ...]] = set()
+def twins(tree: SPNode, est: StageEstimator) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """The layers of every parallel branch identical to an earlier branch of the same node, each with
+    the layers of the first such branch (its representative): the same SP shape, the same layer
+    profiles (but names), the same tied parameters, the same edges inside and to the same layers
+    outside. Two twins' DPs differ only in their layer numbers, so :class:`_Solver` solves the
+    representative's and renumbers it (MMT's 4 branches: 1 of 4 solved); folding the merge into
+    either twin gives strategies of equal key, and the DP keeps the first, so :meth:`_Solver._fold`
+    tries only the representative."""
+    found: dict[tuple[int, ...], tuple[int, ...]] = {}
+    ties = est.cost.profile.ties
 
     def signature(branch: SPNode) -> object:
         index = {layer: k for k, layer in enumerate(branch.layers)}
         rows = tuple((replace(est.cost.profile.layer(est.names[i]), name=""),
                       tuple(sorted(index.get(p, -1 - p) for p in est.preds[i])),
-                      tuple(sorted(index.get(c, -1 - c) for c in est.succs[i]))) for i in branch.layers)
+                      tuple(sorted(index.get(c, -1 - c) for c in est.succs[i])),
+                      tuple(k for k, tie in enumerate(ties) if est.names[i] in tie.layers)) for i in branch.layers)
         return _shape(branch, index), rows
 
     def visit(node: SPNode) -> None:
         if node.kind == "parallel":
-            seen: list[object] = []
+            seen: dict[object, tuple[int, ...]] = {}
             for branch in node.children:
-                sig = signature(branch)
-                if sig in seen:
-                    found.add(branch.layers)
-                seen.append(sig)
+                first = seen.setdefault(signature(branch), branch.layers)
+                if first != branch.layers:
+                    found[branch.layers] = first
         for child in node.children:
             visit(child)
 
@@ -138,16 +155,27 @@ def twins(tree: SPNode, est: StageEstimator) -> set[tuple[int, ...]]:
     return found
 
 
+def _renumbered(s: Strategy | None, layers: dict[int, int]) -> Strategy | None:
+    """``s`` with its stages' layers renumbered by ``layers`` (a representative's strategy for its twin)."""
+    if s is None:
+        return None
+    stages = tuple((tuple(layers[i] for i in st), r) for st, r in s.stages)
+    return Strategy(s.depth, s.worst_tps, stages, s.devices, s.latency)
+
+
 class _Solver:
-    """One DP run at one target TPS (the memo is valid for that target only)."""
+    """One DP run at one target TPS (the memo is valid for that target only); ``twin``: the branches
+    :func:`twins` finds, each solved as its representative, renumbered, and not tried for a fold."""
 
     def __init__(self, tree: SPNode, est: StageEstimator, target: float,
-                 twin: set[tuple[int, ...]] | None = None) -> None:
+                 twin: dict[tuple[int, ...], tuple[int, ...]] | None = None) -> None:
         self.est, self.target = est, target
-        self.twin = twin or set()
+        self.twin = twin or {}
         self.nodes: list[SPNode] = []
         self.children: list[tuple[int, ...]] = []
         self.root = self._index(tree)
+        where = {node.layers: v for v, node in enumerate(self.nodes)}  # SP nodes have distinct layer sets
+        self.alias = {where[t]: (where[r], dict(zip(r, t, strict=True))) for t, r in self.twin.items()}
         self.memo: dict[tuple[int, int, int, int, int], Strategy | None] = {}
         self.folds: dict[tuple[int, int, int, int, int], Strategy | None] = {}
         self.cuts: dict[tuple[int, int, int, int, int], Strategy | None] = {}
@@ -206,58 +234,67 @@ class _Solver:
         if skip == h - 1:
             return self._empty(n, d) if h == 1 else self.run(v, h - 1, n, d)
         key = (v, h, n, d, skip)
-        if key not in self.memo:
-            found = None
-            if n >= 1:
-                found = _better(self._one_stage(v, h, n, d, skip), self._last_child(v, h, n, d, skip))
-                found = _better(found, self._folded(v, h, n, d))
-            self.memo[key] = found
-        return self.memo[key]
+        if key in self.memo:
+            return self.memo[key]
+        found = None
+        if v in self.alias:
+            rep, layers = self.alias[v]
+            found = _renumbered(self.run(rep, h, n, d, skip), layers)
+        elif h >= 2 and self.nodes[v].kind == "series" and 1 <= n <= self.est.max_replicas and (
+                whole := self.stage(self._union(v, 0, h), n, d + 1)) is not None:
+            found = whole  # depth d + 1: any other strategy has a stage after another, depth >= d + 2
+        elif n >= 1:
+            found = self._last_child(v, h, n, d, skip, self._one_stage(v, h, n, d, skip))
+            found = self._folded(v, h, n, d, found)
+        self.memo[key] = found
+        return found
 
     @staticmethod
     def _empty(n: int, d: int) -> Strategy | None:
         """No layers: a strategy on no devices."""
         return Strategy(d, 0.0, (), 0) if n == 0 else None
 
-    def _join(self, v: int, head: int, n: int, d: int, tail: Strategy | None, skip: int = -1) -> Strategy | None:
-        """``tail`` after (series) or beside (parallel) the first ``head`` children but ``skip`` on ``n`` devices."""
-        if tail is None:
-            return None
+    def _join(self, best: Strategy | None, v: int, head: int, n: int, d: int, tail: Strategy,
+              skip: int = -1) -> Strategy | None:
+        """The better of ``best`` and ``tail`` after (series) or beside (parallel) the first ``head``
+        children but ``skip`` on ``n`` devices."""
         if head == 0 or (head == 1 and skip == 0):
-            return tail if n == 0 else None
+            return _better(best, tail) if n == 0 else best
         series = self.nodes[v].kind == "series"
         rest = self.run(v, head, n, tail.depth if series else d, skip)
-        if rest is None:
-            return None
-        return _both(rest.depth if series else max(rest.depth, tail.depth), rest, tail, series)
+        return best if rest is None else _joined(best, rest, tail, series)
 
     def _one_stage(self, v: int, h: int, n: int, d: int, skip: int) -> Strategy | None:
         best: Strategy | None = None
         for k in range(h - 1, skip, -1):
             for tail in self.stages(self._union(v, k, h), d + 1, n):
-                best = _better(best, self._join(v, k, n - tail.devices, d, tail, skip))
+                best = self._join(best, v, k, n - tail.devices, d, tail, skip)
         return best
 
-    def _last_child(self, v: int, h: int, n: int, d: int, skip: int) -> Strategy | None:
+    def _last_child(self, v: int, h: int, n: int, d: int, skip: int, best: Strategy | None) -> Strategy | None:
+        """The better of ``best`` and the last child on its own beside or after the rest."""
         last = self.children[v][h - 1]
         if not self.children[last]:
-            return None  # a leaf on its own is a one-stage run
-        best: Strategy | None = None
+            return best  # a leaf on its own is a one-stage run
         for n2 in range(1, n + 1):
-            best = _better(best, self._join(v, h - 1, n - n2, d, self.full(last, n2, d), skip))
+            tail = self.full(last, n2, d)
+            if tail is not None:
+                best = self._join(best, v, h - 1, n - n2, d, tail, skip)
         return best
 
-    def _folded(self, v: int, h: int, n: int, d: int) -> Strategy | None:
-        """Series node: the last children ``k+1..h-1`` after a parallel child ``k`` share a stage with a
-        tail of one of its branches (module docstring); the first ``k`` children before it."""
+    def _folded(self, v: int, h: int, n: int, d: int, best: Strategy | None) -> Strategy | None:
+        """Series node: the better of ``best`` and the last children ``k+1..h-1`` after a parallel
+        child ``k`` sharing a stage with a tail of one of its branches (module docstring), the first
+        ``k`` children before it."""
         if self.nodes[v].kind != "series":
-            return None
-        best: Strategy | None = None
+            return best
         for k in range(h - 2, -1, -1):
             if self.nodes[self.children[v][k]].kind != "parallel":
                 continue
             for n2 in range(2, n + 1):
-                best = _better(best, self._join(v, k, n - n2, d, self._fold(v, k, h, n2, d)))
+                tail = self._fold(v, k, h, n2, d)
+                if tail is not None:
+                    best = self._join(best, v, k, n - n2, d, tail)
         return best
 
     def _fold(self, v: int, k: int, h: int, n: int, d: int) -> Strategy | None:
@@ -278,7 +315,7 @@ class _Solver:
                 for stage in self.stages(layers, d + 1, n - 1):
                     rest = self._cut(p, i, j, n - stage.devices, d + 1)
                     if rest is not None:
-                        best = _better(best, _both(rest.depth, rest, stage, series=True))
+                        best = _joined(best, rest, stage, series=True)
         self.folds[key] = best
         return best
 
@@ -296,15 +333,15 @@ class _Solver:
                 head = self.run(self.children[p][i], j, n1, d)
                 others = self.run(p, h, n - n1, d, skip=i) if head is not None else None
                 if head is not None and others is not None:
-                    best = _better(best, _both(max(head.depth, others.depth), others, head, series=False))
+                    best = _joined(best, others, head, series=False)
         self.cuts[key] = best
         return best
 
 
 def solve(tree: SPNode, est: StageEstimator, n_devices: int, target: float,
-          twin: set[tuple[int, ...]] | None = None) -> dict[int, Strategy]:
+          twin: dict[tuple[int, ...], tuple[int, ...]] | None = None) -> dict[int, Strategy]:
     """For each device count ``n <= n_devices``, DP(root, n, 0) at ``target``, where one exists
-    (``twin``: the branches :func:`twins` finds, not tried for a fold)."""
+    (``twin``: the branches :func:`twins` finds, solved once for all twins and folded into only the first)."""
     solver = _Solver(tree, est, target, twin)
     found = {}
     for n in range(1, n_devices + 1):
@@ -340,9 +377,9 @@ class Searched(NamedTuple):
 def search(tree: SPNode, est: StageEstimator, n_devices: int, rel_tol: float = 1e-2, *,
            prune: bool = True) -> Searched:
     """Algorithm 1: the smallest target TPS with a strategy (to ``rel_tol``), and its strategies by
-    device count; empty when no strategy fits the devices' memory at any target. ``prune``: fold the
-    merge into only the first of :func:`twins` (the same answer)."""
-    twin = twins(tree, est) if prune else set()
+    device count; empty when no strategy fits the devices' memory at any target. ``prune``: solve twin
+    branches (:func:`twins`) once and fold the merge into only the first of them (the same answer)."""
+    twin = twins(tree, est) if prune else {}
     visited: dict[tuple[Stage, ...], Strategy] = {}
 
     def solved(target: float) -> dict[int, Strategy]:
