@@ -1,8 +1,8 @@
 """``pipetrain demo``: the whole loop on a built-in model and real data, on this machine.
 
-    profile here → probe the link → plan (method, micro-batches, stages) → simulate → train on
-    local ranks on real data, evaluating as it goes → predicted beside measured → speed against
-    single-process training
+    profile here → probe the link and calibrate on short runs (once) → plan (method, micro-batches,
+    stages) → simulate → train on local ranks on real data, evaluating as it goes → predicted beside
+    measured → speed against single-process training
 
 By default ``gpt-tiny`` learns character-level language modelling on the ``text`` corpus that ships
 with Python (:mod:`pipetrain.data.text`) with AdamW and a warm-up + cosine schedule, so the loss
@@ -23,6 +23,7 @@ from rich.console import Console
 from pipetrain import api
 from pipetrain.cluster import Cluster
 from pipetrain.data import default_source
+from pipetrain.errors import UserError
 from pipetrain.fileio import write_atomic
 from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OptimizerName
@@ -58,9 +59,15 @@ class DemoSettings:
     folder: Path = Path("out/demo")
 
 
-def _probe(graph: LayerGraph, settings: DemoSettings, console: Console) -> Cluster:
-    """This machine as ``pipetrain plan`` sees it: probed on the model's work, or that probe cached."""
-    from pipetrain.calibrate.machine import probed_cluster
+def _probe(graph: LayerGraph, settings: DemoSettings, console: Console, profile: Profile) -> Cluster:
+    """This machine as ``pipetrain plan`` sees it: probed on the model's work and calibrated on short
+    runs of it against ``profile`` (unless ``PIPETRAIN_CALIBRATE=0``), or that probe cached."""
+    from pipetrain.calibrate.machine import (
+        calibrate_machine,
+        calibration_profile_path,
+        calibration_wanted,
+        probed_cluster,
+    )
 
     def announce() -> None:
         console.print(f"[bold]2/7[/bold] probing the link, the contention between {settings.ranks} local ranks on "
@@ -70,6 +77,16 @@ def _probe(graph: LayerGraph, settings: DemoSettings, console: Console) -> Clust
     if found.probed_s is None:
         console.print(f"[bold]2/7[/bold] this machine as probed before on {graph.name}'s work: {found.path} "
                       "(`pipetrain plan --reprobe` probes it again)")
+    if calibration_profile_path(found.path).exists() or not calibration_wanted():
+        return found.cluster
+    console.print(f"[bold]2/7[/bold] calibrating the probe on three short runs of {graph.name} (once, as `pipetrain "
+                  "plan` does)")
+    try:
+        found = calibrate_machine(graph, settings.batch, found, profile, _OPTIMIZER)
+    except UserError as e:
+        console.print(f"[bold]2/7[/bold] not calibrated: {e}")
+        return found.cluster
+    console.print(f"[bold]2/7[/bold] calibrated in {found.probed_s:.0f} s, kept in {found.path}")
     return found.cluster
 
 
@@ -108,7 +125,7 @@ def _plan(graph: LayerGraph, settings: DemoSettings, out: Console, console: Cons
     folder, batch = settings.folder, settings.batch
     profile = _profile(graph, settings, console)
     write_atomic(folder / "profile.json", profile.to_json())
-    cluster = _probe(graph, settings, console)
+    cluster = _probe(graph, settings, console, profile)
     write_atomic(folder / "cluster.json", cluster.to_json())
     console.print("[bold]3/7[/bold] planning: every method × micro-batch count, simulated")
     result = api.plan(graph, profile, cluster, batch_size=batch, optimizer=_OPTIMIZER, clip_grad_norm=True,

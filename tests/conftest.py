@@ -44,14 +44,17 @@ def _no_retiming(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _unprobed_machine(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """``pipetrain plan`` for this machine probes it (~15 s) and caches the result under the user's
-    home: here it gets the unprobed defaults at once, cached in a folder of the test's own."""
+    """``pipetrain plan`` for this machine probes it (~15 s), calibrates the probe on short runs of the
+    model (~20-60 s) and caches the result under the user's home: here it gets the unprobed defaults
+    at once, uncalibrated (``PIPETRAIN_CALIBRATE=0``, which subprocesses inherit too), cached in a folder
+    of the test's own. Tests of the calibration turn it back on."""
     from pipetrain.cluster import CPU_ACTION_OVERHEAD_S, Cluster
 
     def unprobed(n_ranks: int, **_: object) -> Cluster:
         return Cluster.local(n_ranks, action_overhead_s=CPU_ACTION_OVERHEAD_S)
 
     monkeypatch.setenv("PIPETRAIN_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("PIPETRAIN_CALIBRATE", "0")
     monkeypatch.setattr("pipetrain.calibrate.machine.probe_local_cluster", unprobed)
 
 

@@ -10,7 +10,9 @@ contention on the model's own work (:func:`probe_workload`), so its result is ke
 cache key is the machine (:func:`machine_fingerprint`), the model's fingerprint, the rank count and
 the probe's samples per rank. The cluster JSON lands in :func:`cache_dir`, one file per key.
 ``pipetrain probe --model`` keeps its result there too (:func:`keep_probe`; with ``--calibrate``, the
-cluster fitted to runs of the model), so the next ``plan`` of that model reuses it.
+cluster fitted to runs of the model), so the next ``plan`` of that model reuses it. ``plan`` itself
+calibrates a probe that is not calibrated yet (:func:`calibrate_machine`, ~20-60 s once per machine,
+model and ranks; ``--no-calibrate`` or ``PIPETRAIN_CALIBRATE=0`` keep the probe alone).
 
 A calibrated cluster's compute speed is relative to the profile it was fitted against (``compute at
 0.33× the profile``): priced with another profile of the same model, measured at another moment of a
@@ -47,9 +49,13 @@ from pipetrain.plan.memory import OptimizerName
 from pipetrain.profile.link import Workload
 from pipetrain.profile.table import Profile
 
-__all__ = ["CACHE_ENV", "MachineProbe", "cache_dir", "cached_calibration_profile", "calibrated_optimizer",
-           "calibration_profile_path", "calibration_record_path", "keep_probe", "machine_fingerprint", "probe_workload",
-           "probed_cluster", "write_calibration_record"]
+__all__ = ["CACHE_ENV", "CALIBRATE_ENV", "MachineProbe", "cache_dir", "cached_calibration_profile", "calibrate_machine",
+           "calibrated_optimizer", "calibration_profile_path", "calibration_record_path", "calibration_wanted",
+           "keep_probe", "machine_fingerprint", "probe_workload", "probed_cluster", "write_calibration_record"]
+
+CALIBRATE_ENV = "PIPETRAIN_CALIBRATE"
+"""The environment variable that, set to ``0``, stops ``plan`` from calibrating on its own
+(:func:`calibration_wanted`)."""
 
 CACHE_ENV = "PIPETRAIN_CACHE_DIR"
 """The environment variable that moves the cache (default ``$XDG_CACHE_HOME/pipetrain``, else
@@ -143,6 +149,31 @@ def probed_cluster(graph: LayerGraph, batch: int, n_ranks: int, *, refresh: bool
     write_atomic(path, cluster.to_json())
     _forget_calibration(path)  # an earlier calibration's: not for this probe
     return MachineProbe(cluster, path, probed_s)
+
+
+def calibration_wanted() -> bool:
+    """Whether ``plan`` for this machine may calibrate on its own (:func:`calibrate_machine`): unless the
+    environment says ``PIPETRAIN_CALIBRATE=0`` (scripts and CI that want the quick probe alone)."""
+    return os.environ.get(CALIBRATE_ENV, "1").strip().lower() not in ("0", "no", "off", "false")
+
+
+def calibrate_machine(graph: LayerGraph, batch: int, found: MachineProbe, profile: Profile,
+                      optimizer: OptimizerName) -> MachineProbe:
+    """``found``, this machine's probe for ``graph``, calibrated on short runs of ``graph`` training with
+    ``optimizer`` (:func:`~pipetrain.calibrate.fit.calibrate_cluster`, fitted against ``profile``) and
+    kept in its place with that profile (:func:`keep_probe`), where the next :func:`probed_cluster`
+    reads it back; ``probed_s``, the seconds the calibration took.
+
+    Raises:
+        UserError: the model cannot run the calibration's pipelines (fewer layers than ranks).
+    """
+    from pipetrain.calibrate.fit import calibrate_cluster
+
+    start = time.perf_counter()
+    calibration = calibrate_cluster(graph, profile, found.cluster, batch, optimizer=optimizer)
+    cluster = calibration.apply(found.cluster)
+    path = keep_probe(graph, batch, cluster, profile, optimizer)
+    return MachineProbe(cluster, path, time.perf_counter() - start)
 
 
 def keep_probe(graph: LayerGraph, batch: int, cluster: Cluster, calibrated_on: Profile | None = None,

@@ -280,6 +280,11 @@ def _probe_args(p: argparse.ArgumentParser) -> None:
     probe.add_argument("--no-probe", action="store_true",
                        help="plan for this machine's unprobed defaults (loopback link, no contention) instead of "
                             "probing it or reusing a cached probe (default: probe once, then reuse)")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="plan on this machine's probe alone instead of calibrating it once on short runs of the "
+                        "model (its compute speed in a pipeline, cost per action and all-reduce: ~20-60 s, kept with "
+                        "the probe; as `pipetrain probe --calibrate`); PIPETRAIN_CALIBRATE=0 does the same "
+                        "(default: calibrate when the model can run on the ranks, at fp32)")
 
 
 def _plan_and_schedule_args(p: argparse.ArgumentParser, *, plan_required: bool) -> None:

@@ -16,12 +16,20 @@ import dataclasses
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from pipetrain import api
 from pipetrain.api.clusters import each_profile
-from pipetrain.cli.common import DEFAULT_MODEL, cluster_and_profiles, graph_of, save_text, use_calibration_profile
+from pipetrain.cli.common import (
+    DEFAULT_MODEL,
+    cluster_and_profiles,
+    graph_of,
+    load_profile,
+    save_text,
+    use_calibration_profile,
+)
 from pipetrain.cli.consoles import console, out
 from pipetrain.cli.routing import PlanRoute, plan_route
 from pipetrain.cli.validate import check_plan_args
@@ -36,6 +44,9 @@ from pipetrain.planners import BASE_PLANNER, DEFAULT_PLANNER, DEFAULT_TIME_BUDGE
 from pipetrain.planners.auto import AutoReport, skipped
 from pipetrain.planners.microbatch import GA_PLANNERS, GAConfig
 from pipetrain.profile.precision import parse_precision
+
+if TYPE_CHECKING:
+    from pipetrain.calibrate.machine import MachineProbe
 
 __all__ = ["DEFAULT_TOP", "cmd_plan", "plan_and_save", "plan_model", "plan_request", "train_request"]
 
@@ -232,11 +243,18 @@ def _this_machine(args: argparse.Namespace, graph: LayerGraph, n_ranks: int) -> 
                       f"{escape(graph.name)}'s work and the cost per action (~15 s, kept for the next plans)[/dim]")
 
     found = probed_cluster(graph, args.batch, n_ranks, refresh=args.reprobe, on_probe=announce)
-    if args.profile is None:  # a calibrated probe (`pipetrain probe --calibrate`) brings its profile
+    calibrated = calibration_profile_path(found.path).exists()
+    if not calibrated and _calibrates(args):
+        found, calibrated = _calibrate_here(args, graph, n_ranks, found)
+    if args.profile is None:  # a calibrated probe brings its profile
         use_calibration_profile(args, found.path, parse_precision(args.precision or "fp32"))
     path = escape(str(found.path))
     again = "--reprobe to probe again, --no-probe for the unprobed defaults"
-    if calibration_profile_path(found.path).exists():
+    if calibrated and found.probed_s is not None:
+        console.print(f"[dim]cluster: calibrated this machine on {escape(graph.name)} in {found.probed_s:.0f} s, "
+                      f"kept in {path} ({again})[/dim]")
+        return found.cluster
+    if calibrated:
         console.print(f"[dim]cluster: using the calibration of this machine on {escape(graph.name)} cached at {path} "
                       f"({again})[/dim]")
         return found.cluster
@@ -245,10 +263,35 @@ def _this_machine(args: argparse.Namespace, graph: LayerGraph, n_ranks: int) -> 
     else:
         console.print(f"[dim]cluster: probed this machine in {found.probed_s:.0f} s, kept in {path} ({again})[/dim]")
     console.print(f"[dim]not calibrated on {escape(graph.name)} (Core benchmark: median error 7-19% uncalibrated, "
-                  f"2-3% calibrated): `{escape(_calibrate_command(args, n_ranks))}` fits it to short runs of the "
-                  "model once (minutes: 6 for gpt-tiny, 18 for the mlp at batch 128 on a loaded 2-core CPU) and the "
-                  "next plans use it[/dim]")
+                  f"2-3% calibrated): `{escape(_calibrate_command(args, n_ranks))}` (or `plan` without "
+                  "--no-calibrate) fits it to short runs of the model once and the next plans use it[/dim]")
     return found.cluster
+
+
+def _calibrates(args: argparse.Namespace) -> bool:
+    """Whether `plan` calibrates this machine's probe itself: not with --no-calibrate or
+    ``PIPETRAIN_CALIBRATE=0``, nor at a precision other than fp32 (the calibration runs train at fp32)."""
+    from pipetrain.calibrate.machine import calibration_wanted
+
+    return not args.no_calibrate and calibration_wanted() and (args.precision or "fp32") == "fp32"
+
+
+def _calibrate_here(args: argparse.Namespace, graph: LayerGraph, n_ranks: int,
+                    found: MachineProbe) -> tuple[MachineProbe, bool]:
+    """Calibrate ``found`` on short runs of ``graph`` training with ``args.optimizer``, against the
+    profile planning will use (``--profile``, else one measured now and kept with the calibration);
+    the probe as it was, with one line, when the model cannot run them. Returns the probe and whether
+    it is calibrated."""
+    from pipetrain.calibrate.machine import calibrate_machine
+
+    profile = load_profile(args, graph, args.batch, "fp32")
+    console.print(f"[dim]calibrating this machine on {escape(graph.name)}: three short runs of it on {n_ranks} ranks, "
+                  f"training with {args.optimizer} (once: kept with the probe; --no-calibrate to skip)[/dim]")
+    try:
+        return calibrate_machine(graph, args.batch, found, profile, args.optimizer), True
+    except UserError as e:
+        console.print(f"[dim]not calibrated: {escape(str(e))}[/dim]")
+        return found, False
 
 
 def _calibrate_command(args: argparse.Namespace, n_ranks: int) -> str:

@@ -87,3 +87,44 @@ def test_calibration_runs_the_users_optimizer_and_plan_says_when_it_differs(
         assert ("calibrated on runs training with adamw, not sgd" in capsys.readouterr().err) is noted
     assert main(["probe", "--optimizer", "adam", "--out", str(out)]) == 2
     assert "--optimizer is the optimizer --calibrate's runs train with" in capsys.readouterr().err
+
+
+def test_plan_calibrates_this_machine_once_and_reuses_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`plan` for this machine calibrates its probe on the model's runs (training with the plan's
+    optimizer) once, keeps it with the profile it was fitted against, and the next plan reuses both;
+    --no-calibrate (or PIPETRAIN_CALIBRATE=0) plans on the probe alone."""
+    from pipetrain import api
+    from pipetrain.graph.zoo import build_model
+    from pipetrain.profile.estimate import estimate_profile
+
+    monkeypatch.setenv("PIPETRAIN_CALIBRATE", "1")
+    profiled = estimate_profile(build_model("mlp-digits"), "cpu", 32)
+    monkeypatch.setattr(api, "profile_model", lambda *_, **__: profiled)
+    argv = ["plan", "--model", "mlp-digits", "--batch", "32", "--ranks", "2", "--planner", "balanced",
+            "--optimizer", "adam"]
+    with mock.patch("pipetrain.calibrate.fit.calibrate_cluster", return_value=FITTED) as calibrate:
+        assert main([*argv, "--no-calibrate", "--out", str(tmp_path / "none" / "plan.json")]) == 0
+        assert "not calibrated on mlp-digits" in capsys.readouterr().err and calibrate.call_count == 0
+        assert main([*argv, "--out", str(tmp_path / "first" / "plan.json")]) == 0
+        assert "calibrated this machine on mlp-digits in" in capsys.readouterr().err
+        assert calibrate.call_count == 1 and calibrate.call_args.kwargs["optimizer"] == "adam"
+        assert main([*argv, "--out", str(tmp_path / "second" / "plan.json")]) == 0
+        assert "using the calibration of this machine on mlp-digits" in capsys.readouterr().err
+        assert calibrate.call_count == 1
+    for run in ("first", "second"):
+        cluster = Cluster.load(tmp_path / run / "plan.cluster.json")
+        assert cluster.action_overhead_s == 2.5e-4 and cluster.devices[0].speed == pytest.approx(0.9)
+    monkeypatch.setenv("PIPETRAIN_CALIBRATE", "0")
+    assert main([*argv, "--reprobe", "--out", str(tmp_path / "off" / "plan.json")]) == 0
+    assert "not calibrated on mlp-digits" in capsys.readouterr().err
+
+
+def test_a_model_the_calibration_cannot_run_plans_on_the_probe(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPETRAIN_CALIBRATE", "1")
+    assert main(["plan", "--model", "mlp-digits", "--batch", "1", "--ranks", "2", "--planner", "balanced",
+                 "--out", str(tmp_path / "plan.json")]) == 0
+    text = capsys.readouterr().err
+    assert "calibrating this machine" in text and "not calibrated: a data-parallel calibration" in text
+    assert "not calibrated on mlp-digits" in text  # and how to calibrate it

@@ -219,9 +219,26 @@ def test_the_probe_cache_is_per_model_and_shared_with_the_demo(probes: list[int]
     first = machine.probed_cluster(digits, 16, 2)
     assert first.probed_s is not None and machine.probed_cluster(digits, 16, 2).probed_s is None
     assert machine.probed_cluster(wider, 16, 2).path != first.path and probes == [2, 2]
-    _probe(digits, DemoSettings(model="mlp-digits", batch=16, ranks=2), Console(file=None, quiet=True))
+    _probe(digits, DemoSettings(model="mlp-digits", batch=16, ranks=2), Console(file=None, quiet=True),
+           estimate_profile(digits, "cpu", 16))
     assert probes == [2, 2]  # the demo read the probe plan made
     assert first.path.parent == machine.cache_dir() and first.path.name.startswith("cluster-mlp-digits-2r-")
+
+
+def test_the_demo_calibrates_the_probe_as_plan_does(probes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipetrain.calibrate.fit import Calibration
+    from pipetrain.demo import DemoSettings, _probe
+
+    monkeypatch.setenv("PIPETRAIN_CALIBRATE", "1")
+    digits = build_model("mlp-digits")
+    fitted = Calibration(0.8, 4e-4, ("1f1b m=1", "zbv m=8"), (0.04, 0.03), (0.04, 0.03), optimizer="adamw")
+    settings, quiet = DemoSettings(model="mlp-digits", batch=16, ranks=2), Console(file=None, quiet=True)
+    with mock.patch("pipetrain.calibrate.fit.calibrate_cluster", return_value=fitted) as calibrate:
+        for _ in range(2):  # calibrated once, then read back
+            cluster = _probe(digits, settings, quiet, estimate_profile(digits, "cpu", 16))
+            assert cluster.action_overhead_s == 4e-4 and cluster.devices[0].speed == pytest.approx(0.8)
+    assert calibrate.call_count == 1 and probes == [2]
+    assert machine.cached_calibration_profile(digits, 16, 2) is not None
 
 
 def test_plans_without_measurements_still_load_and_with_them_round_trip() -> None:
