@@ -8,10 +8,11 @@ For each model — ``mlp-digits``, ``gpt-tiny`` and a user's transformer (``benc
 a ``ModuleList`` of ``nn.TransformerEncoderLayer`` on the digits read as rows) — on 2 local ranks, at the
 commands' default batch, with ``--optimizer adamw``, in two modes:
 
-* ``uncalibrated``: ``pipetrain plan`` three times in a row (does it choose the same plan, or say the
-  candidates are within noise?), then ``simulate`` → ``train`` → ``compare`` on the first plan;
-* ``calibrated``: ``pipetrain probe --calibrate --model M --optimizer adamw`` first (its runs train
-  with adamw, as the flow does), then the same with ``--cluster`` its file.
+* ``uncalibrated``: ``pipetrain plan --no-calibrate`` three times in a row (does it choose the same
+  plan, or say the candidates are within noise?), then ``simulate`` → ``train`` → ``compare`` on the
+  first plan;
+* ``calibrated``: the same with ``plan``'s default, which calibrates this machine's probe on short
+  runs of the model training with adamw once (the first ``plan``) and reuses it (the next two).
 
 Each command runs as a subprocess (``python -m pipetrain``), as a user would run it. The figures: the
 predicted iteration (``simulate``'s timeline) against the measured (the median timed step of ``train``;
@@ -111,19 +112,15 @@ def run(setting: tuple[str, str], ctx: Context) -> list[Row]:
     steps, trains = (8, 1) if ctx.quick else (ctx.args.steps, ctx.args.trains)
     env = {**os.environ, "PIPETRAIN_CACHE_DIR": str(ctx.artifact("cache").resolve())}
     data = model[model.index("--data"):] if "--data" in model else []
-    cluster: list[str] = []
-    if mode == "calibrated":
-        _run(["probe", *model, "--ranks", RANKS, "--calibrate", "--optimizer", OPTIMIZER,
-              "--out", str(folder / "probe.json")], folder / "probe.log", env)
-        cluster = ["--cluster", str(folder / "probe.json")]
+    calibration = [] if mode == "calibrated" else ["--no-calibrate"]  # plan calibrates by default
     plans, noise_lines = [], []
     for i in range(PLANS):
-        text = _run(["plan", *model, "--ranks", RANKS, "--optimizer", OPTIMIZER, *cluster,
+        text = _run(["plan", *model, "--ranks", RANKS, "--optimizer", OPTIMIZER, *calibration,
                      "--out", str(folder / f"plan{i}.json")], folder / f"plan{i}.log", env)
         plans.append(Plan.from_json((folder / f"plan{i}.json").read_text()))
         noise_lines += [line.strip() for line in text.splitlines() if "noise" in line]
     plan_file = str(folder / "plan0.json")
-    _run(["simulate", "--plan", plan_file, *data, *cluster, "--out-dir", str(folder / "sim")],
+    _run(["simulate", "--plan", plan_file, *data, "--out-dir", str(folder / "sim")],
          folder / "simulate.log", env)
     runs = []
     for i in range(trains):  # this machine's runs of one plan differ by ±15-25%: the median of several
