@@ -82,11 +82,12 @@ def _probe(graph: LayerGraph, settings: DemoSettings, console: Console, profile:
     console.print(f"[bold]2/7[/bold] calibrating the probe on three short runs of {graph.name} (once, as `pipetrain "
                   "plan` does)")
     try:
-        found = calibrate_machine(graph, settings.batch, found, profile, _OPTIMIZER)
+        found, calibration = calibrate_machine(graph, settings.batch, found, profile, _OPTIMIZER)
     except UserError as e:
         console.print(f"[bold]2/7[/bold] not calibrated: {e}")
         return found.cluster
-    console.print(f"[bold]2/7[/bold] calibrated in {found.probed_s:.0f} s, kept in {found.path}")
+    console.print(f"[bold]2/7[/bold] calibrated in {found.probed_s:.0f} s ({calibration.describe()}), kept in "
+                  f"{found.path}")
     return found.cluster
 
 

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -48,6 +49,9 @@ from pipetrain.graph.layer_graph import LayerGraph
 from pipetrain.plan.memory import OptimizerName
 from pipetrain.profile.link import Workload
 from pipetrain.profile.table import Profile
+
+if TYPE_CHECKING:
+    from pipetrain.calibrate.fit import Calibration
 
 __all__ = ["CACHE_ENV", "CALIBRATE_ENV", "MachineProbe", "cache_dir", "cached_calibration_profile", "calibrate_machine",
            "calibrated_optimizer", "calibration_profile_path", "calibration_record_path", "calibration_wanted",
@@ -158,11 +162,12 @@ def calibration_wanted() -> bool:
 
 
 def calibrate_machine(graph: LayerGraph, batch: int, found: MachineProbe, profile: Profile,
-                      optimizer: OptimizerName) -> MachineProbe:
+                      optimizer: OptimizerName) -> tuple[MachineProbe, Calibration]:
     """``found``, this machine's probe for ``graph``, calibrated on short runs of ``graph`` training with
     ``optimizer`` (:func:`~pipetrain.calibrate.fit.calibrate_cluster`, fitted against ``profile``) and
     kept in its place with that profile (:func:`keep_probe`), where the next :func:`probed_cluster`
-    reads it back; ``probed_s``, the seconds the calibration took.
+    reads it back; its ``probed_s``, the seconds the calibration took; and the calibration (its terms
+    and runs, :meth:`~pipetrain.calibrate.fit.Calibration.describe`).
 
     Raises:
         UserError: the model cannot run the calibration's pipelines (fewer layers than ranks).
@@ -173,7 +178,7 @@ def calibrate_machine(graph: LayerGraph, batch: int, found: MachineProbe, profil
     calibration = calibrate_cluster(graph, profile, found.cluster, batch, optimizer=optimizer)
     cluster = calibration.apply(found.cluster)
     path = keep_probe(graph, batch, cluster, profile, optimizer)
-    return MachineProbe(cluster, path, time.perf_counter() - start)
+    return MachineProbe(cluster, path, time.perf_counter() - start), calibration
 
 
 def keep_probe(graph: LayerGraph, batch: int, cluster: Cluster, calibrated_on: Profile | None = None,

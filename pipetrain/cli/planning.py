@@ -288,10 +288,12 @@ def _calibrate_here(args: argparse.Namespace, graph: LayerGraph, n_ranks: int,
     console.print(f"[dim]calibrating this machine on {escape(graph.name)}: three short runs of it on {n_ranks} ranks, "
                   f"training with {args.optimizer} (once: kept with the probe; --no-calibrate to skip)[/dim]")
     try:
-        return calibrate_machine(graph, args.batch, found, profile, args.optimizer), True
+        calibrated, calibration = calibrate_machine(graph, args.batch, found, profile, args.optimizer)
     except UserError as e:
         console.print(f"[dim]not calibrated: {escape(str(e))}[/dim]")
         return found, False
+    console.print(f"[dim]calibrated: {escape(calibration.describe())}[/dim]")
+    return calibrated, True
 
 
 def _calibrate_command(args: argparse.Namespace, n_ranks: int) -> str:
