@@ -52,7 +52,7 @@ keeps each stage on one rank can come within :data:`~pipetrain.planners.auto_bou
 the best plan found (:func:`~pipetrain.planners.auto_bound.single_rank_bound`), noting the bound: such
 a run cannot win, so the plan is the same. It matters at scale: gpt1-14 at batch 512 on 512 A100s,
 where ``pipedream``'s replicated stages take 0.075 s and no single-rank plan less than 3.9 s, the
-skipped runs took 90 % of auto's 203 s CPU (benchmarks/history/plan-scale.md).
+skipped runs took 179 of auto's 203 s CPU before (benchmarks/history/plan-scale.md).
 
 With a planning-time budget (``constraints.time_budget_s``; ``pipetrain plan`` without ``--planner``
 gives 60 s, :data:`~pipetrain.planners.registry.DEFAULT_TIME_BUDGET_S`) auto makes ``balanced`` and
