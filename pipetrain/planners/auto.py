@@ -46,6 +46,14 @@ feasible is reported with its reason; the fastest feasible plan wins
 (:func:`~pipetrain.planners.contract.rank_key`: within 3 significant digits, less activation memory,
 then fewer micro-batches, then the earlier run in the list above).
 
+Auto makes the runs whose plans keep each stage on one rank (:attr:`~pipetrain.planners.spec.AutoRun.single_rank`:
+the micro-batch runs, ``bapipe``, ``interleaved``) after the others, and skips one when no plan that
+keeps each stage on one rank can come within :data:`~pipetrain.planners.auto_bound.BOUND_MARGIN` of
+the best plan found (:func:`~pipetrain.planners.auto_bound.single_rank_bound`), noting the bound: such
+a run cannot win, so the plan is the same. It matters at scale: gpt1-14 at batch 512 on 512 A100s,
+where ``pipedream``'s replicated stages take 0.075 s and no single-rank plan less than 3.9 s, the
+skipped runs took 179 of auto's 203 s CPU before (benchmarks/history/plan-scale.md).
+
 With a planning-time budget (``constraints.time_budget_s``; ``pipetrain plan`` without ``--planner``
 gives 60 s, :data:`~pipetrain.planners.registry.DEFAULT_TIME_BUDGET_S`) auto makes ``balanced`` and
 ``interleaved`` first (:attr:`~pipetrain.planners.spec.AutoRun.budget_first`: the base of the
@@ -60,12 +68,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from pipetrain.cluster import Cluster
 from pipetrain.errors import UserError
 from pipetrain.plan.plan import Plan
+from pipetrain.planners.auto_bound import BOUND_MARGIN, single_rank_bound
 from pipetrain.planners.contract import Candidate, Constraints, PlanningProblem, PlanningResult, rank_key
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.report import PlanPart
@@ -223,9 +232,14 @@ def plan_auto(problem: PlanningProblem, runs: Sequence[Run], on_planner: Callabl
     budget = problem.constraints.time_budget_s
     start = clock()
     outcomes: dict[str, Outcome] = {}
-    for spec, run in _in_budget_order(applying) if budget is not None else applying:
+    bound: list[float] = []  # single_rank_bound, once asked for
+    for spec, run in _making_order(applying, budget is not None):
         if budget is not None and clock() - start >= budget and any(o.plan for o in outcomes.values()):
             outcomes[run.label] = Outcome(run.label, None, None, SKIPPED_NOTE, spec.asynchronous(run))
+            continue
+        ruled_out = _ruled_out(problem, outcomes.values(), bound) if run.single_rank else None
+        if ruled_out is not None:
+            outcomes[run.label] = Outcome(run.label, None, None, ruled_out, spec.asynchronous(run))
             continue
         if on_planner is not None:
             on_planner(run.label)
@@ -243,9 +257,26 @@ def plan_auto(problem: PlanningProblem, runs: Sequence[Run], on_planner: Callabl
     return PlanningResult("auto", best.plan, best.cluster, tuple(found), AutoReport(listed, best.label))
 
 
-def _in_budget_order(runs: Sequence[Run]) -> list[Run]:
-    """``runs`` with the :attr:`~pipetrain.planners.spec.AutoRun.budget_first` ones first (stable)."""
-    return sorted(runs, key=lambda pair: not pair[1].budget_first)
+def _ruled_out(problem: PlanningProblem, made: Iterable[Outcome], bound: list[float]) -> str | None:
+    """Why a :attr:`~pipetrain.planners.spec.AutoRun.single_rank` run cannot beat the fastest plan
+    ``made`` so far, or None when it might; ``bound`` caches the problem's
+    :func:`~pipetrain.planners.auto_bound.single_rank_bound`."""
+    leader = min(made, key=lambda o: o.iteration_s, default=None)
+    if leader is None or leader.plan is None:
+        return None
+    if not bound:
+        bound.append(single_rank_bound(problem.cost, problem.model.layer_names, problem.batch_size))
+    if bound[0] <= leader.iteration_s * (1 + BOUND_MARGIN):
+        return None
+    return f"skipped: its plans take at least {bound[0]:.4g} s, {leader.planner}'s {leader.iteration_s:.4g} s"
+
+
+def _making_order(runs: Sequence[Run], budget: bool) -> list[Run]:
+    """``runs`` in the order auto makes them (stable): under a budget the
+    :attr:`~pipetrain.planners.spec.AutoRun.budget_first` ones first; in each group the
+    :attr:`~pipetrain.planners.spec.AutoRun.single_rank` ones last, so that a plan that replicates
+    stages can rule them out."""
+    return sorted(runs, key=lambda pair: (budget and not pair[1].budget_first, pair[1].single_rank))
 
 
 def skipped(report: AutoReport) -> tuple[str, ...]:

@@ -93,7 +93,7 @@ _STAGE_SPECS = (
                 auto=(AutoRun("pipedream", 50), AutoRun("pipedream-async", 100, method=Method.PIPEDREAM))),
     PlannerSpec("bapipe", "stages", "BaPipe's exploration of method, stages, micro-batches and device order "
                 "(docs/algorithms.md §4)", frozenset({"n_stages", "seed", "ga"}), plan_bapipe, bapipe_plans,
-                layout=bapipe_layout, auto=(AutoRun("bapipe", 60),)),
+                layout=bapipe_layout, auto=(AutoRun("bapipe", 60, single_rank=True),)),
     PlannerSpec("graphpipe", "stages", "GraphPipe's SP decomposition, DP and TPS search: a DAG of stages (method "
                 "graph) for multi-branch models", frozenset({"recompute"}), plan_graphpipe, graphpipe_plans,
                 default=True, auto=(AutoRun("graphpipe", 90, when=branching_model),)),
@@ -102,7 +102,7 @@ _STAGE_SPECS = (
                 "and ZB-V's 2 chunks per rank in a V (zbv)",
                 frozenset({"method", "n_micro", "virtual_stages", "memory_cap", "recompute"}), plan_interleaved,
                 interleaved_plans,
-                default=True, auto=(AutoRun("interleaved", 70, budget_first=True),)),
+                default=True, auto=(AutoRun("interleaved", 70, budget_first=True, single_rank=True),)),
     PlannerSpec("auto", "stages", "every planner; the fastest plan that fits",
                 frozenset({"seed", "ga", "allow_async", "recompute", "time_budget_s"}),
                 _auto, _auto_plans, layout=auto_layout),
@@ -136,13 +136,13 @@ def _microbatch(name: PlannerName, *, default: bool = False, base: str = BASE_PL
 
 _MICROBATCH_SPECS = (
     _microbatch("equal"), _microbatch("greedy"), _microbatch("dp"), _microbatch("dgap"),
-    _microbatch("tidgap", default=True, auto=AutoRun("tidgap", 20)),
+    _microbatch("tidgap", default=True, auto=AutoRun("tidgap", 20, single_rank=True)),
     _microbatch("single"),
-    _microbatch("1f1b-ga", auto=AutoRun("1f1b-ga", 30)),
-    _microbatch("zb1-ga", auto=AutoRun("zb1-ga", 40)),
+    _microbatch("1f1b-ga", auto=AutoRun("1f1b-ga", 30, single_rank=True)),
+    _microbatch("zb1-ga", auto=AutoRun("zb1-ga", 40, single_rank=True)),
     # interleaved 1F1B's order, on the interleaved planner's fastest plan of that order (not interleaved-zb's)
     _microbatch("interleaved-ga", base="interleaved", own_method=True,
-                auto=AutoRun("interleaved-ga", 80, when=small_batch_or_budget)),
+                auto=AutoRun("interleaved-ga", 80, when=small_batch_or_budget, single_rank=True)),
 )
 
 PLANNERS: Final[dict[str, PlannerSpec]] = {spec.name: spec for spec in (*_STAGE_SPECS, *_MICROBATCH_SPECS)}

@@ -98,6 +98,9 @@ class AutoRun:
         budget_first: under a planning-time budget (``constraints.time_budget_s``), auto makes the runs
             marked so before the others (each group in :attr:`order`), so that the budget cuts the
             least promising runs (:func:`~pipetrain.planners.auto.plan_auto`).
+        single_rank: every plan it returns runs each stage on one rank, so
+            :func:`~pipetrain.planners.auto_bound.single_rank_bound` bounds them from below: auto makes
+            it after the runs without that mark, and skips it when the bound exceeds the best plan found.
     """
 
     label: str
@@ -107,6 +110,7 @@ class AutoRun:
     memory_cap: bool = True
     outcome: Callable[[PlanningResult, PlanningProblem], PlanningResult] | None = None
     budget_first: bool = False
+    single_rank: bool = False
 
 
 @dataclass(frozen=True)

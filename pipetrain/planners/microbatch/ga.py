@@ -27,13 +27,16 @@ reconstruction** (docs/algorithms.md §2.4):
   single-chromosome one (benchmarks/history/umpipe-sim.md, the ablation);
 * single-chromosome ablation: the backward chromosome is the forward one;
 * unequal 1F1B (pipetrain's extension): single chromosome, each individual timed under its 1F1B
-  order (:func:`~pipetrain.schedule.one_f_one_b.one_f_one_b_sequences`) by
-  :func:`~pipetrain.simulate.chain.order_time`, one at a time, seeded with the equal 1F1B plans;
+  order (:func:`~pipetrain.schedule.one_f_one_b.one_f_one_b_sequences`) as
+  :func:`~pipetrain.simulate.chain.order_time` times it, the whole population in one call of
+  :func:`~pipetrain.simulate.chain_population.population_order_times` (the same times to the last
+  bit), seeded with the equal 1F1B plans (pruned by the bound, as TiDGAP's);
 * unequal ZB-H1 (pipetrain's extension, planner ``zb1-ga``): the same, each individual timed under its
   ZB-H1 order (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §2.1): the unequal 1F1B
-  order with the backward split into ``B`` and ``W``, W deferred by
-  :func:`~pipetrain.schedule.zero_bubble.zb1_sequences`, each timed with its own seconds by
-  :func:`~pipetrain.simulate.chain.split_order_time`; seeded with the equal ZB-H1 plans;
+  order with the backward split into ``B`` and ``W``, W deferred as
+  :func:`~pipetrain.schedule.zero_bubble.zb1_sequences` defers it, each timed with its own seconds as
+  :func:`~pipetrain.simulate.chain.split_order_time` times it (``population_order_times(split=True)``);
+  seeded with the equal ZB-H1 plans;
 * unequal interleaved 1F1B (:func:`interleaved_ga`): the same for ``v`` stages per rank, timed per
   rank by :func:`~pipetrain.simulate.chain.interleaved_order_time`; seeded with Megatron's equal order.
 
@@ -53,14 +56,13 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
-from pipetrain.planners.microbatch.encoding import Partition, cuts_to_partition
+from pipetrain.planners.microbatch.encoding import cuts_to_partition
 from pipetrain.planners.microbatch.ga_state import Evaluator, GAConfig, Mode
 from pipetrain.planners.microbatch.ga_step import ask, init_state, tell
 from pipetrain.planners.microbatch.result import MicrobatchPlan, check_caps
 from pipetrain.schedule.interleaved import interleaved_orders
-from pipetrain.schedule.one_f_one_b import one_f_one_b_sequences
-from pipetrain.schedule.zero_bubble import zb1_sequences
-from pipetrain.simulate.chain import interleaved_order_time, order_time, split_order_time
+from pipetrain.simulate.chain import interleaved_order_time
+from pipetrain.simulate.chain_population import population_order_times
 from pipetrain.simulate.grouped import population_times
 from pipetrain.simulate.loop_time import iteration_time
 from pipetrain.simulate.vectorised import StageTables, iteration_times
@@ -86,15 +88,6 @@ EvaluatorKind = Literal["vectorised", "loop", "1f1b", "zb1", "interleaved"]
 OnGeneration = Callable[[int, float], None]
 
 
-def _ordered_time(tables: StageTables, kind: EvaluatorKind, n_ranks: int) -> Callable[[Partition], float]:
-    """Seconds of one per-stage partition (forward = backward) under the order ``kind`` names."""
-    if kind == "1f1b":
-        return lambda sizes: order_time(one_f_one_b_sequences(sizes), sizes, sizes, tables)
-    if kind == "zb1":
-        return lambda sizes: split_order_time(zb1_sequences(one_f_one_b_sequences(sizes)), sizes, tables)
-    return lambda sizes: interleaved_order_time(interleaved_orders(sizes, n_ranks), sizes, n_ranks, tables)
-
-
 def _evaluator(tables: StageTables, kind: EvaluatorKind, n_ranks: int) -> Evaluator:
     if kind == "vectorised":
         return lambda forward, backward: iteration_times(forward, backward, tables)
@@ -103,8 +96,12 @@ def _evaluator(tables: StageTables, kind: EvaluatorKind, n_ranks: int) -> Evalua
             iteration_time(cuts_to_partition(f), cuts_to_partition(b), tables)
             for f, b in zip(forward, backward, strict=True)
         ])
-    time_one = _ordered_time(tables, kind, n_ranks)
-    return lambda forward, _: np.array([time_one(cuts_to_partition(cuts)) for cuts in forward])  # single chromosome
+    if kind in ("1f1b", "zb1"):  # single chromosome, the whole population at once
+        return lambda forward, _: population_order_times(forward, tables, split=kind == "zb1")
+    return lambda forward, _: np.array([
+        interleaved_order_time(interleaved_orders(sizes, n_ranks), sizes, n_ranks, tables)
+        for sizes in map(cuts_to_partition, forward)
+    ])
 
 
 def _planner_name(mode: Mode, evaluator: EvaluatorKind) -> str:
@@ -137,8 +134,9 @@ def ga(
         evaluator: ``"vectorised"`` (the whole population per call: TiDGAP) or ``"loop"`` (one
             individual at a time: DGAP); both time the flush order and give the same plan for a
             seed. ``"1f1b"``, ``"zb1"`` and ``"interleaved"`` (stage ``s`` on rank ``s mod n_ranks``)
-            time each individual under its unequal order of that method (:func:`_ordered_time`; they
-            need ``mode="single"``, and ``"zb1"`` tables with split-backward rows).
+            time each individual under its unequal order of that method (``"1f1b"`` and ``"zb1"`` the
+            whole population per call; they need ``mode="single"``, and ``"zb1"`` tables with
+            split-backward rows).
         caps: per stage, the largest micro-batch allowed; None for no cap.
         on_generation: called as ``on_generation(generation, best_s)`` after each generation
             (1-based), e.g. to drive a progress bar.
@@ -152,7 +150,8 @@ def ga(
     evaluate = _evaluator(tables, evaluator, n_ranks)
     vectorised = evaluator == "vectorised"
     first = (lambda f, b: population_times(f, b, tables)) if vectorised else evaluate  # widths vary in generation 0
-    state = init_state(tables, config, rng, first, mode=mode, caps=caps, prune_seeds=vectorised)
+    prune = evaluator in ("vectorised", "1f1b", "zb1")  # evaluators whose seeds the bound covers
+    state = init_state(tables, config, rng, first, mode=mode, caps=caps, prune_seeds=prune, split=evaluator == "zb1")
     history = []
     coupled = round(config.coupled_fraction * config.generations) if mode == "dual" else 0
     for generation in range(config.generations):

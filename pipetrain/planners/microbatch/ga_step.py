@@ -34,16 +34,18 @@ def init_state(
     mode: Mode = "dual",
     caps: Sequence[int] | None = None,
     prune_seeds: bool = False,
+    split: bool = False,
 ) -> GAState:
     """Generation 0: the fastest equal plans (up to half of ``P``), the rest random.
 
     The kept equal plans are timed once (:func:`~pipetrain.planners.microbatch.seeding.fastest_seeds`);
-    ``prune_seeds`` (TiDGAP) skips those that a lower bound proves slower, with the same result.
+    ``prune_seeds`` skips those that a lower bound proves slower, with the same result (``split``:
+    the evaluator times a split backward, ``zb1-ga``, :func:`~pipetrain.planners.microbatch.seeding.seed_bounds`).
     """
     n_stages, batch = tables.n_stages, tables.batch_size
     seeds = cap_cuts(equal_seeds(n_stages, batch), caps)
     n_keep = min(batch, math.ceil(config.population / 2))
-    bounds = seed_bounds(seeds, tables) if prune_seeds and n_keep < batch else None  # else every seed is kept
+    bounds = seed_bounds(seeds, tables, split) if prune_seeds and n_keep < batch else None  # else every seed is kept
     keep, seed_times = fastest_seeds(seeds, n_keep, evaluate, bounds)
     n_random = config.population - len(keep)
     forward = cap_cuts(_random_cuts(n_random, n_stages, batch, rng), caps)

@@ -8,7 +8,8 @@ hopeless: a plan with many micro-batches pays each one's overhead on every stage
 
     T >= max_k (Σ_j f_k(x_j) + Σ_j g_k(x_j) + step_k)
 
-(stage ``k`` runs its forwards, then its backwards, one at a time; pipetrain's, not the paper's)
+(stage ``k`` runs its forwards and its backwards one at a time, in whatever order; pipetrain's, not
+the paper's)
 rules them out before they are timed. :func:`fastest_seeds` returns exactly the seeds, and the
 times, that timing all of them would give: every seed it skips is provably slower than the ``keep``
 it returns.
@@ -34,18 +35,22 @@ _SLACK = 1e-6
 """Relative margin under each bound: covers the rounding of its sums and of the evaluator's."""
 
 
-def seed_bounds(seeds: BoolArray, tables: StageTables) -> FloatArray:
-    """Lower bounds on the iteration seconds of single-chromosome plans (backward = forward).
+def seed_bounds(seeds: BoolArray, tables: StageTables, split: bool = False) -> FloatArray:
+    """Lower bounds on the iteration seconds of single-chromosome plans (backward = forward), in any
+    order of a stage's actions (flush, 1F1B, ZB-H1).
 
     Args:
         seeds: ``[N, K, B]`` cut masks, used for forward and backward.
         tables: costs ``[K, B + 1]``.
+        split: the backward runs split into ``B`` and ``W`` (``zb1-ga``): ``g`` is
+            ``backward_input_s + weight_grad_s``.
 
     Returns:
         ``[N]`` ``max_k (Σ_j f_k(x_j) + Σ_j g_k(x_j) + step_k)``, lowered by a relative ``1e-6``.
     """
     n, n_stages, batch = seeds.shape
-    cost = tables.forward_s + tables.backward_s  # [K, B + 1]
+    backward = tables.backward_input_s + tables.weight_grad_s if split else tables.backward_s
+    cost = tables.forward_s + backward  # [K, B + 1]
     busy = np.empty((n, n_stages))
     for k in range(n_stages):
         if k == 0 or not np.array_equal(seeds[:, k], seeds[:, k - 1]):  # equal seeds: every stage alike
