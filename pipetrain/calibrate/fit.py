@@ -1,6 +1,6 @@
 """Calibration on the model's own work: the terms a per-layer profile and a probe cannot see.
 
-    calibration = calibrate_cluster(graph, profile, cluster, batch)   # 3 settings, 2 short runs each
+    calibration = calibrate_cluster(graph, profile, cluster, batch)   # 3 settings, 3 runs of >= 1 s each
     cluster = calibration.apply(cluster)                # Device.speed, action_overhead_s, collective
 
 The profiler times each layer alone, many times over, with its weights and activations warm in the
@@ -21,8 +21,8 @@ and they depend on the model (a layer's size decides how much falls out of the c
 
 The first two are fitted to two short runs of the model itself on the cluster's ranks: ``1f1b`` on one
 micro-batch (few actions: the time is mostly compute) and ``zbv`` on ``min(8, batch)`` (six actions per
-micro-batch and rank: the time grows with the overhead), each the median of ``runs`` runs of ``steps``
-timed steps. The simulated iteration ``T(a, o)`` is close to linear in ``a = 1/speed`` and ``o``, so
+micro-batch and rank: the time grows with the overhead), each the median of ``runs`` runs of at
+least ``steps`` timed steps and :data:`RUN_S` seconds. The simulated iteration ``T(a, o)`` is close to linear in ``a = 1/speed`` and ``o``, so
 three Newton steps on the 2×2 system ``T_i(a, o) = measured_i`` solve it (:func:`fit_terms`, pure).
 Re-predicting the 21 two-rank settings of a Core benchmark run from its own profile with the terms
 fitted to two of its settings this way: median |error| 3.4 % (mlp) and 2.2 % (gpt-tiny), worst 6.2 %
@@ -42,6 +42,7 @@ for Adam(W) cost several times SGD's; :attr:`Calibration.optimizer` records whic
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -226,12 +227,25 @@ def _label(plan: Plan) -> str:
     return f"{plan.method.value} m={len(plan.stages[0].forward_sizes)}"
 
 
+RUN_S = 1.0
+"""Seconds each calibration run lasts at least (as the profile and probe predict it): a run of a few
+milliseconds per step over 10 steps measures the machine's scheduling more than the model (mlp-digits'
+1f1b runs took 3.4-10.8 ms per step from one run to the next)."""
+
+
+def run_steps(plan: Plan, profile: Profile, cluster: Cluster, at_least: int) -> int:
+    """Timed steps for a calibration run of ``plan`` to last :data:`RUN_S` as predicted, at least
+    ``at_least`` and at most 500."""
+    predicted = float(_simulated([plan], profile, cluster, 1.0, cluster.action_overhead_s)[0])
+    return max(at_least, min(500, math.ceil(RUN_S / max(predicted, 1e-6))))
+
+
 def calibrate_cluster(graph: LayerGraph, profile: Profile, cluster: Cluster, batch: int, *, steps: int = 10,
-                      runs: int = 2, replicated: bool = True, optimizer: OptimizerName = "sgd") -> Calibration:
-    """Run the two :func:`calibration_plans` ``runs`` times each (``steps`` timed steps after 2 warm-up,
-    one thread per rank, training with ``optimizer``) and fit ``speed`` and ``overhead_s`` to their
-    median iterations; then, unless not ``replicated``, :func:`replicated_plan`'s runs fit the
-    all-reduce (module docstring).
+                      runs: int = 3, replicated: bool = True, optimizer: OptimizerName = "sgd") -> Calibration:
+    """Run the two :func:`calibration_plans` ``runs`` times each (2 warm-up steps, then at least ``steps``
+    timed ones and enough for :data:`RUN_S` seconds, one thread per rank, training with ``optimizer``)
+    and fit ``speed`` and ``overhead_s`` to their median iterations; then, unless not ``replicated``,
+    :func:`replicated_plan`'s runs fit the all-reduce (module docstring).
 
     Every run is made in one launch of the ranks (:func:`~pipetrain.runtime.train.train_many`: they
     start once, not once per run), the settings taking turns (``a, b, c, a, b, c``) so that a change
@@ -240,8 +254,10 @@ def calibrate_cluster(graph: LayerGraph, profile: Profile, cluster: Cluster, bat
     plans = list(calibration_plans(graph, profile, cluster, batch, optimizer))
     if replicated:
         plans.append(replicated_plan(graph, cluster, batch, optimizer))
-    config = TrainConfig(steps=steps, warmup_steps=2, progress=False, threads_per_rank=1, optimizer=optimizer)
-    jobs = [TrainJob(graph, plan, config) for _ in range(max(1, runs)) for plan in plans]
+    configs = [TrainConfig(steps=run_steps(plan, profile, cluster, steps), warmup_steps=2, progress=False,
+                           threads_per_rank=1, optimizer=optimizer) for plan in plans]
+    jobs = [TrainJob(graph, plan, config) for _ in range(max(1, runs)) for plan, config in zip(plans, configs,
+                                                                                                  strict=True)]
     iterations = [batch / result.samples_per_s for result in train_many(jobs)]
     measured = [statistics.median(iterations[k::len(plans)]) for k in range(len(plans))]
     speed, overhead = fit_terms(plans[:2], profile, cluster, measured[:2])
