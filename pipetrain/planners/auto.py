@@ -125,6 +125,8 @@ class Outcome:
         cluster: the cluster ``plan``'s ranks index (a sub-cluster when it leaves devices idle).
         note: why there is no plan, or what the plan is (method, stages, micro-batches).
         asynchronous: its plans change the optimizer's semantics (``constraints.allow_async`` runs).
+        runners_up: the run's other feasible candidates, fastest first (so that plans of one planner
+            within the profile's noise of the winner are seen as such, :mod:`~pipetrain.planners.noise`).
     """
 
     planner: str
@@ -132,6 +134,7 @@ class Outcome:
     cluster: Cluster | None
     note: str
     asynchronous: bool = False
+    runners_up: tuple[Candidate, ...] = ()
 
     @property
     def iteration_s(self) -> float:
@@ -197,7 +200,10 @@ class _Runs:
         why = over_memory(result.plan, self.problem.cost.on(result.cluster), self.problem.optimizer)
         if why:
             return Outcome(run.label, None, None, f"{_describe(result.plan)}: over memory, {why}", asynchronous)
-        return Outcome(run.label, result.plan, result.cluster, _describe(result.plan), asynchronous)
+        others = () if run.outcome is not None else tuple(  # a run that rewrites its plan: its winner alone
+            Candidate(c.plan, c.iteration_s, c.cluster or result.cluster, run.label)
+            for c in result.candidates if c.feasible and c.plan != result.plan)
+        return Outcome(run.label, result.plan, result.cluster, _describe(result.plan), asynchronous, others)
 
 
 def plan_auto(problem: PlanningProblem, runs: Sequence[Run], on_planner: Callable[[str], None] | None = None,
@@ -221,8 +227,8 @@ def plan_auto(problem: PlanningProblem, runs: Sequence[Run], on_planner: Callabl
         clock: seconds, for the budget (a fake one in tests).
 
     Returns:
-        The winner; candidates: each run's plan that fits, fastest first; report: an
-        :class:`AutoReport` with every run's outcome.
+        The winner; candidates: each run's plan that fits and its runners-up, fastest first; report:
+        an :class:`AutoReport` with every run's outcome.
 
     Raises:
         UserError: no planner found a plan that fits; the message lists each one's reason.
@@ -250,6 +256,12 @@ def plan_auto(problem: PlanningProblem, runs: Sequence[Run], on_planner: Callabl
         reasons = "; ".join(f"{o.planner}: {o.note}" for o in listed)
         raise UserError(f"no planner found a plan that fits ({reasons}); use a smaller batch, more devices or "
                         "devices with more memory")
+    seen = [c.plan for c in found]
+    for o in listed:  # after every winner: full ties still go to the winners, in run order
+        for c in o.runners_up:
+            if c.plan not in seen:
+                seen.append(c.plan)
+                found.append(c)
     found.sort(key=rank_key)  # stable: full ties go to the earlier run
     best = found[0]
     assert best.cluster is not None

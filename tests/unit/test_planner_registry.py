@@ -24,6 +24,7 @@ from pipetrain.planners import (
     rank_key,
     run_planner,
 )
+from pipetrain.planners.auto import AutoReport
 from pipetrain.planners.balanced import build_balanced_plan
 from pipetrain.planners.microbatch import GAConfig
 from pipetrain.planners.score import score
@@ -202,3 +203,18 @@ def test_problem_refuses_what_no_planner_can_plan() -> None:
         PlanningProblem(ModelRef.synthetic(()), cost(), BATCH)
     with pytest.raises(UserError):
         PlanningProblem(ModelRef.synthetic(NAMES), cost(), BATCH, optimizer="rmsprop")  # type: ignore[arg-type]
+
+
+def test_auto_lists_each_runs_runners_up_after_the_winners() -> None:
+    """auto's candidates hold every run's winner and then its other feasible plans, so plans of one
+    planner within the profile's noise of the winner are seen (planners/noise); the winner is a run's."""
+    result = run_planner("auto", problem(Constraints(seed=3, ga=SMALL_GA)))
+    report = result.report
+    assert isinstance(report, AutoReport)
+    winners = [o.plan for o in report.outcomes if o.plan is not None]
+    assert result.plan in winners and len(result.candidates) > len(winners)
+    assert all(c.feasible for c in result.candidates)
+    keys = [rank_key(c) for c in result.candidates]
+    assert keys == sorted(keys)
+    plans = [c.plan for c in result.candidates]
+    assert len(plans) == len({p.to_json() for p in plans})  # each plan once
