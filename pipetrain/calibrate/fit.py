@@ -22,8 +22,9 @@ and they depend on the model (a layer's size decides how much falls out of the c
 The first two are fitted to two short runs of the model itself on the cluster's ranks: ``1f1b`` on one
 micro-batch (few actions: the time is mostly compute) and ``zbv`` on ``min(8, batch)`` (six actions per
 micro-batch and rank: the time grows with the overhead), each the median of ``runs`` runs of at
-least ``steps`` timed steps and :data:`RUN_S` seconds. The simulated iteration ``T(a, o)`` is close to linear in ``a = 1/speed`` and ``o``, so
-three Newton steps on the 2×2 system ``T_i(a, o) = measured_i`` solve it (:func:`fit_terms`, pure).
+least ``steps`` timed steps and :data:`RUN_S` seconds. The simulated iteration ``T(a, o)`` is close
+to linear in ``a = 1/speed`` and ``o``, so three Newton steps on the 2×2 system
+``T_i(a, o) = measured_i`` solve it (:func:`fit_terms`, pure).
 Re-predicting the 21 two-rank settings of a Core benchmark run from its own profile with the terms
 fitted to two of its settings this way: median |error| 3.4 % (mlp) and 2.2 % (gpt-tiny), worst 6.2 %
 and 12.6 %, against 7.0 % / 18.6 % median with the tiny model's overhead alone (benchmarks/history/core.md).
