@@ -234,17 +234,18 @@ milliseconds per step over 10 steps measures the machine's scheduling more than 
 1f1b runs took 3.4-10.8 ms per step from one run to the next)."""
 
 
-def run_steps(plan: Plan, profile: Profile, cluster: Cluster, at_least: int) -> int:
-    """Timed steps for a calibration run of ``plan`` to last :data:`RUN_S` as predicted, at least
+def run_steps(plan: Plan, profile: Profile, cluster: Cluster, at_least: int, run_s: float = RUN_S) -> int:
+    """Timed steps for a calibration run of ``plan`` to last ``run_s`` as predicted, at least
     ``at_least`` and at most 500."""
     predicted = float(_simulated([plan], profile, cluster, 1.0, cluster.action_overhead_s)[0])
-    return max(at_least, min(500, math.ceil(RUN_S / max(predicted, 1e-6))))
+    return max(at_least, min(500, math.ceil(run_s / max(predicted, 1e-6))))
 
 
 def calibrate_cluster(graph: LayerGraph, profile: Profile, cluster: Cluster, batch: int, *, steps: int = 10,
-                      runs: int = 3, replicated: bool = True, optimizer: OptimizerName = "sgd") -> Calibration:
+                      runs: int = 3, replicated: bool = True, optimizer: OptimizerName = "sgd",
+                      run_s: float = RUN_S) -> Calibration:
     """Run the two :func:`calibration_plans` ``runs`` times each (2 warm-up steps, then at least ``steps``
-    timed ones and enough for :data:`RUN_S` seconds, one thread per rank, training with ``optimizer``)
+    timed ones and enough for ``run_s`` seconds, one thread per rank, training with ``optimizer``)
     and fit ``speed`` and ``overhead_s`` to their median iterations; then, unless not ``replicated``,
     :func:`replicated_plan`'s runs fit the all-reduce (module docstring).
 
@@ -255,7 +256,7 @@ def calibrate_cluster(graph: LayerGraph, profile: Profile, cluster: Cluster, bat
     plans = list(calibration_plans(graph, profile, cluster, batch, optimizer))
     if replicated:
         plans.append(replicated_plan(graph, cluster, batch, optimizer))
-    configs = [TrainConfig(steps=run_steps(plan, profile, cluster, steps), warmup_steps=2, progress=False,
+    configs = [TrainConfig(steps=run_steps(plan, profile, cluster, steps, run_s), warmup_steps=2, progress=False,
                            threads_per_rank=1, optimizer=optimizer) for plan in plans]
     jobs = [TrainJob(graph, plan, config) for _ in range(max(1, runs)) for plan, config in zip(plans, configs,
                                                                                                   strict=True)]
