@@ -170,7 +170,8 @@ def calibrate_machine(graph: LayerGraph, batch: int, found: MachineProbe, profil
     and runs, :meth:`~pipetrain.calibrate.fit.Calibration.describe`).
 
     Raises:
-        UserError: the model cannot run the calibration's pipelines (fewer layers than ranks).
+        UserError: the model cannot run the calibration's runs (fewer layers than ranks, or a batch
+            too small to give every rank of the data-parallel run a micro-batch).
     """
     from pipetrain.calibrate.fit import calibrate_cluster
 

@@ -231,8 +231,8 @@ class _Simulator:
             self.wait_since.setdefault(rank, self.now)
             return False
         else:  # a replica's STEP spans its wait for the others, as the runtime's blocking all-reduce does
-            waited = self.wait_since.pop(rank, self.now) if a.kind is ActionKind.STEP else self.now
-            self.busy[rank] = _Busy(a, waited, self.compute_s(rank, a))
+            waited = self.wait_since.pop(rank, self.now)
+            self.busy[rank] = _Busy(a, waited if a.kind is ActionKind.STEP else self.now, self.compute_s(rank, a))
             return True
         self.move_on(rank)
         return True
